@@ -1,0 +1,78 @@
+//! The contract between the engine's queues and whatever computes the operations.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use crate::op::{CryptoError, CryptoOp, CryptoOutput};
+
+/// Which backend computes the operations (`crypto.backend` in the config).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    Scalar,
+    Threads,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 2] = [BackendKind::Scalar, BackendKind::Threads];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Scalar => "scalar",
+            BackendKind::Threads => "threads",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+/// A queued operation and the channel its result goes back through.
+pub struct Job {
+    op: CryptoOp,
+    reply: Reply,
+    pub(crate) queued_at: Instant,
+}
+
+impl Job {
+    pub(crate) fn new(op: CryptoOp) -> (Self, oneshot::Receiver<Result<CryptoOutput, CryptoError>>) {
+        let (tx, rx) = oneshot::channel();
+        let job = Job {
+            op,
+            reply: Reply(tx),
+            queued_at: Instant::now(),
+        };
+        (job, rx)
+    }
+
+    pub fn into_parts(self) -> (CryptoOp, Reply) {
+        (self.op, self.reply)
+    }
+}
+
+/// Completes one job. Dropping it unanswered makes the waiting handshake fail.
+pub struct Reply(oneshot::Sender<Result<CryptoOutput, CryptoError>>);
+
+impl Reply {
+    pub fn complete(self, result: Result<CryptoOutput, CryptoError>) {
+        // The handshake may have timed out and gone; its result is then of no use.
+        let _ = self.0.send(result);
+    }
+}
+
+/// Computes flushed batches. One instance per worker; `!Send` is fine.
+pub trait Backend {
+    fn kind(&self) -> BackendKind;
+
+    /// How many requests of `op` this backend computes in one go; 1 means no batching,
+    /// so a queue is flushed as soon as it holds a request.
+    fn max_batch(&self, op: crate::OpKind) -> usize;
+
+    /// Starts computing `batch`. The returned future resolves once the backend has
+    /// accepted every job (a bounded offload queue makes it wait: that is the
+    /// back-pressure); results arrive through each job's [`Reply`], now or later.
+    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+}

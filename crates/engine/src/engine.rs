@@ -1,0 +1,225 @@
+//! The per-worker engine: queues per operation kind and the flush policy.
+//!
+//! A queue is flushed when it holds a full batch for the backend, when every handshake
+//! in flight on this worker is parked waiting for crypto (nothing else could add to the
+//! batch), or when its oldest request has waited `max_batch_delay`. With a backend whose
+//! batch size is 1 every request is flushed at once.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, BackendKind, Job};
+use crate::metrics::EngineMetrics;
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, OpKind};
+
+/// When a partial batch is flushed.
+#[derive(Debug, Clone, Copy)]
+pub struct FlushPolicy {
+    /// Upper bound on how long a request waits in a queue for company.
+    pub max_batch_delay: Duration,
+}
+
+impl Default for FlushPolicy {
+    fn default() -> Self {
+        Self {
+            max_batch_delay: Duration::from_millis(2),
+        }
+    }
+}
+
+/// A worker's crypto engine. Cheap to clone; not `Send`: each worker owns one.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    backend: Box<dyn Backend>,
+    metrics: Arc<EngineMetrics>,
+    policy: FlushPolicy,
+    state: RefCell<State>,
+}
+
+#[derive(Default)]
+struct State {
+    queues: [VecDeque<Job>; OpKind::COUNT],
+    deadline_armed: [bool; OpKind::COUNT],
+    /// Handshakes running on this worker, and how many of them wait on the engine.
+    in_flight: usize,
+    parked: usize,
+}
+
+impl State {
+    fn everyone_parked(&self) -> bool {
+        self.parked >= self.in_flight
+    }
+
+    fn has_queued(&self) -> bool {
+        self.queues.iter().any(|q| !q.is_empty())
+    }
+}
+
+impl Engine {
+    pub fn new(backend: Box<dyn Backend>, policy: FlushPolicy, metrics: Arc<EngineMetrics>) -> Self {
+        debug_assert_eq!(backend.kind(), metrics.backend());
+        Self {
+            inner: Rc::new(Inner {
+                backend,
+                metrics,
+                policy,
+                state: RefCell::new(State::default()),
+            }),
+        }
+    }
+
+    pub fn backend_kind(&self) -> BackendKind {
+        self.inner.backend.kind()
+    }
+
+    pub fn metrics(&self) -> &Arc<EngineMetrics> {
+        &self.inner.metrics
+    }
+
+    /// Registers a handshake in flight until the guard is dropped; the flush policy needs
+    /// to know how many handshakes could still add requests.
+    pub fn handshake_started(&self) -> HandshakeGuard {
+        self.inner.state.borrow_mut().in_flight += 1;
+        HandshakeGuard {
+            engine: self.clone(),
+        }
+    }
+
+    /// Queues `op` and waits for its result.
+    pub async fn submit(&self, op: CryptoOp) -> Result<CryptoOutput, CryptoError> {
+        let kind = op.kind();
+        let counters = self.inner.metrics.op(kind);
+        EngineMetrics::add(&counters.requests, 1);
+        counters.in_queue.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let (job, answer) = Job::new(op);
+        let parked = Parked::new(self, kind);
+        let flush_now = {
+            let mut st = self.inner.state.borrow_mut();
+            st.queues[kind.index()].push_back(job);
+            st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind)
+                || st.everyone_parked()
+        };
+        if flush_now {
+            self.flush_all().await;
+        } else {
+            self.arm_deadline(kind);
+        }
+        let result = answer
+            .await
+            .unwrap_or(Err(CryptoError::BackendGone(self.backend_kind().name())));
+        drop(parked);
+        EngineMetrics::add(&counters.latency_us_sum, started.elapsed().as_micros() as u64);
+        if result.is_err() {
+            EngineMetrics::add(&counters.errors, 1);
+        }
+        result
+    }
+
+    /// Flushes every queue that holds requests, in full batches where possible.
+    async fn flush_all(&self) {
+        for kind in OpKind::ALL {
+            self.flush(kind).await;
+        }
+    }
+
+    async fn flush(&self, kind: OpKind) {
+        let max = self.inner.backend.max_batch(kind).max(1);
+        loop {
+            let batch: Vec<Job> = {
+                let mut st = self.inner.state.borrow_mut();
+                let q = &mut st.queues[kind.index()];
+                let n = q.len().min(max);
+                q.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return;
+            }
+            let counters = self.inner.metrics.op(kind);
+            EngineMetrics::add(&counters.batches, 1);
+            EngineMetrics::add(&counters.batched_requests, batch.len() as u64);
+            self.inner.backend.dispatch(batch).await;
+        }
+    }
+
+    /// Makes sure the oldest request of `kind` is flushed by `max_batch_delay` at the latest.
+    fn arm_deadline(&self, kind: OpKind) {
+        {
+            let mut st = self.inner.state.borrow_mut();
+            if st.deadline_armed[kind.index()] {
+                return;
+            }
+            st.deadline_armed[kind.index()] = true;
+        }
+        let engine = self.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                let oldest = engine.inner.state.borrow().queues[kind.index()]
+                    .front()
+                    .map(|j| j.queued_at);
+                let Some(oldest) = oldest else { break };
+                let due = oldest + engine.inner.policy.max_batch_delay;
+                if Instant::now() < due {
+                    tokio::time::sleep_until(due.into()).await;
+                    continue;
+                }
+                engine.flush(kind).await;
+            }
+            engine.inner.state.borrow_mut().deadline_armed[kind.index()] = false;
+        });
+    }
+}
+
+/// Counts a handshake as parked on the engine while a submit waits.
+struct Parked<'a> {
+    engine: &'a Engine,
+    kind: OpKind,
+}
+
+impl<'a> Parked<'a> {
+    fn new(engine: &'a Engine, kind: OpKind) -> Self {
+        engine.inner.state.borrow_mut().parked += 1;
+        Self { engine, kind }
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.engine.inner.state.borrow_mut().parked -= 1;
+        self.engine
+            .inner
+            .metrics
+            .op(self.kind)
+            .in_queue
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Marks one handshake in flight; see [`Engine::handshake_started`].
+pub struct HandshakeGuard {
+    engine: Engine,
+}
+
+impl Drop for HandshakeGuard {
+    fn drop(&mut self) {
+        let flush = {
+            let mut st = self.engine.inner.state.borrow_mut();
+            st.in_flight -= 1;
+            st.everyone_parked() && st.has_queued()
+        };
+        // The handshake that just ended was the last one not waiting on crypto: nothing
+        // else will join the partial batches, so compute them now.
+        if flush {
+            let engine = self.engine.clone();
+            tokio::task::spawn_local(async move { engine.flush_all().await });
+        }
+    }
+}

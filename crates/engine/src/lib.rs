@@ -1,0 +1,28 @@
+//! The per-worker crypto engine.
+//!
+//! Handshakes do not compute their own private-key and key-exchange operations: they hand a
+//! [`CryptoOp`] to the [`Engine`] of the worker they run on and are resumed with the result.
+//! The engine keeps one queue per [`OpKind`], decides when a queue is flushed
+//! ([`FlushPolicy`]) and gives the flushed batch to a [`Backend`]:
+//!
+//! - [`ScalarBackend`] computes each operation on the worker with aws-lc-rs, as nginx does;
+//! - [`ThreadPoolBackend`] sends operations to a small pool of crypto threads through a bounded
+//!   queue and receives completions asynchronously, the shape of an offload device.
+//!
+//! Batching backends (crypto_mb) plug into the same trait with a batch size above one.
+
+mod backend;
+mod engine;
+mod metrics;
+mod op;
+pub mod scalar;
+mod signing_key;
+mod threads;
+
+pub use backend::{Backend, BackendKind, Job};
+pub use engine::{Engine, FlushPolicy, HandshakeGuard};
+pub use metrics::{EngineMetrics, OpCounters};
+pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
+pub use scalar::ScalarBackend;
+pub use signing_key::{KeyAlgorithm, KeyError, SigningKeyPair};
+pub use threads::{ThreadPool, ThreadPoolBackend};

@@ -1,0 +1,196 @@
+//! The operations a handshake asks the engine for, and their results.
+
+use std::fmt;
+use std::sync::Arc;
+
+use aws_lc_rs::agreement;
+use rustls::{NamedGroup, SignatureScheme};
+use zeroize::Zeroizing;
+
+use crate::signing_key::SigningKeyPair;
+
+/// Key-exchange groups that run through the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KxGroup {
+    X25519,
+    Secp256r1,
+    Secp384r1,
+}
+
+impl KxGroup {
+    pub const ALL: [KxGroup; 3] = [KxGroup::X25519, KxGroup::Secp256r1, KxGroup::Secp384r1];
+
+    pub fn named_group(self) -> NamedGroup {
+        match self {
+            KxGroup::X25519 => NamedGroup::X25519,
+            KxGroup::Secp256r1 => NamedGroup::secp256r1,
+            KxGroup::Secp384r1 => NamedGroup::secp384r1,
+        }
+    }
+
+    pub(crate) fn algorithm(self) -> &'static agreement::Algorithm {
+        match self {
+            KxGroup::X25519 => &agreement::X25519,
+            KxGroup::Secp256r1 => &agreement::ECDH_P256,
+            KxGroup::Secp384r1 => &agreement::ECDH_P384,
+        }
+    }
+
+    /// The name used in configuration files and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            KxGroup::X25519 => "x25519",
+            KxGroup::Secp256r1 => "secp256r1",
+            KxGroup::Secp384r1 => "secp384r1",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|g| {
+            g.name().eq_ignore_ascii_case(name)
+                || matches!((g, name), (KxGroup::Secp256r1, "P-256") | (KxGroup::Secp384r1, "P-384"))
+        })
+    }
+
+    fn op_kind(self) -> OpKind {
+        match self {
+            KxGroup::X25519 => OpKind::X25519,
+            KxGroup::Secp256r1 => OpKind::P256,
+            KxGroup::Secp384r1 => OpKind::P384,
+        }
+    }
+}
+
+/// An ephemeral key-exchange private key. aws-lc-rs zeroizes it when dropped.
+pub struct KxPrivateKey(pub(crate) agreement::PrivateKey);
+
+impl fmt::Debug for KxPrivateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KxPrivateKey(..)")
+    }
+}
+
+/// One unit of handshake public-key work.
+pub enum CryptoOp {
+    /// Sign `message` (unhashed, as rustls passes it) with `key` using `scheme`.
+    Sign {
+        key: Arc<SigningKeyPair>,
+        scheme: SignatureScheme,
+        message: Vec<u8>,
+    },
+    /// Generate an ephemeral key pair (TLS 1.2: the ServerKeyExchange share).
+    KxGenerate { group: KxGroup },
+    /// Complete an exchange started by [`CryptoOp::KxGenerate`].
+    KxAgree {
+        group: KxGroup,
+        private_key: KxPrivateKey,
+        peer_public: Vec<u8>,
+    },
+    /// Generate a key pair and complete against the peer's share in one go (TLS 1.3).
+    KxGenerateAgree { group: KxGroup, peer_public: Vec<u8> },
+}
+
+impl CryptoOp {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            CryptoOp::Sign { key, .. } => match key.algorithm() {
+                crate::KeyAlgorithm::Rsa { .. } => OpKind::RsaSign,
+                crate::KeyAlgorithm::EcdsaP256 | crate::KeyAlgorithm::EcdsaP384 => {
+                    OpKind::EcdsaSign
+                }
+            },
+            CryptoOp::KxGenerate { group }
+            | CryptoOp::KxAgree { group, .. }
+            | CryptoOp::KxGenerateAgree { group, .. } => group.op_kind(),
+        }
+    }
+}
+
+impl fmt::Debug for CryptoOp {
+    // Never prints key material or messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CryptoOp::Sign { scheme, .. } => write!(f, "Sign({scheme:?})"),
+            CryptoOp::KxGenerate { group } => write!(f, "KxGenerate({})", group.name()),
+            CryptoOp::KxAgree { group, .. } => write!(f, "KxAgree({})", group.name()),
+            CryptoOp::KxGenerateAgree { group, .. } => {
+                write!(f, "KxGenerateAgree({})", group.name())
+            }
+        }
+    }
+}
+
+/// The result of a [`CryptoOp`], variant for variant.
+pub enum CryptoOutput {
+    Signature(Vec<u8>),
+    KeyPair {
+        private_key: KxPrivateKey,
+        public: Vec<u8>,
+    },
+    Shared(Zeroizing<Vec<u8>>),
+    PublicAndShared {
+        public: Vec<u8>,
+        shared: Zeroizing<Vec<u8>>,
+    },
+}
+
+impl fmt::Debug for CryptoOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CryptoOutput::Signature(_) => "Signature",
+            CryptoOutput::KeyPair { .. } => "KeyPair",
+            CryptoOutput::Shared(_) => "Shared",
+            CryptoOutput::PublicAndShared { .. } => "PublicAndShared",
+        })
+    }
+}
+
+/// Why an operation produced no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CryptoError {
+    #[error("signature scheme {0:?} does not fit this key")]
+    SchemeMismatch(SignatureScheme),
+    #[error("signing failed")]
+    SignFailed,
+    #[error("key generation failed for {0}")]
+    KeyGenFailed(&'static str),
+    #[error("peer's {0} public key is invalid")]
+    BadPeerKey(&'static str),
+    #[error("the {0} crypto backend shut down before answering")]
+    BackendGone(&'static str),
+}
+
+/// Operation classes: each has its own queue, batch size and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    RsaSign,
+    EcdsaSign,
+    X25519,
+    P256,
+    P384,
+}
+
+impl OpKind {
+    pub const COUNT: usize = 5;
+    pub const ALL: [OpKind; Self::COUNT] = [
+        OpKind::RsaSign,
+        OpKind::EcdsaSign,
+        OpKind::X25519,
+        OpKind::P256,
+        OpKind::P384,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::RsaSign => "rsa_sign",
+            OpKind::EcdsaSign => "ecdsa_sign",
+            OpKind::X25519 => "x25519",
+            OpKind::P256 => "p256",
+            OpKind::P384 => "p384",
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The scalar backend: every operation computed on the calling thread with aws-lc-rs.
+//!
+//! [`compute`] is also what the crypto threads run and what the handshake bridge falls back
+//! to when no coroutine is active.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use aws_lc_rs::agreement::{self, UnparsedPublicKey};
+use zeroize::Zeroizing;
+
+use crate::backend::{Backend, BackendKind, Job};
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
+
+/// Computes one operation synchronously.
+pub fn compute(op: CryptoOp) -> Result<CryptoOutput, CryptoError> {
+    match op {
+        CryptoOp::Sign {
+            key,
+            scheme,
+            message,
+        } => key.sign_scalar(scheme, &message).map(CryptoOutput::Signature),
+        CryptoOp::KxGenerate { group } => {
+            let (private_key, public) = generate(group)?;
+            Ok(CryptoOutput::KeyPair {
+                private_key,
+                public,
+            })
+        }
+        CryptoOp::KxAgree {
+            group,
+            private_key,
+            peer_public,
+        } => agree(group, &private_key, &peer_public).map(CryptoOutput::Shared),
+        CryptoOp::KxGenerateAgree { group, peer_public } => {
+            let (private_key, public) = generate(group)?;
+            let shared = agree(group, &private_key, &peer_public)?;
+            Ok(CryptoOutput::PublicAndShared { public, shared })
+        }
+    }
+}
+
+fn generate(group: KxGroup) -> Result<(KxPrivateKey, Vec<u8>), CryptoError> {
+    let private = agreement::PrivateKey::generate(group.algorithm())
+        .map_err(|_| CryptoError::KeyGenFailed(group.name()))?;
+    let public = private
+        .compute_public_key()
+        .map_err(|_| CryptoError::KeyGenFailed(group.name()))?
+        .as_ref()
+        .to_vec();
+    Ok((KxPrivateKey(private), public))
+}
+
+fn agree(
+    group: KxGroup,
+    private_key: &KxPrivateKey,
+    peer_public: &[u8],
+) -> Result<Zeroizing<Vec<u8>>, CryptoError> {
+    let peer = UnparsedPublicKey::new(group.algorithm(), peer_public);
+    agreement::agree(
+        &private_key.0,
+        peer,
+        CryptoError::BadPeerKey(group.name()),
+        |secret| Ok(Zeroizing::new(secret.to_vec())),
+    )
+}
+
+/// Computes each flushed request on the worker, one at a time: the nginx-like baseline.
+#[derive(Debug, Default)]
+pub struct ScalarBackend;
+
+impl Backend for ScalarBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Scalar
+    }
+
+    fn max_batch(&self, _op: OpKind) -> usize {
+        1
+    }
+
+    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        for job in batch {
+            let (op, reply) = job.into_parts();
+            reply.complete(compute(op));
+        }
+        Box::pin(std::future::ready(()))
+    }
+}

@@ -1,0 +1,165 @@
+//! Private signing keys held by the engine.
+//!
+//! Keys are parsed once at load time (PKCS#8, PKCS#1 `RSA PRIVATE KEY` or SEC1
+//! `EC PRIVATE KEY` DER) into aws-lc-rs key pairs, which zeroize their memory when freed.
+
+use std::fmt;
+
+use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+use rustls::SignatureScheme;
+
+use crate::op::CryptoError;
+
+/// What kind of key this is; decides which signature schemes it can serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyAlgorithm {
+    Rsa { bits: usize },
+    EcdsaP256,
+    EcdsaP384,
+}
+
+impl KeyAlgorithm {
+    /// Schemes in our order of preference.
+    pub fn schemes(self) -> &'static [SignatureScheme] {
+        match self {
+            KeyAlgorithm::Rsa { .. } => &[
+                SignatureScheme::RSA_PSS_SHA256,
+                SignatureScheme::RSA_PSS_SHA384,
+                SignatureScheme::RSA_PSS_SHA512,
+                SignatureScheme::RSA_PKCS1_SHA256,
+                SignatureScheme::RSA_PKCS1_SHA384,
+                SignatureScheme::RSA_PKCS1_SHA512,
+            ],
+            KeyAlgorithm::EcdsaP256 => &[SignatureScheme::ECDSA_NISTP256_SHA256],
+            KeyAlgorithm::EcdsaP384 => &[SignatureScheme::ECDSA_NISTP384_SHA384],
+        }
+    }
+
+    /// Label for logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            KeyAlgorithm::Rsa { .. } => "rsa",
+            KeyAlgorithm::EcdsaP256 | KeyAlgorithm::EcdsaP384 => "ecdsa",
+        }
+    }
+}
+
+/// Why a private key cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("RSA key of {0} bits is not supported (use 2048, 3072 or 4096 bits)")]
+    UnsupportedRsaSize(usize),
+    #[error("unsupported key type (terminus accepts RSA and ECDSA P-256/P-384 keys): {0}")]
+    UnsupportedType(String),
+}
+
+enum Pair {
+    Rsa(RsaKeyPair),
+    Ecdsa(EcdsaKeyPair),
+}
+
+/// A certificate's private key, usable by every backend.
+pub struct SigningKeyPair {
+    pair: Pair,
+    algorithm: KeyAlgorithm,
+    spki: Vec<u8>,
+}
+
+impl fmt::Debug for SigningKeyPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SigningKeyPair({:?})", self.algorithm)
+    }
+}
+
+impl SigningKeyPair {
+    /// Parses an unencrypted private key in PKCS#8, PKCS#1 or SEC1 DER form.
+    pub fn from_der(der: &[u8]) -> Result<Self, KeyError> {
+        if let Ok(rsa) = RsaKeyPair::from_pkcs8(der).or_else(|_| RsaKeyPair::from_der(der)) {
+            let bits = rsa.public_modulus_len() * 8;
+            if ![2048, 3072, 4096].contains(&bits) {
+                return Err(KeyError::UnsupportedRsaSize(bits));
+            }
+            let spki = rsa
+                .public_key()
+                .as_der()
+                .map_err(|_| KeyError::UnsupportedType("RSA public key not encodable".into()))?
+                .as_ref()
+                .to_vec();
+            return Ok(Self {
+                pair: Pair::Rsa(rsa),
+                algorithm: KeyAlgorithm::Rsa { bits },
+                spki,
+            });
+        }
+        for (alg, algorithm) in [
+            (&signature::ECDSA_P256_SHA256_ASN1_SIGNING, KeyAlgorithm::EcdsaP256),
+            (&signature::ECDSA_P384_SHA384_ASN1_SIGNING, KeyAlgorithm::EcdsaP384),
+        ] {
+            if let Ok(ec) = EcdsaKeyPair::from_pkcs8(alg, der)
+                .or_else(|_| EcdsaKeyPair::from_private_key_der(alg, der))
+            {
+                let spki = ec
+                    .public_key()
+                    .as_der()
+                    .map_err(|_| KeyError::UnsupportedType("EC public key not encodable".into()))?
+                    .as_ref()
+                    .to_vec();
+                return Ok(Self {
+                    pair: Pair::Ecdsa(ec),
+                    algorithm,
+                    spki,
+                });
+            }
+        }
+        Err(KeyError::UnsupportedType(
+            "not an RSA or ECDSA P-256/P-384 key (Ed25519, DSA and other curves are not supported)"
+                .into(),
+        ))
+    }
+
+    pub fn algorithm(&self) -> KeyAlgorithm {
+        self.algorithm
+    }
+
+    /// The DER SubjectPublicKeyInfo, to check the key against its certificate.
+    pub fn subject_public_key_info(&self) -> &[u8] {
+        &self.spki
+    }
+
+    /// Signs on the calling thread with aws-lc-rs.
+    pub(crate) fn sign_scalar(
+        &self,
+        scheme: SignatureScheme,
+        message: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
+        let rng = SystemRandom::new();
+        match &self.pair {
+            Pair::Rsa(rsa) => {
+                let padding: &'static dyn signature::RsaEncoding = match scheme {
+                    SignatureScheme::RSA_PKCS1_SHA256 => &signature::RSA_PKCS1_SHA256,
+                    SignatureScheme::RSA_PKCS1_SHA384 => &signature::RSA_PKCS1_SHA384,
+                    SignatureScheme::RSA_PKCS1_SHA512 => &signature::RSA_PKCS1_SHA512,
+                    SignatureScheme::RSA_PSS_SHA256 => &signature::RSA_PSS_SHA256,
+                    SignatureScheme::RSA_PSS_SHA384 => &signature::RSA_PSS_SHA384,
+                    SignatureScheme::RSA_PSS_SHA512 => &signature::RSA_PSS_SHA512,
+                    other => return Err(CryptoError::SchemeMismatch(other)),
+                };
+                let mut sig = vec![0u8; rsa.public_modulus_len()];
+                rsa.sign(padding, &rng, message, &mut sig)
+                    .map_err(|_| CryptoError::SignFailed)?;
+                Ok(sig)
+            }
+            Pair::Ecdsa(ec) => {
+                if !self.algorithm.schemes().contains(&scheme) {
+                    return Err(CryptoError::SchemeMismatch(scheme));
+                }
+                // aws-lc draws the nonce from its CSPRNG for every signature.
+                ec.sign(&rng, message)
+                    .map(|s| s.as_ref().to_vec())
+                    .map_err(|_| CryptoError::SignFailed)
+            }
+        }
+    }
+}

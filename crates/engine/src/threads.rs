@@ -1,0 +1,110 @@
+//! The `threads` backend: a small pool of crypto threads behind a bounded queue.
+//!
+//! It stands in for an offload device (QAT): the worker hands an operation over and goes
+//! on running other connections; the completion wakes the handshake later. When the
+//! queue is full the submitting handshake waits for room instead of the queue growing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use crate::backend::{Backend, BackendKind, Job};
+use crate::op::{CryptoError, OpKind};
+use crate::scalar;
+
+/// The crypto threads, shared by all workers of the process.
+pub struct ThreadPool {
+    tx: flume::Sender<Job>,
+    /// Times a dispatch found the queue full and had to wait.
+    pub backpressure_waits: AtomicU64,
+    threads: usize,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl ThreadPool {
+    /// Starts `threads` crypto threads fed by a queue of at most `capacity` operations.
+    /// The threads exit when the last handle to the pool is dropped.
+    pub fn start(threads: usize, capacity: usize) -> std::io::Result<Arc<Self>> {
+        let (tx, rx) = flume::bounded::<Job>(capacity.max(1));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            thread::Builder::new()
+                .name(format!("crypto-{i}"))
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        let (op, reply) = job.into_parts();
+                        reply.complete(scalar::compute(op));
+                    }
+                })?;
+        }
+        Ok(Arc::new(Self {
+            tx,
+            backpressure_waits: AtomicU64::new(0),
+            threads: threads.max(1),
+            capacity: capacity.max(1),
+        }))
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Operations waiting for a crypto thread right now.
+    pub fn queued(&self) -> usize {
+        self.tx.len()
+    }
+}
+
+/// A worker's handle on the shared [`ThreadPool`].
+#[derive(Debug, Clone)]
+pub struct ThreadPoolBackend {
+    pool: Arc<ThreadPool>,
+}
+
+impl ThreadPoolBackend {
+    pub fn new(pool: Arc<ThreadPool>) -> Self {
+        Self { pool }
+    }
+}
+
+impl Backend for ThreadPoolBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Threads
+    }
+
+    fn max_batch(&self, _op: OpKind) -> usize {
+        1
+    }
+
+    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        Box::pin(async move {
+            for job in batch {
+                let job = match self.pool.tx.try_send(job) {
+                    Ok(()) => continue,
+                    Err(flume::TrySendError::Full(job)) => job,
+                    Err(flume::TrySendError::Disconnected(job)) => {
+                        let (_, reply) = job.into_parts();
+                        reply.complete(Err(CryptoError::BackendGone("threads")));
+                        continue;
+                    }
+                };
+                self.pool.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+                if let Err(flume::SendError(job)) = self.pool.tx.send_async(job).await {
+                    let (_, reply) = job.into_parts();
+                    reply.complete(Err(CryptoError::BackendGone("threads")));
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,149 @@
+//! Loading certificate chains and private keys from PEM files.
+//!
+//! Every failure names the file and the reason, because an operator reading a start-up
+//! error should not have to guess which of a dozen files is wrong.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::sign::CertifiedKey;
+use sha2::{Digest, Sha256};
+use terminus_engine::{KeyAlgorithm, KeyError, SigningKeyPair};
+
+use crate::handshake::EngineSigningKey;
+
+/// Why a certificate or key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: no certificate found (expected PEM blocks \"-----BEGIN CERTIFICATE-----\")", path.display())]
+    EmptyChain { path: PathBuf },
+    #[error("{}: malformed PEM: {detail}", path.display())]
+    BadPem { path: PathBuf, detail: String },
+    #[error("{}: the leaf certificate cannot be parsed: {detail}", path.display())]
+    BadCertificate { path: PathBuf, detail: String },
+    #[error("{}: no private key found (expected \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \"EC PRIVATE KEY\")", path.display())]
+    NoKey { path: PathBuf },
+    #[error("{}: the private key is encrypted; terminus needs it unencrypted (e.g. `openssl pkey -in KEY -out KEY.plain`) and readable only by the server user", path.display())]
+    EncryptedKey { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Key { path: PathBuf, source: KeyError },
+    #[error("{}: the private key does not match the certificate in {}", key.display(), cert.display())]
+    Mismatch { cert: PathBuf, key: PathBuf },
+}
+
+/// A certificate chain with its key, ready for the resolver.
+#[derive(Clone, Debug)]
+pub struct LoadedCert {
+    pub certified: Arc<CertifiedKey>,
+    pub algorithm: KeyAlgorithm,
+}
+
+impl LoadedCert {
+    /// Loads a chain (leaf first) from `cert_path` and its key from `key_path`.
+    pub fn from_files(cert_path: &Path, key_path: &Path) -> Result<Self, CertError> {
+        let cert_pem = read(cert_path)?;
+        let key_pem = read(key_path)?;
+        Self::from_pem(&cert_pem, cert_path, &key_pem, key_path)
+    }
+
+    /// Like [`LoadedCert::from_files`] with the PEM text already read; the paths only name
+    /// the sources in errors.
+    pub fn from_pem(
+        cert_pem: &[u8],
+        cert_path: &Path,
+        key_pem: &[u8],
+        key_path: &Path,
+    ) -> Result<Self, CertError> {
+        let chain = parse_chain(cert_pem, cert_path)?;
+        let key = parse_key(key_pem, key_path)?;
+        let algorithm = key.algorithm();
+        let certified = CertifiedKey::new(chain, Arc::new(EngineSigningKey::new(Arc::new(key))));
+        match certified.keys_match() {
+            Ok(()) => {}
+            Err(rustls::Error::InconsistentKeys(_)) => {
+                return Err(CertError::Mismatch {
+                    cert: cert_path.to_owned(),
+                    key: key_path.to_owned(),
+                })
+            }
+            Err(e) => {
+                return Err(CertError::BadCertificate {
+                    path: cert_path.to_owned(),
+                    detail: e.to_string(),
+                })
+            }
+        }
+        Ok(Self {
+            certified: Arc::new(certified),
+            algorithm,
+        })
+    }
+
+    /// SHA-256 of the leaf certificate, as `openssl x509 -fingerprint -sha256` prints it.
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.certified.cert[0])
+    }
+}
+
+/// Colon-separated upper-case hex SHA-256 of a DER certificate.
+pub fn fingerprint(cert: &CertificateDer<'_>) -> String {
+    let digest = Sha256::digest(cert.as_ref());
+    let mut out = String::with_capacity(95);
+    for (i, b) in digest.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        let _ = write!(out, "{b:02X}");
+    }
+    out
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, CertError> {
+    std::fs::read(path).map_err(|source| CertError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn parse_chain(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, CertError> {
+    let chain = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CertError::BadPem {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })?;
+    if chain.is_empty() {
+        return Err(CertError::EmptyChain {
+            path: path.to_owned(),
+        });
+    }
+    Ok(chain)
+}
+
+fn parse_key(pem: &[u8], path: &Path) -> Result<SigningKeyPair, CertError> {
+    let text = String::from_utf8_lossy(pem);
+    if text.contains("ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED") {
+        return Err(CertError::EncryptedKey {
+            path: path.to_owned(),
+        });
+    }
+    let key = rustls_pemfile::private_key(&mut &pem[..])
+        .map_err(|e| CertError::BadPem {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })?
+        .ok_or_else(|| CertError::NoKey {
+            path: path.to_owned(),
+        })?;
+    SigningKeyPair::from_der(key.secret_der()).map_err(|source| CertError::Key {
+        path: path.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,131 @@
+//! TLS protocol settings and the rustls `ServerConfig` built from them.
+
+use std::sync::Arc;
+
+use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
+use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache};
+use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
+use terminus_engine::KxGroup;
+
+use crate::handshake::EngineKxGroup;
+use crate::resolver::SniResolver;
+
+/// What the `[tls]` config section asks for, resolved to rustls values.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub versions: Vec<&'static SupportedProtocolVersion>,
+    pub cipher_suites: Vec<SupportedCipherSuite>,
+    pub groups: Vec<KxGroup>,
+    /// TLS 1.2 tickets and TLS 1.3 resumption tickets.
+    pub session_tickets: bool,
+    /// Entries in the server-side session cache; 0 turns it off.
+    pub session_cache: usize,
+    pub alpn: Vec<Vec<u8>>,
+}
+
+/// A `[tls]` value that names something terminus does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsSettingsError {
+    #[error("unknown TLS version {0:?} (use \"1.2\" or \"1.3\")")]
+    Version(String),
+    #[error("unknown cipher suite {0:?} (known: {1})")]
+    CipherSuite(String, String),
+    #[error("unknown group {0:?} (known: x25519, secp256r1, secp384r1)")]
+    Group(String),
+    #[error("{0} list is empty")]
+    Empty(&'static str),
+    #[error("no configured cipher suite belongs to a configured TLS version")]
+    NoUsableSuite,
+    #[error("building the TLS configuration failed: {0}")]
+    Rustls(String),
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        Self {
+            versions: rustls::DEFAULT_VERSIONS.to_vec(),
+            cipher_suites: aws_lc_rs::DEFAULT_CIPHER_SUITES.to_vec(),
+            groups: KxGroup::ALL.to_vec(),
+            session_tickets: true,
+            session_cache: 256 * 1024,
+            alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        }
+    }
+}
+
+impl TlsSettings {
+    pub fn version_from_name(name: &str) -> Result<&'static SupportedProtocolVersion, TlsSettingsError> {
+        match name.trim_start_matches("TLSv").trim_start_matches("TLS") {
+            "1.2" => Ok(&rustls::version::TLS12),
+            "1.3" => Ok(&rustls::version::TLS13),
+            _ => Err(TlsSettingsError::Version(name.to_owned())),
+        }
+    }
+
+    pub fn suite_from_name(name: &str) -> Result<SupportedCipherSuite, TlsSettingsError> {
+        aws_lc_rs::ALL_CIPHER_SUITES
+            .iter()
+            .find(|s| s.suite().as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)))
+            .copied()
+            .ok_or_else(|| {
+                let known: Vec<&str> = aws_lc_rs::ALL_CIPHER_SUITES
+                    .iter()
+                    .filter_map(|s| s.suite().as_str())
+                    .collect();
+                TlsSettingsError::CipherSuite(name.to_owned(), known.join(", "))
+            })
+    }
+
+    pub fn group_from_name(name: &str) -> Result<KxGroup, TlsSettingsError> {
+        KxGroup::from_name(name).ok_or_else(|| TlsSettingsError::Group(name.to_owned()))
+    }
+
+    /// The rustls configuration: aws-lc-rs for everything but key exchange and signing,
+    /// which go to the crypto engine through [`EngineKxGroup`] and the resolver's keys.
+    pub fn server_config(&self, resolver: Arc<SniResolver>) -> Result<Arc<ServerConfig>, TlsSettingsError> {
+        for (list, empty) in [
+            (self.versions.is_empty(), "versions"),
+            (self.cipher_suites.is_empty(), "cipher_suites"),
+            (self.groups.is_empty(), "groups"),
+        ] {
+            if list {
+                return Err(TlsSettingsError::Empty(empty));
+            }
+        }
+        if !self
+            .cipher_suites
+            .iter()
+            .any(|s| self.versions.iter().any(|v| s.version() == *v))
+        {
+            return Err(TlsSettingsError::NoUsableSuite);
+        }
+        let provider = CryptoProvider {
+            cipher_suites: self.cipher_suites.clone(),
+            kx_groups: self
+                .groups
+                .iter()
+                .map(|g| EngineKxGroup::for_group(*g) as &'static dyn SupportedKxGroup)
+                .collect(),
+            ..aws_lc_rs::default_provider()
+        };
+        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&self.versions)
+            .map_err(|e| TlsSettingsError::Rustls(e.to_string()))?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
+        config.alpn_protocols = self.alpn.clone();
+        config.session_storage = if self.session_cache > 0 {
+            ServerSessionMemoryCache::new(self.session_cache)
+        } else {
+            Arc::new(NoServerSessionStorage {})
+        };
+        if self.session_tickets {
+            config.ticketer =
+                aws_lc_rs::Ticketer::new().map_err(|e| TlsSettingsError::Rustls(e.to_string()))?;
+        } else if self.session_cache == 0 {
+            // Neither stateless nor stateful resumption: a TLS 1.3 ticket would be useless.
+            config.send_tls13_tickets = 0;
+        }
+        Ok(Arc::new(config))
+    }
+}

@@ -1,0 +1,22 @@
+//! TLS for terminus: certificates and SNI, the handshake driver, and the coroutine bridge
+//! that lets rustls's synchronous signing and key-exchange calls wait on the crypto engine.
+//!
+//! - [`certs`] loads certificate chains and keys and says exactly what is wrong with them;
+//! - [`resolver`] picks the virtual host by SNI and the RSA or ECDSA certificate by the
+//!   client's signature schemes;
+//! - [`handshake`] holds the driver, the coroutine [`handshake::bridge`], and the
+//!   engine-backed signer and key-exchange groups rustls calls into;
+//! - [`stream`] is the userspace record layer that HTTP runs on after the handshake.
+
+pub mod certs;
+pub mod config;
+pub mod handshake;
+pub mod resolver;
+pub mod selfsigned;
+pub mod stream;
+
+pub use certs::{CertError, LoadedCert};
+pub use config::{TlsSettings, TlsSettingsError};
+pub use handshake::{handshake, HandshakeError};
+pub use resolver::{SniResolver, VirtualHostCerts};
+pub use stream::{TlsStream, TrafficCounters};

@@ -1,0 +1,33 @@
+//! The self-signed RSA-2048 and ECDSA P-256 certificates of the embedded default config.
+
+use std::path::Path;
+
+use crate::certs::{CertError, LoadedCert};
+
+/// Why the self-signed certificates could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SelfSignedError {
+    #[error("generating the self-signed certificate failed: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error(transparent)]
+    Load(#[from] CertError),
+}
+
+/// Makes a fresh RSA-2048 and ECDSA P-256 certificate for `names`, valid from now.
+pub fn generate(names: &[String]) -> Result<Vec<LoadedCert>, SelfSignedError> {
+    let rsa = rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)?;
+    let ecdsa = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    [rsa, ecdsa]
+        .into_iter()
+        .map(|key| {
+            let cert = rcgen::CertificateParams::new(names.to_vec())?.self_signed(&key)?;
+            let origin = Path::new("<self-signed>");
+            Ok(LoadedCert::from_pem(
+                cert.pem().as_bytes(),
+                origin,
+                key.serialize_pem().as_bytes(),
+                origin,
+            )?)
+        })
+        .collect()
+}

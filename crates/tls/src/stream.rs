@@ -1,0 +1,240 @@
+//! The userspace record layer: a rustls connection over a TCP socket as a tokio stream.
+//!
+//! Used after the handshake when the kernel does not take over the record layer.
+
+use std::io::{self, Read, Write};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::ServerConnection;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Bytes on the wire, shared by all connections of the process.
+#[derive(Debug, Default)]
+pub struct TrafficCounters {
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+}
+
+impl TrafficCounters {
+    pub fn add_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_out(&self, n: usize) {
+        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// A TLS connection after its handshake.
+pub struct TlsStream {
+    io: TcpStream,
+    conn: ServerConnection,
+    counters: Arc<TrafficCounters>,
+    /// The socket returned end-of-file.
+    io_eof: bool,
+    close_notify_sent: bool,
+}
+
+impl TlsStream {
+    pub fn new(io: TcpStream, conn: ServerConnection, counters: Arc<TrafficCounters>) -> Self {
+        Self {
+            io,
+            conn,
+            counters,
+            io_eof: false,
+            close_notify_sent: false,
+        }
+    }
+
+    pub fn connection(&self) -> &ServerConnection {
+        &self.conn
+    }
+
+    pub fn socket(&self) -> &TcpStream {
+        &self.io
+    }
+
+    /// Reads TLS records from the socket into rustls and processes them.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut reader = PollIo { io: &mut self.io, cx };
+        let n = match self.conn.read_tls(&mut reader) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if n == 0 {
+            self.io_eof = true;
+        }
+        self.counters.add_in(n);
+        if let Err(e) = self.conn.process_new_packets() {
+            // Tell the peer why before giving up; errors writing that alert do not matter.
+            let _ = self.poll_flush_tls(cx);
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Writes queued TLS records; Ready(Ok) once nothing is left.
+    fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.conn.wants_write() {
+            let mut writer = PollIo { io: &mut self.io, cx };
+            match self.conn.write_tls(&mut writer) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) => self.counters.add_out(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Adapts the socket's poll functions to the `Read`/`Write` rustls expects.
+struct PollIo<'a, 'b> {
+    io: &'a mut TcpStream,
+    cx: &'a mut Context<'b>,
+}
+
+impl Read for PollIo<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut buf = ReadBuf::new(buf);
+        match Pin::new(&mut *self.io).poll_read(self.cx, &mut buf) {
+            Poll::Ready(Ok(())) => Ok(buf.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl Write for PollIo<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match Pin::new(&mut *self.io).poll_write(self.cx, buf) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match Pin::new(&mut *self.io).poll_write_vectored(self.cx, bufs) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsyncRead for TlsStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            match this.conn.reader().read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    // n == 0: the peer sent close_notify.
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                // The socket closed without close_notify: end of stream all the same.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Poll::Ready(Ok(())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if this.io_eof {
+                return Poll::Ready(Ok(()));
+            }
+            match this.poll_fill(cx) {
+                Poll::Ready(Ok(())) => {
+                    // Processing may have queued records (a KeyUpdate answer); send them.
+                    if let Poll::Ready(Err(e)) = this.poll_flush_tls(cx) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        loop {
+            let accepted = this.conn.writer().write(buf)?;
+            let blocked = match this.poll_flush_tls(cx) {
+                Poll::Ready(Ok(())) => false,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => true,
+            };
+            if accepted > 0 || buf.is_empty() {
+                return Poll::Ready(Ok(accepted));
+            }
+            if blocked {
+                return Poll::Pending;
+            }
+            // rustls's buffer was full and has drained completely: try again.
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        loop {
+            let accepted = this.conn.writer().write_vectored(bufs)?;
+            let blocked = match this.poll_flush_tls(cx) {
+                Poll::Ready(Ok(())) => false,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => true,
+            };
+            if accepted > 0 || total == 0 {
+                return Poll::Ready(Ok(accepted));
+            }
+            if blocked {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        this.conn.writer().flush()?;
+        match this.poll_flush_tls(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.io).poll_flush(cx),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if !this.close_notify_sent {
+            this.conn.send_close_notify();
+            this.close_notify_sent = true;
+        }
+        match this.poll_flush_tls(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.io).poll_shutdown(cx),
+            other => other,
+        }
+    }
+}
