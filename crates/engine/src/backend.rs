@@ -38,7 +38,9 @@ pub struct Job {
 }
 
 impl Job {
-    pub(crate) fn new(op: CryptoOp) -> (Self, oneshot::Receiver<Result<CryptoOutput, CryptoError>>) {
+    pub(crate) fn new(
+        op: CryptoOp,
+    ) -> (Self, oneshot::Receiver<Result<CryptoOutput, CryptoError>>) {
         let (tx, rx) = oneshot::channel();
         let job = Job {
             op,

@@ -64,7 +64,11 @@ impl State {
 }
 
 impl Engine {
-    pub fn new(backend: Box<dyn Backend>, policy: FlushPolicy, metrics: Arc<EngineMetrics>) -> Self {
+    pub fn new(
+        backend: Box<dyn Backend>,
+        policy: FlushPolicy,
+        metrics: Arc<EngineMetrics>,
+    ) -> Self {
         debug_assert_eq!(backend.kind(), metrics.backend());
         Self {
             inner: Rc::new(Inner {
@@ -117,7 +121,10 @@ impl Engine {
             .await
             .unwrap_or(Err(CryptoError::BackendGone(self.backend_kind().name())));
         drop(parked);
-        EngineMetrics::add(&counters.latency_us_sum, started.elapsed().as_micros() as u64);
+        EngineMetrics::add(
+            &counters.latency_us_sum,
+            started.elapsed().as_micros() as u64,
+        );
         if result.is_err() {
             EngineMetrics::add(&counters.errors, 1);
         }

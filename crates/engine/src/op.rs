@@ -48,7 +48,10 @@ impl KxGroup {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|g| {
             g.name().eq_ignore_ascii_case(name)
-                || matches!((g, name), (KxGroup::Secp256r1, "P-256") | (KxGroup::Secp384r1, "P-384"))
+                || matches!(
+                    (g, name),
+                    (KxGroup::Secp256r1, "P-256") | (KxGroup::Secp384r1, "P-384")
+                )
         })
     }
 
@@ -87,7 +90,10 @@ pub enum CryptoOp {
         peer_public: Vec<u8>,
     },
     /// Generate a key pair and complete against the peer's share in one go (TLS 1.3).
-    KxGenerateAgree { group: KxGroup, peer_public: Vec<u8> },
+    KxGenerateAgree {
+        group: KxGroup,
+        peer_public: Vec<u8>,
+    },
 }
 
 impl CryptoOp {

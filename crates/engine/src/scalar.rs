@@ -19,7 +19,9 @@ pub fn compute(op: CryptoOp) -> Result<CryptoOutput, CryptoError> {
             key,
             scheme,
             message,
-        } => key.sign_scalar(scheme, &message).map(CryptoOutput::Signature),
+        } => key
+            .sign_scalar(scheme, &message)
+            .map(CryptoOutput::Signature),
         CryptoOp::KxGenerate { group } => {
             let (private_key, public) = generate(group)?;
             Ok(CryptoOutput::KeyPair {

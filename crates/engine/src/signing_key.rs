@@ -94,8 +94,14 @@ impl SigningKeyPair {
             });
         }
         for (alg, algorithm) in [
-            (&signature::ECDSA_P256_SHA256_ASN1_SIGNING, KeyAlgorithm::EcdsaP256),
-            (&signature::ECDSA_P384_SHA384_ASN1_SIGNING, KeyAlgorithm::EcdsaP384),
+            (
+                &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+                KeyAlgorithm::EcdsaP256,
+            ),
+            (
+                &signature::ECDSA_P384_SHA384_ASN1_SIGNING,
+                KeyAlgorithm::EcdsaP384,
+            ),
         ] {
             if let Ok(ec) = EcdsaKeyPair::from_pkcs8(alg, der)
                 .or_else(|_| EcdsaKeyPair::from_private_key_der(alg, der))

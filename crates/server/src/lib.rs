@@ -1,1 +1,233 @@
-pub fn x(){}
+//! The terminus server: configuration, workers and listeners, connection lifecycle,
+//! HTTP and static files, admin and metrics.
+//!
+//! [`run`] starts everything and blocks until SIGTERM/SIGINT has drained the workers;
+//! SIGHUP reloads the configuration and certificates in place.
+
+pub mod access_log;
+mod admin;
+pub mod config;
+pub mod http;
+mod listener;
+pub mod metrics;
+pub mod site;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread;
+
+use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, ThreadPool};
+use terminus_tls::selfsigned;
+use terminus_tls::LoadedCert;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{watch, Semaphore};
+
+pub use config::{Config, ConfigError, Overrides};
+use metrics::Metrics;
+use site::{Site, SiteHandle};
+
+/// How terminus was asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    pub config_path: Option<PathBuf>,
+    pub overrides: Overrides,
+}
+
+/// Why terminus could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot make the self-signed certificates: {0}")]
+    SelfSigned(#[from] selfsigned::SelfSignedError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ServerOptions {
+    pub fn load_config(&self) -> Result<Config, ConfigError> {
+        match &self.config_path {
+            Some(path) => Config::load(path, &self.overrides),
+            None => Config::embedded(&self.overrides),
+        }
+    }
+}
+
+/// Self-signed certificates for the hosts that name none (the embedded default).
+fn self_signed_for(config: &Config) -> Result<Vec<LoadedCert>, StartError> {
+    let mut names: Vec<String> = config
+        .servers
+        .iter()
+        .filter(|s| s.certificates.is_empty())
+        .flat_map(|s| s.names.iter().cloned())
+        .collect();
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    names.dedup();
+    Ok(selfsigned::generate(&names)?)
+}
+
+/// Validates a configuration completely (certificates, keys, docroots), as `terminus check`.
+pub fn check(options: &ServerOptions) -> Result<Site, StartError> {
+    let config = options.load_config()?;
+    let self_signed = self_signed_for(&config)?;
+    Ok(Site::build(&config, &self_signed)?)
+}
+
+/// Starts terminus and blocks until it has shut down.
+pub fn run(options: ServerOptions) -> Result<(), StartError> {
+    let config = options.load_config()?;
+    let self_signed = self_signed_for(&config)?;
+    let site = Site::build(&config, &self_signed)?;
+    for (names, key, fp) in &site.certificates {
+        let origin = if self_signed.is_empty() {
+            ""
+        } else {
+            " (self-signed)"
+        };
+        println!("certificate {names} {key}{origin} SHA256 Fingerprint={fp}");
+    }
+
+    let backend = BackendKind::from_name(&config.crypto_backend).unwrap_or(BackendKind::Scalar);
+    let pool = match backend {
+        BackendKind::Threads => Some(ThreadPool::start(
+            config.crypto_threads,
+            config.crypto_queue_capacity,
+        )?),
+        BackendKind::Scalar => None,
+    };
+    let metrics = Arc::new(Metrics::new(
+        Arc::new(EngineMetrics::new(backend)),
+        pool.clone(),
+    ));
+
+    let (per_worker, bound) = listener::bind_all(&config.listen, config.workers)
+        .map_err(|(addr, source)| StartError::Listen { addr, source })?;
+    let admin = config
+        .admin
+        .map(|addr| {
+            std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })
+        })
+        .transpose()?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let handle = SiteHandle::new(site);
+    let shared = worker::Shared {
+        site: handle.clone(),
+        metrics: metrics.clone(),
+        connection_limit: Arc::new(Semaphore::new(config.max_connections)),
+        shutdown: shutdown_rx.clone(),
+        shutdown_grace: config.shutdown_grace,
+        pool,
+        flush_policy: FlushPolicy {
+            max_batch_delay: config.max_batch_delay,
+        },
+    };
+    let mut threads = Vec::new();
+    for (id, listeners) in per_worker.into_iter().enumerate() {
+        let shared = shared.clone();
+        let cpu = config.pin.then_some(id);
+        threads.push(
+            thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || worker::run(id, listeners, cpu, shared))?,
+        );
+    }
+    if let Some(listener) = admin {
+        let addr = listener.local_addr()?;
+        let (metrics, rx) = (metrics.clone(), shutdown_rx.clone());
+        thread::Builder::new()
+            .name("admin".into())
+            .spawn(move || admin::run(listener, metrics, rx))?;
+        println!("admin on http://{addr}/metrics");
+    }
+    for addr in &bound {
+        println!("listening on https://{addr}/");
+    }
+    tracing::info!(
+        "terminus started: {} workers{}, crypto backend {}, config {}",
+        config.workers,
+        if config.pin { " pinned" } else { "" },
+        backend.name(),
+        config.source
+    );
+
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    signals.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => reload(&options, &config, &self_signed, &handle),
+            }
+        }
+        tracing::info!(
+            "shutting down: no new connections; in-flight requests get {:?}",
+            config.shutdown_grace
+        );
+        Ok::<_, std::io::Error>(())
+    })?;
+    let _ = shutdown_tx.send(true);
+    for t in threads {
+        match t.join() {
+            Ok(Err(e)) => tracing::error!("worker failed: {e}"),
+            Err(_) => tracing::error!("worker panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    tracing::info!("terminus stopped");
+    Ok(())
+}
+
+/// SIGHUP: build a new [`Site`] from the config file and certificates and swap it in.
+/// A broken config is logged and the running one kept.
+fn reload(
+    options: &ServerOptions,
+    running: &Config,
+    self_signed: &[LoadedCert],
+    handle: &SiteHandle,
+) {
+    let config = match options.load_config() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("reload failed, keeping the running configuration: {e}");
+            return;
+        }
+    };
+    match Site::build(&config, self_signed) {
+        Ok(site) => {
+            for (what, changed) in [
+                ("listen", config.listen != running.listen),
+                ("workers", config.workers != running.workers),
+                (
+                    "crypto.backend",
+                    config.crypto_backend != running.crypto_backend,
+                ),
+                ("admin", config.admin != running.admin),
+                (
+                    "limits.max_connections",
+                    config.max_connections != running.max_connections,
+                ),
+            ] {
+                if changed {
+                    tracing::warn!("reload: {what} changed; it takes effect after a restart");
+                }
+            }
+            handle.replace(site);
+            tracing::info!("configuration reloaded from {}", config.source);
+        }
+        Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
+    }
+}

@@ -1,1 +1,137 @@
-fn main(){}
+//! The `terminus` command: `serve` and `check`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use terminus_server::{Overrides, ServerOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "terminus",
+    version,
+    about = "TLS-terminating HTTPS server whose handshake crypto runs through an asynchronous, batching crypto engine",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve HTTPS. Without --config: 127.0.0.1:8443, self-signed RSA-2048 and ECDSA P-256
+    /// certificates for `localhost` made at start, and a built-in page at `/`.
+    Serve(ServeArgs),
+    /// Validate a config file (syntax, certificates, keys, docroots) and exit:
+    /// 0 when it is usable, 1 with file, line and a hint when not.
+    Check {
+        /// The config file to check.
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML config file (see README.md). Flags below override it.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on, IP:PORT; repeatable. Replaces the file's `listen`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Vec<String>,
+    /// Certificate chain (PEM, leaf first) for the default server; repeatable, each
+    /// paired with the --key at the same position. Give an RSA and an ECDSA pair to
+    /// serve both.
+    #[arg(long, value_name = "PEM")]
+    cert: Vec<PathBuf>,
+    /// Unencrypted private key (PEM: PKCS#8, PKCS#1 or SEC1) for the --cert at the same position.
+    #[arg(long, value_name = "PEM")]
+    key: Vec<PathBuf>,
+    /// Serve static files from this directory on the default server.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Number of worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Pin worker i to CPU i.
+    #[arg(long)]
+    pin: bool,
+    /// Crypto engine backend: scalar (on the worker) or threads (offload pool).
+    #[arg(long, value_name = "NAME")]
+    crypto_backend: Option<String>,
+    /// Turn off session resumption (tickets and cache): every handshake is a full one.
+    #[arg(long)]
+    no_resumption: bool,
+    /// Serve /metrics and /healthz over plain HTTP on this address.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<String>,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Serve(args) => {
+            if args.cert.len() != args.key.len() {
+                eprintln!(
+                    "terminus: error: {} --cert but {} --key; give them in pairs (--cert a.pem --key a.key)",
+                    args.cert.len(),
+                    args.key.len()
+                );
+                return ExitCode::from(2);
+            }
+            let options = ServerOptions {
+                config_path: args.config,
+                overrides: Overrides {
+                    listen: args.listen,
+                    certs: args.cert.into_iter().zip(args.key).collect(),
+                    root: args.root,
+                    workers: args.workers,
+                    pin: args.pin,
+                    crypto_backend: args.crypto_backend,
+                    no_resumption: args.no_resumption,
+                    admin: args.admin,
+                },
+            };
+            match terminus_server::run(options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("terminus: error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Check { config } => {
+            let options = ServerOptions {
+                config_path: Some(config.clone()),
+                overrides: Overrides::default(),
+            };
+            match terminus_server::check(&options) {
+                Ok(site) => {
+                    println!(
+                        "{}: ok ({} server(s), {} certificate(s))",
+                        config.display(),
+                        site.hosts.len(),
+                        site.certificates.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("terminus: error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -54,7 +54,9 @@ impl Default for TlsSettings {
 }
 
 impl TlsSettings {
-    pub fn version_from_name(name: &str) -> Result<&'static SupportedProtocolVersion, TlsSettingsError> {
+    pub fn version_from_name(
+        name: &str,
+    ) -> Result<&'static SupportedProtocolVersion, TlsSettingsError> {
         match name.trim_start_matches("TLSv").trim_start_matches("TLS") {
             "1.2" => Ok(&rustls::version::TLS12),
             "1.3" => Ok(&rustls::version::TLS13),
@@ -65,7 +67,11 @@ impl TlsSettings {
     pub fn suite_from_name(name: &str) -> Result<SupportedCipherSuite, TlsSettingsError> {
         aws_lc_rs::ALL_CIPHER_SUITES
             .iter()
-            .find(|s| s.suite().as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)))
+            .find(|s| {
+                s.suite()
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+            })
             .copied()
             .ok_or_else(|| {
                 let known: Vec<&str> = aws_lc_rs::ALL_CIPHER_SUITES
@@ -82,7 +88,10 @@ impl TlsSettings {
 
     /// The rustls configuration: aws-lc-rs for everything but key exchange and signing,
     /// which go to the crypto engine through [`EngineKxGroup`] and the resolver's keys.
-    pub fn server_config(&self, resolver: Arc<SniResolver>) -> Result<Arc<ServerConfig>, TlsSettingsError> {
+    pub fn server_config(
+        &self,
+        resolver: Arc<SniResolver>,
+    ) -> Result<Arc<ServerConfig>, TlsSettingsError> {
         for (list, empty) in [
             (self.versions.is_empty(), "versions"),
             (self.cipher_suites.is_empty(), "cipher_suites"),

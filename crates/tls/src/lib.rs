@@ -17,6 +17,6 @@ pub mod stream;
 
 pub use certs::{CertError, LoadedCert};
 pub use config::{TlsSettings, TlsSettingsError};
-pub use handshake::{handshake, HandshakeError};
+pub use handshake::{handshake, Handshake, HandshakeError};
 pub use resolver::{SniResolver, VirtualHostCerts};
 pub use stream::{TlsStream, TrafficCounters};

@@ -38,7 +38,10 @@ impl VirtualHostCerts {
                 .schemes()
                 .iter()
                 .any(|s| hello.signature_schemes().contains(s));
-            let suite_ok = hello.cipher_suites().iter().any(|s| ECDSA_CAPABLE_SUITES.contains(s));
+            let suite_ok = hello
+                .cipher_suites()
+                .iter()
+                .any(|s| ECDSA_CAPABLE_SUITES.contains(s));
             if (scheme_ok && suite_ok) || self.rsa.is_none() {
                 return Some(ecdsa.certified.clone());
             }

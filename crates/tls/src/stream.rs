@@ -60,7 +60,10 @@ impl TlsStream {
 
     /// Reads TLS records from the socket into rustls and processes them.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut reader = PollIo { io: &mut self.io, cx };
+        let mut reader = PollIo {
+            io: &mut self.io,
+            cx,
+        };
         let n = match self.conn.read_tls(&mut reader) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
@@ -81,7 +84,10 @@ impl TlsStream {
     /// Writes queued TLS records; Ready(Ok) once nothing is left.
     fn poll_flush_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.conn.wants_write() {
-            let mut writer = PollIo { io: &mut self.io, cx };
+            let mut writer = PollIo {
+                io: &mut self.io,
+                cx,
+            };
             match self.conn.write_tls(&mut writer) {
                 Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Ok(n) => self.counters.add_out(n),

@@ -126,7 +126,9 @@ mod tests {
 
     #[test]
     fn calls_inside_coroutine_go_to_the_answerer() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let mut asked = 0;
         let out = rt.block_on(run(
             || {

@@ -3,7 +3,7 @@
 use std::io;
 
 use rustls::ServerConnection;
-use terminus_engine::Engine;
+use terminus_engine::{CryptoOp, Engine, KeyAlgorithm};
 use tokio::net::TcpStream;
 
 use super::bridge;
@@ -20,21 +20,35 @@ pub enum HandshakeError {
     Tls(#[from] rustls::Error),
 }
 
+/// A completed handshake.
+pub struct Handshake {
+    pub conn: ServerConnection,
+    /// The key type that signed, or None when nothing was signed (resumption).
+    pub signed_with: Option<KeyAlgorithm>,
+}
+
 /// Completes the handshake of `conn` over `stream`. Every `process_new_packets()` runs on
 /// a coroutine so that the signer and key exchange can wait on `engine` without blocking
 /// the worker. On a TLS error the alert rustls queued is sent before returning.
 pub async fn handshake(
     stream: &TcpStream,
-    mut conn: ServerConnection,
+    conn: ServerConnection,
     engine: &Engine,
     counters: &TrafficCounters,
-) -> Result<ServerConnection, HandshakeError> {
+) -> Result<Handshake, HandshakeError> {
     let _in_flight = engine.handshake_started();
+    let mut signed_with = None;
+    // Boxed: the coroutine's closure must stay small (corosensei copies it onto the new
+    // stack), and moving a pointer in and out per flight is cheaper than the struct.
+    let mut conn = Box::new(conn);
     let mut out = Vec::with_capacity(4096);
     loop {
         send_pending(&mut conn, stream, &mut out, counters).await?;
         if !conn.is_handshaking() {
-            return Ok(conn);
+            return Ok(Handshake {
+                conn: *conn,
+                signed_with,
+            });
         }
         let received = receive(&mut conn, stream).await?;
         if received == 0 {
@@ -46,7 +60,12 @@ pub async fn handshake(
                 let result = conn.process_new_packets().map(|_| ());
                 (conn, result)
             },
-            |op| engine.submit(op),
+            |op| {
+                if let CryptoOp::Sign { key, .. } = &op {
+                    signed_with = Some(key.algorithm());
+                }
+                engine.submit(op)
+            },
         )
         .await;
         conn = returned;

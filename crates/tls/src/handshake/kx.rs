@@ -32,7 +32,9 @@ fn to_rustls(e: CryptoError) -> rustls::Error {
 }
 
 fn unexpected(what: &CryptoOutput) -> rustls::Error {
-    rustls::Error::General(format!("crypto engine answered a key exchange with {what:?}"))
+    rustls::Error::General(format!(
+        "crypto engine answered a key exchange with {what:?}"
+    ))
 }
 
 impl SupportedKxGroup for EngineKxGroup {
@@ -51,7 +53,10 @@ impl SupportedKxGroup for EngineKxGroup {
     }
 
     /// TLS 1.3 servers generate and complete in one step: one engine request, not two.
-    fn start_and_complete(&self, peer_pub_key: &[u8]) -> Result<CompletedKeyExchange, rustls::Error> {
+    fn start_and_complete(
+        &self,
+        peer_pub_key: &[u8],
+    ) -> Result<CompletedKeyExchange, rustls::Error> {
         let op = CryptoOp::KxGenerateAgree {
             group: self.0,
             peer_public: peer_pub_key.to_vec(),

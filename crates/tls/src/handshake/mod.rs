@@ -10,6 +10,6 @@ mod driver;
 mod kx;
 mod signer;
 
-pub use driver::{handshake, HandshakeError};
+pub use driver::{handshake, Handshake, HandshakeError};
 pub use kx::EngineKxGroup;
 pub use signer::EngineSigningKey;

@@ -1,0 +1,620 @@
+//! The TOML configuration file: its schema, validation, and command-line overrides.
+//!
+//! Every error names the file, the line and what to change. Unknown keys are errors, so a
+//! typo never silently falls back to a default.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A configuration problem: where it is and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file, line, self.message)?,
+            None => write!(f, "{}: {}", self.file, self.message)?,
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The config file as written (all fields optional; defaults applied in [`Config::resolve`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub workers: Option<Spanned<usize>>,
+    pub pin: Option<bool>,
+    #[serde(default)]
+    pub listen: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub tls: TlsSection,
+    #[serde(default)]
+    pub crypto: CryptoSection,
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
+    pub server: Vec<ServerSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub versions: Option<Spanned<Vec<String>>>,
+    pub cipher_suites: Option<Spanned<Vec<String>>>,
+    pub groups: Option<Spanned<Vec<String>>>,
+    pub session_tickets: Option<bool>,
+    pub session_cache: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CryptoSection {
+    pub backend: Option<Spanned<String>>,
+    pub threads: Option<usize>,
+    pub queue_capacity: Option<usize>,
+    pub max_batch_delay: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsSection {
+    pub handshake: Option<Spanned<String>>,
+    pub request_header: Option<Spanned<String>>,
+    pub keepalive: Option<Spanned<String>>,
+    pub shutdown_grace: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    pub access: Option<Spanned<String>>,
+    pub level: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    pub listen: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub names: Spanned<Vec<String>>,
+    #[serde(default)]
+    pub default: bool,
+    pub root: Option<Spanned<String>>,
+    #[serde(default)]
+    pub certificate: Vec<CertificateSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateSection {
+    pub cert: Spanned<String>,
+    pub key: Spanned<String>,
+}
+
+/// Where a certificate pair comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPaths {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Line of the `[[server.certificate]]` entry, for errors.
+    pub line: Option<usize>,
+}
+
+/// One virtual host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub names: Vec<String>,
+    pub default: bool,
+    /// None: the built-in page.
+    pub root: Option<PathBuf>,
+    pub root_line: Option<usize>,
+    /// Empty: the self-signed default certificates.
+    pub certificates: Vec<CertPaths>,
+    pub line: Option<usize>,
+}
+
+/// Where the access log goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    Off,
+    Stdout,
+    File(PathBuf),
+}
+
+/// A fully resolved configuration with every default filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from, or `<embedded default>`.
+    pub source: String,
+    pub workers: usize,
+    pub pin: bool,
+    pub listen: Vec<SocketAddr>,
+    pub tls_versions: Vec<String>,
+    pub cipher_suites: Option<Vec<String>>,
+    pub groups: Vec<String>,
+    pub session_tickets: bool,
+    pub session_cache: usize,
+    pub crypto_backend: String,
+    pub crypto_threads: usize,
+    pub crypto_queue_capacity: usize,
+    pub max_batch_delay: Duration,
+    pub handshake_timeout: Duration,
+    pub request_header_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub max_connections: usize,
+    pub access_log: AccessLogTarget,
+    pub log_level: String,
+    pub admin: Option<SocketAddr>,
+    pub servers: Vec<ServerConfig>,
+}
+
+/// Command-line flags that override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Vec<String>,
+    pub certs: Vec<(PathBuf, PathBuf)>,
+    pub root: Option<PathBuf>,
+    pub workers: Option<usize>,
+    pub pin: bool,
+    pub crypto_backend: Option<String>,
+    pub no_resumption: bool,
+    pub admin: Option<String>,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8443";
+pub const EMBEDDED: &str = "<embedded default>";
+
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn line_of(&self, span: Range<usize>) -> Option<usize> {
+        if self.text.is_empty() {
+            return None;
+        }
+        let at = span.start.min(self.text.len());
+        Some(self.text[..at].bytes().filter(|&b| b == b'\n').count() + 1)
+    }
+
+    fn err(
+        &self,
+        span: Option<Range<usize>>,
+        message: impl Into<String>,
+        hint: impl Into<Option<String>>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            line: span.and_then(|s| self.line_of(s)),
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+}
+
+/// Parses "30s", "500ms", "2m", "1h" or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+impl Config {
+    /// Reads and resolves a config file.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            message: format!("cannot read the config file: {e}"),
+            hint: Some("check the path given to --config".into()),
+        })?;
+        Self::parse(&text, &file, overrides)
+    }
+
+    /// The embedded default: 127.0.0.1:8443, self-signed certificates, built-in page.
+    pub fn embedded(overrides: &Overrides) -> Result<Self, ConfigError> {
+        Self::parse("", EMBEDDED, overrides)
+    }
+
+    /// Parses config text; `file` names it in errors (relative paths resolve from its folder).
+    pub fn parse(text: &str, file: &str, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let ctx = Ctx { file, text };
+        let raw: ConfigFile = toml::from_str(text).map_err(|e| {
+            ctx.err(
+                e.span(),
+                e.message().trim().to_owned(),
+                Some("see the configuration reference in README.md".to_owned()),
+            )
+        })?;
+        let base = Path::new(file)
+            .parent()
+            .filter(|_| file != EMBEDDED)
+            .map(Path::to_path_buf);
+        let resolve_path = |p: &str| -> PathBuf {
+            let p = PathBuf::from(p);
+            match (&base, p.is_relative()) {
+                (Some(b), true) => b.join(p),
+                _ => p,
+            }
+        };
+        let duration = |v: &Option<Spanned<String>>,
+                        name: &str,
+                        default: Duration|
+         -> Result<Duration, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(s) => parse_duration(s.get_ref()).ok_or_else(|| {
+                    ctx.err(
+                        Some(s.span()),
+                        format!("{name} = {:?} is not a duration", s.get_ref()),
+                        Some("write it like \"10s\", \"500ms\" or \"2m\"".to_owned()),
+                    )
+                }),
+            }
+        };
+        let addr = |s: &Spanned<String>, what: &str| -> Result<SocketAddr, ConfigError> {
+            s.get_ref().parse().map_err(|_| {
+                ctx.err(
+                    Some(s.span()),
+                    format!("{what} address {:?} is not IP:PORT", s.get_ref()),
+                    Some("e.g. \"0.0.0.0:443\", \"127.0.0.1:8443\" or \"[::]:443\"".to_owned()),
+                )
+            })
+        };
+
+        let workers = match &raw.workers {
+            Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
+                return Err(ctx.err(Some(w.span()), "workers must be between 1 and 1024", None))
+            }
+            Some(w) => *w.get_ref(),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let mut listen = raw
+            .listen
+            .iter()
+            .map(|l| addr(l, "listen"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if listen.is_empty() {
+            listen.push(DEFAULT_LISTEN.parse().expect("valid default"));
+        }
+
+        let mut servers = Vec::new();
+        for s in &raw.server {
+            let line = ctx.line_of(s.names.span());
+            if s.names.get_ref().is_empty() {
+                return Err(ctx.err(
+                    Some(s.names.span()),
+                    "a [[server]] needs at least one name",
+                    Some("names = [\"example.com\", \"*.example.com\"]".to_owned()),
+                ));
+            }
+            for name in s.names.get_ref() {
+                let bare = name.strip_prefix("*.").unwrap_or(name);
+                if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
+                    return Err(ctx.err(
+                        Some(s.names.span()),
+                        format!("server name {name:?} is not valid"),
+                        Some(
+                            "use exact names or one leading wildcard label: \"*.example.com\""
+                                .to_owned(),
+                        ),
+                    ));
+                }
+            }
+            let certificates = s
+                .certificate
+                .iter()
+                .map(|c| CertPaths {
+                    cert: resolve_path(c.cert.get_ref()),
+                    key: resolve_path(c.key.get_ref()),
+                    line: ctx.line_of(c.cert.span()),
+                })
+                .collect::<Vec<_>>();
+            if certificates.len() > 2 {
+                return Err(ctx.err(
+                    Some(s.names.span()),
+                    "a server takes at most two certificates (one RSA and one ECDSA)",
+                    None,
+                ));
+            }
+            servers.push(ServerConfig {
+                names: s.names.get_ref().clone(),
+                default: s.default,
+                root: s.root.as_ref().map(|r| resolve_path(r.get_ref())),
+                root_line: s.root.as_ref().and_then(|r| ctx.line_of(r.span())),
+                certificates,
+                line,
+            });
+        }
+        if servers.iter().filter(|s| s.default).count() > 1 {
+            let second = raw
+                .server
+                .iter()
+                .filter(|s| s.default)
+                .nth(1)
+                .map(|s| s.names.span());
+            return Err(ctx.err(second, "more than one [[server]] has default = true", None));
+        }
+        if servers.is_empty() {
+            servers.push(ServerConfig {
+                names: vec!["localhost".into()],
+                default: true,
+                root: None,
+                root_line: None,
+                certificates: Vec::new(),
+                line: None,
+            });
+        }
+
+        let backend = raw.crypto.backend.as_ref();
+        let crypto_backend = backend.map_or("scalar".to_owned(), |b| b.get_ref().clone());
+        if !["scalar", "threads"].contains(&crypto_backend.as_str()) {
+            return Err(ctx.err(
+                backend.map(|b| b.span()),
+                format!("unknown crypto backend {crypto_backend:?}"),
+                Some("use \"scalar\" or \"threads\"".to_owned()),
+            ));
+        }
+
+        let access_log = match raw.log.access.as_ref().map(|a| a.get_ref().as_str()) {
+            None | Some("off") => AccessLogTarget::Off,
+            Some("stdout") => AccessLogTarget::Stdout,
+            Some(p) => AccessLogTarget::File(resolve_path(p)),
+        };
+
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut config = Config {
+            source: file.to_owned(),
+            workers,
+            pin: raw.pin.unwrap_or(false),
+            listen,
+            tls_versions: raw
+                .tls
+                .versions
+                .as_ref()
+                .map_or_else(|| vec!["1.2".into(), "1.3".into()], |v| v.get_ref().clone()),
+            cipher_suites: raw.tls.cipher_suites.as_ref().map(|v| v.get_ref().clone()),
+            groups: raw.tls.groups.as_ref().map_or_else(
+                || vec!["x25519".into(), "secp256r1".into(), "secp384r1".into()],
+                |v| v.get_ref().clone(),
+            ),
+            session_tickets: raw.tls.session_tickets.unwrap_or(true),
+            session_cache: raw.tls.session_cache.unwrap_or(256 * 1024),
+            crypto_backend,
+            crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
+            crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),
+            max_batch_delay: duration(
+                &raw.crypto.max_batch_delay,
+                "max_batch_delay",
+                Duration::from_millis(2),
+            )?,
+            handshake_timeout: duration(
+                &raw.timeouts.handshake,
+                "handshake",
+                Duration::from_secs(10),
+            )?,
+            request_header_timeout: duration(
+                &raw.timeouts.request_header,
+                "request_header",
+                Duration::from_secs(10),
+            )?,
+            keepalive_timeout: duration(
+                &raw.timeouts.keepalive,
+                "keepalive",
+                Duration::from_secs(75),
+            )?,
+            shutdown_grace: duration(
+                &raw.timeouts.shutdown_grace,
+                "shutdown_grace",
+                Duration::from_secs(10),
+            )?,
+            max_connections: raw.limits.max_connections.unwrap_or(10_000).max(1),
+            access_log,
+            log_level: raw.log.level.clone().unwrap_or_else(|| "info".into()),
+            admin: raw
+                .admin
+                .listen
+                .as_ref()
+                .map(|a| addr(a, "admin"))
+                .transpose()?,
+            servers,
+        };
+        for (name, d) in [
+            ("handshake", config.handshake_timeout),
+            ("request_header", config.request_header_timeout),
+            ("keepalive", config.keepalive_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ctx.err(None, format!("timeouts.{name} must be above zero"), None));
+            }
+        }
+        config.apply(overrides, &ctx)?;
+        Ok(config)
+    }
+
+    fn apply(&mut self, o: &Overrides, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+        let flag_err = |flag: &str, msg: String, hint: &str| ConfigError {
+            file: format!("{} (command line {flag})", ctx.file),
+            line: None,
+            message: msg,
+            hint: Some(hint.to_owned()),
+        };
+        if !o.listen.is_empty() {
+            self.listen = o
+                .listen
+                .iter()
+                .map(|l| {
+                    l.parse().map_err(|_| {
+                        flag_err(
+                            "--listen",
+                            format!("{l:?} is not IP:PORT"),
+                            "e.g. --listen 0.0.0.0:443",
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(w) = o.workers {
+            if w == 0 || w > 1024 {
+                return Err(flag_err(
+                    "--workers",
+                    format!("{w} workers"),
+                    "use 1 to 1024",
+                ));
+            }
+            self.workers = w;
+        }
+        self.pin |= o.pin;
+        if let Some(b) = &o.crypto_backend {
+            if !["scalar", "threads"].contains(&b.as_str()) {
+                return Err(flag_err(
+                    "--crypto-backend",
+                    format!("unknown backend {b:?}"),
+                    "use scalar or threads",
+                ));
+            }
+            self.crypto_backend = b.clone();
+        }
+        if o.no_resumption {
+            self.session_tickets = false;
+            self.session_cache = 0;
+        }
+        if let Some(a) = &o.admin {
+            self.admin = Some(a.parse().map_err(|_| {
+                flag_err(
+                    "--admin",
+                    format!("{a:?} is not IP:PORT"),
+                    "e.g. --admin 127.0.0.1:9100",
+                )
+            })?);
+        }
+        let default = self.default_server_index();
+        if !o.certs.is_empty() {
+            self.servers[default].certificates = o
+                .certs
+                .iter()
+                .map(|(cert, key)| CertPaths {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    line: None,
+                })
+                .collect();
+        }
+        if let Some(root) = &o.root {
+            self.servers[default].root = Some(root.clone());
+            self.servers[default].root_line = None;
+        }
+        Ok(())
+    }
+
+    /// The server answering unknown or missing SNI: the one marked default, else the first.
+    pub fn default_server_index(&self) -> usize {
+        self.servers.iter().position(|s| s.default).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "t.toml", &Overrides::default())
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.listen, vec![DEFAULT_LISTEN.parse().unwrap()]);
+        assert_eq!(c.servers.len(), 1);
+        assert_eq!(c.crypto_backend, "scalar");
+        assert!(c.session_tickets);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = parse("workers = 2\n\n[timeouts]\nhandshake = \"ten\"\n").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.to_string().starts_with("t.toml:4: "), "{e}");
+        let e = parse("listen = [\"nope\"]\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+        let e = parse("\n[tls]\nverions = [\"1.3\"]\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("verions"), "{e}");
+        let e = parse("[crypto]\nbackend = \"gpu\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn overrides_win() {
+        let o = Overrides {
+            listen: vec!["127.0.0.1:9999".into()],
+            workers: Some(3),
+            no_resumption: true,
+            crypto_backend: Some("threads".into()),
+            ..Default::default()
+        };
+        let c = Config::parse("workers = 1\nlisten = [\"0.0.0.0:1\"]\n", "t.toml", &o).unwrap();
+        assert_eq!(c.workers, 3);
+        assert_eq!(c.listen, vec!["127.0.0.1:9999".parse().unwrap()]);
+        assert!(!c.session_tickets && c.session_cache == 0);
+        assert_eq!(c.crypto_backend, "threads");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5 parsecs"), None);
+    }
+}

@@ -1,0 +1,358 @@
+//! Static files from a docroot, with the semantics nginx users expect.
+//!
+//! Confinement is the kernel's job: every file is opened with `openat2(RESOLVE_BENEATH)`
+//! relative to the docroot's directory handle, so neither `..` nor a symlink can reach
+//! outside it, whatever the path spelling. Paths are percent-decoded once, then
+//! normalised; NUL bytes and paths above the root are refused before any system call.
+
+use std::ffi::{CString, OsStr};
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Response, StatusCode};
+
+use super::body::Body;
+use super::mime::content_type;
+use super::{error_response, with_common_headers};
+
+/// An open docroot directory.
+#[derive(Debug)]
+pub struct DocRoot {
+    path: PathBuf,
+    dir: OwnedFd,
+}
+
+impl DocRoot {
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            dir: dir.into(),
+        })
+    }
+
+    /// Opens `rel` (no leading slash, already normalised) strictly beneath the root.
+    fn open_beneath(&self, rel: &[u8]) -> io::Result<File> {
+        let rel = if rel.is_empty() { b".".as_slice() } else { rel };
+        let c_path = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut how: libc::open_how = unsafe_zeroed_open_how();
+        how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+        // SAFETY: openat2 reads `how` (a fully initialised open_how of the size we pass)
+        // and the NUL-terminated path; the directory fd stays open for the call.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                self.dir.as_raw_fd(),
+                c_path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOSYS) {
+                return self.open_beneath_by_canonical_path(rel);
+            }
+            return Err(err);
+        }
+        // SAFETY: the kernel returned a new file descriptor that nothing else owns.
+        Ok(unsafe { File::from_raw_fd(fd as i32) })
+    }
+
+    /// For kernels before 5.6: resolve symlinks and check the result stays under the root.
+    fn open_beneath_by_canonical_path(&self, rel: &[u8]) -> io::Result<File> {
+        let root = self.path.canonicalize()?;
+        let target = root.join(OsStr::from_bytes(rel)).canonicalize()?;
+        if !target.starts_with(&root) {
+            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+        }
+        File::open(target)
+    }
+}
+
+fn unsafe_zeroed_open_how() -> libc::open_how {
+    // SAFETY: open_how is a plain C struct of integers; all-zero is its documented
+    // "no flags" value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Answers a request for `raw_path` (the URI path, still percent-encoded) from `root`.
+pub fn serve(
+    root: &DocRoot,
+    method: &Method,
+    raw_path: &str,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    if method != Method::GET && method != Method::HEAD {
+        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    }
+    let Some((rel, wants_dir)) = normalise(raw_path) else {
+        return error_response(StatusCode::BAD_REQUEST, method);
+    };
+    let file = match root.open_beneath(&rel) {
+        Ok(f) => f,
+        Err(e) => return error_response(status_for(&e), method),
+    };
+    let Ok(meta) = file.metadata() else {
+        return error_response(StatusCode::INTERNAL_SERVER_ERROR, method);
+    };
+    if meta.is_dir() {
+        if !wants_dir {
+            let mut resp = error_response(StatusCode::MOVED_PERMANENTLY, method);
+            let location = format!("{raw_path}/");
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            return resp;
+        }
+        let mut index = rel.clone();
+        if !index.is_empty() {
+            index.push(b'/');
+        }
+        index.extend_from_slice(b"index.html");
+        return match root.open_beneath(&index) {
+            Ok(f) => match f.metadata() {
+                Ok(m) if m.is_file() => file_response(f, &m, &index, method, headers),
+                _ => error_response(StatusCode::FORBIDDEN, method),
+            },
+            // nginx without autoindex: a directory without index is forbidden.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                error_response(StatusCode::FORBIDDEN, method)
+            }
+            Err(e) => error_response(status_for(&e), method),
+        };
+    }
+    if !meta.is_file() {
+        return error_response(StatusCode::FORBIDDEN, method);
+    }
+    if wants_dir {
+        // "/file.txt/": the kernel would say ENOTDIR.
+        return error_response(StatusCode::NOT_FOUND, method);
+    }
+    file_response(file, &meta, &rel, method, headers)
+}
+
+fn status_for(e: &io::Error) -> StatusCode {
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => StatusCode::NOT_FOUND,
+        // EXDEV: RESOLVE_BENEATH refused a path that leaves the root; ELOOP: a magic link.
+        Some(libc::EACCES | libc::EPERM | libc::EXDEV | libc::ELOOP) => StatusCode::FORBIDDEN,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Percent-decodes and normalises a URI path. Returns the path relative to the root and
+/// whether it named a directory (trailing slash), or None for a path that is refused.
+fn normalise(raw_path: &str) -> Option<(Vec<u8>, bool)> {
+    if !raw_path.starts_with('/') {
+        return None;
+    }
+    let decoded: Vec<u8> = percent_encoding::percent_decode_str(raw_path).collect();
+    if decoded.contains(&0) {
+        return None;
+    }
+    let wants_dir = decoded.ends_with(b"/");
+    let mut segments: Vec<&[u8]> = Vec::new();
+    for seg in decoded.split(|&b| b == b'/') {
+        match seg {
+            b"" | b"." => {}
+            b".." => {
+                segments.pop()?;
+            }
+            s => segments.push(s),
+        }
+    }
+    Some((segments.join(&b'/'), wants_dir))
+}
+
+fn etag(meta: &Metadata) -> String {
+    format!("\"{:x}-{:x}\"", meta.mtime().max(0), meta.len())
+}
+
+/// The byte range a `Range` header asks for, if it is one we honour.
+enum RangeRequest {
+    None,
+    Satisfiable(u64, u64),
+    Unsatisfiable,
+}
+
+fn parse_range(value: &str, len: u64) -> RangeRequest {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else {
+        return RangeRequest::None;
+    };
+    if spec.contains(',') {
+        // Multiple ranges: answering with the whole file is allowed (RFC 9110 14.2).
+        return RangeRequest::None;
+    }
+    let Some((start, end)) = spec.trim().split_once('-') else {
+        return RangeRequest::None;
+    };
+    let (start, end) = (start.trim(), end.trim());
+    let range = if start.is_empty() {
+        match end.parse::<u64>() {
+            Ok(0) | Err(_) => return RangeRequest::Unsatisfiable,
+            Ok(n) => (len.saturating_sub(n), len.saturating_sub(1)),
+        }
+    } else {
+        let Ok(first) = start.parse::<u64>() else {
+            return RangeRequest::None;
+        };
+        let last = if end.is_empty() {
+            len.saturating_sub(1)
+        } else {
+            match end.parse::<u64>() {
+                Ok(l) if l >= first => l.min(len.saturating_sub(1)),
+                _ => return RangeRequest::None,
+            }
+        };
+        (first, last)
+    };
+    if len == 0 || range.0 >= len {
+        RangeRequest::Unsatisfiable
+    } else {
+        RangeRequest::Satisfiable(range.0, range.1)
+    }
+}
+
+fn etag_matches(list: &str, tag: &str) -> bool {
+    list.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.trim_start_matches("W/") == tag
+    })
+}
+
+fn file_response(
+    file: File,
+    meta: &Metadata,
+    name: &[u8],
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let len = meta.len();
+    let tag = etag(meta);
+    let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.mtime().max(0) as u64);
+    let last_modified = httpdate::fmt_http_date(mtime);
+    let header_str = |h: header::HeaderName| headers.get(h).and_then(|v| v.to_str().ok());
+
+    let not_modified = match header_str(header::IF_NONE_MATCH) {
+        Some(list) => etag_matches(list, &tag),
+        None => header_str(header::IF_MODIFIED_SINCE)
+            .and_then(|d| httpdate::parse_http_date(d).ok())
+            .is_some_and(|since| mtime <= since),
+    };
+    let mut builder = Response::builder()
+        .header(header::LAST_MODIFIED, &last_modified)
+        .header(header::ETAG, &tag);
+    if not_modified {
+        return with_common_headers(
+            builder
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::Empty)
+                .expect("valid response"),
+        );
+    }
+    builder = builder
+        .header(header::CONTENT_TYPE, content_type(name))
+        .header(header::ACCEPT_RANGES, "bytes");
+
+    let range_applies = header_str(header::IF_RANGE).is_none_or(|v| v == tag || v == last_modified);
+    let range = match header_str(header::RANGE) {
+        Some(r) if range_applies => parse_range(r, len),
+        _ => RangeRequest::None,
+    };
+    let (status, start, count) = match range {
+        RangeRequest::None => (StatusCode::OK, 0, len),
+        RangeRequest::Satisfiable(first, last) => {
+            builder = builder.header(header::CONTENT_RANGE, format!("bytes {first}-{last}/{len}"));
+            (StatusCode::PARTIAL_CONTENT, first, last - first + 1)
+        }
+        RangeRequest::Unsatisfiable => {
+            let mut resp = error_response(StatusCode::RANGE_NOT_SATISFIABLE, method);
+            resp.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{len}")).expect("ascii"),
+            );
+            return resp;
+        }
+    };
+    builder = builder.status(status).header(header::CONTENT_LENGTH, count);
+    let body = if method == Method::HEAD || count == 0 {
+        Body::Empty
+    } else {
+        match Body::file_range(file, start, count) {
+            Ok(b) => b,
+            Err(_) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, method),
+        }
+    };
+    with_common_headers(builder.body(body).expect("valid response"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalise_refuses_escapes_and_nul() {
+        assert_eq!(normalise("/a/b/../c"), Some((b"a/c".to_vec(), false)));
+        assert_eq!(normalise("/a/./b/"), Some((b"a/b".to_vec(), true)));
+        assert_eq!(normalise("/"), Some((Vec::new(), true)));
+        assert_eq!(normalise("/../etc/passwd"), None);
+        assert_eq!(normalise("/%2e%2e/etc/passwd"), None);
+        assert_eq!(normalise("/a/%2E%2E%2F%2e%2e%2Fetc"), None);
+        assert_eq!(normalise("/a%00.txt"), None);
+        assert_eq!(normalise("relative"), None);
+    }
+
+    #[test]
+    fn ranges() {
+        assert!(matches!(
+            parse_range("bytes=0-9", 100),
+            RangeRequest::Satisfiable(0, 9)
+        ));
+        assert!(matches!(
+            parse_range("bytes=90-", 100),
+            RangeRequest::Satisfiable(90, 99)
+        ));
+        assert!(matches!(
+            parse_range("bytes=-10", 100),
+            RangeRequest::Satisfiable(90, 99)
+        ));
+        assert!(matches!(
+            parse_range("bytes=50-500", 100),
+            RangeRequest::Satisfiable(50, 99)
+        ));
+        assert!(matches!(
+            parse_range("bytes=100-", 100),
+            RangeRequest::Unsatisfiable
+        ));
+        assert!(matches!(
+            parse_range("bytes=0-1,5-6", 100),
+            RangeRequest::None
+        ));
+        assert!(matches!(parse_range("items=0-1", 100), RangeRequest::None));
+        assert!(matches!(
+            parse_range("bytes=0-", 0),
+            RangeRequest::Unsatisfiable
+        ));
+    }
+
+    #[test]
+    fn etags() {
+        assert!(etag_matches("\"a\", W/\"b\"", "\"b\""));
+        assert!(etag_matches("*", "\"x\""));
+        assert!(!etag_matches("\"a\"", "\"b\""));
+    }
+}

@@ -1,0 +1,313 @@
+//! HTTP/1.1 and HTTP/2 (by ALPN) over an established TLS stream, with hyper.
+
+pub mod body;
+pub mod files;
+mod mime;
+
+use std::cell::Cell;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::site::{Content, Site};
+use body::Body;
+
+const SERVER: HeaderValue = HeaderValue::from_static("terminus");
+
+const BUILTIN_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>terminus</title></head>\n<body><h1>terminus is serving HTTPS</h1>\n<p>This is the built-in page of the embedded default configuration. Give <code>--root DIR</code> or a config file to serve your own files.</p>\n</body></html>\n";
+
+pub(crate) fn with_common_headers(mut resp: Response<Body>) -> Response<Body> {
+    resp.headers_mut().insert(header::SERVER, SERVER);
+    resp
+}
+
+/// A small HTML error page, nginx-style; HEAD gets the headers only.
+pub(crate) fn error_response(status: StatusCode, method: &Method) -> Response<Body> {
+    let reason = status.canonical_reason().unwrap_or("");
+    let text = format!(
+        "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n<hr><center>terminus</center>\r\n</body>\r\n</html>\r\n",
+        code = status.as_u16()
+    );
+    let len = text.len();
+    let body = if method == Method::HEAD {
+        Body::Empty
+    } else {
+        Body::bytes(text)
+    };
+    let resp = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_LENGTH, len)
+        .body(body)
+        .expect("valid response");
+    with_common_headers(resp)
+}
+
+fn builtin_page(method: &Method, path: &str) -> Response<Body> {
+    if method != Method::GET && method != Method::HEAD {
+        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    }
+    if path != "/" && path != "/index.html" {
+        return error_response(StatusCode::NOT_FOUND, method);
+    }
+    let body = if method == Method::HEAD {
+        Body::Empty
+    } else {
+        Body::bytes(BUILTIN_PAGE)
+    };
+    with_common_headers(
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+            .header(header::CONTENT_LENGTH, BUILTIN_PAGE.len())
+            .body(body)
+            .expect("valid response"),
+    )
+}
+
+/// What the request handler needs to know about its connection.
+pub struct ConnectionInfo {
+    pub site: Arc<Site>,
+    pub sni: Option<String>,
+    pub peer: SocketAddr,
+    pub metrics: Arc<Metrics>,
+}
+
+fn handle(req: &Request<Incoming>, info: &ConnectionInfo) -> Response<Body> {
+    let host_header = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or(req.uri().host())
+        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+    let index = info
+        .site
+        .resolver
+        .lookup(info.sni.as_deref().or(host_header));
+    let method = req.method();
+    let path = req.uri().path();
+    match &info.site.hosts[index].content {
+        Content::Files(root) => files::serve(root, method, path, req.headers()),
+        Content::BuiltinPage => builtin_page(method, path),
+    }
+}
+
+/// Spawns HTTP/2 stream tasks on the worker's local task set.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+/// Records when bytes last moved, for the keep-alive idle timeout.
+struct Activity<T> {
+    inner: T,
+    last: Rc<Cell<Instant>>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Activity<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if r.is_ready() {
+            self.last.set(Instant::now());
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Activity<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if r.is_ready() {
+            self.last.set(Instant::now());
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if r.is_ready() {
+            self.last.set(Instant::now());
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Serves HTTP on `stream` until the client is done, the connection idles out, or
+/// `shutdown` fires (then in-flight requests finish and the connection closes).
+pub async fn serve<S>(
+    stream: S,
+    h2: bool,
+    info: ConnectionInfo,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let timeouts = info.site.timeouts;
+    let last = Rc::new(Cell::new(Instant::now()));
+    let io = TokioIo::new(Activity {
+        inner: stream,
+        last: last.clone(),
+    });
+    let info = Rc::new(info);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let info = info.clone();
+        async move {
+            let resp = handle(&req, &info);
+            info.metrics.response(resp.status().as_u16());
+            if let Some(log) = &info.site.access_log {
+                let len = resp
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                log.write(format_args!(
+                    "{} \"{} {} {:?}\" {} {} \"{}\"",
+                    info.peer,
+                    req.method(),
+                    req.uri(),
+                    req.version(),
+                    resp.status().as_u16(),
+                    len,
+                    info.sni.as_deref().unwrap_or("-"),
+                ));
+            }
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+
+    let conn: Pin<Box<dyn GracefulConnection>> = if h2 {
+        Box::pin(
+            hyper::server::conn::http2::Builder::new(LocalExec)
+                .timer(TokioTimer::new())
+                .serve_connection(io, service),
+        )
+    } else {
+        Box::pin(
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeouts.request_header)
+                .keep_alive(true)
+                .serve_connection(io, service),
+        )
+    };
+    drive(conn, last, timeouts.keepalive, &mut shutdown).await;
+}
+
+/// The part of hyper's h1/h2 connections we drive.
+trait GracefulConnection: Future<Output = Result<(), hyper::Error>> {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S> GracefulConnection for hyper::server::conn::http1::Connection<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Body>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http1::Connection::graceful_shutdown(self)
+    }
+}
+
+impl<I, S> GracefulConnection for hyper::server::conn::http2::Connection<I, S, LocalExec>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Body> + 'static,
+    S::Future: 'static,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http2::Connection::graceful_shutdown(self)
+    }
+}
+
+async fn drive(
+    mut conn: Pin<Box<dyn GracefulConnection>>,
+    last: Rc<Cell<Instant>>,
+    keepalive: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    // Set once the connection has been asked to close (idle or shutdown). Idle twice in a
+    // row means the client ignores the close: drop it. The worker's shutdown grace
+    // period bounds the rest.
+    let mut closing = false;
+    let mut shutdown_seen = false;
+    loop {
+        if !shutdown_seen && *shutdown.borrow() {
+            shutdown_seen = true;
+            if !closing {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+        let deadline = last.get() + keepalive;
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("http connection ended: {e}");
+                }
+                return;
+            }
+            changed = shutdown.changed(), if !shutdown_seen => {
+                // A dropped sender means the process is going away: treat it as shutdown.
+                if changed.is_err() {
+                    shutdown_seen = true;
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                if last.get() + keepalive > Instant::now() {
+                    continue;
+                }
+                if closing {
+                    return;
+                }
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+                last.set(Instant::now());
+            }
+        }
+    }
+}

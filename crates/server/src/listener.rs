@@ -1,0 +1,43 @@
+//! SO_REUSEPORT listening sockets: one per worker per address, so the kernel spreads
+//! connections across workers without a shared accept lock.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+const BACKLOG: i32 = 4096;
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Binds every address once per worker. Port 0 is resolved by the first bind and reused
+/// by the others, so all workers share one port. Returns the sockets per worker and the
+/// addresses actually bound.
+pub fn bind_all(
+    addrs: &[SocketAddr],
+    workers: usize,
+) -> Result<(Vec<Vec<TcpListener>>, Vec<SocketAddr>), (SocketAddr, io::Error)> {
+    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut bound = Vec::new();
+    for &addr in addrs {
+        let first = bind(addr).map_err(|e| (addr, e))?;
+        let actual = first.local_addr().map_err(|e| (addr, e))?;
+        per_worker[0].push(first);
+        for sockets in per_worker.iter_mut().skip(1) {
+            sockets.push(bind(actual).map_err(|e| (actual, e))?);
+        }
+        bound.push(actual);
+    }
+    Ok((per_worker, bound))
+}

@@ -1,0 +1,363 @@
+//! Process-wide counters and their Prometheus text rendering for `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use terminus_engine::{EngineMetrics, OpKind, ThreadPool};
+use terminus_tls::TrafficCounters;
+
+/// A fixed-bucket histogram of durations.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = self.bounds.iter().position(|&b| secs <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(
+            out,
+            "{name}_sum{braces} {}",
+            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count{braces} {count}");
+    }
+}
+
+const HANDSHAKE_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// Why a handshake failed (label values of `terminus_handshake_failures_total`).
+#[derive(Debug, Clone, Copy)]
+pub enum HandshakeFailure {
+    Timeout,
+    ClientClosed,
+    Tls,
+    Io,
+}
+
+impl HandshakeFailure {
+    const ALL: [HandshakeFailure; 4] = [Self::Timeout, Self::ClientClosed, Self::Tls, Self::Io];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::ClientClosed => "client_closed",
+            Self::Tls => "tls_error",
+            Self::Io => "io_error",
+        }
+    }
+}
+
+/// Labels of one completed-handshake series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HandshakeLabels {
+    pub version: &'static str,
+    pub cipher_suite: &'static str,
+    pub key_type: &'static str,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub connections_open: AtomicI64,
+    pub connections_total: AtomicU64,
+    pub accept_errors: AtomicU64,
+    handshakes: Mutex<BTreeMap<HandshakeLabels, u64>>,
+    handshake_failures: [AtomicU64; 4],
+    pub handshake_duration: Histogram,
+    responses: [AtomicU64; 5],
+    pub traffic: Arc<TrafficCounters>,
+    pub engine: Arc<EngineMetrics>,
+    pub pool: Option<Arc<ThreadPool>>,
+}
+
+impl Metrics {
+    pub fn new(engine: Arc<EngineMetrics>, pool: Option<Arc<ThreadPool>>) -> Self {
+        Self {
+            connections_open: AtomicI64::new(0),
+            connections_total: AtomicU64::new(0),
+            accept_errors: AtomicU64::new(0),
+            handshakes: Mutex::new(BTreeMap::new()),
+            handshake_failures: Default::default(),
+            handshake_duration: Histogram::new(HANDSHAKE_BOUNDS),
+            responses: Default::default(),
+            traffic: Arc::new(TrafficCounters::default()),
+            engine,
+            pool,
+        }
+    }
+
+    pub fn handshake_completed(&self, labels: HandshakeLabels, took: Duration) {
+        *self
+            .handshakes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(labels)
+            .or_default() += 1;
+        self.handshake_duration.observe(took);
+    }
+
+    pub fn handshake_failed(&self, why: HandshakeFailure) {
+        self.handshake_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn response(&self, status: u16) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        self.responses[class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        let o = &mut out;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let header = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+
+        header(
+            o,
+            "terminus_connections_open",
+            "gauge",
+            "Client connections open now.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
+        header(
+            o,
+            "terminus_connections_total",
+            "counter",
+            "Client connections accepted.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_connections_total {}",
+            load(&self.connections_total)
+        );
+        header(
+            o,
+            "terminus_accept_errors_total",
+            "counter",
+            "accept() failures (EMFILE and the like).",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_accept_errors_total {}",
+            load(&self.accept_errors)
+        );
+
+        header(
+            o,
+            "terminus_handshakes_total",
+            "counter",
+            "Completed TLS handshakes.",
+        );
+        for (l, n) in self
+            .handshakes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                o,
+                "terminus_handshakes_total{{version=\"{}\",cipher_suite=\"{}\",key_type=\"{}\"}} {n}",
+                l.version, l.cipher_suite, l.key_type
+            );
+        }
+        header(
+            o,
+            "terminus_handshake_failures_total",
+            "counter",
+            "TLS handshakes that did not complete, by reason.",
+        );
+        for why in HandshakeFailure::ALL {
+            let _ = writeln!(
+                o,
+                "terminus_handshake_failures_total{{reason=\"{}\"}} {}",
+                why.name(),
+                load(&self.handshake_failures[why as usize])
+            );
+        }
+        header(
+            o,
+            "terminus_handshake_duration_seconds",
+            "histogram",
+            "Accept to handshake completion.",
+        );
+        self.handshake_duration
+            .render(o, "terminus_handshake_duration_seconds", "");
+
+        header(
+            o,
+            "terminus_http_responses_total",
+            "counter",
+            "HTTP responses by status class.",
+        );
+        for (i, n) in self.responses.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "terminus_http_responses_total{{code=\"{}xx\"}} {}",
+                i + 1,
+                load(n)
+            );
+        }
+        header(
+            o,
+            "terminus_bytes_received_total",
+            "counter",
+            "Bytes read from client sockets.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_bytes_received_total {}",
+            load(&self.traffic.bytes_in)
+        );
+        header(
+            o,
+            "terminus_bytes_sent_total",
+            "counter",
+            "Bytes written to client sockets.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_bytes_sent_total {}",
+            load(&self.traffic.bytes_out)
+        );
+
+        let backend = self.engine.backend().name();
+        let per_op = |o: &mut String,
+                      name: &str,
+                      kind: &str,
+                      help: &str,
+                      value: &dyn Fn(OpKind) -> String| {
+            header(o, name, kind, help);
+            for op in OpKind::ALL {
+                let _ = writeln!(
+                    o,
+                    "{name}{{op=\"{}\",backend=\"{backend}\"}} {}",
+                    op.name(),
+                    value(op)
+                );
+            }
+        };
+        let e = &self.engine;
+        per_op(
+            o,
+            "terminus_crypto_requests_total",
+            "counter",
+            "Operations submitted to the crypto engine.",
+            &|op| load(&e.op(op).requests).to_string(),
+        );
+        per_op(
+            o,
+            "terminus_crypto_errors_total",
+            "counter",
+            "Engine operations that failed.",
+            &|op| load(&e.op(op).errors).to_string(),
+        );
+        per_op(
+            o,
+            "terminus_crypto_queue_depth",
+            "gauge",
+            "Engine operations submitted and not yet answered.",
+            &|op| e.op(op).in_queue.load(Ordering::Relaxed).to_string(),
+        );
+        per_op(
+            o,
+            "terminus_crypto_batches_total",
+            "counter",
+            "Batches handed to the backend.",
+            &|op| load(&e.op(op).batches).to_string(),
+        );
+        per_op(
+            o,
+            "terminus_crypto_batched_requests_total",
+            "counter",
+            "Operations in those batches.",
+            &|op| load(&e.op(op).batched_requests).to_string(),
+        );
+        per_op(
+            o,
+            "terminus_crypto_latency_seconds_sum",
+            "counter",
+            "Summed submit-to-answer time.",
+            &|op| format!("{}", load(&e.op(op).latency_us_sum) as f64 / 1e6),
+        );
+        header(
+            o,
+            "terminus_crypto_sync_fallbacks_total",
+            "counter",
+            "Operations computed synchronously outside a handshake coroutine.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_crypto_sync_fallbacks_total {}",
+            terminus_tls::handshake::bridge::SYNC_FALLBACKS.load(Ordering::Relaxed)
+        );
+        if let Some(pool) = &self.pool {
+            header(
+                o,
+                "terminus_crypto_offload_queued",
+                "gauge",
+                "Operations waiting for a crypto thread.",
+            );
+            let _ = writeln!(o, "terminus_crypto_offload_queued {}", pool.queued());
+            header(
+                o,
+                "terminus_crypto_offload_backpressure_total",
+                "counter",
+                "Dispatches that waited for room in the full offload queue.",
+            );
+            let _ = writeln!(
+                o,
+                "terminus_crypto_offload_backpressure_total {}",
+                load(&pool.backpressure_waits)
+            );
+        }
+        out
+    }
+}

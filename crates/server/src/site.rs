@@ -1,0 +1,184 @@
+//! The live, reloadable state built from a [`Config`]: TLS configuration, virtual hosts,
+//! docroots, timeouts. A SIGHUP builds a new [`Site`] and swaps it in; connections keep
+//! the one they were accepted with.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
+
+use crate::access_log::AccessLog;
+use crate::config::{Config, ConfigError};
+use crate::http::files::DocRoot;
+
+/// What a virtual host serves.
+#[derive(Debug)]
+pub enum Content {
+    Files(DocRoot),
+    /// The embedded default's page.
+    BuiltinPage,
+}
+
+#[derive(Debug)]
+pub struct Host {
+    pub names: Vec<String>,
+    pub content: Content,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub handshake: Duration,
+    pub request_header: Duration,
+    pub keepalive: Duration,
+}
+
+/// Everything a connection needs, fixed for its lifetime.
+pub struct Site {
+    pub tls: Arc<rustls::ServerConfig>,
+    pub resolver: Arc<SniResolver>,
+    pub hosts: Vec<Host>,
+    pub timeouts: Timeouts,
+    pub access_log: Option<AccessLog>,
+    /// (names, key type, SHA-256 fingerprint) of every certificate, for the start-up log.
+    pub certificates: Vec<(String, &'static str, String)>,
+}
+
+impl Site {
+    /// Loads every certificate and docroot of `config`. `self_signed` serves hosts that
+    /// name no certificate.
+    pub fn build(config: &Config, self_signed: &[LoadedCert]) -> Result<Self, ConfigError> {
+        let err = |line: Option<usize>, message: String, hint: Option<&str>| ConfigError {
+            file: config.source.clone(),
+            line,
+            message,
+            hint: hint.map(str::to_owned),
+        };
+        let mut resolver_hosts = Vec::new();
+        let mut hosts = Vec::new();
+        let mut certificates = Vec::new();
+        for server in &config.servers {
+            let mut certs = VirtualHostCerts::default();
+            let loaded: Vec<LoadedCert> = if server.certificates.is_empty() {
+                self_signed.to_vec()
+            } else {
+                server
+                    .certificates
+                    .iter()
+                    .map(|c| {
+                        LoadedCert::from_files(&c.cert, &c.key).map_err(|e| {
+                            err(c.line.or(server.line), e.to_string(), Some("each [[server.certificate]] needs a PEM chain (leaf first) and its unencrypted key"))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?
+            };
+            if loaded.is_empty() {
+                return Err(err(
+                    server.line,
+                    format!("server {:?} has no certificate", server.names),
+                    Some("add [[server.certificate]] cert = ... key = ..."),
+                ));
+            }
+            for cert in loaded {
+                certificates.push((
+                    server.names.join(","),
+                    cert.algorithm.label(),
+                    cert.fingerprint(),
+                ));
+                if certs.insert(cert).is_some() {
+                    return Err(err(
+                        server.line,
+                        format!(
+                            "server {:?} has two certificates of the same key type",
+                            server.names
+                        ),
+                        Some("give one RSA and/or one ECDSA certificate"),
+                    ));
+                }
+            }
+            let content = match &server.root {
+                None => Content::BuiltinPage,
+                Some(root) => Content::Files(DocRoot::open(root).map_err(|e| {
+                    err(
+                        server.root_line.or(server.line),
+                        format!("root {}: {e}", root.display()),
+                        Some("root must be an existing, readable directory"),
+                    )
+                })?),
+            };
+            resolver_hosts.push((server.names.clone(), certs));
+            hosts.push(Host {
+                names: server.names.clone(),
+                content,
+            });
+        }
+        let resolver = Arc::new(SniResolver::new(
+            resolver_hosts,
+            config.default_server_index(),
+        ));
+        let tls = tls_settings(config)
+            .and_then(|s| s.server_config(resolver.clone()))
+            .map_err(|e| err(None, format!("[tls]: {e}"), None))?;
+        let access_log = AccessLog::open(&config.access_log).map_err(|e| {
+            err(
+                None,
+                format!("access log: {e}"),
+                Some("log.access is \"off\", \"stdout\" or a writable file path"),
+            )
+        })?;
+        Ok(Self {
+            tls,
+            resolver,
+            hosts,
+            timeouts: Timeouts {
+                handshake: config.handshake_timeout,
+                request_header: config.request_header_timeout,
+                keepalive: config.keepalive_timeout,
+            },
+            access_log,
+            certificates,
+        })
+    }
+}
+
+fn tls_settings(config: &Config) -> Result<TlsSettings, terminus_tls::TlsSettingsError> {
+    let mut settings = TlsSettings {
+        versions: config
+            .tls_versions
+            .iter()
+            .map(|v| TlsSettings::version_from_name(v))
+            .collect::<Result<_, _>>()?,
+        groups: config
+            .groups
+            .iter()
+            .map(|g| TlsSettings::group_from_name(g))
+            .collect::<Result<_, _>>()?,
+        session_tickets: config.session_tickets,
+        session_cache: config.session_cache,
+        ..TlsSettings::default()
+    };
+    if let Some(suites) = &config.cipher_suites {
+        settings.cipher_suites = suites
+            .iter()
+            .map(|s| TlsSettings::suite_from_name(s))
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(settings)
+}
+
+/// The current [`Site`], swapped on reload.
+#[derive(Clone)]
+pub struct SiteHandle(Arc<RwLock<Arc<Site>>>);
+
+impl SiteHandle {
+    pub fn new(site: Site) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(site))))
+    }
+
+    pub fn current(&self) -> Arc<Site> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn replace(&self, site: Site) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(site);
+    }
+}

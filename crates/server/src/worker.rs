@@ -1,0 +1,258 @@
+//! A worker: one thread, one current-thread tokio runtime, its own listeners and its own
+//! crypto engine. Connections never move between workers, so nothing here is `Send`.
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::ServerConnection;
+use terminus_engine::{
+    Backend, Engine, EngineMetrics, FlushPolicy, ScalarBackend, ThreadPool, ThreadPoolBackend,
+};
+use terminus_tls::{handshake, HandshakeError, TlsStream};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::http::{self, ConnectionInfo};
+use crate::metrics::{HandshakeFailure, HandshakeLabels, Metrics};
+use crate::site::SiteHandle;
+
+/// What every worker shares with the others and with the main thread.
+#[derive(Clone)]
+pub struct Shared {
+    pub site: SiteHandle,
+    pub metrics: Arc<Metrics>,
+    pub connection_limit: Arc<Semaphore>,
+    pub shutdown: watch::Receiver<bool>,
+    pub shutdown_grace: Duration,
+    pub pool: Option<Arc<ThreadPool>>,
+    pub flush_policy: FlushPolicy,
+}
+
+struct Worker {
+    shared: Shared,
+    engine: Engine,
+    open: Cell<usize>,
+    drained: Notify,
+}
+
+/// Runs worker `id` on the calling thread until shutdown has drained its connections.
+pub fn run(
+    id: usize,
+    listeners: Vec<std::net::TcpListener>,
+    pin_cpu: Option<usize>,
+    shared: Shared,
+) -> io::Result<()> {
+    if let Some(cpu) = pin_cpu {
+        if let Err(e) = pin_to_cpu(cpu) {
+            tracing::warn!("worker {id}: cannot pin to CPU {cpu}: {e}");
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let backend: Box<dyn Backend> = match &shared.pool {
+            Some(pool) => Box::new(ThreadPoolBackend::new(pool.clone())),
+            None => Box::new(ScalarBackend),
+        };
+        let metrics: Arc<EngineMetrics> = shared.metrics.engine.clone();
+        let worker = Rc::new(Worker {
+            engine: Engine::new(backend, shared.flush_policy, metrics),
+            shared,
+            open: Cell::new(0),
+            drained: Notify::new(),
+        });
+        for listener in listeners {
+            let listener = TcpListener::from_std(listener)?;
+            tokio::task::spawn_local(accept_loop(listener, worker.clone()));
+        }
+        let mut shutdown = worker.shared.shutdown.clone();
+        let _ = shutdown.wait_for(|&stop| stop).await;
+        let grace = tokio::time::sleep(worker.shared.shutdown_grace);
+        tokio::pin!(grace);
+        while worker.open.get() > 0 {
+            tokio::select! {
+                _ = worker.drained.notified() => {}
+                _ = &mut grace => {
+                    tracing::warn!("worker {id}: {} connections still open after the shutdown grace period; closing them", worker.open.get());
+                    break;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is a plain bitmask; CPU_ZERO/CPU_SET only write inside it, and
+    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes from it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// accept() failures that mean "out of resources": back off instead of spinning.
+fn is_resource_exhaustion(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+async fn accept_loop(listener: TcpListener, worker: Rc<Worker>) {
+    let mut shutdown = worker.shared.shutdown.clone();
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        // At max_connections this waits for a connection to close: no accept, no spin.
+        let permit = tokio::select! {
+            p = worker.shared.connection_limit.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = shutdown.wait_for(|&stop| stop) => return,
+        };
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|&stop| stop) => return,
+        };
+        match accepted {
+            Ok((socket, peer)) => {
+                tokio::task::spawn_local(connection(socket, peer, permit, worker.clone()));
+            }
+            Err(e) => {
+                worker
+                    .shared
+                    .metrics
+                    .accept_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                if is_resource_exhaustion(&e) {
+                    if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+                        tracing::warn!("accept failed: {e}; backing off (raise the open-file limit or lower limits.max_connections)");
+                        last_warning = Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                } else {
+                    tracing::debug!("accept failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Counts a connection open on this worker and in the metrics.
+struct OpenConnection {
+    worker: Rc<Worker>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl OpenConnection {
+    fn new(worker: Rc<Worker>, permit: OwnedSemaphorePermit) -> Self {
+        worker.open.set(worker.open.get() + 1);
+        let m = &worker.shared.metrics;
+        m.connections_open.fetch_add(1, Ordering::Relaxed);
+        m.connections_total.fetch_add(1, Ordering::Relaxed);
+        Self {
+            worker,
+            _permit: permit,
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.worker.open.set(self.worker.open.get() - 1);
+        self.worker
+            .shared
+            .metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+        if self.worker.open.get() == 0 {
+            self.worker.drained.notify_waiters();
+        }
+    }
+}
+
+fn version_label(conn: &ServerConnection) -> &'static str {
+    match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "other",
+    }
+}
+
+async fn connection(
+    socket: TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    worker: Rc<Worker>,
+) {
+    let _open = OpenConnection::new(worker.clone(), permit);
+    let metrics = &worker.shared.metrics;
+    let _ = socket.set_nodelay(true);
+    let site = worker.shared.site.current();
+    let started = Instant::now();
+    let tls = match ServerConnection::new(site.tls.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("cannot create a TLS connection: {e}");
+            return;
+        }
+    };
+    let outcome = tokio::time::timeout(
+        site.timeouts.handshake,
+        handshake(&socket, tls, &worker.engine, &metrics.traffic),
+    )
+    .await;
+    let done = match outcome {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => {
+            let why = match &e {
+                HandshakeError::Eof => HandshakeFailure::ClientClosed,
+                HandshakeError::Tls(_) => HandshakeFailure::Tls,
+                HandshakeError::Io(_) => HandshakeFailure::Io,
+            };
+            metrics.handshake_failed(why);
+            tracing::debug!(%peer, "{e}");
+            return;
+        }
+        Err(_) => {
+            metrics.handshake_failed(HandshakeFailure::Timeout);
+            tracing::debug!(%peer, "handshake timed out after {:?}", site.timeouts.handshake);
+            return;
+        }
+    };
+    let conn = done.conn;
+    metrics.handshake_completed(
+        HandshakeLabels {
+            version: version_label(&conn),
+            cipher_suite: conn
+                .negotiated_cipher_suite()
+                .and_then(|s| s.suite().as_str())
+                .unwrap_or("unknown"),
+            key_type: done.signed_with.map_or("none", |k| k.label()),
+        },
+        started.elapsed(),
+    );
+    let h2 = conn.alpn_protocol() == Some(b"h2");
+    let sni = conn.server_name().map(str::to_owned);
+    let stream = TlsStream::new(socket, conn, metrics.traffic.clone());
+    let info = ConnectionInfo {
+        site,
+        sni,
+        peer,
+        metrics: metrics.clone(),
+    };
+    http::serve(stream, h2, info, worker.shared.shutdown.clone()).await;
+}
