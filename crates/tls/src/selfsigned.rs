@@ -20,7 +20,13 @@ pub fn generate(names: &[String]) -> Result<Vec<LoadedCert>, SelfSignedError> {
     [rsa, ecdsa]
         .into_iter()
         .map(|key| {
-            let cert = rcgen::CertificateParams::new(names.to_vec())?.self_signed(&key)?;
+            let mut params = rcgen::CertificateParams::new(names.to_vec())?;
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params.distinguished_name.push(
+                rcgen::DnType::CommonName,
+                names.first().map_or("localhost", |n| n.as_str()),
+            );
+            let cert = params.self_signed(&key)?;
             let origin = Path::new("<self-signed>");
             Ok(LoadedCert::from_pem(
                 cert.pem().as_bytes(),

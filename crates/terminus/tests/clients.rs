@@ -1,0 +1,362 @@
+//! Real TLS clients against a spawned terminus: curl (HTTP/1.1 and HTTP/2), openssl
+//! s_client (TLS 1.2 and 1.3, RSA and ECDSA), Python's ssl module, SNI virtual hosts.
+
+mod common;
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::*;
+
+struct Fixture {
+    _dir: TestDir,
+    rsa: CertPair,
+    ecdsa: CertPair,
+    root: std::path::PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = TestDir::new("clients");
+        let rsa = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
+        let ecdsa = make_cert(&dir.0, "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+        dir.write("www/index.html", "<h1>hello from terminus</h1>\n");
+        dir.write("www/0kb.bin", "");
+        let root = dir.path("www");
+        Fixture {
+            _dir: dir,
+            rsa,
+            ecdsa,
+            root,
+        }
+    })
+}
+
+fn both_certs_server(extra: &[&str]) -> Server {
+    let f = fixture();
+    let mut args = vec![
+        "--cert",
+        f.rsa.cert.to_str().unwrap(),
+        "--key",
+        f.rsa.key.to_str().unwrap(),
+        "--cert",
+        f.ecdsa.cert.to_str().unwrap(),
+        "--key",
+        f.ecdsa.key.to_str().unwrap(),
+        "--root",
+        f.root.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+#[test]
+fn embedded_default_serves_builtin_page_with_self_signed_certs() {
+    let server = Server::start(&[]);
+    let fps: Vec<&String> = server
+        .stdout_lines
+        .iter()
+        .filter(|l| l.contains("SHA256 Fingerprint="))
+        .collect();
+    assert_eq!(fps.len(), 2, "{:?}", server.stdout_lines);
+    assert!(fps.iter().any(|l| l.contains(" rsa ")) && fps.iter().any(|l| l.contains(" ecdsa ")));
+    let out = curl(&server, &[], "/");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("terminus is serving HTTPS"));
+    assert_eq!(status(&server, &[], "/nope"), 404);
+    // The served certificates are the ones whose fingerprints were printed.
+    for sigalg in ["ecdsa_secp256r1_sha256", "rsa_pss_rsae_sha256"] {
+        let text = s_client(&server, &["-sigalgs", sigalg, "-showcerts"]);
+        assert!(text.contains("CN = localhost"), "{text}");
+    }
+}
+
+#[test]
+fn curl_http1_and_http2() {
+    let server = both_certs_server(&[]);
+    for (flag, version) in [("--http1.1", "1.1"), ("--http2", "2")] {
+        let out = curl(
+            &server,
+            &[flag, "-w", "\n%{http_version} %{http_code}"],
+            "/index.html",
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("hello from terminus"), "{text}");
+        assert!(
+            text.trim_end().ends_with(&format!("{version} 200")),
+            "{text}"
+        );
+    }
+    // Keep-alive: several requests on one connection.
+    let url = server.url("/index.html");
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let out = run(Command::new("curl").args([
+        "-sk",
+        "--resolve",
+        &resolve,
+        "-o",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{num_connects} ",
+        &url,
+        &url,
+    ]));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1 0",
+        "second request reuses the connection"
+    );
+}
+
+#[test]
+fn s_client_each_version_and_key_type() {
+    let server = both_certs_server(&[]);
+    let cases = [
+        (
+            ["-tls1_3", "-sigalgs", "rsa_pss_rsae_sha256"],
+            "TLSv1.3",
+            "Signature type: RSA-PSS",
+        ),
+        (
+            ["-tls1_3", "-sigalgs", "ecdsa_secp256r1_sha256"],
+            "TLSv1.3",
+            "Signature type: ECDSA",
+        ),
+        (
+            ["-tls1_2", "-sigalgs", "RSA+SHA256"],
+            "TLSv1.2",
+            "Signature type: RSA",
+        ),
+        (
+            ["-tls1_2", "-sigalgs", "ECDSA+SHA256"],
+            "TLSv1.2",
+            "Signature type: ECDSA",
+        ),
+    ];
+    for (args, version, sig) in cases {
+        let text = s_client(&server, &args);
+        assert!(
+            text.contains(&format!("Protocol version: {version}")),
+            "{args:?}: {text}"
+        );
+        assert!(text.contains(sig), "{args:?}: {text}");
+    }
+    // Every signature and key exchange went through the engine.
+    assert_eq!(
+        server.metric("terminus_crypto_requests_total", &["op=\"rsa_sign\""]),
+        2.0
+    );
+    assert_eq!(
+        server.metric("terminus_crypto_requests_total", &["op=\"ecdsa_sign\""]),
+        2.0
+    );
+    assert_eq!(
+        server.metric("terminus_handshakes_total", &["version=\"TLSv1.2\""]),
+        2.0
+    );
+    assert_eq!(
+        server.metric("terminus_handshakes_total", &["version=\"TLSv1.3\""]),
+        2.0
+    );
+    assert_eq!(
+        server.metric("terminus_crypto_sync_fallbacks_total", &[]),
+        0.0
+    );
+}
+
+#[test]
+fn certificate_follows_client_capabilities() {
+    let server = both_certs_server(&[]);
+    // Offers only ECDSA signature schemes: gets the ECDSA certificate.
+    let text = s_client(
+        &server,
+        &["-sigalgs", "ecdsa_secp256r1_sha256:ecdsa_secp384r1_sha384"],
+    );
+    assert!(text.contains("Signature type: ECDSA"), "{text}");
+    // Offers only RSA schemes: gets the RSA certificate.
+    let text = s_client(
+        &server,
+        &["-sigalgs", "rsa_pss_rsae_sha256:rsa_pkcs1_sha256"],
+    );
+    assert!(text.contains("Signature type: RSA"), "{text}");
+    // TLS 1.2 client with only ECDHE-RSA suites, though it could verify ECDSA: RSA.
+    let text = s_client(
+        &server,
+        &["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"],
+    );
+    assert!(
+        text.contains("Ciphersuite: ECDHE-RSA-AES128-GCM-SHA256"),
+        "{text}"
+    );
+    // Each group goes through the engine.
+    for (group, op) in [("P-256", "p256"), ("P-384", "p384"), ("X25519", "x25519")] {
+        let before = server.metric("terminus_crypto_requests_total", &[&format!("op=\"{op}\"")]);
+        let text = s_client(&server, &["-groups", group]);
+        assert!(
+            text.contains("Protocol version: TLSv1.3"),
+            "{group}: {text}"
+        );
+        let after = server.metric("terminus_crypto_requests_total", &[&format!("op=\"{op}\"")]);
+        assert_eq!(after - before, 1.0, "{group}");
+    }
+}
+
+#[test]
+fn sni_chooses_the_virtual_server() {
+    let dir = TestDir::new("sni");
+    let a = make_cert(&dir.0, "a", KeyKind::EcdsaP256, &["a.test"]);
+    let wild = make_cert(&dir.0, "wild", KeyKind::Rsa(2048), &["*.example.com"]);
+    let fallback = make_cert(&dir.0, "fallback", KeyKind::EcdsaP256, &["fallback.test"]);
+    dir.write("a/index.html", "site A\n");
+    dir.write("wild/index.html", "site wildcard\n");
+    dir.write("fallback/index.html", "site fallback\n");
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            r#"
+listen = ["127.0.0.1:0"]
+workers = 1
+
+[[server]]
+names = ["a.test"]
+root = "a"
+[[server.certificate]]
+cert = "{}"
+key = "{}"
+
+[[server]]
+names = ["*.example.com"]
+root = "wild"
+[[server.certificate]]
+cert = "{}"
+key = "{}"
+
+[[server]]
+names = ["fallback.test"]
+default = true
+root = "fallback"
+[[server.certificate]]
+cert = "{}"
+key = "{}"
+"#,
+            a.cert.display(),
+            a.key.display(),
+            wild.cert.display(),
+            wild.key.display(),
+            fallback.cert.display(),
+            fallback.key.display()
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    for (sni, cn) in [
+        (Some("a.test"), "CN = a.test"),
+        (Some("www.example.com"), "CN = *.example.com"),
+        (Some("deep.www.example.com"), "CN = fallback.test"),
+        (Some("unknown.org"), "CN = fallback.test"),
+        (None, "CN = fallback.test"),
+    ] {
+        let text = match sni {
+            Some(name) => s_client(&server, &["-servername", name]),
+            None => s_client(&server, &["-noservername"]),
+        };
+        assert!(text.contains(cn), "{sni:?}: {text}");
+    }
+    for (host, body) in [
+        ("a.test", "site A"),
+        ("x.example.com", "site wildcard"),
+        ("other.test", "site fallback"),
+    ] {
+        let out = curl_host(&server, host, &[], "/");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), body, "{host}");
+    }
+}
+
+#[test]
+fn python_ssl_verifies_and_fetches() {
+    let f = fixture();
+    let server = both_certs_server(&[]);
+    let script = r#"
+import socket, ssl, sys
+port, cafile = int(sys.argv[1]), sys.argv[2]
+for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.minimum_version = ctx.maximum_version = version
+    ctx.set_alpn_protocols(["http/1.1"])
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /index.html HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            print(tls.version(), data.split(b"\r\n")[0].decode(), b"hello from terminus" in data)
+"#;
+    let out = run(Command::new("python3").args([
+        "-c",
+        script,
+        &server.port().to_string(),
+        f.ecdsa.cert.to_str().unwrap(),
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("TLSv1.2 HTTP/1.1 200 OK True"), "{text}");
+    assert!(text.contains("TLSv1.3 HTTP/1.1 200 OK True"), "{text}");
+}
+
+#[test]
+fn malformed_tls_gets_an_alert_and_others_are_served() {
+    use std::io::{Read, Write};
+    let server = both_certs_server(&[]);
+    let mut sock = std::net::TcpStream::connect(server.addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    // A complete handshake record holding a 4-byte ClientHello that cannot be decoded.
+    sock.write_all(b"\x16\x03\x01\x00\x08\x01\x00\x00\x04\xff\xff\xff\xff")
+        .unwrap();
+    let mut reply = Vec::new();
+    let _ = sock.read_to_end(&mut reply);
+    assert!(reply.len() >= 7, "expected an alert record, got {reply:?}");
+    assert_eq!(reply[0], 0x15, "record type alert");
+    assert_eq!(reply[5], 2, "fatal alert");
+    // Not TLS at all (plain HTTP to the TLS port).
+    let mut sock = std::net::TcpStream::connect(server.addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    sock.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut reply = Vec::new();
+    let _ = sock.read_to_end(&mut reply);
+    assert!(reply.is_empty() || reply[0] == 0x15, "{reply:?}");
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+    assert!(
+        server.metric(
+            "terminus_handshake_failures_total",
+            &["reason=\"tls_error\""]
+        ) >= 2.0
+    );
+}
+
+#[test]
+fn malformed_http_gets_400() {
+    let server = both_certs_server(&[]);
+    let out = run(Command::new("sh").arg("-c").arg(format!(
+        "printf 'BLAH\\x01 / WHAT\\r\\n\\r\\n' | timeout 10 openssl s_client -connect {} -quiet -alpn http/1.1 2>/dev/null",
+        server.addr
+    )));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+}

@@ -1,0 +1,353 @@
+//! Shared harness for the integration tests: a spawned `terminus` on a loopback port,
+//! certificates made with the openssl CLI, and helpers to run real clients.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A fresh directory under the target dir, removed on drop.
+pub struct TestDir(pub PathBuf);
+
+impl TestDir {
+    pub fn new(name: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "terminus-test-{}-{}-{}",
+            std::process::id(),
+            name,
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TestDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.path(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+pub fn openssl(args: &[&str]) -> Output {
+    let out = run(Command::new("openssl").args(args));
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A self-signed certificate and key made by the openssl CLI.
+#[derive(Clone, Debug)]
+pub struct CertPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+pub enum KeyKind {
+    Rsa(u32),
+    EcdsaP256,
+    Ed25519,
+}
+
+pub fn make_cert(dir: &Path, stem: &str, kind: KeyKind, names: &[&str]) -> CertPair {
+    let key = dir.join(format!("{stem}.key"));
+    let cert = dir.join(format!("{stem}.pem"));
+    let key_s = key.to_str().unwrap();
+    match kind {
+        KeyKind::Rsa(bits) => {
+            openssl(&[
+                "genpkey",
+                "-algorithm",
+                "RSA",
+                "-pkeyopt",
+                &format!("rsa_keygen_bits:{bits}"),
+                "-out",
+                key_s,
+            ]);
+        }
+        KeyKind::EcdsaP256 => {
+            openssl(&[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                key_s,
+            ]);
+        }
+        KeyKind::Ed25519 => {
+            openssl(&["genpkey", "-algorithm", "ED25519", "-out", key_s]);
+        }
+    }
+    let san = names
+        .iter()
+        .map(|n| format!("DNS:{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        key_s,
+        "-out",
+        cert.to_str().unwrap(),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={}", names[0]),
+        "-addext",
+        &format!("subjectAltName={san}"),
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+        "-addext",
+        "extendedKeyUsage=serverAuth",
+    ]);
+    CertPair { cert, key }
+}
+
+/// SHA-256 fingerprint of a PEM certificate, as terminus prints it.
+pub fn fingerprint(cert: &Path) -> String {
+    let out = openssl(&[
+        "x509",
+        "-in",
+        cert.to_str().unwrap(),
+        "-noout",
+        "-fingerprint",
+        "-sha256",
+    ]);
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// A running terminus, killed on drop if the test has not stopped it.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    pub stdout_lines: Vec<String>,
+    stderr_path: PathBuf,
+    _logs: TestDir,
+}
+
+pub fn terminus_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_terminus")
+}
+
+impl Server {
+    /// Starts `terminus serve ARGS --listen 127.0.0.1:0` and waits for its address.
+    pub fn start(args: &[&str]) -> Server {
+        Self::start_with(args, true)
+    }
+
+    /// Like [`Server::start`]; with `listen_flag` false the config's listen is used
+    /// (it must then be port 0 on loopback for the test to learn the port).
+    pub fn start_with(args: &[&str], listen_flag: bool) -> Server {
+        let logs = TestDir::new("logs");
+        let stderr_path = logs.path("stderr.log");
+        let mut cmd = Command::new(terminus_bin());
+        cmd.arg("serve").args(args);
+        if listen_flag {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("TERMINUS_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+        let mut child = cmd.spawn().expect("spawn terminus");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut lines = Vec::new();
+        let mut addr = None;
+        let mut admin = None;
+        while addr.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(a) = line.strip_prefix("listening on https://") {
+                        addr = Some(a.trim_end_matches('/').parse().unwrap());
+                    }
+                    if let Some(a) = line.strip_prefix("admin on http://") {
+                        admin = Some(a.trim_end_matches("/metrics").parse().unwrap());
+                    }
+                    lines.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let status = child.wait().ok();
+                    panic!(
+                        "terminus did not start ({status:?}); stdout {lines:?}; stderr:\n{}",
+                        std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        Server {
+            child,
+            addr: addr.unwrap(),
+            admin,
+            stdout_lines: lines,
+            stderr_path,
+            _logs: logs,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{}", self.port(), path)
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit and returns its status.
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "terminus did not exit within {within:?}; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `GET /metrics` from the admin listener.
+    pub fn metrics(&self) -> String {
+        let admin = self.admin.expect("server started without --admin");
+        let out = run(Command::new("curl").args([
+            "-s",
+            "--max-time",
+            "10",
+            &format!("http://{admin}/metrics"),
+        ]));
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Sum of every sample of `name` whose labels contain all of `labels`.
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        metric_sum(&self.metrics(), name, labels)
+    }
+}
+
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let series = l.split_whitespace().next().unwrap_or("");
+            (series == name || series.starts_with(&format!("{name}{{")))
+                && labels.iter().all(|lab| series.contains(lab))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// curl against the server with the name resolved to its loopback address.
+pub fn curl(server: &Server, extra: &[&str], path: &str) -> Output {
+    curl_host(server, "localhost", extra, path)
+}
+
+pub fn curl_host(server: &Server, host: &str, extra: &[&str], path: &str) -> Output {
+    let url = format!("https://{host}:{}{path}", server.port());
+    let resolve = format!("{host}:{}:127.0.0.1", server.port());
+    run(Command::new("curl")
+        .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
+        .args(extra)
+        .arg(url))
+}
+
+/// HTTP status code of a request (curl's `%{http_code}`), body discarded.
+pub fn status(server: &Server, extra: &[&str], path: &str) -> u16 {
+    let mut args = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+    args.extend_from_slice(extra);
+    let out = curl(server, &args, path);
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// `openssl s_client` handshake; returns its combined stdout/stderr text.
+pub fn s_client(server: &Server, args: &[&str]) -> String {
+    let out = run(Command::new("openssl")
+        .args(["s_client", "-connect", &server.addr.to_string(), "-brief"])
+        .args(args)
+        .stdin(Stdio::null()));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
