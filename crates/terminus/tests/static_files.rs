@@ -1,0 +1,256 @@
+//! Static file semantics with curl: headers, conditional requests, ranges, HEAD,
+//! directories, error statuses, and every traversal trick we know of.
+
+mod common;
+
+use std::os::unix::fs::symlink;
+
+use common::*;
+
+struct Site {
+    dir: TestDir,
+    server: Server,
+}
+
+fn site() -> Site {
+    let dir = TestDir::new("static");
+    dir.write("www/index.html", "<h1>root index</h1>\n");
+    dir.write("www/0kb.bin", "");
+    dir.write("www/style.css", "body{}\n");
+    dir.write("www/data.json", "{}\n");
+    dir.write("www/digits.txt", "0123456789");
+    dir.write("www/sub/index.html", "sub index\n");
+    dir.write("www/noindex/file.txt", "x");
+    dir.write("secret.txt", "TOP SECRET outside the root\n");
+    symlink(dir.path("secret.txt"), dir.path("www/escape.txt")).unwrap();
+    symlink("/etc", dir.path("www/etc-link")).unwrap();
+    symlink("digits.txt", dir.path("www/inside-link.txt")).unwrap();
+    let server = Server::start(&[
+        "--root",
+        dir.path("www").to_str().unwrap(),
+        "--workers",
+        "1",
+    ]);
+    Site { dir, server }
+}
+
+fn headers(server: &Server, extra: &[&str], path: &str) -> (u16, String, Vec<u8>) {
+    let mut args = vec!["-D", "-", "-o", "/dev/stderr"];
+    args.extend_from_slice(extra);
+    let out = curl(server, &args, path);
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    assert!(code != 0, "curl {extra:?} {path}: {out:?}");
+    (code, head, out.stderr)
+}
+
+/// The value of header `name` (lower case) in a header block.
+fn header_value(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
+
+#[test]
+fn files_have_type_length_validators() {
+    let s = site();
+    let (code, head, body) = headers(&s.server, &[], "/style.css");
+    assert_eq!(code, 200);
+    assert_eq!(body, b"body{}\n");
+    assert_eq!(
+        header_value(&head, "content-type").unwrap(),
+        "text/css; charset=utf-8"
+    );
+    assert_eq!(header_value(&head, "content-length").unwrap(), "7");
+    assert!(header_value(&head, "last-modified")
+        .unwrap()
+        .ends_with("GMT"));
+    assert!(header_value(&head, "etag").unwrap().starts_with('"'));
+    assert_eq!(header_value(&head, "accept-ranges").unwrap(), "bytes");
+    let (_, head, _) = headers(&s.server, &[], "/data.json");
+    assert_eq!(
+        header_value(&head, "content-type").unwrap(),
+        "application/json"
+    );
+    // The benchmark's empty file.
+    let (code, head, body) = headers(&s.server, &[], "/0kb.bin");
+    assert_eq!((code, body.len()), (200, 0));
+    assert_eq!(header_value(&head, "content-length").unwrap(), "0");
+    assert_eq!(
+        header_value(&head, "content-type").unwrap(),
+        "application/octet-stream"
+    );
+}
+
+#[test]
+fn conditional_requests_give_304() {
+    let s = site();
+    let (_, head, _) = headers(&s.server, &[], "/digits.txt");
+    let etag = header_value(&head, "etag").unwrap();
+    let modified = header_value(&head, "last-modified").unwrap();
+    let inm = format!("If-None-Match: {etag}");
+    let (code, _, body) = headers(&s.server, &["-H", &inm], "/digits.txt");
+    assert_eq!((code, body.len()), (304, 0));
+    assert_eq!(
+        headers(
+            &s.server,
+            &["-H", "If-None-Match: \"other\""],
+            "/digits.txt"
+        )
+        .0,
+        200
+    );
+    let ims = format!("If-Modified-Since: {modified}");
+    assert_eq!(headers(&s.server, &["-H", &ims], "/digits.txt").0, 304);
+    assert_eq!(
+        headers(
+            &s.server,
+            &["-H", "If-Modified-Since: Mon, 01 Jan 2001 00:00:00 GMT"],
+            "/digits.txt"
+        )
+        .0,
+        200
+    );
+    // If-None-Match wins over If-Modified-Since.
+    assert_eq!(
+        headers(
+            &s.server,
+            &["-H", "If-None-Match: \"other\"", "-H", &ims],
+            "/digits.txt"
+        )
+        .0,
+        200
+    );
+}
+
+#[test]
+fn ranges_give_206_and_416() {
+    let s = site();
+    let (code, head, body) = headers(&s.server, &["-r", "2-5"], "/digits.txt");
+    assert_eq!((code, body.as_slice()), (206, b"2345".as_slice()));
+    assert_eq!(
+        header_value(&head, "content-range").unwrap(),
+        "bytes 2-5/10"
+    );
+    assert_eq!(header_value(&head, "content-length").unwrap(), "4");
+    let (code, _, body) = headers(&s.server, &["-r", "-3"], "/digits.txt");
+    assert_eq!((code, body.as_slice()), (206, b"789".as_slice()));
+    let (code, _, body) = headers(&s.server, &["-r", "7-"], "/digits.txt");
+    assert_eq!((code, body.as_slice()), (206, b"789".as_slice()));
+    let (code, head, _) = headers(&s.server, &["-r", "20-30"], "/digits.txt");
+    assert_eq!(code, 416);
+    assert_eq!(header_value(&head, "content-range").unwrap(), "bytes */10");
+    // If-Range with a stale validator: the whole file.
+    let (code, _, body) = headers(
+        &s.server,
+        &["-r", "2-5", "-H", "If-Range: \"stale\""],
+        "/digits.txt",
+    );
+    assert_eq!((code, body.len()), (200, 10));
+    // HTTP/2 too.
+    let (code, _, body) = headers(&s.server, &["--http2", "-r", "0-0"], "/digits.txt");
+    assert_eq!((code, body.as_slice()), (206, b"0".as_slice()));
+}
+
+#[test]
+fn head_has_headers_and_no_body() {
+    let s = site();
+    for flag in ["--http1.1", "--http2"] {
+        // With -I curl writes the header block to the output, so read it from there.
+        let out = curl(
+            &s.server,
+            &[flag, "-I", "-w", "%{http_code} %{size_download}"],
+            "/digits.txt",
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            header_value(&text, "content-length").as_deref(),
+            Some("10"),
+            "{flag}: {text}"
+        );
+        assert!(text.trim_end().ends_with("200 0"), "{flag}: {text}");
+    }
+}
+
+#[test]
+fn directories_index_redirect_forbidden() {
+    let s = site();
+    let (code, _, body) = headers(&s.server, &[], "/");
+    assert_eq!(
+        (code, body.as_slice()),
+        (200, b"<h1>root index</h1>\n".as_slice())
+    );
+    let (code, _, body) = headers(&s.server, &[], "/sub/");
+    assert_eq!((code, body.as_slice()), (200, b"sub index\n".as_slice()));
+    let (code, head, _) = headers(&s.server, &[], "/sub");
+    assert_eq!(code, 301);
+    assert_eq!(header_value(&head, "location").unwrap(), "/sub/");
+    assert_eq!(
+        headers(&s.server, &[], "/noindex/").0,
+        403,
+        "directory without index.html"
+    );
+    assert_eq!(headers(&s.server, &[], "/missing.html").0, 404);
+    assert_eq!(
+        headers(&s.server, &[], "/digits.txt/").0,
+        404,
+        "a file is not a directory"
+    );
+    let (code, head, _) = headers(&s.server, &["-X", "POST", "-d", "x"], "/digits.txt");
+    assert_eq!(code, 405);
+    assert_eq!(header_value(&head, "allow").unwrap(), "GET, HEAD");
+    assert_eq!(headers(&s.server, &["-X", "DELETE"], "/digits.txt").0, 405);
+}
+
+#[test]
+fn nothing_outside_the_root_is_served() {
+    let s = site();
+    let secret = std::fs::read_to_string(s.dir.path("secret.txt")).unwrap();
+    assert!(secret.contains("TOP SECRET"));
+    let attempts = [
+        "/../secret.txt",
+        "/sub/../../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E/%2E%2E/etc/passwd",
+        "/sub/%2e%2e%2f%2e%2e%2fsecret.txt",
+        "/..%2fsecret.txt",
+        "/%2fetc%2fpasswd",
+        "//etc/passwd",
+        "/sub/..%5c..%5csecret.txt",
+        "/digits.txt%00.html",
+        "/escape.txt",
+        "/etc-link/passwd",
+        "/etc-link/",
+    ];
+    for path in attempts {
+        let (code, _, body) = headers(&s.server, &["--path-as-is"], path);
+        let body = String::from_utf8_lossy(&body);
+        assert!(
+            !body.contains("TOP SECRET") && !body.contains("root:x:0:0"),
+            "{path} leaked: {body}"
+        );
+        assert!([400, 403, 404].contains(&code), "{path}: {code}");
+    }
+    let (code, _, _) = headers(&s.server, &["--path-as-is"], "/../secret.txt");
+    assert_eq!(code, 400, "above the root is a bad request, as in nginx");
+    assert_eq!(
+        headers(&s.server, &[], "/escape.txt").0,
+        403,
+        "symlink leaving the root"
+    );
+    assert_eq!(
+        headers(&s.server, &[], "/digits.txt%00.html").0,
+        400,
+        "NUL byte"
+    );
+    // A symlink that stays inside the root is fine; dot segments inside the root too.
+    let (code, _, body) = headers(&s.server, &[], "/inside-link.txt");
+    assert_eq!((code, body.as_slice()), (200, b"0123456789".as_slice()));
+    let (code, _, body) = headers(&s.server, &["--path-as-is"], "/sub/../digits.txt");
+    assert_eq!((code, body.as_slice()), (200, b"0123456789".as_slice()));
+}
