@@ -8,6 +8,21 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 const BACKLOG: i32 = 4096;
 
+/// SO_REUSEPORT would let us share a port with another running server (a second
+/// terminus, an nginx) without a word. A plain bind first fails with EADDRINUSE if anyone
+/// listens there, which is the error an operator needs to see.
+fn ensure_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
@@ -31,6 +46,7 @@ pub fn bind_all(
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &addr in addrs {
+        ensure_free(addr).map_err(|e| (addr, e))?;
         let first = bind(addr).map_err(|e| (addr, e))?;
         let actual = first.local_addr().map_err(|e| (addr, e))?;
         per_worker[0].push(first);

@@ -134,27 +134,70 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     }
 }
 
-/// Records when bytes last moved, for the keep-alive idle timeout.
-struct Activity<T> {
-    inner: T,
-    last: Rc<Cell<Instant>>,
+/// What the connection's timers need to know, shared by the I/O wrapper, the request
+/// handler and [`drive`].
+struct Activity {
+    /// When bytes last moved in either direction (keep-alive idle timeout).
+    last: Cell<Instant>,
+    /// When the first byte of a request arrived whose headers are not complete yet
+    /// (request header timeout, HTTP/1.1). None between requests and while one is served.
+    header_started: Cell<Option<Instant>>,
+    in_request: Cell<bool>,
+    /// Wakes [`drive`] when a request starts, so its header deadline applies at once.
+    request_began: tokio::sync::Notify,
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Activity<T> {
+impl Activity {
+    fn new() -> Self {
+        Self {
+            last: Cell::new(Instant::now()),
+            header_started: Cell::new(None),
+            in_request: Cell::new(false),
+            request_began: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn read(&self, n: usize) {
+        let now = Instant::now();
+        self.last.set(now);
+        if n > 0 && !self.in_request.get() && self.header_started.get().is_none() {
+            self.header_started.set(Some(now));
+            self.request_began.notify_one();
+        }
+    }
+
+    fn request_started(&self) {
+        self.header_started.set(None);
+        self.in_request.set(true);
+    }
+
+    fn request_done(&self) {
+        self.in_request.set(false);
+    }
+}
+
+/// The stream, feeding [`Activity`].
+struct Tracked<T> {
+    inner: T,
+    activity: Rc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if r.is_ready() {
-            self.last.set(Instant::now());
+            self.activity.read(buf.filled().len() - before);
         }
         r
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Activity<T> {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -162,7 +205,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Activity<T> {
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         if r.is_ready() {
-            self.last.set(Instant::now());
+            self.activity.last.set(Instant::now());
         }
         r
     }
@@ -174,7 +217,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Activity<T> {
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if r.is_ready() {
-            self.last.set(Instant::now());
+            self.activity.last.set(Instant::now());
         }
         r
     }
@@ -203,14 +246,17 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let timeouts = info.site.timeouts;
-    let last = Rc::new(Cell::new(Instant::now()));
-    let io = TokioIo::new(Activity {
+    let activity = Rc::new(Activity::new());
+    let io = TokioIo::new(Tracked {
         inner: stream,
-        last: last.clone(),
+        activity: activity.clone(),
     });
     let info = Rc::new(info);
+    let service_activity = activity.clone();
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let info = info.clone();
+        let activity = service_activity.clone();
+        activity.request_started();
         async move {
             discard_body(req.body_mut()).await;
             let resp = handle(&req, &info);
@@ -232,6 +278,7 @@ pub async fn serve<S>(
                     info.sni.as_deref().unwrap_or("-"),
                 ));
             }
+            activity.request_done();
             Ok::<_, std::convert::Infallible>(resp)
         }
     });
@@ -244,14 +291,24 @@ pub async fn serve<S>(
         )
     } else {
         Box::pin(
+            // hyper's own header timer would also run while a keep-alive connection
+            // waits for its next request; `drive` keeps the two timeouts apart.
             hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(timeouts.request_header)
+                .header_read_timeout(None)
                 .keep_alive(true)
                 .serve_connection(io, service),
         )
     };
-    drive(conn, last, timeouts.keepalive, &mut shutdown).await;
+    let header_timeout = (!h2).then_some(timeouts.request_header);
+    drive(
+        conn,
+        &activity,
+        timeouts.keepalive,
+        header_timeout,
+        &mut shutdown,
+    )
+    .await;
 }
 
 /// The part of hyper's h1/h2 connections we drive.
@@ -280,10 +337,14 @@ where
     }
 }
 
+/// Runs the connection to completion, enforcing the keep-alive idle timeout (nothing
+/// moved for `keepalive`), the request header timeout (a request's headers not complete
+/// `header_timeout` after its first byte: dropped, as nginx does) and shutdown.
 async fn drive(
     mut conn: Pin<Box<dyn GracefulConnection>>,
-    last: Rc<Cell<Instant>>,
+    activity: &Activity,
     keepalive: Duration,
+    header_timeout: Option<Duration>,
     shutdown: &mut watch::Receiver<bool>,
 ) {
     // Set once the connection has been asked to close (idle or shutdown). Idle twice in a
@@ -299,7 +360,11 @@ async fn drive(
                 closing = true;
             }
         }
-        let deadline = last.get() + keepalive;
+        let idle_deadline = activity.last.get() + keepalive;
+        let header_deadline = header_timeout
+            .zip(activity.header_started.get())
+            .map(|(t, s)| s + t);
+        let deadline = header_deadline.map_or(idle_deadline, |h| h.min(idle_deadline));
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
@@ -307,6 +372,7 @@ async fn drive(
                 }
                 return;
             }
+            _ = activity.request_began.notified() => {}
             changed = shutdown.changed(), if !shutdown_seen => {
                 // A dropped sender means the process is going away: treat it as shutdown.
                 if changed.is_err() {
@@ -316,7 +382,12 @@ async fn drive(
                 }
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
-                if last.get() + keepalive > Instant::now() {
+                let now = Instant::now();
+                if header_deadline.is_some_and(|h| h <= now) && activity.header_started.get().is_some() {
+                    tracing::debug!("request header timeout");
+                    return;
+                }
+                if activity.last.get() + keepalive > now {
                     continue;
                 }
                 if closing {
@@ -324,7 +395,7 @@ async fn drive(
                 }
                 conn.as_mut().graceful_shutdown();
                 closing = true;
-                last.set(Instant::now());
+                activity.last.set(now);
             }
         }
     }

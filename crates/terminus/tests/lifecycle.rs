@@ -1,0 +1,327 @@
+//! Signals and limits: graceful shutdown, SIGHUP reload, slow clients, max connections.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn config(dir: &TestDir, pair: &CertPair, extra: &str) -> std::path::PathBuf {
+    dir.write(
+        "terminus.toml",
+        format!(
+            r#"
+listen = ["127.0.0.1:0"]
+workers = 2
+{extra}
+[[server]]
+names = ["localhost"]
+root = "{}"
+[[server.certificate]]
+cert = "{}"
+key = "{}"
+"#,
+            dir.path("www").display(),
+            pair.cert.display(),
+            pair.key.display()
+        ),
+    )
+}
+
+#[test]
+fn sigterm_finishes_in_flight_request_then_exits_zero() {
+    let dir = TestDir::new("shutdown");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    dir.write("www/big.bin", &big);
+    let conf = config(&dir, &pair, "[timeouts]\nshutdown_grace = \"30s\"\n");
+    let mut server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let out_file = dir.path("download.bin");
+    // ~3 s at 1 MB/s: still running when the signal arrives.
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let mut download = Command::new("curl")
+        .args([
+            "-sS",
+            "-k",
+            "--limit-rate",
+            "1M",
+            "--resolve",
+            &resolve,
+            "-o",
+            out_file.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(server.url("/big.bin"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    server.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    // No new connections once shutdown started.
+    let refused = TcpStream::connect_timeout(&server.addr, Duration::from_secs(2));
+    assert!(refused.is_err(), "listener still accepting after SIGTERM");
+    let out = download.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read(&out_file).unwrap(),
+        big,
+        "the in-flight download completed intact"
+    );
+    let status = server.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[test]
+fn sighup_swaps_certificate_and_rejects_broken_config() {
+    let dir = TestDir::new("reload");
+    let first = make_cert(&dir.0, "first", KeyKind::EcdsaP256, &["localhost"]);
+    let second = make_cert(&dir.0, "second", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    // The config names live.pem/live.key; the test swaps their contents.
+    let live = CertPair {
+        cert: dir.path("live.pem"),
+        key: dir.path("live.key"),
+    };
+    std::fs::copy(&first.cert, &live.cert).unwrap();
+    std::fs::copy(&first.key, &live.key).unwrap();
+    let conf = config(&dir, &live, "");
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let served = |server: &Server| {
+        let out = run(Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &server.addr.to_string(),
+                "-showcerts",
+            ])
+            .stdin(Stdio::null()));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let pem_start = text
+            .find("-----BEGIN CERTIFICATE-----")
+            .expect("certificate in output");
+        let pem_end = text.find("-----END CERTIFICATE-----").unwrap() + 25;
+        let p = dir.write("served.pem", &text[pem_start..pem_end]);
+        fingerprint(&p)
+    };
+    assert_eq!(served(&server), fingerprint(&first.cert));
+
+    // Keep a connection open across the reload: it must survive.
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let mut slow = Command::new("curl")
+        .args([
+            "-sS",
+            "-k",
+            "--resolve",
+            &resolve,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(server.url("/index.html"))
+        .arg(server.url("/index.html"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    std::fs::copy(&second.cert, &live.cert).unwrap();
+    std::fs::copy(&second.key, &live.key).unwrap();
+    server.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served(&server) != fingerprint(&second.cert) {
+        assert!(
+            Instant::now() < deadline,
+            "new certificate not served after SIGHUP:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(slow.wait().unwrap().success());
+
+    // A broken config is rejected; the running one keeps serving.
+    std::fs::write(&conf, "workers = \"many\"\n").unwrap();
+    server.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.stderr().contains("reload failed") {
+        assert!(
+            Instant::now() < deadline,
+            "no reload error logged:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        server.stderr().contains("terminus.toml:1"),
+        "{}",
+        server.stderr()
+    );
+    assert_eq!(served(&server), fingerprint(&second.cert));
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+}
+
+#[test]
+fn slow_clients_are_cut_off_without_hurting_others() {
+    let dir = TestDir::new("slowloris");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let conf = config(
+        &dir,
+        &pair,
+        "[timeouts]\nhandshake = \"1s\"\nrequest_header = \"1s\"\nkeepalive = \"2s\"\n",
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+
+    // Twenty connections that never send a ClientHello.
+    let idle: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    // Everyone else is served meanwhile.
+    for _ in 0..5 {
+        assert_eq!(status(&server, &[], "/index.html"), 200);
+    }
+    let started = Instant::now();
+    for mut sock in idle {
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let n = sock.read(&mut buf).unwrap_or(usize::MAX);
+        assert_eq!(n, 0, "silent connection closed by the handshake timeout");
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(server.metric("terminus_handshake_failures_total", &["reason=\"timeout\""]) >= 20.0);
+
+    // After the handshake: a header dribbled and abandoned is cut off by the header
+    // timeout; an idle keep-alive connection by the keep-alive timeout.
+    let (closed_after, reply) = python_client(&server, b"GET / HTTP/1.1\r\nHost: loc");
+    assert!(
+        closed_after < 4.0,
+        "header dribbler kept for {closed_after}s"
+    );
+    assert!(!reply.contains("200 OK"), "{reply}");
+    let (closed_after, reply) = python_client(
+        &server,
+        b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(
+        (1.5..5.0).contains(&closed_after),
+        "keep-alive connection closed after {closed_after}s (timeout 2s)"
+    );
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+}
+
+/// Sends `request` over TLS and reports how long until the server closed, and what it said.
+fn python_client(server: &Server, request: &[u8]) -> (f64, String) {
+    let script = r#"
+import socket, ssl, sys, time
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["http/1.1"])
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+s.settimeout(20)
+s.sendall(sys.argv[2].encode().decode("unicode_escape").encode("latin1"))
+t = time.time(); data = b""
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+except (ssl.SSLError, ConnectionError):
+    pass
+print(round(time.time() - t, 3))
+sys.stdout.write(data.decode("latin1"))
+"#;
+    let escaped: String = request
+        .iter()
+        .map(|&b| {
+            if b == b'\r' {
+                "\\r".to_owned()
+            } else if b == b'\n' {
+                "\\n".to_owned()
+            } else {
+                (b as char).to_string()
+            }
+        })
+        .collect();
+    let out =
+        run(Command::new("python3").args(["-c", script, &server.port().to_string(), &escaped]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (secs, reply) = text.split_once('\n').unwrap_or((&text, ""));
+    (secs.trim().parse().unwrap(), reply.to_owned())
+}
+
+#[test]
+fn at_max_connections_new_clients_wait_instead_of_spinning() {
+    let dir = TestDir::new("maxconn");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let conf = config(
+        &dir,
+        &pair,
+        "[limits]\nmax_connections = 2\n[timeouts]\nhandshake = \"30s\"\n",
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let pid = server.child.id();
+    let cpu = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let f: Vec<u64> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        f[0] + f[1]
+    };
+    let a = TcpStream::connect(server.addr).unwrap();
+    let b = TcpStream::connect(server.addr).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The third client is queued in the backlog, not served and not refused.
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let mut third = Command::new("curl")
+        .args([
+            "-sk",
+            "--resolve",
+            &resolve,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(server.url("/index.html"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cpu_before = cpu();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        third.try_wait().unwrap().is_none(),
+        "served beyond max_connections"
+    );
+    assert!(
+        cpu() - cpu_before < 20,
+        "the server spun while at its connection limit"
+    );
+    drop(a);
+    let out = third.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    drop(b);
+}
