@@ -51,6 +51,8 @@ impl KeyAlgorithm {
 pub enum KeyError {
     #[error("RSA key of {0} bits is not supported (use 2048, 3072 or 4096 bits)")]
     UnsupportedRsaSize(usize),
+    #[error("RSA key {0} 2048 bits is not supported (use 2048, 3072 or 4096 bits)")]
+    RsaSizeOutOfRange(&'static str),
     #[error("unsupported key type (terminus accepts RSA and ECDSA P-256/P-384 keys): {0}")]
     UnsupportedType(String),
 }
@@ -76,7 +78,19 @@ impl fmt::Debug for SigningKeyPair {
 impl SigningKeyPair {
     /// Parses an unencrypted private key in PKCS#8, PKCS#1 or SEC1 DER form.
     pub fn from_der(der: &[u8]) -> Result<Self, KeyError> {
-        if let Ok(rsa) = RsaKeyPair::from_pkcs8(der).or_else(|_| RsaKeyPair::from_der(der)) {
+        // PKCS#8 first, then PKCS#1; a size verdict from either is the answer.
+        let rsa = match RsaKeyPair::from_pkcs8(der) {
+            Err(e) if !matches!(e.description_(), "TooSmall" | "TooLarge") => {
+                RsaKeyPair::from_der(der)
+            }
+            other => other,
+        };
+        match rsa.as_ref().map_err(|e| e.description_()) {
+            Err("TooSmall") => return Err(KeyError::RsaSizeOutOfRange("smaller than")),
+            Err("TooLarge") => return Err(KeyError::RsaSizeOutOfRange("far larger than")),
+            _ => {}
+        }
+        if let Ok(rsa) = rsa {
             let bits = rsa.public_modulus_len() * 8;
             if ![2048, 3072, 4096].contains(&bits) {
                 return Err(KeyError::UnsupportedRsaSize(bits));

@@ -1,0 +1,214 @@
+//! Bad configuration and bad certificates/keys: terminus refuses to start and says which
+//! file, which line and why; `terminus check` says the same and exits non-zero.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// Runs `terminus check` and `terminus serve` on `config`; both must fail with every
+/// fragment of `expected` in their error output.
+fn assert_refused(config: &std::path::Path, expected: &[&str]) {
+    let check =
+        run(Command::new(terminus_bin()).args(["check", "--config", config.to_str().unwrap()]));
+    let serve = run(Command::new(terminus_bin())
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null()));
+    for (what, out) in [("check", check), ("serve", serve)] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what} should exit 1: {err}");
+        for fragment in expected {
+            assert!(
+                err.contains(fragment),
+                "{what}: expected {fragment:?} in:\n{err}"
+            );
+        }
+    }
+}
+
+fn server_config(
+    dir: &TestDir,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> std::path::PathBuf {
+    dir.write(
+        "bad.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n\n[[server]]\nnames = [\"localhost\"]\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+}
+
+#[test]
+fn certificate_and_key_problems_name_the_file_and_reason() {
+    let dir = TestDir::new("badkeys");
+    let good = make_cert(&dir.0, "good", KeyKind::EcdsaP256, &["localhost"]);
+    let other = make_cert(&dir.0, "other", KeyKind::EcdsaP256, &["localhost"]);
+    let ed = make_cert(&dir.0, "ed", KeyKind::Ed25519, &["localhost"]);
+    let small = make_cert(&dir.0, "small", KeyKind::Rsa(1024), &["localhost"]);
+    let encrypted = dir.path("encrypted.key");
+    openssl(&[
+        "pkey",
+        "-in",
+        good.key.to_str().unwrap(),
+        "-aes256",
+        "-passout",
+        "pass:secret",
+        "-out",
+        encrypted.to_str().unwrap(),
+    ]);
+    let empty_chain = dir.write("empty.pem", "# nothing here\n");
+    let missing = dir.path("missing.pem");
+    let line = "bad.toml:6:";
+
+    let cases: Vec<(std::path::PathBuf, std::path::PathBuf, Vec<String>)> = vec![
+        (
+            missing.clone(),
+            good.key.clone(),
+            vec![missing.display().to_string(), "cannot read".into()],
+        ),
+        (
+            good.cert.clone(),
+            dir.path("nokey.key"),
+            vec!["nokey.key".into(), "cannot read".into()],
+        ),
+        (
+            good.cert.clone(),
+            other.key.clone(),
+            vec![
+                other.key.display().to_string(),
+                "does not match the certificate".into(),
+                good.cert.display().to_string(),
+            ],
+        ),
+        (
+            good.cert.clone(),
+            encrypted.clone(),
+            vec![encrypted.display().to_string(), "encrypted".into()],
+        ),
+        (
+            ed.cert.clone(),
+            ed.key.clone(),
+            vec![ed.key.display().to_string(), "unsupported key type".into()],
+        ),
+        (
+            small.cert.clone(),
+            small.key.clone(),
+            vec![
+                small.key.display().to_string(),
+                "smaller than 2048 bits is not supported".into(),
+            ],
+        ),
+        (
+            empty_chain.clone(),
+            good.key.clone(),
+            vec![
+                empty_chain.display().to_string(),
+                "no certificate found".into(),
+            ],
+        ),
+        (
+            good.cert.clone(),
+            good.cert.clone(),
+            vec![
+                good.cert.display().to_string(),
+                "no private key found".into(),
+            ],
+        ),
+    ];
+    for (cert, key, expected) in cases {
+        let conf = server_config(&dir, &cert, &key);
+        let mut fragments: Vec<&str> = expected.iter().map(String::as_str).collect();
+        fragments.push(line);
+        assert_refused(&conf, &fragments);
+    }
+    // The same checks apply to certificates given on the command line.
+    let out = run(Command::new(terminus_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cert",
+            good.cert.to_str().unwrap(),
+            "--key",
+            other.key.to_str().unwrap(),
+        ])
+        .stdin(Stdio::null()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("does not match") && err.contains("other.key"),
+        "{err}"
+    );
+    // And a good pair passes `check`.
+    let conf = server_config(&dir, &good.cert, &good.key);
+    let out = run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn config_errors_give_file_line_and_hint() {
+    let dir = TestDir::new("badconf");
+    let cases = [
+        ("syntax.toml", "workers = 2\nlisten = [\"127.0.0.1:1\"\n", vec!["syntax.toml:3:", "expected `]`", "hint:"]),
+        ("unknown.toml", "workers = 2\n\n[tls]\nversion = [\"1.3\"]\n", vec!["unknown.toml:4:", "unknown field `version`", "versions"]),
+        ("duration.toml", "[timeouts]\nhandshake = \"soon\"\n", vec!["duration.toml:2:", "not a duration", "\"10s\""]),
+        ("listen.toml", "listen = [\"localhost\"]\n", vec!["listen.toml:1:", "not IP:PORT"]),
+        ("backend.toml", "\n[crypto]\nbackend = \"quantum\"\n", vec!["backend.toml:3:", "unknown crypto backend", "scalar"]),
+        ("version.toml", "[tls]\nversions = [\"1.1\"]\n", vec!["version.toml", "unknown TLS version"]),
+        ("suite.toml", "[tls]\ncipher_suites = [\"RC4\"]\n", vec!["suite.toml", "unknown cipher suite", "TLS13_AES_128_GCM_SHA256"]),
+        ("root.toml", "[[server]]\nnames = [\"localhost\"]\nroot = \"/does/not/exist\"\n", vec!["root.toml:3:", "/does/not/exist", "hint:"]),
+        ("twodefaults.toml", "[[server]]\nnames = [\"a\"]\ndefault = true\n[[server]]\nnames = [\"b\"]\ndefault = true\n", vec!["twodefaults.toml:5:", "more than one"]),
+        ("workers.toml", "workers = 0\n", vec!["workers.toml:1:", "between 1 and 1024"]),
+    ];
+    for (name, text, expected) in cases {
+        let conf = dir.write(name, text);
+        assert_refused(&conf, &expected);
+    }
+    let out =
+        run(Command::new(terminus_bin()).args(["check", "--config", "/nonexistent/terminus.toml"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/terminus.toml: cannot read")
+    );
+}
+
+#[test]
+fn mismatched_cert_and_key_flags_are_refused() {
+    let out = run(Command::new(terminus_bin())
+        .args(["serve", "--cert", "a.pem"])
+        .stdin(Stdio::null()));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in pairs"));
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = run(Command::new(terminus_bin()).args(["serve", "--help"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--config",
+        "--listen",
+        "--cert",
+        "--key",
+        "--root",
+        "--workers",
+        "--pin",
+        "--crypto-backend",
+        "--no-resumption",
+        "--admin",
+    ] {
+        assert!(text.contains(flag), "serve --help lacks {flag}");
+    }
+    let out = run(Command::new(terminus_bin()).arg("--help"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("serve") && text.contains("check"));
+}
