@@ -108,7 +108,10 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         pool.clone(),
     ));
 
-    let (per_worker, bound) = listener::bind_all(&config.listen, config.workers)
+    let listener::Bound {
+        per_worker,
+        addrs: bound,
+    } = listener::bind_all(&config.listen, config.workers)
         .map_err(|(addr, source)| StartError::Listen { addr, source })?;
     let admin = config
         .admin

@@ -36,13 +36,15 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(socket.into())
 }
 
+/// The sockets of every worker, and the addresses actually bound.
+pub struct Bound {
+    pub per_worker: Vec<Vec<TcpListener>>,
+    pub addrs: Vec<SocketAddr>,
+}
+
 /// Binds every address once per worker. Port 0 is resolved by the first bind and reused
-/// by the others, so all workers share one port. Returns the sockets per worker and the
-/// addresses actually bound.
-pub fn bind_all(
-    addrs: &[SocketAddr],
-    workers: usize,
-) -> Result<(Vec<Vec<TcpListener>>, Vec<SocketAddr>), (SocketAddr, io::Error)> {
+/// by the others, so all workers share one port. An error names the address.
+pub fn bind_all(addrs: &[SocketAddr], workers: usize) -> Result<Bound, (SocketAddr, io::Error)> {
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &addr in addrs {
@@ -55,5 +57,8 @@ pub fn bind_all(
         }
         bound.push(actual);
     }
-    Ok((per_worker, bound))
+    Ok(Bound {
+        per_worker,
+        addrs: bound,
+    })
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use rustls::RootCertStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,7 +20,7 @@ fn client_config(
     let mut roots = RootCertStore::empty();
     let pem = std::fs::read(ca).unwrap();
     for cert in rustls_pemfile::certs(&mut &pem[..]) {
-        roots.add(CertificateDer::from(cert.unwrap())).unwrap();
+        roots.add(cert.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)

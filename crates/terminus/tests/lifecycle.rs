@@ -42,7 +42,7 @@ fn sigterm_finishes_in_flight_request_then_exits_zero() {
     let out_file = dir.path("download.bin");
     // ~3 s at 1 MB/s: still running when the signal arrives.
     let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let mut download = Command::new("curl")
+    let download = Command::new("curl")
         .args([
             "-sS",
             "-k",

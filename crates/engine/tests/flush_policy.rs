@@ -1,0 +1,172 @@
+//! The engine's queueing and flush policy, with a backend that batches (computing with
+//! the real scalar code) and tokio's paused clock for the deadline.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use terminus_engine::{
+    scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,
+    FlushPolicy, Job, KxGroup, OpKind,
+};
+
+/// Computes batches of up to `size` with the scalar code and records each batch's size.
+struct Batching {
+    size: usize,
+    batches: Rc<RefCell<Vec<usize>>>,
+}
+
+impl Backend for Batching {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Scalar
+    }
+    fn max_batch(&self, _op: OpKind) -> usize {
+        self.size
+    }
+    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+        self.batches.borrow_mut().push(batch.len());
+        for job in batch {
+            let (op, reply) = job.into_parts();
+            reply.complete(scalar::compute(op));
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+const DELAY: Duration = Duration::from_millis(5);
+
+fn engine(size: usize) -> (Engine, Rc<RefCell<Vec<usize>>>) {
+    let batches = Rc::new(RefCell::new(Vec::new()));
+    let backend = Batching {
+        size,
+        batches: batches.clone(),
+    };
+    let metrics = Arc::new(EngineMetrics::new(BackendKind::Scalar));
+    (
+        Engine::new(
+            Box::new(backend),
+            FlushPolicy {
+                max_batch_delay: DELAY,
+            },
+            metrics,
+        ),
+        batches,
+    )
+}
+
+fn kx() -> CryptoOp {
+    CryptoOp::KxGenerate {
+        group: KxGroup::X25519,
+    }
+}
+
+fn local<F: Future>(f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, f)
+}
+
+/// Submits `n` requests concurrently and collects their results.
+async fn submit_many(engine: &Engine, n: usize) -> Vec<Result<CryptoOutput, CryptoError>> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let e = engine.clone();
+            tokio::task::spawn_local(async move { e.submit(kx()).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[test]
+fn full_batch_flushes_at_once() {
+    local(async {
+        let (engine, batches) = engine(4);
+        // Eight handshakes in flight, four asking: the queue fills and goes.
+        let _guards: Vec<_> = (0..8).map(|_| engine.handshake_started()).collect();
+        let start = tokio::time::Instant::now();
+        let results = submit_many(&engine, 4).await;
+        assert!(results.iter().all(|r| r.is_ok()));
+        assert_eq!(*batches.borrow(), vec![4]);
+        assert!(start.elapsed() < DELAY, "did not wait for the deadline");
+    });
+}
+
+#[test]
+fn everyone_parked_flushes_a_partial_batch() {
+    local(async {
+        let (engine, batches) = engine(8);
+        let _a = engine.handshake_started();
+        let _b = engine.handshake_started();
+        let start = tokio::time::Instant::now();
+        // Both handshakes in flight ask: nobody else can join, so no waiting.
+        let results = submit_many(&engine, 2).await;
+        assert!(results.iter().all(|r| r.is_ok()));
+        assert_eq!(*batches.borrow(), vec![2]);
+        assert!(start.elapsed() < DELAY);
+    });
+}
+
+#[test]
+fn lone_request_waits_at_most_the_deadline() {
+    local(async {
+        let (engine, batches) = engine(8);
+        let _asking = engine.handshake_started();
+        let _busy = engine.handshake_started(); // still reading from its socket
+        let start = tokio::time::Instant::now();
+        assert!(engine.submit(kx()).await.is_ok());
+        assert_eq!(*batches.borrow(), vec![1]);
+        let waited = start.elapsed();
+        assert!(waited >= DELAY && waited < DELAY * 2, "waited {waited:?}");
+    });
+}
+
+#[test]
+fn finishing_handshake_releases_the_waiting_batch() {
+    local(async {
+        let (engine, batches) = engine(8);
+        let _asking = engine.handshake_started();
+        let other = engine.handshake_started();
+        let e = engine.clone();
+        let waiter = tokio::task::spawn_local(async move { e.submit(kx()).await });
+        tokio::task::yield_now().await;
+        assert!(
+            batches.borrow().is_empty(),
+            "partial batch held while another handshake runs"
+        );
+        // The other handshake ends: everyone left is parked, so flush now.
+        let start = tokio::time::Instant::now();
+        drop(other);
+        assert!(waiter.await.unwrap().is_ok());
+        assert!(start.elapsed() < DELAY);
+        assert_eq!(*batches.borrow(), vec![1]);
+    });
+}
+
+#[test]
+fn scalar_backend_never_queues() {
+    local(async {
+        let metrics = Arc::new(EngineMetrics::new(BackendKind::Scalar));
+        let engine = Engine::new(
+            Box::new(terminus_engine::ScalarBackend),
+            FlushPolicy::default(),
+            metrics.clone(),
+        );
+        let _g = (engine.handshake_started(), engine.handshake_started());
+        assert!(engine.submit(kx()).await.is_ok());
+        let c = metrics.op(OpKind::X25519);
+        assert_eq!(c.requests.load(Ordering::Relaxed), 1);
+        assert_eq!(c.batches.load(Ordering::Relaxed), 1);
+        assert_eq!(c.in_queue.load(Ordering::Relaxed), 0);
+    });
+}
