@@ -98,7 +98,7 @@ pub struct LimitsSection {
 #[serde(deny_unknown_fields)]
 pub struct LogSection {
     pub access: Option<Spanned<String>>,
-    pub level: Option<String>,
+    pub level: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -459,7 +459,22 @@ impl Config {
             )?,
             max_connections: raw.limits.max_connections.unwrap_or(10_000).max(1),
             access_log,
-            log_level: raw.log.level.clone().unwrap_or_else(|| "info".into()),
+            log_level: match &raw.log.level {
+                None => "info".into(),
+                Some(l)
+                    if ["error", "warn", "info", "debug", "trace"]
+                        .contains(&l.get_ref().as_str()) =>
+                {
+                    l.get_ref().clone()
+                }
+                Some(l) => {
+                    return Err(ctx.err(
+                        Some(l.span()),
+                        format!("log level {:?} is not known", l.get_ref()),
+                        Some("use error, warn, info, debug or trace".to_owned()),
+                    ))
+                }
+            },
             admin: raw
                 .admin
                 .listen

@@ -68,9 +68,10 @@ struct ServeArgs {
     admin: Option<String>,
 }
 
-fn init_logging() {
+/// Logs to stderr at `level`, unless RUST_LOG says otherwise.
+fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -80,7 +81,6 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match cli.command {
         Command::Serve(args) => {
             if args.cert.len() != args.key.len() {
@@ -104,6 +104,11 @@ fn main() -> ExitCode {
                     admin: args.admin,
                 },
             };
+            // A config that does not load is reported by `run` itself.
+            let level = options
+                .load_config()
+                .map_or_else(|_| "info".to_owned(), |c| c.log_level);
+            init_logging(&level);
             match terminus_server::run(options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -113,6 +118,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Check { config } => {
+            init_logging("warn");
             let options = ServerOptions {
                 config_path: Some(config.clone()),
                 overrides: Overrides::default(),

@@ -212,3 +212,16 @@ fn help_documents_every_flag() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("serve") && text.contains("check"));
 }
+
+#[test]
+fn example_config_in_the_repo_is_valid() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../terminus.example.toml");
+    let out =
+        run(Command::new(terminus_bin()).args(["check", "--config", example.to_str().unwrap()]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
