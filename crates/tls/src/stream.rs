@@ -50,14 +50,6 @@ impl TlsStream {
         }
     }
 
-    pub fn connection(&self) -> &ServerConnection {
-        &self.conn
-    }
-
-    pub fn socket(&self) -> &TcpStream {
-        &self.io
-    }
-
     /// Reads TLS records from the socket into rustls and processes them.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut reader = PollIo {

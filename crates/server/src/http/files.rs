@@ -44,7 +44,7 @@ impl DocRoot {
     fn open_beneath(&self, rel: &[u8]) -> io::Result<File> {
         let rel = if rel.is_empty() { b".".as_slice() } else { rel };
         let c_path = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mut how: libc::open_how = unsafe_zeroed_open_how();
+        let mut how: libc::open_how = zeroed_open_how();
         how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
         how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
         // SAFETY: openat2 reads `how` (a fully initialised open_how of the size we pass)
@@ -80,7 +80,7 @@ impl DocRoot {
     }
 }
 
-fn unsafe_zeroed_open_how() -> libc::open_how {
+fn zeroed_open_how() -> libc::open_how {
     // SAFETY: open_how is a plain C struct of integers; all-zero is its documented
     // "no flags" value.
     unsafe { std::mem::zeroed() }
