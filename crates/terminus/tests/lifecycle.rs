@@ -321,94 +321,39 @@ fn out_of_file_descriptors_backs_off_and_recovers() {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
     let conf = config(&dir, &pair, "[timeouts]\nhandshake = \"30s\"\n");
-    // A process limit of 64 descriptors: the flood below exhausts it.
-    let logs = TestDir::new("emfile-logs");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 64 && exec {} serve --config {} --admin 127.0.0.1:0",
-            terminus_bin(),
-            conf.display()
-        ))
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(logs.path("stderr")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let (mut addr, mut admin) = (None, None);
-    while addr.is_none() {
-        let mut line = String::new();
-        assert!(
-            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0,
-            "terminus exited"
-        );
-        if let Some(a) = line.trim().strip_prefix("listening on https://") {
-            addr = Some(
-                a.trim_end_matches('/')
-                    .parse::<std::net::SocketAddr>()
-                    .unwrap(),
-            );
-        }
-        if let Some(a) = line.trim().strip_prefix("admin on http://") {
-            admin = Some(a.trim_end_matches("/metrics").to_owned());
-        }
-    }
-    let (addr, admin) = (addr.unwrap(), admin.unwrap());
-    let pid = child.id();
-    let cpu_ticks = || {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let f: Vec<u64> = stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .map(|x| x.parse().unwrap())
-            .collect();
-        f[0] + f[1]
-    };
+    // 64 descriptors for the whole process: the flood below exhausts them.
+    let server = Server::start_with_fd_limit(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        64,
+    );
     let flood: Vec<TcpStream> = (0..100)
-        .map(|_| TcpStream::connect(addr).unwrap())
+        .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let before = cpu_ticks();
+    let before = server.cpu_ticks();
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(cpu_ticks() - before < 30, "accept loop spun on EMFILE");
+    assert!(
+        server.cpu_ticks() - before < 30,
+        "accept loop spun on EMFILE"
+    );
     drop(flood);
-    std::thread::sleep(Duration::from_millis(300));
-    // Served again, and the failures were counted.
-    let resolve = format!("localhost:{}:127.0.0.1", addr.port());
-    let mut ok = false;
-    for _ in 0..20 {
-        let out = run(Command::new("curl").args([
-            "-sk",
-            "--max-time",
-            "5",
-            "--resolve",
-            &resolve,
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            &format!("https://localhost:{}/index.html", addr.port()),
-        ]));
-        if String::from_utf8_lossy(&out.stdout) == "200" {
-            ok = true;
-            break;
-        }
+    // Served again once the flood is gone, and the failures were counted and logged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(&server, &["--max-time", "5"], "/index.html") != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not serving after the flood:\n{}",
+            server.stderr()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(ok, "not serving after the flood");
-    let metrics = run(Command::new("curl").args(["-s", &format!("http://{admin}/metrics")]));
-    let errors = metric_sum(
-        &String::from_utf8_lossy(&metrics.stdout),
-        "terminus_accept_errors_total",
-        &[],
+    assert!(
+        server.metric("terminus_accept_errors_total", &[]) > 0.0,
+        "no accept errors counted"
     );
-    assert!(errors > 0.0, "no accept errors counted");
-    let stderr = std::fs::read_to_string(logs.path("stderr")).unwrap();
-    assert!(stderr.contains("backing off"), "{stderr}");
-    let _ = child.kill();
-    let _ = child.wait();
+    assert!(
+        server.stderr().contains("backing off"),
+        "{}",
+        server.stderr()
+    );
 }

@@ -175,9 +175,29 @@ impl Server {
     /// Like [`Server::start`]; with `listen_flag` false the config's listen is used
     /// (it must then be port 0 on loopback for the test to learn the port).
     pub fn start_with(args: &[&str], listen_flag: bool) -> Server {
+        Self::launch(args, listen_flag, None)
+    }
+
+    /// Like [`Server::start_with`], under a limit of `fd_limit` open files (`ulimit -n`).
+    pub fn start_with_fd_limit(args: &[&str], fd_limit: u32) -> Server {
+        Self::launch(args, false, Some(fd_limit))
+    }
+
+    fn launch(args: &[&str], listen_flag: bool, fd_limit: Option<u32>) -> Server {
         let logs = TestDir::new("logs");
         let stderr_path = logs.path("stderr.log");
-        let mut cmd = Command::new(terminus_bin());
+        let mut cmd = match fd_limit {
+            None => Command::new(terminus_bin()),
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.args([
+                    "-c",
+                    &format!("ulimit -n {n} && exec \"$0\" \"$@\""),
+                    terminus_bin(),
+                ]);
+                sh
+            }
+        };
         cmd.arg("serve").args(args);
         if listen_flag {
             cmd.args(["--listen", "127.0.0.1:0"]);
@@ -272,6 +292,21 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// utime+stime of the server process so far, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let fields: Vec<u64> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        fields[0] + fields[1]
     }
 
     /// `GET /metrics` from the admin listener.
