@@ -360,3 +360,101 @@ fn malformed_http_gets_400() {
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert_eq!(status(&server, &[], "/index.html"), 200);
 }
+
+#[test]
+fn resumption_is_on_by_default_and_off_on_request() {
+    let dir = TestDir::new("resume");
+    let sess = dir.path("session.pem");
+    let sess_s = sess.to_str().unwrap();
+    for (flags, expect_reuse) in [(&[][..], true), (&["--no-resumption"][..], false)] {
+        let server = both_certs_server(flags);
+        let _ = std::fs::remove_file(&sess);
+        for version in ["-tls1_2", "-tls1_3"] {
+            // TLS 1.3 tickets arrive after the handshake: give s_client a moment to read them.
+            let first = run(Command::new("sh").arg("-c").arg(format!(
+                "sleep 0.5 | openssl s_client -connect {} {version} -sess_out {sess_s} 2>&1",
+                server.addr
+            )));
+            assert!(String::from_utf8_lossy(&first.stdout).contains("CONNECTED"));
+            let plain = run(Command::new("sh").arg("-c").arg(format!(
+                "openssl s_client -connect {} {version} -sess_in {sess_s} < /dev/null 2>&1 | grep -E '^(Reused|New),'",
+                server.addr
+            )));
+            let line = String::from_utf8_lossy(&plain.stdout);
+            assert_eq!(
+                line.starts_with("Reused"),
+                expect_reuse,
+                "{flags:?} {version}: {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tls_versions_can_be_restricted() {
+    let f = fixture();
+    let dir = TestDir::new("versions");
+    let conf = dir.write(
+        "t.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n[tls]\nversions = [\"1.3\"]\n[[server]]\nnames = [\"localhost\"]\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            f.ecdsa.cert.display(),
+            f.ecdsa.key.display()
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    assert!(s_client(&server, &["-tls1_3"]).contains("Protocol version: TLSv1.3"));
+    let text = s_client(&server, &["-tls1_2"]);
+    assert!(
+        !text.contains("Protocol version"),
+        "TLS 1.2 accepted: {text}"
+    );
+    assert!(text.contains("alert protocol version"), "{text}");
+}
+
+#[test]
+fn access_log_records_requests() {
+    let f = fixture();
+    let dir = TestDir::new("accesslog");
+    let log = dir.path("access.log");
+    let conf = dir.write(
+        "t.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n[log]\naccess = \"{}\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            log.display(),
+            f.root.display(),
+            f.ecdsa.cert.display(),
+            f.ecdsa.key.display()
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+    assert_eq!(status(&server, &[], "/nope"), 404);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"GET /index.html HTTP/2.0\" 200"), "{text}");
+    assert!(text.contains("\"GET /nope HTTP/2.0\" 404"), "{text}");
+    assert!(text.contains("127.0.0.1:"), "{text}");
+}
+
+#[test]
+fn pin_puts_worker_i_on_cpu_i() {
+    let server = both_certs_server(&["--pin"]);
+    let pid = server.child.id();
+    let mut workers = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap();
+        if let Some(i) = comm.trim().strip_prefix("worker-") {
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            let allowed = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .unwrap()
+                .trim()
+                .to_owned();
+            assert_eq!(allowed, i, "worker-{i}");
+            workers += 1;
+        }
+    }
+    assert_eq!(workers, 2);
+}

@@ -271,7 +271,8 @@ pub async fn serve<S>(
                     "{} \"{} {} {:?}\" {} {} \"{}\"",
                     info.peer,
                     req.method(),
-                    req.uri(),
+                    // HTTP/2 requests carry an absolute URI; log what nginx's $request shows.
+                    req.uri().path_and_query().map_or("/", |p| p.as_str()),
                     req.version(),
                     resp.status().as_u16(),
                     len,
