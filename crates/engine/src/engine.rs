@@ -84,10 +84,6 @@ impl Engine {
         self.inner.backend.kind()
     }
 
-    pub fn metrics(&self) -> &Arc<EngineMetrics> {
-        &self.inner.metrics
-    }
-
     /// Registers a handshake in flight until the guard is dropped; the flush policy needs
     /// to know how many handshakes could still add requests.
     pub fn handshake_started(&self) -> HandshakeGuard {

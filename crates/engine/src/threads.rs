@@ -56,10 +56,6 @@ impl ThreadPool {
         }))
     }
 
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
     /// Operations waiting for a crypto thread right now.
     pub fn queued(&self) -> usize {
         self.tx.len()

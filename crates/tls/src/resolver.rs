@@ -107,10 +107,6 @@ impl SniResolver {
             .and_then(|(_, parent)| self.wildcard.get(parent).copied())
             .unwrap_or(self.default)
     }
-
-    pub fn host(&self, index: usize) -> &VirtualHostCerts {
-        &self.hosts[index]
-    }
 }
 
 impl ResolvesServerCert for SniResolver {
