@@ -440,21 +440,38 @@ fn access_log_records_requests() {
 fn pin_puts_worker_i_on_cpu_i() {
     let server = both_certs_server(&["--pin"]);
     let pid = server.child.id();
-    let mut workers = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let task = task.unwrap().path();
-        let comm = std::fs::read_to_string(task.join("comm")).unwrap();
-        if let Some(i) = comm.trim().strip_prefix("worker-") {
-            let status = std::fs::read_to_string(task.join("status")).unwrap();
-            let allowed = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .unwrap()
-                .trim()
-                .to_owned();
-            assert_eq!(allowed, i, "worker-{i}");
-            workers += 1;
+    // "listening" is printed once the workers are spawned; each names and pins itself
+    // as it starts, so look until both have.
+    let pinned = || -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let task = task.unwrap().path();
+            let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            if let Some(i) = comm.trim().strip_prefix("worker-") {
+                let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+                let allowed = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned();
+                found.push((i.to_owned(), allowed));
+            }
         }
+        found.sort();
+        found
+    };
+    let expected = vec![
+        ("0".to_owned(), "0".to_owned()),
+        ("1".to_owned(), "1".to_owned()),
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pinned() != expected {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workers not pinned: {:?}",
+            pinned()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert_eq!(workers, 2);
 }
