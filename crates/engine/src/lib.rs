@@ -14,6 +14,7 @@
 mod backend;
 mod engine;
 mod metrics;
+pub mod multibuffer;
 mod op;
 pub mod scalar;
 mod signing_key;

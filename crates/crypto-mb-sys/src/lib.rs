@@ -1,0 +1,74 @@
+//! Raw FFI to Intel's crypto_mb: 8-lane (AVX-512 IFMA) RSA, ECDSA and ECDH.
+//!
+//! Only the raw-limb entry points are declared, never the `_ssl_` ones that take OpenSSL
+//! BIGNUMs. Conventions (checked against OpenSSL in this crate's tests):
+//! - byte strings (RSA input/output, X25519 keys, shared secrets) are per-lane buffers;
+//! - big numbers passed as `int64u*` are little-endian 64-bit limbs;
+//! - every function returns an `mbx_status` with 4 status bits per lane ([`lane_status`]).
+#![allow(non_camel_case_types)]
+
+use std::os::raw::c_int;
+
+pub type int8u = u8;
+pub type int64u = u64;
+pub type mbx_status = u32;
+
+pub const LANES: usize = 8;
+pub const MBX_STATUS_OK: u32 = 0;
+pub const MBX_STATUS_MISMATCH_PARAM_ERR: u32 = 1;
+pub const MBX_STATUS_NULL_PARAM_ERR: u32 = 2;
+pub const MBX_STATUS_LOW_ORDER_ERR: u32 = 4;
+pub const MBX_STATUS_SIGNATURE_ERR: u32 = 8;
+
+/// The status nibble of `lane`.
+pub fn lane_status(status: mbx_status, lane: usize) -> u32 {
+    (status >> (4 * (lane & 7))) & 0xF
+}
+
+/// Opaque RSA method descriptor.
+#[repr(C)]
+pub struct mbx_RSA_Method {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    /// Non-zero when this CPU has what crypto_mb needs (AVX-512 IFMA); 0 for "detect".
+    pub fn mbx_is_crypto_mb_applicable(cpu_features: int64u) -> c_int;
+
+    pub fn mbx_x25519_public_key_mb8(
+        pa_public_key: *const *mut int8u,
+        pa_private_key: *const *const int8u,
+    ) -> mbx_status;
+
+    pub fn mbx_x25519_mb8(
+        pa_shared_key: *const *mut int8u,
+        pa_private_key: *const *const int8u,
+        pa_public_key: *const *const int8u,
+    ) -> mbx_status;
+
+    pub fn mbx_RSA_private_crt_Method(rsa_bitsize: c_int) -> *const mbx_RSA_Method;
+    pub fn mbx_RSA_pub65537_Method(rsa_bitsize: c_int) -> *const mbx_RSA_Method;
+    pub fn mbx_RSA_Method_BufSize(m: *const mbx_RSA_Method) -> c_int;
+
+    pub fn mbx_rsa_private_crt_mb8(
+        from_pa: *const *const int8u,
+        to_pa: *const *mut int8u,
+        p_pa: *const *const int64u,
+        q_pa: *const *const int64u,
+        dp_pa: *const *const int64u,
+        dq_pa: *const *const int64u,
+        iq_pa: *const *const int64u,
+        rsa_bitlen: c_int,
+        m: *const mbx_RSA_Method,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+
+    pub fn mbx_rsa_public_mb8(
+        from_pa: *const *const int8u,
+        to_pa: *const *mut int8u,
+        n_pa: *const *const int64u,
+        rsa_bitlen: c_int,
+        m: *const mbx_RSA_Method,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+}

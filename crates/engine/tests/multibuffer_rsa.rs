@@ -1,0 +1,149 @@
+//! crypto_mb's batched RSA private operation, checked lane by lane against OpenSSL's raw
+//! RSA (`pkeyutl` without padding). Skips loudly on a CPU without AVX-512 IFMA.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use terminus_engine::multibuffer::{self, rsa};
+
+fn openssl(args: &[&str]) -> Vec<u8> {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl CLI");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+struct Key {
+    pem: PathBuf,
+    crt: rsa::RsaCrtKey,
+}
+
+fn key(dir: &Path, name: &str, bits: usize) -> Key {
+    let pem = dir.join(format!("{name}.pem"));
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        &format!("rsa_keygen_bits:{bits}"),
+        "-out",
+        pem.to_str().unwrap(),
+    ]);
+    let der = openssl(&["pkey", "-in", pem.to_str().unwrap(), "-outform", "DER"]);
+    let crt = rsa::RsaCrtKey::from_der(&der).expect("PKCS#8 RSA key accepted");
+    // The PKCS#1 form parses to the same key.
+    let pkcs1 = openssl(&[
+        "rsa",
+        "-in",
+        pem.to_str().unwrap(),
+        "-outform",
+        "DER",
+        "-traditional",
+    ]);
+    assert!(rsa::RsaCrtKey::from_der(&pkcs1).is_some());
+    Key { pem, crt }
+}
+
+fn raw_private(dir: &Path, key: &Key, input: &[u8]) -> Vec<u8> {
+    let inp = dir.join("in.bin");
+    std::fs::write(&inp, input).unwrap();
+    openssl(&[
+        "pkeyutl",
+        "-decrypt",
+        "-inkey",
+        key.pem.to_str().unwrap(),
+        "-pkeyopt",
+        "rsa_padding_mode:none",
+        "-in",
+        inp.to_str().unwrap(),
+    ])
+}
+
+fn random_below_modulus(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    SystemRandom::new().fill(&mut v).unwrap();
+    v[0] &= 0x3f; // below any modulus with its top bit set
+    v
+}
+
+fn skip_without_ifma() -> bool {
+    if multibuffer::applicable() {
+        return false;
+    }
+    println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+    eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+    true
+}
+
+#[test]
+fn every_lane_count_and_mixed_keys_match_openssl() {
+    if skip_without_ifma() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("terminus-mb-rsa-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for bits in [2048, 3072, 4096] {
+        let keys: Vec<Key> = (0..3)
+            .map(|i| key(&dir, &format!("k{bits}-{i}"), bits))
+            .collect();
+        for lanes in 1..=8 {
+            let inputs: Vec<Vec<u8>> = (0..lanes).map(|_| random_below_modulus(bits / 8)).collect();
+            let batch: Vec<(&rsa::RsaCrtKey, &[u8])> = (0..lanes)
+                .map(|i| (&keys[i % keys.len()].crt, inputs[i].as_slice()))
+                .collect();
+            let results = rsa::private_crt(bits, &batch);
+            for (i, r) in results.iter().enumerate() {
+                let expected = raw_private(&dir, &keys[i % keys.len()], &inputs[i]);
+                assert_eq!(
+                    r.as_ref().unwrap(),
+                    &expected,
+                    "{bits} bits, {lanes} lanes, lane {i}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_lane_fails_alone() {
+    if skip_without_ifma() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("terminus-mb-rsa-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let k = key(&dir, "k", 2048);
+    let good: Vec<Vec<u8>> = (0..8).map(|_| random_below_modulus(256)).collect();
+    let too_big = vec![0xffu8; 256]; // not below the modulus
+    let short = vec![1u8; 100];
+    let mut batch: Vec<(&rsa::RsaCrtKey, &[u8])> =
+        good.iter().map(|g| (&k.crt, g.as_slice())).collect();
+    batch[3] = (&k.crt, &too_big);
+    batch[6] = (&k.crt, &short);
+    let results = rsa::private_crt(2048, &batch);
+    for (i, r) in results.iter().enumerate() {
+        if i == 3 || i == 6 {
+            assert_eq!(r, &Err(rsa::LaneError::BadInput), "lane {i}");
+        } else {
+            assert_eq!(
+                r.as_ref().unwrap(),
+                &raw_private(&dir, &k, &good[i]),
+                "lane {i}"
+            );
+        }
+    }
+    // A key of another size in the batch fails only its lane.
+    let k3 = key(&dir, "k3", 3072);
+    let in3 = random_below_modulus(384);
+    let results = rsa::private_crt(2048, &[(&k.crt, &good[0]), (&k3.crt, &in3)]);
+    assert!(results[0].is_ok());
+    assert_eq!(results[1], Err(rsa::LaneError::BadInput));
+    let _ = std::fs::remove_dir_all(&dir);
+}
