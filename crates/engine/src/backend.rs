@@ -13,15 +13,21 @@ use crate::op::{CryptoError, CryptoOp, CryptoOutput};
 pub enum BackendKind {
     Scalar,
     Threads,
+    Multibuffer,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 2] = [BackendKind::Scalar, BackendKind::Threads];
+    pub const ALL: [BackendKind; 3] = [
+        BackendKind::Scalar,
+        BackendKind::Threads,
+        BackendKind::Multibuffer,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Scalar => "scalar",
             BackendKind::Threads => "threads",
+            BackendKind::Multibuffer => "multibuffer",
         }
     }
 

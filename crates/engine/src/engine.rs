@@ -102,14 +102,20 @@ impl Engine {
         let started = Instant::now();
         let (job, answer) = Job::new(op);
         let parked = Parked::new(self, kind);
-        let flush_now = {
+        let (queue_full, everyone_parked) = {
             let mut st = self.inner.state.borrow_mut();
             st.queues[kind.index()].push_back(job);
-            st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind)
-                || st.everyone_parked()
+            (
+                st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind),
+                st.everyone_parked(),
+            )
         };
-        if flush_now {
+        if everyone_parked {
+            // Nothing else can join any queue now: compute everything that waits.
             self.flush_all().await;
+        } else if queue_full {
+            // Only this queue is ready; the others keep gathering.
+            self.flush(kind).await;
         } else {
             self.arm_deadline(kind);
         }

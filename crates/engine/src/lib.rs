@@ -9,7 +9,8 @@
 //! - [`ThreadPoolBackend`] sends operations to a small pool of crypto threads through a bounded
 //!   queue and receives completions asynchronously, the shape of an offload device.
 //!
-//! Batching backends (crypto_mb) plug into the same trait with a batch size above one.
+//! - [`MultibufferBackend`] batches up to 8 operations into one crypto_mb (AVX-512 IFMA)
+//!   call, computing batches below the crossover scalar.
 
 mod backend;
 mod engine;
@@ -20,9 +21,10 @@ pub mod scalar;
 mod signing_key;
 mod threads;
 
-pub use backend::{Backend, BackendKind, Job};
+pub use backend::{Backend, BackendKind, Job, Reply};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use metrics::{EngineMetrics, OpCounters};
+pub use multibuffer::MultibufferBackend;
 pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 pub use scalar::ScalarBackend;
 pub use signing_key::{KeyAlgorithm, KeyError, SigningKeyPair};

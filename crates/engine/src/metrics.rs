@@ -17,8 +17,9 @@ pub struct OpCounters {
     /// Batches handed to the backend, and the requests in them.
     pub batches: AtomicU64,
     pub batched_requests: AtomicU64,
-    /// Operations computed synchronously because no coroutine was active.
-    pub sync_fallbacks: AtomicU64,
+    /// Requests a batching backend computed one by one: their batch was below the
+    /// operation's crossover, or the request has no batched form.
+    pub scalar_computed: AtomicU64,
     /// Summed microseconds from submit to answer.
     pub latency_us_sum: AtomicU64,
 }
@@ -46,7 +47,7 @@ impl EngineMetrics {
         &self.ops[kind.index()]
     }
 
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 }

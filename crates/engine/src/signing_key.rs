@@ -10,6 +10,7 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 use rustls::SignatureScheme;
 
+use crate::multibuffer::rsa::RsaCrtKey;
 use crate::op::CryptoError;
 
 /// What kind of key this is; decides which signature schemes it can serve.
@@ -67,6 +68,9 @@ pub struct SigningKeyPair {
     pair: Pair,
     algorithm: KeyAlgorithm,
     spki: Vec<u8>,
+    /// The same RSA key as crypto_mb's CRT limbs, when it has a form the batched path
+    /// takes (two primes, e = 65537).
+    rsa_crt: Option<RsaCrtKey>,
 }
 
 impl fmt::Debug for SigningKeyPair {
@@ -105,6 +109,7 @@ impl SigningKeyPair {
                 pair: Pair::Rsa(rsa),
                 algorithm: KeyAlgorithm::Rsa { bits },
                 spki,
+                rsa_crt: RsaCrtKey::from_der(der),
             });
         }
         for (alg, algorithm) in [
@@ -130,6 +135,7 @@ impl SigningKeyPair {
                     pair: Pair::Ecdsa(ec),
                     algorithm,
                     spki,
+                    rsa_crt: None,
                 });
             }
         }
@@ -141,6 +147,11 @@ impl SigningKeyPair {
 
     pub fn algorithm(&self) -> KeyAlgorithm {
         self.algorithm
+    }
+
+    /// The key in the form the batched RSA path takes, if it has one.
+    pub fn rsa_crt(&self) -> Option<&RsaCrtKey> {
+        self.rsa_crt.as_ref()
     }
 
     /// The DER SubjectPublicKeyInfo, to check the key against its certificate.

@@ -14,7 +14,8 @@ use terminus_engine::{
     FlushPolicy, Job, KxGroup, OpKind,
 };
 
-/// Computes batches of up to `size` with the scalar code and records each batch's size.
+/// Computes batches of up to `size` (1 for signatures, as a backend without a batched
+/// form for them would) with the scalar code and records each batch's size.
 struct Batching {
     size: usize,
     batches: Rc<RefCell<Vec<usize>>>,
@@ -24,8 +25,11 @@ impl Backend for Batching {
     fn kind(&self) -> BackendKind {
         BackendKind::Scalar
     }
-    fn max_batch(&self, _op: OpKind) -> usize {
-        self.size
+    fn max_batch(&self, op: OpKind) -> usize {
+        match op {
+            OpKind::EcdsaSign => 1,
+            _ => self.size,
+        }
     }
     fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
         self.batches.borrow_mut().push(batch.len());
@@ -150,6 +154,58 @@ fn finishing_handshake_releases_the_waiting_batch() {
         assert!(waiter.await.unwrap().is_ok());
         assert!(start.elapsed() < DELAY);
         assert_eq!(*batches.borrow(), vec![1]);
+    });
+}
+
+#[test]
+fn a_full_queue_does_not_flush_the_others() {
+    local(async {
+        let (engine, batches) = engine(8);
+        let _guards: Vec<_> = (0..4).map(|_| engine.handshake_started()).collect();
+        // One key exchange waits for company...
+        let e = engine.clone();
+        let waiting = tokio::task::spawn_local(async move { e.submit(kx()).await });
+        tokio::task::yield_now().await;
+        // ...while a signature, whose queue is full at one, goes at once.
+        let dir = std::env::temp_dir().join(format!("terminus-flush-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pem = dir.join("k.pem");
+        let ok = std::process::Command::new("openssl")
+            .args([
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-outform",
+                "DER",
+                "-out",
+            ])
+            .arg(&pem)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let key = Arc::new(
+            terminus_engine::SigningKeyPair::from_der(&std::fs::read(&pem).unwrap()).unwrap(),
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let sign = CryptoOp::Sign {
+            key,
+            scheme: rustls::SignatureScheme::ECDSA_NISTP256_SHA256,
+            message: b"m".to_vec(),
+        };
+        assert!(engine.submit(sign).await.is_ok());
+        assert_eq!(
+            *batches.borrow(),
+            vec![1],
+            "only the signature was computed"
+        );
+        assert!(
+            !waiting.is_finished(),
+            "the key exchange kept waiting for its batch"
+        );
+        assert!(waiting.await.unwrap().is_ok());
+        assert_eq!(*batches.borrow(), vec![1, 1]);
     });
 }
 

@@ -196,6 +196,9 @@ pub struct Overrides {
     pub admin: Option<String>,
 }
 
+/// Values of `crypto.backend`: `auto` is multibuffer where crypto_mb runs, else scalar.
+pub const BACKENDS: [&str; 4] = ["auto", "multibuffer", "scalar", "threads"];
+
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8443";
 pub const EMBEDDED: &str = "<embedded default>";
 
@@ -397,11 +400,11 @@ impl Config {
 
         let backend = raw.crypto.backend.as_ref();
         let crypto_backend = backend.map_or("scalar".to_owned(), |b| b.get_ref().clone());
-        if !["scalar", "threads"].contains(&crypto_backend.as_str()) {
+        if !BACKENDS.contains(&crypto_backend.as_str()) {
             return Err(ctx.err(
                 backend.map(|b| b.span()),
                 format!("unknown crypto backend {crypto_backend:?}"),
-                Some("use \"scalar\" or \"threads\"".to_owned()),
+                Some("use \"auto\", \"multibuffer\", \"scalar\" or \"threads\"".to_owned()),
             ));
         }
 
@@ -530,11 +533,11 @@ impl Config {
         }
         self.pin |= o.pin;
         if let Some(b) = &o.crypto_backend {
-            if !["scalar", "threads"].contains(&b.as_str()) {
+            if !BACKENDS.contains(&b.as_str()) {
                 return Err(flag_err(
                     "--crypto-backend",
                     format!("unknown backend {b:?}"),
-                    "use scalar or threads",
+                    "use auto, multibuffer, scalar or threads",
                 ));
             }
             self.crypto_backend = b.clone();

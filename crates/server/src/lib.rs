@@ -41,6 +41,8 @@ pub enum StartError {
     Config(#[from] ConfigError),
     #[error("cannot make the self-signed certificates: {0}")]
     SelfSigned(#[from] selfsigned::SelfSignedError),
+    #[error("crypto backend multibuffer: crypto_mb cannot run on this CPU (it needs AVX-512 IFMA); use crypto.backend = \"auto\" or \"scalar\"")]
+    MultibufferUnavailable,
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -95,13 +97,13 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("certificate {names} {key}{origin} SHA256 Fingerprint={fp}");
     }
 
-    let backend = BackendKind::from_name(&config.crypto_backend).unwrap_or(BackendKind::Scalar);
+    let backend = resolve_backend(&config.crypto_backend)?;
     let pool = match backend {
         BackendKind::Threads => Some(ThreadPool::start(
             config.crypto_threads,
             config.crypto_queue_capacity,
         )?),
-        BackendKind::Scalar => None,
+        BackendKind::Scalar | BackendKind::Multibuffer => None,
     };
     let metrics = Arc::new(Metrics::new(
         Arc::new(EngineMetrics::new(backend)),
@@ -128,6 +130,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         connection_limit: Arc::new(Semaphore::new(config.max_connections)),
         shutdown: shutdown_rx.clone(),
         shutdown_grace: config.shutdown_grace,
+        backend,
         pool,
         flush_policy: FlushPolicy {
             max_batch_delay: config.max_batch_delay,
@@ -192,6 +195,20 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     }
     tracing::info!("terminus stopped");
     Ok(())
+}
+
+/// The backend `crypto.backend` names, with `auto` decided by the CPU's features.
+fn resolve_backend(name: &str) -> Result<BackendKind, StartError> {
+    let applicable = terminus_engine::multibuffer::applicable();
+    match name {
+        "auto" if applicable => Ok(BackendKind::Multibuffer),
+        "auto" => {
+            tracing::info!("crypto backend auto: crypto_mb cannot run on this CPU (no AVX-512 IFMA), computing handshake crypto scalar");
+            Ok(BackendKind::Scalar)
+        }
+        "multibuffer" if !applicable => Err(StartError::MultibufferUnavailable),
+        other => Ok(BackendKind::from_name(other).unwrap_or(BackendKind::Scalar)),
+    }
 }
 
 /// SIGHUP: build a new [`Site`] from the config file and certificates and swap it in.

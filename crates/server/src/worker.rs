@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use rustls::ServerConnection;
 use terminus_engine::{
-    Backend, Engine, EngineMetrics, FlushPolicy, ScalarBackend, ThreadPool, ThreadPoolBackend,
+    Backend, BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend, ScalarBackend,
+    ThreadPool, ThreadPoolBackend,
 };
 use terminus_tls::{handshake, HandshakeError, TlsStream};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,6 +30,8 @@ pub struct Shared {
     pub connection_limit: Arc<Semaphore>,
     pub shutdown: watch::Receiver<bool>,
     pub shutdown_grace: Duration,
+    pub backend: BackendKind,
+    /// The crypto threads, for the `threads` backend.
     pub pool: Option<Arc<ThreadPool>>,
     pub flush_policy: FlushPolicy,
 }
@@ -57,11 +60,15 @@ pub fn run(
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let backend: Box<dyn Backend> = match &shared.pool {
-            Some(pool) => Box::new(ThreadPoolBackend::new(pool.clone())),
-            None => Box::new(ScalarBackend),
-        };
         let metrics: Arc<EngineMetrics> = shared.metrics.engine.clone();
+        let backend: Box<dyn Backend> = match (shared.backend, &shared.pool) {
+            (BackendKind::Threads, Some(pool)) => Box::new(ThreadPoolBackend::new(pool.clone())),
+            (BackendKind::Multibuffer, _) => match MultibufferBackend::new(metrics.clone()) {
+                Some(b) => Box::new(b),
+                None => unreachable!("multibuffer is only chosen where crypto_mb runs"),
+            },
+            _ => Box::new(ScalarBackend),
+        };
         let worker = Rc::new(Worker {
             engine: Engine::new(backend, shared.flush_policy, metrics),
             shared,

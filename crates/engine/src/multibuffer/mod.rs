@@ -1,7 +1,12 @@
-//! The multi-buffer backend's arithmetic: safe wrappers over crypto_mb's 8-lane kernels.
+//! The multi-buffer backend and its arithmetic: safe wrappers over crypto_mb's 8-lane
+//! kernels, the RSA signature encodings they need, and the [`MultibufferBackend`].
 
+mod backend;
 mod der;
+pub mod emsa;
 pub mod rsa;
+
+pub use backend::{MultibufferBackend, RSA_CROSSOVER};
 
 /// True when this CPU can run crypto_mb (AVX-512 IFMA and friends).
 pub fn applicable() -> bool {
