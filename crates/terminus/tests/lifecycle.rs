@@ -372,6 +372,19 @@ fn out_of_file_descriptors_backs_off_and_recovers() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The admin listener shares the descriptor limit: give it the same chance to recover.
+    let admin = format!("http://{}/healthz", server.admin.unwrap());
+    while !run(Command::new("curl").args(["-sf", "--max-time", "5", &admin]))
+        .status
+        .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "admin not answering after the flood:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert!(
         server.metric("terminus_accept_errors_total", &[]) > 0.0,
         "no accept errors counted"

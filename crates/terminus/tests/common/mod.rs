@@ -313,12 +313,17 @@ impl Server {
     pub fn metrics(&self) -> String {
         let admin = self.admin.expect("server started without --admin");
         let out = run(Command::new("curl").args([
-            "-s",
+            "-sS",
             "--max-time",
             "10",
             &format!("http://{admin}/metrics"),
         ]));
-        assert!(out.status.success());
+        assert!(
+            out.status.success(),
+            "GET /metrics failed ({:?}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     }
 
