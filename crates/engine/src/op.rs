@@ -64,8 +64,14 @@ impl KxGroup {
     }
 }
 
-/// An ephemeral key-exchange private key. aws-lc-rs zeroizes it when dropped.
-pub struct KxPrivateKey(pub(crate) agreement::PrivateKey);
+/// An ephemeral key-exchange private key, in the form of the backend that made it;
+/// each backend can complete an exchange started by the other. Zeroized when dropped
+/// (aws-lc-rs does so for its keys).
+pub enum KxPrivateKey {
+    AwsLc(agreement::PrivateKey),
+    /// An X25519 scalar drawn from the OS CSPRNG, for the multi-buffer kernels.
+    X25519(Zeroizing<[u8; 32]>),
+}
 
 impl fmt::Debug for KxPrivateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

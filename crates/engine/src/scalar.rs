@@ -50,7 +50,7 @@ fn generate(group: KxGroup) -> Result<(KxPrivateKey, Vec<u8>), CryptoError> {
         .map_err(|_| CryptoError::KeyGenFailed(group.name()))?
         .as_ref()
         .to_vec();
-    Ok((KxPrivateKey(private), public))
+    Ok((KxPrivateKey::AwsLc(private), public))
 }
 
 fn agree(
@@ -58,9 +58,18 @@ fn agree(
     private_key: &KxPrivateKey,
     peer_public: &[u8],
 ) -> Result<Zeroizing<Vec<u8>>, CryptoError> {
+    let imported;
+    let private = match private_key {
+        KxPrivateKey::AwsLc(k) => k,
+        KxPrivateKey::X25519(raw) => {
+            imported = agreement::PrivateKey::from_private_key(group.algorithm(), &raw[..])
+                .map_err(|_| CryptoError::KeyGenFailed(group.name()))?;
+            &imported
+        }
+    };
     let peer = UnparsedPublicKey::new(group.algorithm(), peer_public);
     agreement::agree(
-        &private_key.0,
+        private,
         peer,
         CryptoError::BadPeerKey(group.name()),
         |secret| Ok(Zeroizing::new(secret.to_vec())),

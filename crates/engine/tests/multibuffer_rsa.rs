@@ -147,3 +147,132 @@ fn a_bad_lane_fails_alone() {
     assert_eq!(results[1], Err(rsa::LaneError::BadInput));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn backend_signatures_verify_independently() {
+    use std::sync::Arc;
+
+    use aws_lc_rs::signature::{self, UnparsedPublicKey};
+    use rustls::SignatureScheme;
+    use terminus_engine::{
+        scalar, BackendKind, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy,
+        MultibufferBackend, OpKind, SigningKeyPair,
+    };
+
+    if skip_without_ifma() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("terminus-mb-rsa-backend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pem = dir.join("k.pem");
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        pem.to_str().unwrap(),
+    ]);
+    let der = openssl(&["pkey", "-in", pem.to_str().unwrap(), "-outform", "DER"]);
+    let key = Arc::new(SigningKeyPair::from_der(&der).unwrap());
+    assert!(key.rsa_crt().is_some());
+    let rsa_pub = openssl(&[
+        "rsa",
+        "-in",
+        pem.to_str().unwrap(),
+        "-RSAPublicKey_out",
+        "-outform",
+        "DER",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let schemes = [
+        SignatureScheme::RSA_PSS_SHA256,
+        SignatureScheme::RSA_PSS_SHA384,
+        SignatureScheme::RSA_PSS_SHA512,
+        SignatureScheme::RSA_PKCS1_SHA256,
+        SignatureScheme::RSA_PKCS1_SHA384,
+        SignatureScheme::RSA_PKCS1_SHA512,
+        SignatureScheme::RSA_PSS_SHA256,
+        SignatureScheme::RSA_PKCS1_SHA256,
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, async {
+        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
+        let engine = Engine::new(
+            Box::new(MultibufferBackend::new(metrics.clone()).unwrap()),
+            FlushPolicy::default(),
+            metrics.clone(),
+        );
+        let _guards: Vec<_> = (0..9).map(|_| engine.handshake_started()).collect();
+        let tasks: Vec<_> = schemes
+            .iter()
+            .enumerate()
+            .map(|(i, &scheme)| {
+                let (e, key) = (engine.clone(), key.clone());
+                let message = format!("transcript {i}").into_bytes();
+                tokio::task::spawn_local(async move {
+                    (
+                        scheme,
+                        message.clone(),
+                        e.submit(CryptoOp::Sign {
+                            key,
+                            scheme,
+                            message,
+                        })
+                        .await,
+                    )
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (scheme, message, result) = t.await.unwrap();
+            let Ok(CryptoOutput::Signature(sig)) = result else {
+                panic!("{scheme:?}: {result:?}")
+            };
+            let alg: &dyn signature::VerificationAlgorithm = match scheme {
+                SignatureScheme::RSA_PSS_SHA256 => &signature::RSA_PSS_2048_8192_SHA256,
+                SignatureScheme::RSA_PSS_SHA384 => &signature::RSA_PSS_2048_8192_SHA384,
+                SignatureScheme::RSA_PSS_SHA512 => &signature::RSA_PSS_2048_8192_SHA512,
+                SignatureScheme::RSA_PKCS1_SHA256 => &signature::RSA_PKCS1_2048_8192_SHA256,
+                SignatureScheme::RSA_PKCS1_SHA384 => &signature::RSA_PKCS1_2048_8192_SHA384,
+                _ => &signature::RSA_PKCS1_2048_8192_SHA512,
+            };
+            UnparsedPublicKey::new(alg, &rsa_pub)
+                .verify(&message, &sig)
+                .unwrap_or_else(|_| panic!("{scheme:?} does not verify"));
+            if matches!(
+                scheme,
+                SignatureScheme::RSA_PKCS1_SHA256
+                    | SignatureScheme::RSA_PKCS1_SHA384
+                    | SignatureScheme::RSA_PKCS1_SHA512
+            ) {
+                let reference = scalar::compute(CryptoOp::Sign {
+                    key: key.clone(),
+                    scheme,
+                    message,
+                })
+                .unwrap();
+                let CryptoOutput::Signature(reference) = reference else {
+                    panic!()
+                };
+                assert_eq!(sig, reference, "{scheme:?} byte-equal to aws-lc");
+            }
+        }
+        let c = metrics.op(OpKind::RsaSign);
+        assert_eq!(
+            c.batches.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "one batch of eight"
+        );
+        assert_eq!(
+            c.scalar_computed.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "all in the mb8 call"
+        );
+    });
+}

@@ -6,16 +6,24 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use aws_lc_rs::encoding::{AsBigEndian, Curve25519SeedBin};
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use zeroize::Zeroizing;
+
 use crate::backend::{Backend, BackendKind, Job, Reply};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::rsa::{self, RsaCrtKey};
-use crate::op::{CryptoError, CryptoOp, CryptoOutput, OpKind};
+use crate::multibuffer::x25519;
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxPrivateKey, OpKind};
 use crate::scalar;
 
 /// Batches smaller than this are computed scalar. RSA-2048 here: one scalar signature
 /// costs ~0.3 ms and an mb8 call ~1.0 ms whatever its lane count, so 4 lanes and up pay.
 pub const RSA_CROSSOVER: usize = 4;
+/// X25519: one scalar operation costs about as much as a whole mb8 call (~32 µs), so
+/// batching pays from 2 lanes.
+pub const X25519_CROSSOVER: usize = 2;
 
 pub struct MultibufferBackend {
     metrics: Arc<EngineMetrics>,
@@ -89,6 +97,126 @@ impl MultibufferBackend {
     }
 }
 
+/// What one X25519 request needs from the kernels.
+struct KxLane {
+    op: CryptoOp,
+    reply: Reply,
+    private: Zeroizing<[u8; x25519::KEY_LEN]>,
+    /// This lane's private key is fresh: its public key must be computed.
+    generate: bool,
+}
+
+impl MultibufferBackend {
+    /// Runs a batch of X25519 requests: one mb8 call for the public keys of the lanes that
+    /// generate, one for the shared secrets of the lanes that agree.
+    fn x25519_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
+        if jobs.len() < X25519_CROSSOVER {
+            for (op, reply) in jobs {
+                self.scalar(op, reply);
+            }
+            return;
+        }
+        let rng = SystemRandom::new();
+        let mut lanes = Vec::with_capacity(jobs.len());
+        for (op, reply) in jobs {
+            let existing = match &op {
+                CryptoOp::KxAgree { private_key, .. } => Some(private_key),
+                _ => None,
+            };
+            let private = match existing {
+                None => {
+                    let mut fresh = Zeroizing::new([0u8; x25519::KEY_LEN]);
+                    if rng.fill(&mut fresh[..]).is_err() {
+                        reply.complete(Err(CryptoError::KeyGenFailed("x25519")));
+                        continue;
+                    }
+                    Some(fresh)
+                }
+                Some(KxPrivateKey::X25519(raw)) => Some(raw.clone()),
+                // A key the scalar path made: take its 32-byte scalar.
+                Some(KxPrivateKey::AwsLc(k)) => AsBigEndian::<Curve25519SeedBin>::as_be_bytes(k)
+                    .ok()
+                    .and_then(|seed| <[u8; x25519::KEY_LEN]>::try_from(seed.as_ref()).ok())
+                    .map(Zeroizing::new),
+            };
+            match private {
+                Some(private) => lanes.push(KxLane {
+                    generate: existing.is_none(),
+                    op,
+                    reply,
+                    private,
+                }),
+                None => self.scalar(op, reply),
+            }
+        }
+        let generating: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].generate).collect();
+        let mut publics: Vec<Option<Result<[u8; x25519::KEY_LEN], rsa::LaneError>>> =
+            vec![None; lanes.len()];
+        for chunk in generating.chunks(crypto_mb_sys::LANES) {
+            let keys: Vec<&[u8; x25519::KEY_LEN]> =
+                chunk.iter().map(|&i| &*lanes[i].private).collect();
+            for (&i, public) in chunk.iter().zip(x25519::public_keys(&keys)) {
+                publics[i] = Some(public);
+            }
+        }
+        let agreeing: Vec<usize> = (0..lanes.len())
+            .filter(|&i| {
+                matches!(
+                    lanes[i].op,
+                    CryptoOp::KxAgree { .. } | CryptoOp::KxGenerateAgree { .. }
+                )
+            })
+            .collect();
+        let mut shared = vec![None; lanes.len()];
+        for chunk in agreeing.chunks(crypto_mb_sys::LANES) {
+            let pairs: Vec<(&[u8; x25519::KEY_LEN], &[u8])> = chunk
+                .iter()
+                .map(|&i| match &lanes[i].op {
+                    CryptoOp::KxAgree { peer_public, .. }
+                    | CryptoOp::KxGenerateAgree { peer_public, .. } => {
+                        (&*lanes[i].private, peer_public.as_slice())
+                    }
+                    _ => unreachable!("filtered to agreeing lanes"),
+                })
+                .collect();
+            for (&i, secret) in chunk.iter().zip(x25519::shared_secrets(&pairs)) {
+                shared[i] = Some(secret);
+            }
+        }
+        let bad_peer = || CryptoError::BadPeerKey("x25519");
+        for (i, lane) in lanes.into_iter().enumerate() {
+            let public = publics[i]
+                .take()
+                .map(|p| p.map_err(|_| CryptoError::KeyGenFailed("x25519")));
+            let secret = shared[i].take().map(|s| {
+                s.map(|s| Zeroizing::new(s.to_vec()))
+                    .map_err(|_| bad_peer())
+            });
+            let result = match lane.op {
+                CryptoOp::KxGenerate { .. } => {
+                    public
+                        .expect("generated")
+                        .map(|public| CryptoOutput::KeyPair {
+                            private_key: KxPrivateKey::X25519(lane.private),
+                            public: public.to_vec(),
+                        })
+                }
+                CryptoOp::KxGenerateAgree { .. } => public.expect("generated").and_then(|public| {
+                    secret
+                        .expect("agreed")
+                        .map(|shared| CryptoOutput::PublicAndShared {
+                            public: public.to_vec(),
+                            shared,
+                        })
+                }),
+                CryptoOp::KxAgree { .. } => secret.expect("agreed").map(CryptoOutput::Shared),
+                CryptoOp::Sign { .. } => unreachable!("only key exchanges are X25519 lanes"),
+            };
+            lane.reply.complete(result);
+        }
+    }
+}
+
 impl Backend for MultibufferBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Multibuffer
@@ -96,22 +224,26 @@ impl Backend for MultibufferBackend {
 
     fn max_batch(&self, op: OpKind) -> usize {
         match op {
-            OpKind::RsaSign => crypto_mb_sys::LANES,
+            OpKind::RsaSign | OpKind::X25519 => crypto_mb_sys::LANES,
             _ => 1,
         }
     }
 
     fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
-        let mut rsa_jobs = Vec::new();
+        let (mut rsa_jobs, mut x25519_jobs) = (Vec::new(), Vec::new());
         for job in batch {
             let (op, reply) = job.into_parts();
             match op.kind() {
                 OpKind::RsaSign => rsa_jobs.push((op, reply)),
+                OpKind::X25519 => x25519_jobs.push((op, reply)),
                 _ => self.scalar(op, reply),
             }
         }
         if !rsa_jobs.is_empty() {
             self.rsa_batch(rsa_jobs);
+        }
+        if !x25519_jobs.is_empty() {
+            self.x25519_batch(x25519_jobs);
         }
         Box::pin(std::future::ready(()))
     }

@@ -5,8 +5,9 @@ mod backend;
 mod der;
 pub mod emsa;
 pub mod rsa;
+pub mod x25519;
 
-pub use backend::{MultibufferBackend, RSA_CROSSOVER};
+pub use backend::{MultibufferBackend, RSA_CROSSOVER, X25519_CROSSOVER};
 
 /// True when this CPU can run crypto_mb (AVX-512 IFMA and friends).
 pub fn applicable() -> bool {
