@@ -117,7 +117,21 @@ fn curl_http1_and_http2() {
 
 #[test]
 fn s_client_each_version_and_key_type() {
-    let server = both_certs_server(&[]);
+    each_version_and_key_type("scalar");
+}
+
+#[test]
+fn s_client_each_version_and_key_type_multibuffer() {
+    if !terminus_engine::multibuffer::applicable() {
+        println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+        eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+        return;
+    }
+    each_version_and_key_type("multibuffer");
+}
+
+fn each_version_and_key_type(backend: &str) {
+    let server = both_certs_server(&["--crypto-backend", backend]);
     let cases = [
         (
             ["-tls1_3", "-sigalgs", "rsa_pss_rsae_sha256"],

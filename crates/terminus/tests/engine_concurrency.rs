@@ -93,7 +93,9 @@ fn storm(server: &Server, ca: &std::path::Path, count: usize) -> Vec<String> {
     })
 }
 
-fn run_storm(key: KeyKind, key_op: &str, count: usize) {
+/// Runs `count` concurrent full handshakes against a server on `backend` and checks the
+/// engine saw every operation; returns the final metrics text.
+fn run_storm(backend: &str, key: KeyKind, key_op: &str, count: usize) -> String {
     let dir = TestDir::new("storm");
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/0kb.bin", "");
@@ -105,7 +107,7 @@ fn run_storm(key: KeyKind, key_op: &str, count: usize) {
         "--root",
         dir.path("www").to_str().unwrap(),
         "--crypto-backend",
-        "threads",
+        backend,
         "--no-resumption",
         "--workers",
         "2",
@@ -121,6 +123,7 @@ fn run_storm(key: KeyKind, key_op: &str, count: usize) {
     );
 
     let m = server.metrics();
+    let label = format!("backend=\"{backend}\"");
     let full = metric_sum(
         &m,
         "terminus_handshakes_total",
@@ -136,14 +139,14 @@ fn run_storm(key: KeyKind, key_op: &str, count: usize) {
     let signs = metric_sum(
         &m,
         "terminus_crypto_requests_total",
-        &[&format!("op=\"{key_op}\""), "backend=\"threads\""],
+        &[&format!("op=\"{key_op}\""), &label],
     );
     assert_eq!(signs as usize, count, "one engine signature per handshake");
     // TLS 1.3: one generate-and-agree request; TLS 1.2: generate, then agree.
     let kx = metric_sum(
         &m,
         "terminus_crypto_requests_total",
-        &["op=\"x25519\"", "backend=\"threads\""],
+        &["op=\"x25519\"", &label],
     );
     let tls13 = count.div_ceil(2);
     assert_eq!(
@@ -162,14 +165,47 @@ fn run_storm(key: KeyKind, key_op: &str, count: usize) {
         0.0,
         "nothing left in flight"
     );
+    m
+}
+
+/// Mean batch size of `op` in a metrics text.
+fn mean_batch(m: &str, op: &str) -> f64 {
+    let label = format!("op=\"{op}\"");
+    metric_sum(m, "terminus_crypto_batched_requests_total", &[&label])
+        / metric_sum(m, "terminus_crypto_batches_total", &[&label])
 }
 
 #[test]
 fn five_hundred_concurrent_rsa_handshakes_through_threads_backend() {
-    run_storm(KeyKind::Rsa(2048), "rsa_sign", 500);
+    run_storm("threads", KeyKind::Rsa(2048), "rsa_sign", 500);
 }
 
 #[test]
 fn five_hundred_concurrent_ecdsa_handshakes_through_threads_backend() {
-    run_storm(KeyKind::EcdsaP256, "ecdsa_sign", 500);
+    run_storm("threads", KeyKind::EcdsaP256, "ecdsa_sign", 500);
+}
+
+fn ifma() -> bool {
+    let ok = terminus_engine::multibuffer::applicable();
+    if !ok {
+        println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+        eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+    }
+    ok
+}
+
+#[test]
+fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
+    if !ifma() {
+        return;
+    }
+    let m = run_storm("multibuffer", KeyKind::Rsa(2048), "rsa_sign", 600);
+    let rsa = mean_batch(&m, "rsa_sign");
+    let x25519 = mean_batch(&m, "x25519");
+    println!("mean batch: rsa_sign {rsa:.2}, x25519 {x25519:.2}");
+    assert!(
+        rsa >= 4.0,
+        "RSA batches mostly full: mean {rsa:.2} of 8\n{m}"
+    );
+    assert!(x25519 >= 2.0, "X25519 batched: mean {x25519:.2}\n{m}");
 }

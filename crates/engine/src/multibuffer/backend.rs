@@ -48,51 +48,60 @@ impl MultibufferBackend {
             }
             return;
         }
-        let mut groups: Vec<(usize, Vec<(CryptoOp, Reply, Vec<u8>)>)> = Vec::new();
+        let mut groups: Vec<(usize, Vec<RsaLane>)> = Vec::new();
         for (op, reply) in jobs {
-            let encoded = match &op {
+            let lane = match &op {
                 CryptoOp::Sign {
                     key,
                     scheme,
                     message,
                 } => key.rsa_crt().and_then(|crt| {
-                    Encoding::for_scheme(*scheme)
-                        .and_then(|e| e.encode(message, crt.bits()))
-                        .map(|em| (crt.bits(), em))
+                    let encoded = Encoding::for_scheme(*scheme)?.encode(message, crt.bits())?;
+                    Some((crt.bits(), encoded))
                 }),
                 _ => None,
             };
-            match encoded {
-                Some((bits, em)) => match groups.iter_mut().find(|(b, _)| *b == bits) {
-                    Some((_, g)) => g.push((op, reply, em)),
-                    None => groups.push((bits, vec![(op, reply, em)])),
-                },
-                None => self.scalar(op, reply),
+            let Some((bits, encoded)) = lane else {
+                self.scalar(op, reply);
+                continue;
+            };
+            let lane = RsaLane { op, reply, encoded };
+            match groups.iter_mut().find(|(b, _)| *b == bits) {
+                Some((_, group)) => group.push(lane),
+                None => groups.push((bits, vec![lane])),
             }
         }
         for (bits, group) in groups {
-            let crt_keys: Vec<&RsaCrtKey> = group
+            let inputs: Vec<(&RsaCrtKey, &[u8])> = group
                 .iter()
-                .map(|(op, _, _)| match op {
-                    CryptoOp::Sign { key, .. } => {
-                        key.rsa_crt().expect("grouped keys have a CRT form")
-                    }
-                    _ => unreachable!("only signatures are grouped"),
-                })
+                .map(|l| (l.key(), l.encoded.as_slice()))
                 .collect();
-            let lanes: Vec<(&RsaCrtKey, &[u8])> = crt_keys
-                .iter()
-                .zip(&group)
-                .map(|(k, (_, _, em))| (*k, em.as_slice()))
-                .collect();
-            let results = rsa::private_crt(bits, &lanes);
-            for ((_, reply, _), result) in group.into_iter().zip(results) {
-                reply.complete(
+            let results = rsa::private_crt(bits, &inputs);
+            for (lane, result) in group.into_iter().zip(results) {
+                lane.reply.complete(
                     result
                         .map(CryptoOutput::Signature)
                         .map_err(|_| CryptoError::SignFailed),
                 );
             }
+        }
+    }
+}
+
+/// One RSA signature request and its encoded message.
+struct RsaLane {
+    op: CryptoOp,
+    reply: Reply,
+    encoded: Vec<u8>,
+}
+
+impl RsaLane {
+    fn key(&self) -> &RsaCrtKey {
+        match &self.op {
+            CryptoOp::Sign { key, .. } => key
+                .rsa_crt()
+                .expect("lanes are made from keys with a CRT form"),
+            _ => unreachable!("RSA lanes hold signatures"),
         }
     }
 }
