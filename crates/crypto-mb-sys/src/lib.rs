@@ -72,3 +72,16 @@ extern "C" {
         p_buffer: *mut int8u,
     ) -> mbx_status;
 }
+
+extern "C" {
+    /// ECDSA P-256 signatures. `pa_msg`: 32-byte digests; keys: 4 little-endian limbs;
+    /// `pa_sign_r`/`pa_sign_s`: 32-byte outputs. `p_buffer` is unused by the library.
+    pub fn mbx_nistp256_ecdsa_sign_mb8(
+        pa_sign_r: *const *mut int8u,
+        pa_sign_s: *const *mut int8u,
+        pa_msg: *const *const int8u,
+        pa_eph_skey: *const *const int64u,
+        pa_reg_skey: *const *const int64u,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+}

@@ -27,5 +27,5 @@ pub use metrics::{EngineMetrics, OpCounters};
 pub use multibuffer::MultibufferBackend;
 pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 pub use scalar::ScalarBackend;
-pub use signing_key::{KeyAlgorithm, KeyError, SigningKeyPair};
+pub use signing_key::{BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
 pub use threads::{ThreadPool, ThreadPoolBackend};

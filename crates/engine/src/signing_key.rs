@@ -10,6 +10,7 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 use rustls::SignatureScheme;
 
+use crate::multibuffer::ecdsa::P256Key;
 use crate::multibuffer::rsa::RsaCrtKey;
 use crate::op::CryptoError;
 
@@ -68,9 +69,16 @@ pub struct SigningKeyPair {
     pair: Pair,
     algorithm: KeyAlgorithm,
     spki: Vec<u8>,
-    /// The same RSA key as crypto_mb's CRT limbs, when it has a form the batched path
-    /// takes (two primes, e = 65537).
-    rsa_crt: Option<RsaCrtKey>,
+    /// The same key in the form crypto_mb takes, when it has one.
+    batch_key: Option<BatchKey>,
+}
+
+/// A private key as the multi-buffer kernels take it.
+#[derive(Debug)]
+pub enum BatchKey {
+    /// Two-prime RSA with e = 65537, as CRT limbs.
+    Rsa(RsaCrtKey),
+    EcdsaP256(P256Key),
 }
 
 impl fmt::Debug for SigningKeyPair {
@@ -109,7 +117,7 @@ impl SigningKeyPair {
                 pair: Pair::Rsa(rsa),
                 algorithm: KeyAlgorithm::Rsa { bits },
                 spki,
-                rsa_crt: RsaCrtKey::from_der(der),
+                batch_key: RsaCrtKey::from_der(der).map(BatchKey::Rsa),
             });
         }
         for (alg, algorithm) in [
@@ -135,7 +143,10 @@ impl SigningKeyPair {
                     pair: Pair::Ecdsa(ec),
                     algorithm,
                     spki,
-                    rsa_crt: None,
+                    batch_key: match algorithm {
+                        KeyAlgorithm::EcdsaP256 => P256Key::from_der(der).map(BatchKey::EcdsaP256),
+                        _ => None,
+                    },
                 });
             }
         }
@@ -149,9 +160,17 @@ impl SigningKeyPair {
         self.algorithm
     }
 
-    /// The key in the form the batched RSA path takes, if it has one.
+    /// The key in the form the multi-buffer kernels take, if it has one.
+    pub fn batch_key(&self) -> Option<&BatchKey> {
+        self.batch_key.as_ref()
+    }
+
+    /// The RSA CRT form, if this key has one.
     pub fn rsa_crt(&self) -> Option<&RsaCrtKey> {
-        self.rsa_crt.as_ref()
+        match &self.batch_key {
+            Some(BatchKey::Rsa(k)) => Some(k),
+            _ => None,
+        }
     }
 
     /// The DER SubjectPublicKeyInfo, to check the key against its certificate.

@@ -209,3 +209,17 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
     );
     assert!(x25519 >= 2.0, "X25519 batched: mean {x25519:.2}\n{m}");
 }
+
+#[test]
+fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
+    if !ifma() {
+        return;
+    }
+    let m = run_storm("multibuffer", KeyKind::EcdsaP256, "ecdsa_sign", 600);
+    let ecdsa = mean_batch(&m, "ecdsa_sign");
+    println!("mean batch: ecdsa_sign {ecdsa:.2}");
+    assert!(
+        ecdsa >= 4.0,
+        "ECDSA batches mostly full: mean {ecdsa:.2} of 8\n{m}"
+    );
+}

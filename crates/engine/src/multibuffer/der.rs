@@ -93,6 +93,32 @@ fn pkcs1(der: &[u8]) -> Option<RsaComponents> {
     })
 }
 
+const EC_PUBLIC_KEY_OID: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+
+/// The private scalar (big-endian) of an EC key in SEC1 `ECPrivateKey` DER (RFC 5915),
+/// or the PKCS#8 `PrivateKeyInfo` that wraps one.
+pub fn ec_private_key(der: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+    sec1(der).or_else(|| {
+        let mut outer = Reader(der);
+        let mut info = Reader(outer.take(0x30)?);
+        info.integer()?;
+        let mut alg = Reader(info.take(0x30)?);
+        if alg.take(0x06)? != EC_PUBLIC_KEY_OID {
+            return None;
+        }
+        sec1(info.take(0x04)?)
+    })
+}
+
+fn sec1(der: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+    let mut outer = Reader(der);
+    let mut seq = Reader(outer.take(0x30)?);
+    if seq.integer()? != [1] {
+        return None;
+    }
+    Some(Zeroizing::new(seq.take(0x04)?.to_vec()))
+}
+
 /// Big-endian bytes to `limbs` little-endian 64-bit limbs (zero-padded); None if too big.
 pub fn to_limbs(be: &[u8], limbs: usize) -> Option<Zeroizing<Vec<u64>>> {
     if be.len() > limbs * 8 {

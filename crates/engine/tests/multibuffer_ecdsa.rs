@@ -1,0 +1,125 @@
+//! crypto_mb's batched ECDSA P-256 signatures verified by aws-lc-rs. Skips loudly on a
+//! CPU without AVX-512 IFMA.
+
+use std::process::Command;
+
+use aws_lc_rs::signature::{UnparsedPublicKey, ECDSA_P256_SHA256_ASN1};
+use terminus_engine::multibuffer::{self, ecdsa};
+
+fn openssl(args: &[&str]) -> Vec<u8> {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl CLI");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// (key in the batched form, uncompressed public point); alternately parsed from PKCS#8
+/// and from SEC1 DER.
+fn keys(n: usize) -> Vec<(ecdsa::P256Key, Vec<u8>)> {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("terminus-mb-ecdsa-{}-{call}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = (0..n)
+        .map(|i| {
+            let pem = dir.join(format!("k{i}.pem"));
+            openssl(&[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                pem.to_str().unwrap(),
+            ]);
+            let der = if i % 2 == 0 {
+                openssl(&["pkey", "-in", pem.to_str().unwrap(), "-outform", "DER"])
+            } else {
+                openssl(&["ec", "-in", pem.to_str().unwrap(), "-outform", "DER"])
+            };
+            let spki = openssl(&[
+                "pkey",
+                "-in",
+                pem.to_str().unwrap(),
+                "-pubout",
+                "-outform",
+                "DER",
+            ]);
+            (
+                ecdsa::P256Key::from_der(&der).expect("P-256 key parses"),
+                spki[spki.len() - 65..].to_vec(),
+            )
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+fn skip_without_ifma() -> bool {
+    if multibuffer::applicable() {
+        return false;
+    }
+    println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+    eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+    true
+}
+
+#[test]
+fn signatures_verify_for_every_lane_count_and_mixed_keys() {
+    if skip_without_ifma() {
+        return;
+    }
+    let keys = keys(3);
+    for round in 0..30 {
+        for lanes in 1..=8 {
+            let messages: Vec<Vec<u8>> = (0..lanes)
+                .map(|i| format!("round {round} lane {i}").into_bytes())
+                .collect();
+            let batch: Vec<(&ecdsa::P256Key, &[u8])> = (0..lanes)
+                .map(|i| (&keys[i % 3].0, messages[i].as_slice()))
+                .collect();
+            for (i, sig) in ecdsa::sign_sha256(&batch).into_iter().enumerate() {
+                let sig = sig.unwrap();
+                UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &keys[i % 3].1)
+                    .verify(&messages[i], &sig)
+                    .unwrap_or_else(|_| {
+                        panic!("{lanes} lanes, lane {i}: signature does not verify")
+                    });
+                assert!(
+                    UnparsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &keys[i % 3].1)
+                        .verify(b"other", &sig)
+                        .is_err()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn nonces_are_fresh_for_every_signature() {
+    if skip_without_ifma() {
+        return;
+    }
+    let keys = keys(1);
+    let message = b"the same message in every lane";
+    let mut all = Vec::new();
+    for _ in 0..8 {
+        let batch: Vec<(&ecdsa::P256Key, &[u8])> =
+            (0..8).map(|_| (&keys[0].0, message.as_slice())).collect();
+        all.extend(ecdsa::sign_sha256(&batch).into_iter().map(Result::unwrap));
+    }
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        64,
+        "64 signatures of one message, all different"
+    );
+}
