@@ -34,16 +34,14 @@ fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<
         .expect("valid response")
 }
 
-/// Serves the admin endpoints on `listener` until `shutdown` turns true.
+/// Serves the admin endpoints on `listener` with `runtime` until `shutdown` turns true.
 pub fn run(
+    runtime: tokio::runtime::Runtime,
     listener: StdListener,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     runtime.block_on(async move {
         let listener = TcpListener::from_std(listener)?;
         loop {

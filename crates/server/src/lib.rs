@@ -14,7 +14,7 @@ pub mod site;
 mod worker;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread;
 
 use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, ThreadPool};
@@ -136,24 +136,56 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             max_batch_delay: config.max_batch_delay,
         },
     };
+    // Everything start-up needs is acquired before any worker accepts: a connection
+    // flood arriving with the first accept must not leave us without the descriptors
+    // for the signal runtime or a worker's event loop.
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (mut term, mut int, mut hup) = {
+        let _enter = signals.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+        )
+    };
+    let start = Arc::new(Barrier::new(config.workers + 1));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for (id, listeners) in per_worker.into_iter().enumerate() {
         let shared = shared.clone();
         let cpu = config.pin.then_some(id);
+        let (start, ready) = (start.clone(), ready_tx.clone());
         threads.push(
             thread::Builder::new()
                 .name(format!("worker-{id}"))
-                .spawn(move || worker::run(id, listeners, cpu, shared))?,
+                .spawn(move || worker::run(id, listeners, cpu, shared, ready, start))?,
         );
+    }
+    let not_ready: Vec<std::io::Error> = (0..config.workers)
+        .filter_map(|_| ready_rx.recv().ok().and_then(Result::err))
+        .collect();
+    if let Some(e) = not_ready.into_iter().next() {
+        let _ = shutdown_tx.send(true);
+        start.wait();
+        for t in threads {
+            let _ = t.join();
+        }
+        return Err(StartError::Io(e));
     }
     if let Some(listener) = admin {
         let addr = listener.local_addr()?;
         let (metrics, rx) = (metrics.clone(), shutdown_rx.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         thread::Builder::new()
             .name("admin".into())
-            .spawn(move || admin::run(listener, metrics, rx))?;
+            .spawn(move || admin::run(runtime, listener, metrics, rx))?;
         println!("admin on http://{addr}/metrics");
     }
+    start.wait();
     for addr in &bound {
         println!("listening on https://{addr}/");
     }
@@ -165,13 +197,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         config.source
     );
 
-    let signals = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     signals.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -183,8 +209,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             "shutting down: no new connections; in-flight requests get {:?}",
             config.shutdown_grace
         );
-        Ok::<_, std::io::Error>(())
-    })?;
+    });
     let _ = shutdown_tx.send(true);
     for t in threads {
         match t.join() {

@@ -6,7 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use rustls::ServerConnection;
@@ -44,11 +44,16 @@ struct Worker {
 }
 
 /// Runs worker `id` on the calling thread until shutdown has drained its connections.
+/// It reports on `ready` whether its event loop could be built, then waits at `start`
+/// until every worker and the main thread are ready, so nothing is accepted before all
+/// start-up resources are held.
 pub fn run(
     id: usize,
     listeners: Vec<std::net::TcpListener>,
     pin_cpu: Option<usize>,
     shared: Shared,
+    ready: mpsc::Sender<io::Result<()>>,
+    start: Arc<Barrier>,
 ) -> io::Result<()> {
     if let Some(cpu) = pin_cpu {
         if let Err(e) = pin_to_cpu(cpu) {
@@ -57,7 +62,19 @@ pub fn run(
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?;
+        .build();
+    let _ = ready.send(
+        runtime
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| io::Error::new(e.kind(), e.to_string())),
+    );
+    start.wait();
+    let runtime = runtime?;
+    if *shared.shutdown.borrow() {
+        // Another worker could not start: terminus is not starting.
+        return Ok(());
+    }
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let metrics: Arc<EngineMetrics> = shared.metrics.engine.clone();
