@@ -139,20 +139,26 @@ async fn accept_loop(listener: TcpListener, worker: Rc<Worker>) {
     let mut shutdown = worker.shared.shutdown.clone();
     let mut last_warning: Option<Instant> = None;
     loop {
-        // At max_connections this waits for a connection to close: no accept, no spin.
-        let permit = tokio::select! {
-            p = worker.shared.connection_limit.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-            _ = shutdown.wait_for(|&stop| stop) => return,
-        };
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = shutdown.wait_for(|&stop| stop) => return,
         };
+        // The permit is taken after accept, so a worker whose backlog is empty holds none
+        // of max_connections hostage. At the limit the accepted connection waits here for
+        // one to close and this worker accepts nothing more: no spin, and at most one
+        // waiting connection per worker beyond the limit.
+        let accepted = match accepted {
+            Ok(conn) => tokio::select! {
+                p = worker.shared.connection_limit.clone().acquire_owned() => match p {
+                    Ok(permit) => Ok((conn, permit)),
+                    Err(_) => return,
+                },
+                _ = shutdown.wait_for(|&stop| stop) => return,
+            },
+            Err(e) => Err(e),
+        };
         match accepted {
-            Ok((socket, peer)) => {
+            Ok(((socket, peer), permit)) => {
                 tokio::task::spawn_local(connection(socket, peer, permit, worker.clone()));
                 // One accept per scheduler pass, like nginx without multi_accept:
                 // connections already in progress finish before the backlog is drained,

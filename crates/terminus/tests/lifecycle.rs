@@ -316,7 +316,7 @@ fn at_max_connections_new_clients_wait_instead_of_spinning() {
             .collect();
         f[0] + f[1]
     };
-    // Four silent clients: two are accepted, two wait in the kernel's backlog.
+    // Four silent clients: two are served, the others wait (accepted or in the backlog).
     let clients: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
