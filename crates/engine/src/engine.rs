@@ -155,7 +155,15 @@ impl Engine {
             let counters = self.inner.metrics.op(kind);
             EngineMetrics::add(&counters.batches, 1);
             EngineMetrics::add(&counters.batched_requests, batch.len() as u64);
+            counters.batch(batch.len());
+            let now = Instant::now();
+            for job in &batch {
+                counters
+                    .queue_wait
+                    .observe(now.duration_since(job.queued_at));
+            }
             self.inner.backend.dispatch(batch).await;
+            counters.dispatch.observe(now.elapsed());
         }
     }
 

@@ -23,7 +23,7 @@ mod threads;
 
 pub use backend::{Backend, BackendKind, Job, Reply};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
-pub use metrics::{EngineMetrics, OpCounters};
+pub use metrics::{EngineMetrics, Histogram, OpCounters};
 pub use multibuffer::MultibufferBackend;
 pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 pub use scalar::ScalarBackend;

@@ -6,63 +6,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_engine::{EngineMetrics, OpKind, ThreadPool};
+use terminus_engine::{EngineMetrics, Histogram, OpKind, ThreadPool};
 use terminus_tls::TrafficCounters;
-
-/// A fixed-bucket histogram of durations.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    buckets: Vec<AtomicU64>,
-    count: AtomicU64,
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
-            sum_us: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|&b| secs <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(
-            out,
-            "{name}_sum{braces} {}",
-            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{name}_count{braces} {count}");
-    }
-}
 
 const HANDSHAKE_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -327,6 +272,63 @@ impl Metrics {
             "Summed submit-to-answer time.",
             &|op| format!("{}", load(&e.op(op).latency_us_sum) as f64 / 1e6),
         );
+        header(
+            o,
+            "terminus_crypto_batch_size",
+            "histogram",
+            "Requests per batch handed to the backend.",
+        );
+        for op in OpKind::ALL {
+            let c = e.op(op);
+            let labels = format!("op=\"{}\",backend=\"{backend}\"", op.name());
+            let mut cumulative = 0;
+            for (i, n) in c.batch_sizes.iter().enumerate() {
+                cumulative += load(n);
+                let _ = writeln!(
+                    o,
+                    "terminus_crypto_batch_size_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                    i + 1
+                );
+            }
+            let _ = writeln!(
+                o,
+                "terminus_crypto_batch_size_bucket{{{labels},le=\"+Inf\"}} {cumulative}"
+            );
+            let _ = writeln!(
+                o,
+                "terminus_crypto_batch_size_sum{{{labels}}} {}",
+                load(&c.batched_requests)
+            );
+            let _ = writeln!(
+                o,
+                "terminus_crypto_batch_size_count{{{labels}}} {}",
+                load(&c.batches)
+            );
+        }
+        header(
+            o,
+            "terminus_crypto_queue_wait_seconds",
+            "histogram",
+            "Submit to hand-over to the backend, per request.",
+        );
+        for op in OpKind::ALL {
+            let labels = format!("op=\"{}\",backend=\"{backend}\"", op.name());
+            e.op(op)
+                .queue_wait
+                .render(o, "terminus_crypto_queue_wait_seconds", &labels);
+        }
+        header(
+            o,
+            "terminus_crypto_dispatch_seconds",
+            "histogram",
+            "One backend dispatch: compute time for backends that compute on the worker, hand-over for threads.",
+        );
+        for op in OpKind::ALL {
+            let labels = format!("op=\"{}\",backend=\"{backend}\"", op.name());
+            e.op(op)
+                .dispatch
+                .render(o, "terminus_crypto_dispatch_seconds", &labels);
+        }
         header(
             o,
             "terminus_crypto_sync_fallbacks_total",

@@ -208,6 +208,35 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
         "RSA batches mostly full: mean {rsa:.2} of 8\n{m}"
     );
     assert!(x25519 >= 2.0, "X25519 batched: mean {x25519:.2}\n{m}");
+    // The histograms agree with the counters.
+    let op = "op=\"rsa_sign\"";
+    let batches = metric_sum(&m, "terminus_crypto_batches_total", &[op]);
+    assert_eq!(
+        metric_sum(&m, "terminus_crypto_batch_size_count", &[op]),
+        batches
+    );
+    assert_eq!(
+        metric_sum(
+            &m,
+            "terminus_crypto_batch_size_bucket",
+            &[op, "le=\"+Inf\""]
+        ),
+        batches
+    );
+    assert_eq!(
+        metric_sum(&m, "terminus_crypto_dispatch_seconds_count", &[op]),
+        batches
+    );
+    assert_eq!(
+        metric_sum(&m, "terminus_crypto_queue_wait_seconds_count", &[op]),
+        600.0
+    );
+    let full = metric_sum(&m, "terminus_crypto_batch_size_bucket", &[op, "le=\"8\""])
+        - metric_sum(&m, "terminus_crypto_batch_size_bucket", &[op, "le=\"7\""]);
+    assert!(
+        full >= batches / 2.0,
+        "most batches have 8 requests: {full} of {batches}"
+    );
 }
 
 #[test]
