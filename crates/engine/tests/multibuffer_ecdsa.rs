@@ -1,31 +1,17 @@
 //! crypto_mb's batched ECDSA P-256 signatures verified by aws-lc-rs. Skips loudly on a
 //! CPU without AVX-512 IFMA.
 
-use std::process::Command;
+mod common;
 
 use aws_lc_rs::signature::{UnparsedPublicKey, ECDSA_P256_SHA256_ASN1};
-use terminus_engine::multibuffer::{self, ecdsa};
-
-fn openssl(args: &[&str]) -> Vec<u8> {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl CLI");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+use common::{openssl, skip_without_ifma, TempDir};
+use terminus_engine::multibuffer::ecdsa;
 
 /// (key in the batched form, uncompressed public point); alternately parsed from PKCS#8
 /// and from SEC1 DER.
 fn keys(n: usize) -> Vec<(ecdsa::P256Key, Vec<u8>)> {
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("terminus-mb-ecdsa-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TempDir::new("mb-ecdsa");
+    let dir = tmp.path();
     let out = (0..n)
         .map(|i| {
             let pem = dir.join(format!("k{i}.pem"));
@@ -57,17 +43,7 @@ fn keys(n: usize) -> Vec<(ecdsa::P256Key, Vec<u8>)> {
             )
         })
         .collect();
-    let _ = std::fs::remove_dir_all(&dir);
     out
-}
-
-fn skip_without_ifma() -> bool {
-    if multibuffer::applicable() {
-        return false;
-    }
-    println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    true
 }
 
 #[test]

@@ -1,24 +1,13 @@
 //! crypto_mb's batched RSA private operation, checked lane by lane against OpenSSL's raw
 //! RSA (`pkeyutl` without padding). Skips loudly on a CPU without AVX-512 IFMA.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use terminus_engine::multibuffer::{self, rsa};
-
-fn openssl(args: &[&str]) -> Vec<u8> {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl CLI");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+use common::{openssl, skip_without_ifma, TempDir};
+use terminus_engine::multibuffer::rsa;
 
 struct Key {
     pem: PathBuf,
@@ -73,25 +62,16 @@ fn random_below_modulus(len: usize) -> Vec<u8> {
     v
 }
 
-fn skip_without_ifma() -> bool {
-    if multibuffer::applicable() {
-        return false;
-    }
-    println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    true
-}
-
 #[test]
 fn every_lane_count_and_mixed_keys_match_openssl() {
     if skip_without_ifma() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("terminus-mb-rsa-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TempDir::new("mb-rsa");
+    let dir = tmp.path();
     for bits in [2048, 3072, 4096] {
         let keys: Vec<Key> = (0..3)
-            .map(|i| key(&dir, &format!("k{bits}-{i}"), bits))
+            .map(|i| key(dir, &format!("k{bits}-{i}"), bits))
             .collect();
         for lanes in 1..=8 {
             let inputs: Vec<Vec<u8>> = (0..lanes).map(|_| random_below_modulus(bits / 8)).collect();
@@ -100,7 +80,7 @@ fn every_lane_count_and_mixed_keys_match_openssl() {
                 .collect();
             let results = rsa::private_crt(bits, &batch);
             for (i, r) in results.iter().enumerate() {
-                let expected = raw_private(&dir, &keys[i % keys.len()], &inputs[i]);
+                let expected = raw_private(dir, &keys[i % keys.len()], &inputs[i]);
                 assert_eq!(
                     r.as_ref().unwrap(),
                     &expected,
@@ -109,7 +89,6 @@ fn every_lane_count_and_mixed_keys_match_openssl() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -117,9 +96,9 @@ fn a_bad_lane_fails_alone() {
     if skip_without_ifma() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("terminus-mb-rsa-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let k = key(&dir, "k", 2048);
+    let tmp = TempDir::new("mb-rsa-bad");
+    let dir = tmp.path();
+    let k = key(dir, "k", 2048);
     let good: Vec<Vec<u8>> = (0..8).map(|_| random_below_modulus(256)).collect();
     let too_big = vec![0xffu8; 256]; // not below the modulus
     let short = vec![1u8; 100];
@@ -134,18 +113,17 @@ fn a_bad_lane_fails_alone() {
         } else {
             assert_eq!(
                 r.as_ref().unwrap(),
-                &raw_private(&dir, &k, &good[i]),
+                &raw_private(dir, &k, &good[i]),
                 "lane {i}"
             );
         }
     }
     // A key of another size in the batch fails only its lane.
-    let k3 = key(&dir, "k3", 3072);
+    let k3 = key(dir, "k3", 3072);
     let in3 = random_below_modulus(384);
     let results = rsa::private_crt(2048, &[(&k.crt, &good[0]), (&k3.crt, &in3)]);
     assert!(results[0].is_ok());
     assert_eq!(results[1], Err(rsa::LaneError::BadInput));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -162,8 +140,8 @@ fn backend_signatures_verify_independently() {
     if skip_without_ifma() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("terminus-mb-rsa-backend-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TempDir::new("mb-rsa-backend");
+    let dir = tmp.path();
     let pem = dir.join("k.pem");
     openssl(&[
         "genpkey",
@@ -185,7 +163,6 @@ fn backend_signatures_verify_independently() {
         "-outform",
         "DER",
     ]);
-    let _ = std::fs::remove_dir_all(&dir);
 
     let schemes = [
         SignatureScheme::RSA_PSS_SHA256,

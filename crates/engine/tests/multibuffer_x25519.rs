@@ -1,24 +1,18 @@
 //! crypto_mb's batched X25519 against aws-lc-rs, and the multibuffer backend's handling
 //! of mixed key-exchange requests. Skips loudly on a CPU without AVX-512 IFMA.
 
+mod common;
+
 use std::sync::Arc;
 
 use aws_lc_rs::agreement::{self, UnparsedPublicKey};
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use terminus_engine::multibuffer::{self, x25519};
+use common::skip_without_ifma;
+use terminus_engine::multibuffer::x25519;
 use terminus_engine::{
     scalar, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy,
     KxGroup, KxPrivateKey, MultibufferBackend, OpKind,
 };
-
-fn skip_without_ifma() -> bool {
-    if multibuffer::applicable() {
-        return false;
-    }
-    println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    true
-}
 
 fn random_key() -> [u8; 32] {
     let mut k = [0u8; 32];

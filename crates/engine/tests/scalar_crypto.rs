@@ -1,42 +1,15 @@
 //! The scalar backend's results checked against an independent implementation: the
 //! OpenSSL command line.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use common::{openssl, TempDir};
 use rustls::SignatureScheme;
 use terminus_engine::{scalar, CryptoError, CryptoOp, CryptoOutput, KxGroup, SigningKeyPair};
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("terminus-engine-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn openssl(args: &[&str]) -> std::process::Output {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl CLI");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn keygen(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, Arc<SigningKeyPair>) {
     let pem = dir.join(format!("{name}.pem"));
@@ -110,7 +83,7 @@ fn openssl_verify(
 
 #[test]
 fn rsa_signatures_match_openssl() {
-    let dir = Dir::new("rsa");
+    let dir = TempDir::new("rsa");
     for bits in [2048, 3072, 4096] {
         let (pem, key) = keygen(
             &dir.0,
@@ -138,8 +111,7 @@ fn rsa_signatures_match_openssl() {
                 "-sign",
                 pem.to_str().unwrap(),
                 msg.to_str().unwrap(),
-            ])
-            .stdout;
+            ]);
             assert_eq!(ours, theirs, "{bits} {scheme:?}");
         }
         for (scheme, digest) in [
@@ -174,7 +146,7 @@ fn rsa_signatures_match_openssl() {
 
 #[test]
 fn ecdsa_signatures_verify_with_openssl_and_never_repeat() {
-    let dir = Dir::new("ecdsa");
+    let dir = TempDir::new("ecdsa");
     for (curve, scheme, digest) in [
         ("P-256", SignatureScheme::ECDSA_NISTP256_SHA256, "-sha256"),
         ("P-384", SignatureScheme::ECDSA_NISTP384_SHA384, "-sha384"),
@@ -270,7 +242,7 @@ fn key_exchange_both_sides_agree() {
 
 #[test]
 fn x25519_matches_openssl() {
-    let dir = Dir::new("x25519");
+    let dir = TempDir::new("x25519");
     let theirs = dir.0.join("peer.pem");
     openssl(&[
         "genpkey",
@@ -286,8 +258,7 @@ fn x25519_matches_openssl() {
         "-pubout",
         "-outform",
         "DER",
-    ])
-    .stdout;
+    ]);
     let their_pub = der[der.len() - 32..].to_vec();
     let (ours, our_pub) = generate(KxGroup::X25519);
     let shared = match scalar::compute(CryptoOp::KxAgree {
@@ -314,7 +285,6 @@ fn x25519_matches_openssl() {
         our_pub_der.to_str().unwrap(),
         "-peerform",
         "DER",
-    ])
-    .stdout;
+    ]);
     assert_eq!(*shared, their_shared);
 }

@@ -302,26 +302,12 @@ fn at_max_connections_new_clients_wait_instead_of_spinning() {
         &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
         false,
     );
-    let pid = server.child.id();
-    let cpu_ticks = || {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let f: Vec<u64> = stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .map(|x| x.parse().unwrap())
-            .collect();
-        f[0] + f[1]
-    };
     // Four silent clients: two are served, the others wait (accepted or in the backlog).
     let clients: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let before = cpu_ticks();
+    let before = server.cpu_ticks();
     for _ in 0..5 {
         assert_eq!(
             server.metric("terminus_connections_open", &[]),
@@ -331,7 +317,7 @@ fn at_max_connections_new_clients_wait_instead_of_spinning() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(
-        cpu_ticks() - before < 20,
+        server.cpu_ticks() - before < 20,
         "the server spun while at its connection limit"
     );
     drop(clients);
