@@ -399,7 +399,7 @@ impl Config {
         }
 
         let backend = raw.crypto.backend.as_ref();
-        let crypto_backend = backend.map_or("scalar".to_owned(), |b| b.get_ref().clone());
+        let crypto_backend = backend.map_or("auto".to_owned(), |b| b.get_ref().clone());
         if !BACKENDS.contains(&crypto_backend.as_str()) {
             return Err(ctx.err(
                 backend.map(|b| b.span()),
@@ -593,7 +593,7 @@ mod tests {
         let c = parse("").unwrap();
         assert_eq!(c.listen, vec![DEFAULT_LISTEN.parse().unwrap()]);
         assert_eq!(c.servers.len(), 1);
-        assert_eq!(c.crypto_backend, "scalar");
+        assert_eq!(c.crypto_backend, "auto");
         assert!(c.session_tickets);
     }
 
