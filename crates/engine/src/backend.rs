@@ -79,7 +79,8 @@ pub trait Backend {
     /// so a queue is flushed as soon as it holds a request.
     fn max_batch(&self, op: crate::OpKind) -> usize;
 
-    /// Starts computing `batch`. The returned future resolves once the backend has
+    /// Starts computing `batch`, whose requests are all of one [`crate::OpKind`] (the
+    /// engine flushes one queue at a time). The returned future resolves once the backend has
     /// accepted every job (a bounded offload queue makes it wait: that is the
     /// back-pressure); results arrive through each job's [`Reply`], now or later.
     fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>>;

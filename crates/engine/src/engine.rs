@@ -99,8 +99,8 @@ impl Engine {
         let counters = self.inner.metrics.op(kind);
         EngineMetrics::add(&counters.requests, 1);
         counters.in_queue.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
         let (job, answer) = Job::new(op);
+        let started = job.queued_at;
         let parked = Parked::new(self, kind);
         let (queue_full, everyone_parked) = {
             let mut st = self.inner.state.borrow_mut();

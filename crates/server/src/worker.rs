@@ -281,10 +281,12 @@ async fn connection(
     );
     let h2 = conn.alpn_protocol() == Some(b"h2");
     let sni = conn.server_name().map(str::to_owned);
+    let sni_host = sni.as_deref().map(|name| site.resolver.lookup(Some(name)));
     let stream = TlsStream::new(socket, conn, metrics.traffic.clone());
     let info = ConnectionInfo {
         site,
         sni,
+        sni_host,
         peer,
         metrics: metrics.clone(),
     };

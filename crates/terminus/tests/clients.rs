@@ -290,6 +290,21 @@ key = "{}"
         let out = curl_host(&server, host, &[], "/");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), body, "{host}");
     }
+    // Without SNI (curl sends none to an IP address) the Host header chooses per request.
+    for (host, body) in [
+        ("a.test", "site A"),
+        ("x.example.com:443", "site wildcard"),
+        ("nowhere.test", "site fallback"),
+    ] {
+        let out = run(Command::new("curl")
+            .args(["-sk", "-H", &format!("Host: {host}")])
+            .arg(format!("https://127.0.0.1:{}/", server.port())));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            body,
+            "Host: {host}"
+        );
+    }
 }
 
 #[test]

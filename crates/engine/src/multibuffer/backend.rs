@@ -45,44 +45,57 @@ impl MultibufferBackend {
         reply.complete(scalar::compute(op));
     }
 
-    /// Signs a batch of RSA requests: grouped by key size, encoded, one mb8 call each.
-    fn rsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
-        if jobs.len() < RSA_CROSSOVER {
-            for (op, reply) in jobs {
-                self.scalar(op, reply);
-            }
-            return;
-        }
-        let mut groups: Vec<(usize, Vec<RsaLane>)> = Vec::new();
+    /// Computes `jobs` one by one: a batch below its operation's crossover.
+    fn scalar_all(&self, jobs: impl IntoIterator<Item = (CryptoOp, Reply)>) {
         for (op, reply) in jobs {
-            let lane = match &op {
-                CryptoOp::Sign {
-                    key,
-                    scheme,
-                    message,
-                } => key.rsa_crt().and_then(|crt| {
-                    let encoded = Encoding::for_scheme(*scheme)?.encode(message, crt.bits())?;
-                    Some((crt.bits(), encoded))
-                }),
+            self.scalar(op, reply);
+        }
+    }
+
+    /// Signs a batch of RSA requests: grouped by key size, each group of at least
+    /// [`RSA_CROSSOVER`] encoded and computed in one mb8 call.
+    fn rsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
+        let mut groups: Vec<(usize, Vec<(CryptoOp, Reply)>)> = Vec::new();
+        for (op, reply) in jobs {
+            let bits = match &op {
+                CryptoOp::Sign { key, .. } => key.rsa_crt().map(RsaCrtKey::bits),
                 _ => None,
             };
-            let Some((bits, encoded)) = lane else {
-                self.scalar(op, reply);
-                continue;
-            };
-            let lane = RsaLane { op, reply, encoded };
-            match groups.iter_mut().find(|(b, _)| *b == bits) {
-                Some((_, group)) => group.push(lane),
-                None => groups.push((bits, vec![lane])),
+            match bits {
+                Some(bits) => match groups.iter_mut().find(|(b, _)| *b == bits) {
+                    Some((_, group)) => group.push((op, reply)),
+                    None => groups.push((bits, vec![(op, reply)])),
+                },
+                None => self.scalar(op, reply),
             }
         }
         for (bits, group) in groups {
-            let inputs: Vec<(&RsaCrtKey, &[u8])> = group
+            if group.len() < RSA_CROSSOVER {
+                self.scalar_all(group);
+                continue;
+            }
+            let mut lanes = Vec::with_capacity(group.len());
+            for (op, reply) in group {
+                let encoded = match &op {
+                    CryptoOp::Sign {
+                        scheme, message, ..
+                    } => Encoding::for_scheme(*scheme).and_then(|e| e.encode(message, bits)),
+                    _ => None,
+                };
+                match encoded {
+                    Some(encoded) => lanes.push(RsaLane { op, reply, encoded }),
+                    None => self.scalar(op, reply),
+                }
+            }
+            if lanes.is_empty() {
+                continue;
+            }
+            let inputs: Vec<(&RsaCrtKey, &[u8])> = lanes
                 .iter()
                 .map(|l| (l.key(), l.encoded.as_slice()))
                 .collect();
             let results = rsa::private_crt(bits, &inputs);
-            for (lane, result) in group.into_iter().zip(results) {
+            for (lane, result) in lanes.into_iter().zip(results) {
                 lane.reply.complete(
                     result
                         .map(CryptoOutput::Signature)
@@ -91,43 +104,12 @@ impl MultibufferBackend {
             }
         }
     }
-}
 
-/// One RSA signature request and its encoded message.
-struct RsaLane {
-    op: CryptoOp,
-    reply: Reply,
-    encoded: Vec<u8>,
-}
-
-impl RsaLane {
-    fn key(&self) -> &RsaCrtKey {
-        match &self.op {
-            CryptoOp::Sign { key, .. } => key
-                .rsa_crt()
-                .expect("lanes are made from keys with a CRT form"),
-            _ => unreachable!("RSA lanes hold signatures"),
-        }
-    }
-}
-
-/// What one X25519 request needs from the kernels.
-struct KxLane {
-    op: CryptoOp,
-    reply: Reply,
-    private: Zeroizing<[u8; x25519::KEY_LEN]>,
-    /// This lane's private key is fresh: its public key must be computed.
-    generate: bool,
-}
-
-impl MultibufferBackend {
     /// Runs a batch of X25519 requests: one mb8 call for the public keys of the lanes that
     /// generate, one for the shared secrets of the lanes that agree.
     fn x25519_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
         if jobs.len() < X25519_CROSSOVER {
-            for (op, reply) in jobs {
-                self.scalar(op, reply);
-            }
+            self.scalar_all(jobs);
             return;
         }
         let rng = SystemRandom::new();
@@ -229,9 +211,7 @@ impl MultibufferBackend {
             lane.reply.complete(result);
         }
     }
-}
 
-impl MultibufferBackend {
     /// Signs a batch of ECDSA requests; P-256 keys in one mb8 call, others scalar.
     fn ecdsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
         let (mut lanes, mut replies) = (Vec::new(), Vec::new());
@@ -249,9 +229,7 @@ impl MultibufferBackend {
             }
         }
         if lanes.len() < ECDSA_CROSSOVER {
-            for (op, reply) in lanes.into_iter().zip(replies) {
-                self.scalar(op, reply);
-            }
+            self.scalar_all(lanes.into_iter().zip(replies));
             return;
         }
         let inputs: Vec<(&P256Key, &[u8])> = lanes
@@ -287,25 +265,41 @@ impl Backend for MultibufferBackend {
     }
 
     fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
-        let (mut rsa_jobs, mut ecdsa_jobs, mut x25519_jobs) = (Vec::new(), Vec::new(), Vec::new());
-        for job in batch {
-            let (op, reply) = job.into_parts();
-            match op.kind() {
-                OpKind::RsaSign => rsa_jobs.push((op, reply)),
-                OpKind::EcdsaSign => ecdsa_jobs.push((op, reply)),
-                OpKind::X25519 => x25519_jobs.push((op, reply)),
-                _ => self.scalar(op, reply),
-            }
-        }
-        if !ecdsa_jobs.is_empty() {
-            self.ecdsa_batch(ecdsa_jobs);
-        }
-        if !rsa_jobs.is_empty() {
-            self.rsa_batch(rsa_jobs);
-        }
-        if !x25519_jobs.is_empty() {
-            self.x25519_batch(x25519_jobs);
+        let jobs: Vec<(CryptoOp, Reply)> = batch.into_iter().map(Job::into_parts).collect();
+        // A batch holds one operation kind (see `Backend::dispatch`).
+        match jobs.first().map(|(op, _)| op.kind()) {
+            Some(OpKind::RsaSign) => self.rsa_batch(jobs),
+            Some(OpKind::EcdsaSign) => self.ecdsa_batch(jobs),
+            Some(OpKind::X25519) => self.x25519_batch(jobs),
+            _ => self.scalar_all(jobs),
         }
         Box::pin(std::future::ready(()))
     }
+}
+
+/// One RSA signature request and its encoded message.
+struct RsaLane {
+    op: CryptoOp,
+    reply: Reply,
+    encoded: Vec<u8>,
+}
+
+impl RsaLane {
+    fn key(&self) -> &RsaCrtKey {
+        match &self.op {
+            CryptoOp::Sign { key, .. } => key
+                .rsa_crt()
+                .expect("lanes are made from keys with a CRT form"),
+            _ => unreachable!("RSA lanes hold signatures"),
+        }
+    }
+}
+
+/// What one X25519 request needs from the kernels.
+struct KxLane {
+    op: CryptoOp,
+    reply: Reply,
+    private: Zeroizing<[u8; x25519::KEY_LEN]>,
+    /// This lane's private key is fresh: its public key must be computed.
+    generate: bool,
 }

@@ -86,19 +86,13 @@ fn zeroed_open_how() -> libc::open_how {
     unsafe { std::mem::zeroed() }
 }
 
-/// Answers a request for `raw_path` (the URI path, still percent-encoded) from `root`.
+/// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `root`.
 pub fn serve(
     root: &DocRoot,
     method: &Method,
     raw_path: &str,
     headers: &HeaderMap,
 ) -> Response<Body> {
-    if method != Method::GET && method != Method::HEAD {
-        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return resp;
-    }
     let Some((rel, wants_dir)) = normalise(raw_path) else {
         return error_response(StatusCode::BAD_REQUEST, method);
     };

@@ -57,12 +57,6 @@ pub(crate) fn error_response(status: StatusCode, method: &Method) -> Response<Bo
 }
 
 fn builtin_page(method: &Method, path: &str) -> Response<Body> {
-    if method != Method::GET && method != Method::HEAD {
-        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return resp;
-    }
     if path != "/" && path != "/index.html" {
         return error_response(StatusCode::NOT_FOUND, method);
     }
@@ -84,22 +78,30 @@ fn builtin_page(method: &Method, path: &str) -> Response<Body> {
 pub struct ConnectionInfo {
     pub site: Arc<Site>,
     pub sni: Option<String>,
+    /// The virtual host SNI chose, fixed for the connection; without SNI each request's
+    /// Host header chooses.
+    pub sni_host: Option<usize>,
     pub peer: SocketAddr,
     pub metrics: Arc<Metrics>,
 }
 
 fn handle(req: &Request<Incoming>, info: &ConnectionInfo) -> Response<Body> {
-    let host_header = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or(req.uri().host())
-        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
-    let index = info
-        .site
-        .resolver
-        .lookup(info.sni.as_deref().or(host_header));
     let method = req.method();
+    if method != Method::GET && method != Method::HEAD {
+        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    }
+    let index = info.sni_host.unwrap_or_else(|| {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or(req.uri().host())
+            .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+        info.site.resolver.lookup(host)
+    });
     let path = req.uri().path();
     match &info.site.hosts[index].content {
         Content::Files(root) => files::serve(root, method, path, req.headers()),
