@@ -74,6 +74,57 @@ extern "C" {
 }
 
 extern "C" {
+    /// ECDSA P-384 signatures: as [`mbx_nistp256_ecdsa_sign_mb8`] with 48-byte digests and
+    /// outputs and 6-limb keys.
+    pub fn mbx_nistp384_ecdsa_sign_mb8(
+        pa_sign_r: *const *mut int8u,
+        pa_sign_s: *const *mut int8u,
+        pa_msg: *const *const int8u,
+        pa_eph_skey: *const *const int64u,
+        pa_reg_skey: *const *const int64u,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+
+    /// Public keys of P-256 private keys (4 limbs each). With `pa_pubz` null the outputs
+    /// are affine x and y (4 limbs each); otherwise Jacobian X:Y:Z.
+    pub fn mbx_nistp256_ecpublic_key_mb8(
+        pa_pubx: *const *mut int64u,
+        pa_puby: *const *mut int64u,
+        pa_pubz: *const *mut int64u,
+        pa_skey: *const *const int64u,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+
+    /// P-256 ECDH: the affine x coordinate of [skey]·peer as 32 big-endian bytes. With
+    /// `pa_pubz` null the peer points are affine; a point off the curve fails its lane.
+    pub fn mbx_nistp256_ecdh_mb8(
+        pa_shared_key: *const *mut int8u,
+        pa_skey: *const *const int64u,
+        pa_pubx: *const *const int64u,
+        pa_puby: *const *const int64u,
+        pa_pubz: *const *const int64u,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+
+    /// As [`mbx_nistp256_ecpublic_key_mb8`] for P-384 (6 limbs).
+    pub fn mbx_nistp384_ecpublic_key_mb8(
+        pa_pubx: *const *mut int64u,
+        pa_puby: *const *mut int64u,
+        pa_pubz: *const *mut int64u,
+        pa_skey: *const *const int64u,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+
+    /// As [`mbx_nistp256_ecdh_mb8`] for P-384 (6 limbs, 48-byte secrets).
+    pub fn mbx_nistp384_ecdh_mb8(
+        pa_shared_key: *const *mut int8u,
+        pa_skey: *const *const int64u,
+        pa_pubx: *const *const int64u,
+        pa_puby: *const *const int64u,
+        pa_pubz: *const *const int64u,
+        p_buffer: *mut int8u,
+    ) -> mbx_status;
+
     /// ECDSA P-256 signatures. `pa_msg`: 32-byte digests; keys: 4 little-endian limbs;
     /// `pa_sign_r`/`pa_sign_s`: 32-byte outputs. `p_buffer` is unused by the library.
     pub fn mbx_nistp256_ecdsa_sign_mb8(

@@ -28,7 +28,7 @@ impl KxGroup {
         }
     }
 
-    pub(crate) fn algorithm(self) -> &'static agreement::Algorithm {
+    pub fn algorithm(self) -> &'static agreement::Algorithm {
         match self {
             KxGroup::X25519 => &agreement::X25519,
             KxGroup::Secp256r1 => &agreement::ECDH_P256,
@@ -55,7 +55,7 @@ impl KxGroup {
         })
     }
 
-    fn op_kind(self) -> OpKind {
+    pub fn op_kind(self) -> OpKind {
         match self {
             KxGroup::X25519 => OpKind::X25519,
             KxGroup::Secp256r1 => OpKind::P256,
@@ -69,8 +69,9 @@ impl KxGroup {
 /// (aws-lc-rs does so for its keys).
 pub enum KxPrivateKey {
     AwsLc(agreement::PrivateKey),
-    /// An X25519 scalar drawn from the OS CSPRNG, for the multi-buffer kernels.
-    X25519(Zeroizing<[u8; 32]>),
+    /// A private key the multi-buffer kernels drew from the OS CSPRNG: X25519's 32 bytes
+    /// or a NIST curve's big-endian scalar.
+    Raw(Zeroizing<Vec<u8>>),
 }
 
 impl fmt::Debug for KxPrivateKey {

@@ -61,7 +61,7 @@ fn agree(
     let imported;
     let private = match private_key {
         KxPrivateKey::AwsLc(k) => k,
-        KxPrivateKey::X25519(raw) => {
+        KxPrivateKey::Raw(raw) => {
             imported = agreement::PrivateKey::from_private_key(group.algorithm(), &raw[..])
                 .map_err(|_| CryptoError::KeyGenFailed(group.name()))?;
             &imported

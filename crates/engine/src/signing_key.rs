@@ -10,7 +10,8 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 use rustls::SignatureScheme;
 
-use crate::multibuffer::ecdsa::P256Key;
+use crate::multibuffer::ecdsa::EcKey;
+use crate::multibuffer::nist::Curve;
 use crate::multibuffer::rsa::RsaCrtKey;
 use crate::op::CryptoError;
 
@@ -78,7 +79,8 @@ pub struct SigningKeyPair {
 pub enum BatchKey {
     /// Two-prime RSA with e = 65537, as CRT limbs.
     Rsa(RsaCrtKey),
-    EcdsaP256(P256Key),
+    /// ECDSA on P-256 or P-384, as little-endian limbs.
+    Ecdsa(EcKey),
 }
 
 impl fmt::Debug for SigningKeyPair {
@@ -143,10 +145,14 @@ impl SigningKeyPair {
                     pair: Pair::Ecdsa(ec),
                     algorithm,
                     spki,
-                    batch_key: match algorithm {
-                        KeyAlgorithm::EcdsaP256 => P256Key::from_der(der).map(BatchKey::EcdsaP256),
-                        _ => None,
-                    },
+                    batch_key: EcKey::from_der(
+                        match algorithm {
+                            KeyAlgorithm::EcdsaP384 => Curve::P384,
+                            _ => Curve::P256,
+                        },
+                        der,
+                    )
+                    .map(BatchKey::Ecdsa),
                 });
             }
         }

@@ -6,18 +6,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use aws_lc_rs::encoding::{AsBigEndian, Curve25519SeedBin};
-use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use rustls::SignatureScheme;
+use aws_lc_rs::rand::SystemRandom;
 use zeroize::Zeroizing;
 
 use crate::backend::{Backend, BackendKind, Job, Reply};
 use crate::metrics::EngineMetrics;
-use crate::multibuffer::ecdsa::{self, P256Key};
+use crate::multibuffer::ecdsa::{self, EcKey};
 use crate::multibuffer::emsa::Encoding;
+use crate::multibuffer::kx;
+use crate::multibuffer::nist::Curve;
 use crate::multibuffer::rsa::{self, RsaCrtKey};
-use crate::multibuffer::x25519;
-use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxPrivateKey, OpKind};
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 use crate::scalar;
 use crate::signing_key::BatchKey;
 
@@ -38,6 +37,14 @@ impl MultibufferBackend {
     /// None when this CPU cannot run crypto_mb.
     pub fn new(metrics: Arc<EngineMetrics>) -> Option<Self> {
         super::applicable().then_some(Self { metrics })
+    }
+
+    fn crossover(&self, op: OpKind) -> usize {
+        match op {
+            OpKind::RsaSign => RSA_CROSSOVER,
+            OpKind::EcdsaSign => ECDSA_CROSSOVER,
+            _ => X25519_CROSSOVER,
+        }
     }
 
     fn scalar(&self, op: CryptoOp, reply: Reply) {
@@ -70,7 +77,7 @@ impl MultibufferBackend {
             }
         }
         for (bits, group) in groups {
-            if group.len() < RSA_CROSSOVER {
+            if group.len() < self.crossover(OpKind::RsaSign) {
                 self.scalar_all(group);
                 continue;
             }
@@ -105,10 +112,10 @@ impl MultibufferBackend {
         }
     }
 
-    /// Runs a batch of X25519 requests: one mb8 call for the public keys of the lanes that
-    /// generate, one for the shared secrets of the lanes that agree.
-    fn x25519_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
-        if jobs.len() < X25519_CROSSOVER {
+    /// Runs a batch of key exchanges of one group: one mb8 call for the public keys of the
+    /// lanes that generate, one for the shared secrets of the lanes that agree.
+    fn kx_batch(&self, group: KxGroup, jobs: Vec<(CryptoOp, Reply)>) {
+        if jobs.len() < self.crossover(group.op_kind()) {
             self.scalar_all(jobs);
             return;
         }
@@ -120,20 +127,16 @@ impl MultibufferBackend {
                 _ => None,
             };
             let private = match existing {
-                None => {
-                    let mut fresh = Zeroizing::new([0u8; x25519::KEY_LEN]);
-                    if rng.fill(&mut fresh[..]).is_err() {
-                        reply.complete(Err(CryptoError::KeyGenFailed("x25519")));
+                None => match kx::random_private(group, &rng) {
+                    Some(fresh) => Some(fresh),
+                    None => {
+                        reply.complete(Err(CryptoError::KeyGenFailed(group.name())));
                         continue;
                     }
-                    Some(fresh)
-                }
-                Some(KxPrivateKey::X25519(raw)) => Some(raw.clone()),
-                // A key the scalar path made: take its 32-byte scalar.
-                Some(KxPrivateKey::AwsLc(k)) => AsBigEndian::<Curve25519SeedBin>::as_be_bytes(k)
-                    .ok()
-                    .and_then(|seed| <[u8; x25519::KEY_LEN]>::try_from(seed.as_ref()).ok())
-                    .map(Zeroizing::new),
+                },
+                Some(KxPrivateKey::Raw(raw)) => Some(raw.clone()),
+                // A key the scalar path made.
+                Some(KxPrivateKey::AwsLc(k)) => kx::raw_private(group, k),
             };
             match private {
                 Some(private) => lanes.push(KxLane {
@@ -145,109 +148,103 @@ impl MultibufferBackend {
                 None => self.scalar(op, reply),
             }
         }
+        let mut publics: Vec<Option<Result<Vec<u8>, rsa::LaneError>>> = vec![None; lanes.len()];
         let generating: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].generate).collect();
-        let mut publics: Vec<Option<Result<[u8; x25519::KEY_LEN], rsa::LaneError>>> =
-            vec![None; lanes.len()];
         for chunk in generating.chunks(crypto_mb_sys::LANES) {
-            let keys: Vec<&[u8; x25519::KEY_LEN]> =
-                chunk.iter().map(|&i| &*lanes[i].private).collect();
-            for (&i, public) in chunk.iter().zip(x25519::public_keys(&keys)) {
+            let keys: Vec<&[u8]> = chunk.iter().map(|&i| lanes[i].private.as_slice()).collect();
+            for (&i, public) in chunk.iter().zip(kx::public_keys(group, &keys)) {
                 publics[i] = Some(public);
             }
         }
-        let agreeing: Vec<usize> = (0..lanes.len())
-            .filter(|&i| {
-                matches!(
-                    lanes[i].op,
-                    CryptoOp::KxAgree { .. } | CryptoOp::KxGenerateAgree { .. }
-                )
-            })
-            .collect();
         let mut shared = vec![None; lanes.len()];
+        let agreeing: Vec<usize> = (0..lanes.len())
+            .filter(|&i| lanes[i].peer_public().is_some())
+            .collect();
         for chunk in agreeing.chunks(crypto_mb_sys::LANES) {
-            let pairs: Vec<(&[u8; x25519::KEY_LEN], &[u8])> = chunk
+            let pairs: Vec<(&[u8], &[u8])> = chunk
                 .iter()
-                .map(|&i| match &lanes[i].op {
-                    CryptoOp::KxAgree { peer_public, .. }
-                    | CryptoOp::KxGenerateAgree { peer_public, .. } => {
-                        (&*lanes[i].private, peer_public.as_slice())
-                    }
-                    _ => unreachable!("filtered to agreeing lanes"),
+                .map(|&i| {
+                    let peer = lanes[i].peer_public().expect("filtered to agreeing lanes");
+                    (lanes[i].private.as_slice(), peer)
                 })
                 .collect();
-            for (&i, secret) in chunk.iter().zip(x25519::shared_secrets(&pairs)) {
+            for (&i, secret) in chunk.iter().zip(kx::shared_secrets(group, &pairs)) {
                 shared[i] = Some(secret);
             }
         }
-        let bad_peer = || CryptoError::BadPeerKey("x25519");
         for (i, lane) in lanes.into_iter().enumerate() {
             let public = publics[i]
                 .take()
-                .map(|p| p.map_err(|_| CryptoError::KeyGenFailed("x25519")));
-            let secret = shared[i].take().map(|s| {
-                s.map(|s| Zeroizing::new(s.to_vec()))
-                    .map_err(|_| bad_peer())
-            });
+                .map(|p| p.map_err(|_| CryptoError::KeyGenFailed(group.name())));
+            let secret = shared[i]
+                .take()
+                .map(|s| s.map_err(|_| CryptoError::BadPeerKey(group.name())));
             let result = match lane.op {
                 CryptoOp::KxGenerate { .. } => {
                     public
                         .expect("generated")
                         .map(|public| CryptoOutput::KeyPair {
-                            private_key: KxPrivateKey::X25519(lane.private),
-                            public: public.to_vec(),
+                            private_key: KxPrivateKey::Raw(lane.private),
+                            public,
                         })
                 }
                 CryptoOp::KxGenerateAgree { .. } => public.expect("generated").and_then(|public| {
                     secret
                         .expect("agreed")
-                        .map(|shared| CryptoOutput::PublicAndShared {
-                            public: public.to_vec(),
-                            shared,
-                        })
+                        .map(|shared| CryptoOutput::PublicAndShared { public, shared })
                 }),
                 CryptoOp::KxAgree { .. } => secret.expect("agreed").map(CryptoOutput::Shared),
-                CryptoOp::Sign { .. } => unreachable!("only key exchanges are X25519 lanes"),
+                CryptoOp::Sign { .. } => unreachable!("key-exchange batches hold no signatures"),
             };
             lane.reply.complete(result);
         }
     }
 
-    /// Signs a batch of ECDSA requests; P-256 keys in one mb8 call, others scalar.
+    /// Signs a batch of ECDSA requests: grouped by curve, each group of at least the
+    /// crossover in one mb8 call.
     fn ecdsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
-        let (mut lanes, mut replies) = (Vec::new(), Vec::new());
+        let mut groups: Vec<(Curve, Vec<(CryptoOp, Reply)>)> = Vec::new();
         for (op, reply) in jobs {
-            match &op {
-                CryptoOp::Sign {
-                    key,
-                    scheme: SignatureScheme::ECDSA_NISTP256_SHA256,
-                    ..
-                } if matches!(key.batch_key(), Some(BatchKey::EcdsaP256(_))) => {
-                    lanes.push(op);
-                    replies.push(reply);
-                }
-                _ => self.scalar(op, reply),
+            let curve = match &op {
+                CryptoOp::Sign { key, scheme, .. } => match key.batch_key() {
+                    Some(BatchKey::Ecdsa(k)) if key.algorithm().schemes().contains(scheme) => {
+                        Some(k.curve())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            match curve {
+                Some(curve) => match groups.iter_mut().find(|(c, _)| *c == curve) {
+                    Some((_, group)) => group.push((op, reply)),
+                    None => groups.push((curve, vec![(op, reply)])),
+                },
+                None => self.scalar(op, reply),
             }
         }
-        if lanes.len() < ECDSA_CROSSOVER {
-            self.scalar_all(lanes.into_iter().zip(replies));
-            return;
-        }
-        let inputs: Vec<(&P256Key, &[u8])> = lanes
-            .iter()
-            .map(|op| match op {
-                CryptoOp::Sign { key, message, .. } => match key.batch_key() {
-                    Some(BatchKey::EcdsaP256(k)) => (k, message.as_slice()),
-                    _ => unreachable!("filtered to P-256 keys"),
-                },
-                _ => unreachable!("filtered to signatures"),
-            })
-            .collect();
-        for (reply, result) in replies.into_iter().zip(ecdsa::sign_sha256(&inputs)) {
-            reply.complete(
-                result
-                    .map(CryptoOutput::Signature)
-                    .map_err(|_| CryptoError::SignFailed),
-            );
+        for (_, group) in groups {
+            if group.len() < self.crossover(OpKind::EcdsaSign) {
+                self.scalar_all(group);
+                continue;
+            }
+            let (ops, replies): (Vec<CryptoOp>, Vec<Reply>) = group.into_iter().unzip();
+            let inputs: Vec<(&EcKey, &[u8])> = ops
+                .iter()
+                .map(|op| match op {
+                    CryptoOp::Sign { key, message, .. } => match key.batch_key() {
+                        Some(BatchKey::Ecdsa(k)) => (k, message.as_slice()),
+                        _ => unreachable!("grouped by ECDSA key"),
+                    },
+                    _ => unreachable!("grouped signatures"),
+                })
+                .collect();
+            for (reply, result) in replies.into_iter().zip(ecdsa::sign(&inputs)) {
+                reply.complete(
+                    result
+                        .map(CryptoOutput::Signature)
+                        .map_err(|_| CryptoError::SignFailed),
+                );
+            }
         }
     }
 }
@@ -259,8 +256,9 @@ impl Backend for MultibufferBackend {
 
     fn max_batch(&self, op: OpKind) -> usize {
         match op {
-            OpKind::RsaSign | OpKind::EcdsaSign | OpKind::X25519 => crypto_mb_sys::LANES,
-            _ => 1,
+            OpKind::RsaSign | OpKind::EcdsaSign | OpKind::X25519 | OpKind::P256 | OpKind::P384 => {
+                crypto_mb_sys::LANES
+            }
         }
     }
 
@@ -270,8 +268,10 @@ impl Backend for MultibufferBackend {
         match jobs.first().map(|(op, _)| op.kind()) {
             Some(OpKind::RsaSign) => self.rsa_batch(jobs),
             Some(OpKind::EcdsaSign) => self.ecdsa_batch(jobs),
-            Some(OpKind::X25519) => self.x25519_batch(jobs),
-            _ => self.scalar_all(jobs),
+            Some(OpKind::X25519) => self.kx_batch(KxGroup::X25519, jobs),
+            Some(OpKind::P256) => self.kx_batch(KxGroup::Secp256r1, jobs),
+            Some(OpKind::P384) => self.kx_batch(KxGroup::Secp384r1, jobs),
+            None => {}
         }
         Box::pin(std::future::ready(()))
     }
@@ -295,11 +295,21 @@ impl RsaLane {
     }
 }
 
-/// What one X25519 request needs from the kernels.
+/// What one key-exchange request needs from the kernels.
 struct KxLane {
     op: CryptoOp,
     reply: Reply,
-    private: Zeroizing<[u8; x25519::KEY_LEN]>,
+    private: Zeroizing<Vec<u8>>,
     /// This lane's private key is fresh: its public key must be computed.
     generate: bool,
+}
+
+impl KxLane {
+    fn peer_public(&self) -> Option<&[u8]> {
+        match &self.op {
+            CryptoOp::KxAgree { peer_public, .. }
+            | CryptoOp::KxGenerateAgree { peer_public, .. } => Some(peer_public),
+            _ => None,
+        }
+    }
 }

@@ -1,66 +1,80 @@
-//! ECDSA P-256 signatures, 8 lanes at a time. Every signature gets its own nonce, drawn
+//! ECDSA P-256 and P-384 signatures, 8 lanes at a time. Every signature gets its own nonce, drawn
 //! uniformly from [1, n-1] by the CSPRNG (rejection sampling); nonces are never reused
 //! and are zeroized after use.
 
 use aws_lc_rs::digest;
-use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::rand::SystemRandom;
 use crypto_mb_sys as mb;
 use zeroize::Zeroizing;
 
-use super::der::{ec_private_key, to_limbs};
+use super::der::ec_private_key;
+use super::nist::Curve;
 use super::rsa::LaneError;
 
-/// The order n of the P-256 group, big-endian.
-const ORDER: [u8; 32] = [
-    0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-    0xbc, 0xe6, 0xfa, 0xad, 0xa7, 0x17, 0x9e, 0x84, 0xf3, 0xb9, 0xca, 0xc2, 0xfc, 0x63, 0x25, 0x51,
-];
-
-/// A P-256 private scalar as crypto_mb takes it: 4 little-endian limbs.
-pub struct P256Key {
+/// An ECDSA private scalar as crypto_mb takes it: little-endian limbs.
+pub struct EcKey {
+    curve: Curve,
     scalar: Zeroizing<Vec<u64>>,
 }
 
-impl P256Key {
-    /// From PKCS#8 or SEC1 DER of a P-256 key.
-    pub fn from_der(der: &[u8]) -> Option<Self> {
+impl EcKey {
+    /// From PKCS#8 or SEC1 DER of a key on `curve`.
+    pub fn from_der(curve: Curve, der: &[u8]) -> Option<Self> {
         let private = ec_private_key(der)?;
-        if private.len() > 32 || private.iter().all(|&b| b == 0) {
+        let start = private.len().saturating_sub(curve.byte_len());
+        if private[..start].iter().any(|&b| b != 0) {
+            return None;
+        }
+        let mut padded = Zeroizing::new(vec![0u8; curve.byte_len()]);
+        padded[curve.byte_len() - (private.len() - start)..].copy_from_slice(&private[start..]);
+        if !curve.is_valid_scalar(&padded) {
             return None;
         }
         Some(Self {
-            scalar: to_limbs(&private, 4)?,
+            curve,
+            scalar: curve.limbs_of(&padded)?,
         })
     }
+
+    pub fn curve(&self) -> Curve {
+        self.curve
+    }
 }
 
-impl std::fmt::Debug for P256Key {
+impl std::fmt::Debug for EcKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("P256Key(..)")
+        write!(f, "EcKey({})", self.curve.name())
     }
 }
 
-/// A uniformly random scalar in [1, n-1], as limbs.
-fn nonce(rng: &SystemRandom) -> Option<Zeroizing<Vec<u64>>> {
-    let mut k = Zeroizing::new([0u8; 32]);
-    for _ in 0..64 {
-        rng.fill(&mut k[..]).ok()?;
-        if k[..] < ORDER[..] && k.iter().any(|&b| b != 0) {
-            return to_limbs(&k[..], 4);
-        }
+/// The TLS pairing of curve and hash (TLS 1.3's ecdsa_secp256r1_sha256 and
+/// ecdsa_secp384r1_sha384).
+fn digest_algorithm(curve: Curve) -> &'static digest::Algorithm {
+    match curve {
+        Curve::P256 => &digest::SHA256,
+        Curve::P384 => &digest::SHA384,
     }
-    None
 }
 
-/// ECDSA-SHA256 signatures of `messages` (unhashed), DER-encoded as TLS sends them.
-pub fn sign_sha256(lanes: &[(&P256Key, &[u8])]) -> Vec<Result<Vec<u8>, LaneError>> {
+/// ECDSA signatures of `messages` (unhashed; SHA-256 on P-256, SHA-384 on P-384),
+/// DER-encoded as TLS sends them. All keys must be on one curve.
+pub fn sign(lanes: &[(&EcKey, &[u8])]) -> Vec<Result<Vec<u8>, LaneError>> {
     assert!(!lanes.is_empty() && lanes.len() <= mb::LANES, "1..=8 lanes");
+    let curve = lanes[0].0.curve;
+    assert!(
+        lanes.iter().all(|(k, _)| k.curve == curve),
+        "one curve per batch"
+    );
+    let len = curve.byte_len();
     let rng = SystemRandom::new();
     let digests: Vec<digest::Digest> = lanes
         .iter()
-        .map(|(_, m)| digest::digest(&digest::SHA256, m))
+        .map(|(_, m)| digest::digest(digest_algorithm(curve), m))
         .collect();
-    let nonces: Vec<Option<Zeroizing<Vec<u64>>>> = lanes.iter().map(|_| nonce(&rng)).collect();
+    let nonces: Vec<Option<Zeroizing<Vec<u64>>>> = lanes
+        .iter()
+        .map(|_| curve.random_scalar(&rng).and_then(|k| curve.limbs_of(&k)))
+        .collect();
     let Some(filler) = nonces.iter().position(Option::is_some) else {
         return lanes.iter().map(|_| Err(LaneError::BadInput)).collect();
     };
@@ -71,11 +85,11 @@ pub fn sign_sha256(lanes: &[(&P256Key, &[u8])]) -> Vec<Result<Vec<u8>, LaneError
             filler
         }
     };
-    let mut r = [[0u8; 32]; mb::LANES];
-    let mut s = [[0u8; 32]; mb::LANES];
+    let mut r = vec![0u8; mb::LANES * len];
+    let mut s = vec![0u8; mb::LANES * len];
     let (r_base, s_base) = (r.as_mut_ptr(), s.as_mut_ptr());
-    let r_out: [*mut u8; mb::LANES] = std::array::from_fn(|i| r_base.wrapping_add(i) as *mut u8);
-    let s_out: [*mut u8; mb::LANES] = std::array::from_fn(|i| s_base.wrapping_add(i) as *mut u8);
+    let r_out: [*mut u8; mb::LANES] = std::array::from_fn(|i| r_base.wrapping_add(i * len));
+    let s_out: [*mut u8; mb::LANES] = std::array::from_fn(|i| s_base.wrapping_add(i * len));
     let msg: [*const u8; mb::LANES] = std::array::from_fn(|i| digests[pick(i)].as_ref().as_ptr());
     let eph: [*const u64; mb::LANES] = std::array::from_fn(|i| {
         nonces[pick(i)]
@@ -84,11 +98,16 @@ pub fn sign_sha256(lanes: &[(&P256Key, &[u8])]) -> Vec<Result<Vec<u8>, LaneError
             .as_ptr()
     });
     let reg: [*const u64; mb::LANES] = std::array::from_fn(|i| lanes[pick(i)].0.scalar.as_ptr());
-    // SAFETY: 8 pointers each to 32-byte digests, 4-limb nonces and keys (sizes fixed by
-    // the types above) and 32-byte outputs in `r`/`s`; the scratch buffer is unused by
-    // crypto_mb's P-256 code, so null is allowed. Nothing is retained.
+    let sign_mb8 = match curve {
+        Curve::P256 => mb::mbx_nistp256_ecdsa_sign_mb8,
+        Curve::P384 => mb::mbx_nistp384_ecdsa_sign_mb8,
+    };
+    // SAFETY: 8 pointers each to digests of the curve's length (SHA-256 for P-256,
+    // SHA-384 for P-384), nonces and keys of its limb count (made by `limbs_of`) and
+    // `len`-byte outputs inside `r`/`s`; the scratch buffer is unused by crypto_mb's NIST
+    // curve code, so null is allowed. Nothing is retained.
     let status = unsafe {
-        mb::mbx_nistp256_ecdsa_sign_mb8(
+        sign_mb8(
             r_out.as_ptr(),
             s_out.as_ptr(),
             msg.as_ptr(),
@@ -103,7 +122,10 @@ pub fn sign_sha256(lanes: &[(&P256Key, &[u8])]) -> Vec<Result<Vec<u8>, LaneError
                 return Err(LaneError::BadInput);
             }
             match mb::lane_status(status, i) {
-                mb::MBX_STATUS_OK => Ok(der_signature(&r[i], &s[i])),
+                mb::MBX_STATUS_OK => Ok(der_signature(
+                    &r[i * len..(i + 1) * len],
+                    &s[i * len..(i + 1) * len],
+                )),
                 st => Err(LaneError::Status(st)),
             }
         })
@@ -111,7 +133,7 @@ pub fn sign_sha256(lanes: &[(&P256Key, &[u8])]) -> Vec<Result<Vec<u8>, LaneError
 }
 
 /// `SEQUENCE { INTEGER r, INTEGER s }` with minimal integer encodings.
-fn der_signature(r: &[u8; 32], s: &[u8; 32]) -> Vec<u8> {
+fn der_signature(r: &[u8], s: &[u8]) -> Vec<u8> {
     fn integer(out: &mut Vec<u8>, v: &[u8]) {
         let start = v.iter().position(|&b| b != 0).unwrap_or(v.len() - 1);
         let v = &v[start..];
@@ -123,7 +145,7 @@ fn der_signature(r: &[u8; 32], s: &[u8; 32]) -> Vec<u8> {
         }
         out.extend_from_slice(v);
     }
-    let mut body = Vec::with_capacity(72);
+    let mut body = Vec::with_capacity(2 * r.len() + 8);
     integer(&mut body, r);
     integer(&mut body, s);
     let mut out = Vec::with_capacity(body.len() + 2);
