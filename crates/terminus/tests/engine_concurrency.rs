@@ -16,13 +16,26 @@ use tokio_rustls::TlsConnector;
 fn client_config(
     ca: &std::path::Path,
     versions: &[&'static rustls::SupportedProtocolVersion],
+    kx_op: &str,
 ) -> Arc<rustls::ClientConfig> {
     let mut roots = RootCertStore::empty();
     let pem = std::fs::read(ca).unwrap();
     for cert in rustls_pemfile::certs(&mut &pem[..]) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    // Offer only the group under test, named as the engine's metrics name it.
+    provider.kx_groups.retain(|g| {
+        let name = match g.name() {
+            rustls::NamedGroup::X25519 => "x25519",
+            rustls::NamedGroup::secp256r1 => "p256",
+            rustls::NamedGroup::secp384r1 => "p384",
+            _ => "",
+        };
+        name == kx_op
+    });
+    assert_eq!(provider.kx_groups.len(), 1, "{kx_op}");
+    let provider = Arc::new(provider);
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .unwrap()
@@ -57,15 +70,16 @@ async fn one_request(addr: std::net::SocketAddr, connector: TlsConnector) -> Res
     }
 }
 
-/// Runs `count` connections at once, half TLS 1.3 and half TLS 1.2.
-fn storm(server: &Server, ca: &std::path::Path, count: usize) -> Vec<String> {
+/// Runs `count` connections at once, half TLS 1.3 and half TLS 1.2, key exchange by
+/// `kx_op` only.
+fn storm(server: &Server, ca: &std::path::Path, kx_op: &str, count: usize) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let tls13 = TlsConnector::from(client_config(ca, &[&rustls::version::TLS13]));
-    let tls12 = TlsConnector::from(client_config(ca, &[&rustls::version::TLS12]));
+    let tls13 = TlsConnector::from(client_config(ca, &[&rustls::version::TLS13], kx_op));
+    let tls12 = TlsConnector::from(client_config(ca, &[&rustls::version::TLS12], kx_op));
     let addr = server.addr;
     rt.block_on(async move {
         let tasks: Vec<_> = (0..count)
@@ -93,9 +107,9 @@ fn storm(server: &Server, ca: &std::path::Path, count: usize) -> Vec<String> {
     })
 }
 
-/// Runs `count` concurrent full handshakes against a server on `backend` and checks the
-/// engine saw every operation; returns the final metrics text.
-fn run_storm(backend: &str, key: KeyKind, key_op: &str, count: usize) -> String {
+/// Runs `count` concurrent full handshakes against a server on `backend`, key exchange by
+/// `kx_op`, and checks the engine saw every operation; returns the final metrics text.
+fn run_storm(backend: &str, key: KeyKind, key_op: &str, kx_op: &str, count: usize) -> String {
     let dir = TestDir::new("storm");
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/0kb.bin", "");
@@ -114,7 +128,7 @@ fn run_storm(backend: &str, key: KeyKind, key_op: &str, count: usize) -> String 
         "--admin",
         "127.0.0.1:0",
     ]);
-    let errors = storm(&server, &pair.cert, count);
+    let errors = storm(&server, &pair.cert, kx_op, count);
     assert!(
         errors.is_empty(),
         "{} of {count} failed, first: {:?}",
@@ -146,7 +160,7 @@ fn run_storm(backend: &str, key: KeyKind, key_op: &str, count: usize) -> String 
     let kx = metric_sum(
         &m,
         "terminus_crypto_requests_total",
-        &["op=\"x25519\"", &label],
+        &[&format!("op=\"{kx_op}\""), &label],
     );
     let tls13 = count.div_ceil(2);
     assert_eq!(
@@ -177,12 +191,12 @@ fn mean_batch(m: &str, op: &str) -> f64 {
 
 #[test]
 fn five_hundred_concurrent_rsa_handshakes_through_threads_backend() {
-    run_storm("threads", KeyKind::Rsa(2048), "rsa_sign", 500);
+    run_storm("threads", KeyKind::Rsa(2048), "rsa_sign", "x25519", 500);
 }
 
 #[test]
 fn five_hundred_concurrent_ecdsa_handshakes_through_threads_backend() {
-    run_storm("threads", KeyKind::EcdsaP256, "ecdsa_sign", 500);
+    run_storm("threads", KeyKind::EcdsaP256, "ecdsa_sign", "x25519", 500);
 }
 
 fn ifma() -> bool {
@@ -199,7 +213,7 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
     if !ifma() {
         return;
     }
-    let m = run_storm("multibuffer", KeyKind::Rsa(2048), "rsa_sign", 600);
+    let m = run_storm("multibuffer", KeyKind::Rsa(2048), "rsa_sign", "x25519", 600);
     let rsa = mean_batch(&m, "rsa_sign");
     let x25519 = mean_batch(&m, "x25519");
     println!("mean batch: rsa_sign {rsa:.2}, x25519 {x25519:.2}");
@@ -244,11 +258,36 @@ fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
     if !ifma() {
         return;
     }
-    let m = run_storm("multibuffer", KeyKind::EcdsaP256, "ecdsa_sign", 600);
+    let m = run_storm(
+        "multibuffer",
+        KeyKind::EcdsaP256,
+        "ecdsa_sign",
+        "x25519",
+        600,
+    );
     let ecdsa = mean_batch(&m, "ecdsa_sign");
     println!("mean batch: ecdsa_sign {ecdsa:.2}");
     assert!(
         ecdsa >= 4.0,
         "ECDSA batches mostly full: mean {ecdsa:.2} of 8\n{m}"
+    );
+}
+
+#[test]
+fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_fill_batches() {
+    if !ifma() {
+        return;
+    }
+    let m = run_storm("multibuffer", KeyKind::EcdsaP384, "ecdsa_sign", "p256", 600);
+    let ecdsa = mean_batch(&m, "ecdsa_sign");
+    let p256 = mean_batch(&m, "p256");
+    println!("mean batch: ecdsa_sign (P-384) {ecdsa:.2}, p256 {p256:.2}");
+    assert!(
+        ecdsa >= 4.0,
+        "ECDSA P-384 batches mostly full: mean {ecdsa:.2} of 8\n{m}"
+    );
+    assert!(
+        p256 >= 2.0,
+        "P-256 key exchanges batched: mean {p256:.2}\n{m}"
     );
 }

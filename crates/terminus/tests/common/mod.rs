@@ -72,6 +72,7 @@ pub struct CertPair {
 pub enum KeyKind {
     Rsa(u32),
     EcdsaP256,
+    EcdsaP384,
     Ed25519,
 }
 
@@ -91,13 +92,17 @@ pub fn make_cert(dir: &Path, stem: &str, kind: KeyKind, names: &[&str]) -> CertP
                 key_s,
             ]);
         }
-        KeyKind::EcdsaP256 => {
+        KeyKind::EcdsaP256 | KeyKind::EcdsaP384 => {
+            let curve = match kind {
+                KeyKind::EcdsaP384 => "P-384",
+                _ => "P-256",
+            };
             openssl(&[
                 "genpkey",
                 "-algorithm",
                 "EC",
                 "-pkeyopt",
-                "ec_paramgen_curve:P-256",
+                &format!("ec_paramgen_curve:{curve}"),
                 "-out",
                 key_s,
             ]);
