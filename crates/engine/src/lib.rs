@@ -19,6 +19,7 @@ pub mod multibuffer;
 mod op;
 pub mod scalar;
 mod signing_key;
+pub mod speed;
 mod threads;
 
 pub use backend::{Backend, BackendKind, Job, Reply};

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, ThreadPool};
+use terminus_engine::speed::{Crossovers, Operation, Workload};
+use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, KxGroup, ThreadPool};
 use terminus_tls::selfsigned;
 use terminus_tls::LoadedCert;
 use tokio::signal::unix::{signal, SignalKind};
@@ -105,9 +106,14 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         )?),
         BackendKind::Scalar | BackendKind::Multibuffer => None,
     };
+    let crossovers = Arc::new(Crossovers::default());
+    if backend == BackendKind::Multibuffer {
+        measure_crossovers(&crossovers, &site);
+    }
     let metrics = Arc::new(Metrics::new(
         Arc::new(EngineMetrics::new(backend)),
         pool.clone(),
+        (backend == BackendKind::Multibuffer).then(|| crossovers.clone()),
     ));
 
     let listener::Bound {
@@ -135,6 +141,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         flush_policy: FlushPolicy {
             max_batch_delay: config.max_batch_delay,
         },
+        crossovers: crossovers.clone(),
     };
     // Everything start-up needs is acquired before any worker accepts: a connection
     // flood arriving with the first accept must not leave us without the descriptors
@@ -202,7 +209,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&options, &config, &self_signed, &handle),
+                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, (backend == BackendKind::Multibuffer).then_some(&*crossovers)),
             }
         }
         tracing::info!(
@@ -220,6 +227,46 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     }
     tracing::info!("terminus stopped");
     Ok(())
+}
+
+/// Times, on this CPU, every batchable operation `site` can ask for that has not been
+/// measured yet (its certificates' signatures and every key-exchange group), records the
+/// crossovers and logs them. Takes a few milliseconds per operation.
+fn measure_crossovers(crossovers: &Crossovers, site: &Site) {
+    let mut workloads: Vec<Workload> = site
+        .signing_keys
+        .iter()
+        .filter_map(|k| Workload::for_key(k.clone()))
+        .collect();
+    workloads.extend(
+        KxGroup::ALL
+            .into_iter()
+            .filter(|&g| !crossovers.is_measured(Operation::for_group(g)))
+            .filter_map(|g| Workload::for_group(g).ok()),
+    );
+    let measured = crossovers.measure(&workloads);
+    if measured.is_empty() {
+        return;
+    }
+    let summary: Vec<String> = measured
+        .iter()
+        .map(|(op, cost)| {
+            format!(
+                "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
+                op.name(),
+                match cost.crossover() {
+                    n if n > 8 => "never".to_owned(),
+                    n => n.to_string(),
+                },
+                cost.scalar.as_secs_f64() * 1e6,
+                cost.batch.as_secs_f64() * 1e6
+            )
+        })
+        .collect();
+    tracing::info!(
+        "multibuffer crossovers measured on this CPU (smallest batch computed in one call): {}",
+        summary.join(", ")
+    );
 }
 
 /// The backend `crypto.backend` names, with `auto` decided by the CPU's features.
@@ -243,6 +290,7 @@ fn reload(
     running: &Config,
     self_signed: &[LoadedCert],
     handle: &SiteHandle,
+    crossovers: Option<&Crossovers>,
 ) {
     let config = match options.load_config() {
         Ok(c) => c,
@@ -269,6 +317,9 @@ fn reload(
                 if changed {
                     tracing::warn!("reload: {what} changed; it takes effect after a restart");
                 }
+            }
+            if let Some(crossovers) = crossovers {
+                measure_crossovers(crossovers, &site);
             }
             handle.replace(site);
             tracing::info!("configuration reloaded from {}", config.source);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use terminus_engine::speed::Crossovers;
 use terminus_engine::{EngineMetrics, Histogram, OpKind, ThreadPool};
 use terminus_tls::TrafficCounters;
 
@@ -55,10 +56,16 @@ pub struct Metrics {
     pub traffic: Arc<TrafficCounters>,
     pub engine: Arc<EngineMetrics>,
     pub pool: Option<Arc<ThreadPool>>,
+    /// The multibuffer backend's crossovers; `None` on other backends.
+    pub crossovers: Option<Arc<Crossovers>>,
 }
 
 impl Metrics {
-    pub fn new(engine: Arc<EngineMetrics>, pool: Option<Arc<ThreadPool>>) -> Self {
+    pub fn new(
+        engine: Arc<EngineMetrics>,
+        pool: Option<Arc<ThreadPool>>,
+        crossovers: Option<Arc<Crossovers>>,
+    ) -> Self {
         Self {
             connections_open: AtomicI64::new(0),
             connections_total: AtomicU64::new(0),
@@ -70,6 +77,7 @@ impl Metrics {
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
+            crossovers,
         }
     }
 
@@ -328,6 +336,22 @@ impl Metrics {
             e.op(op)
                 .dispatch
                 .render(o, "terminus_crypto_dispatch_seconds", &labels);
+        }
+        if let Some(crossovers) = &self.crossovers {
+            header(
+                o,
+                "terminus_crypto_crossover",
+                "gauge",
+                "Smallest batch the multibuffer backend computes in one call (9: never); measured=\"1\" when measured on this CPU at start-up.",
+            );
+            for (op, crossover, measured) in crossovers.all() {
+                let _ = writeln!(
+                    o,
+                    "terminus_crypto_crossover{{op=\"{}\",measured=\"{}\"}} {crossover}",
+                    op.name(),
+                    u8::from(measured)
+                );
+            }
         }
         header(
             o,

@@ -5,6 +5,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use terminus_engine::SigningKeyPair;
 use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
@@ -41,6 +42,8 @@ pub struct Site {
     pub access_log: Option<AccessLog>,
     /// (names, key type, SHA-256 fingerprint) of every certificate, for the start-up log.
     pub certificates: Vec<(String, &'static str, String)>,
+    /// Every certificate's private key, for measuring what signing with it costs.
+    pub signing_keys: Vec<Arc<SigningKeyPair>>,
 }
 
 impl Site {
@@ -56,6 +59,7 @@ impl Site {
         let mut resolver_hosts = Vec::new();
         let mut hosts = Vec::new();
         let mut certificates = Vec::new();
+        let mut signing_keys = Vec::new();
         for server in &config.servers {
             let mut certs = VirtualHostCerts::default();
             let loaded: Vec<LoadedCert> = if server.certificates.is_empty() {
@@ -79,6 +83,7 @@ impl Site {
                 ));
             }
             for cert in loaded {
+                signing_keys.push(cert.key.clone());
                 certificates.push((
                     server.names.join(","),
                     cert.algorithm.label(),
@@ -136,6 +141,7 @@ impl Site {
             },
             access_log,
             certificates,
+            signing_keys,
         })
     }
 }

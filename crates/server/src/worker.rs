@@ -10,6 +10,7 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use rustls::ServerConnection;
+use terminus_engine::speed::Crossovers;
 use terminus_engine::{
     Backend, BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend, ScalarBackend,
     ThreadPool, ThreadPoolBackend,
@@ -34,6 +35,8 @@ pub struct Shared {
     /// The crypto threads, for the `threads` backend.
     pub pool: Option<Arc<ThreadPool>>,
     pub flush_policy: FlushPolicy,
+    /// The multibuffer backend's crossovers, measured at start-up.
+    pub crossovers: Arc<Crossovers>,
 }
 
 struct Worker {
@@ -81,7 +84,7 @@ pub fn run(
         let backend: Box<dyn Backend> = match (shared.backend, &shared.pool) {
             (BackendKind::Threads, Some(pool)) => Box::new(ThreadPoolBackend::new(pool.clone())),
             (BackendKind::Multibuffer, _) => match MultibufferBackend::new(metrics.clone()) {
-                Some(b) => Box::new(b),
+                Some(b) => Box::new(b.with_crossovers(shared.crossovers.clone())),
                 None => unreachable!("multibuffer is only chosen where crypto_mb runs"),
             },
             _ => Box::new(ScalarBackend),

@@ -1,4 +1,6 @@
-//! The `terminus` command: `serve` and `check`.
+//! The `terminus` command: `serve`, `check` and `speed`.
+
+mod speed;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +32,21 @@ enum Command {
         #[arg(long, short = 'c', value_name = "FILE")]
         config: PathBuf,
     },
+    /// Measure handshake crypto on this CPU, like `openssl speed`: ops/s per operation
+    /// scalar (aws-lc) and in full 8-lane batches (crypto_mb), and the crossover batch
+    /// size from which batching pays.
+    Speed {
+        /// Operations to measure (default: all): rsa2048 rsa3072 rsa4096 ecdsap256
+        /// ecdsap384 x25519 ecdhp256 ecdhp384.
+        #[arg(value_name = "OP")]
+        ops: Vec<String>,
+        /// Seconds per measurement.
+        #[arg(long, value_name = "S", default_value_t = 3.0)]
+        seconds: f64,
+        /// Run on N threads at once (N cores) and report the total.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        multi: usize,
+    },
 }
 
 #[derive(Args)]
@@ -57,7 +74,9 @@ struct ServeArgs {
     /// Pin worker i to CPU i.
     #[arg(long)]
     pin: bool,
-    /// Crypto engine backend: scalar (on the worker) or threads (offload pool).
+    /// Crypto engine backend: auto (multibuffer where the CPU has AVX-512 IFMA, else
+    /// scalar), multibuffer (crypto_mb batches), scalar (on the worker) or threads
+    /// (offload pool).
     #[arg(long, value_name = "NAME")]
     crypto_backend: Option<String>,
     /// Turn off session resumption (tickets and cache): every handshake is a full one.
@@ -139,5 +158,20 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Speed {
+            ops,
+            seconds,
+            multi,
+        } => match speed::run(speed::SpeedArgs {
+            ops,
+            seconds,
+            multi,
+        }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("terminus: error: {e}");
+                ExitCode::from(2)
+            }
+        },
     }
 }

@@ -217,6 +217,15 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
     let rsa = mean_batch(&m, "rsa_sign");
     let x25519 = mean_batch(&m, "x25519");
     println!("mean batch: rsa_sign {rsa:.2}, x25519 {x25519:.2}");
+    // The crossovers of the certificate's key and the groups were measured at start-up.
+    for op in ["rsa2048", "x25519", "ecdhp256", "ecdhp384"] {
+        let crossover = metric_sum(
+            &m,
+            "terminus_crypto_crossover",
+            &[&format!("op=\"{op}\""), "measured=\"1\""],
+        );
+        assert!((1.0..=9.0).contains(&crossover), "{op} measured\n{m}");
+    }
     assert!(
         rsa >= 4.0,
         "RSA batches mostly full: mean {rsa:.2} of 8\n{m}"

@@ -43,6 +43,8 @@ pub enum CertError {
 pub struct LoadedCert {
     pub certified: Arc<CertifiedKey>,
     pub algorithm: KeyAlgorithm,
+    /// The private key, as the engine signs with it.
+    pub key: Arc<SigningKeyPair>,
 }
 
 impl LoadedCert {
@@ -64,7 +66,8 @@ impl LoadedCert {
         let chain = parse_chain(cert_pem, cert_path)?;
         let key = parse_key(key_pem, key_path)?;
         let algorithm = key.algorithm();
-        let certified = CertifiedKey::new(chain, Arc::new(EngineSigningKey::new(Arc::new(key))));
+        let key = Arc::new(key);
+        let certified = CertifiedKey::new(chain, Arc::new(EngineSigningKey::new(key.clone())));
         match certified.keys_match() {
             Ok(()) => {}
             Err(rustls::Error::InconsistentKeys(_)) => {
@@ -83,6 +86,7 @@ impl LoadedCert {
         Ok(Self {
             certified: Arc::new(certified),
             algorithm,
+            key,
         })
     }
 

@@ -19,32 +19,26 @@ use crate::multibuffer::rsa::{self, RsaCrtKey};
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 use crate::scalar;
 use crate::signing_key::BatchKey;
-
-/// Batches smaller than this are computed scalar. RSA-2048 here: one scalar signature
-/// costs ~0.3 ms and an mb8 call ~1.0 ms whatever its lane count, so 4 lanes and up pay.
-pub const RSA_CROSSOVER: usize = 4;
-/// X25519 here: aws-lc makes a key pair in ~12 µs and agrees in ~30 µs; an mb8 call
-/// costs ~44 µs (public keys) and ~53 µs (secrets). Batching pays from 3 requests.
-pub const X25519_CROSSOVER: usize = 3;
-/// ECDSA P-256: ~23 µs scalar, ~96 µs per mb8 call: batching pays from 5.
-pub const ECDSA_CROSSOVER: usize = 5;
+use crate::speed::{Crossovers, Operation};
 
 pub struct MultibufferBackend {
     metrics: Arc<EngineMetrics>,
+    crossovers: Arc<Crossovers>,
 }
 
 impl MultibufferBackend {
     /// None when this CPU cannot run crypto_mb.
     pub fn new(metrics: Arc<EngineMetrics>) -> Option<Self> {
-        super::applicable().then_some(Self { metrics })
+        super::applicable().then(|| Self {
+            metrics,
+            crossovers: Arc::default(),
+        })
     }
 
-    fn crossover(&self, op: OpKind) -> usize {
-        match op {
-            OpKind::RsaSign => RSA_CROSSOVER,
-            OpKind::EcdsaSign => ECDSA_CROSSOVER,
-            _ => X25519_CROSSOVER,
-        }
+    /// Decides small batches by `crossovers` (measured on this CPU) instead of defaults.
+    pub fn with_crossovers(mut self, crossovers: Arc<Crossovers>) -> Self {
+        self.crossovers = crossovers;
+        self
     }
 
     fn scalar(&self, op: CryptoOp, reply: Reply) {
@@ -60,7 +54,7 @@ impl MultibufferBackend {
     }
 
     /// Signs a batch of RSA requests: grouped by key size, each group of at least
-    /// [`RSA_CROSSOVER`] encoded and computed in one mb8 call.
+    /// its crossover encoded and computed in one mb8 call.
     fn rsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
         let mut groups: Vec<(usize, Vec<(CryptoOp, Reply)>)> = Vec::new();
         for (op, reply) in jobs {
@@ -77,7 +71,12 @@ impl MultibufferBackend {
             }
         }
         for (bits, group) in groups {
-            if group.len() < self.crossover(OpKind::RsaSign) {
+            let crossover = match bits {
+                2048 => Operation::Rsa2048,
+                3072 => Operation::Rsa3072,
+                _ => Operation::Rsa4096,
+            };
+            if group.len() < self.crossovers.get(crossover) {
                 self.scalar_all(group);
                 continue;
             }
@@ -115,7 +114,7 @@ impl MultibufferBackend {
     /// Runs a batch of key exchanges of one group: one mb8 call for the public keys of the
     /// lanes that generate, one for the shared secrets of the lanes that agree.
     fn kx_batch(&self, group: KxGroup, jobs: Vec<(CryptoOp, Reply)>) {
-        if jobs.len() < self.crossover(group.op_kind()) {
+        if jobs.len() < self.crossovers.get(Operation::for_group(group)) {
             self.scalar_all(jobs);
             return;
         }
@@ -222,8 +221,12 @@ impl MultibufferBackend {
                 None => self.scalar(op, reply),
             }
         }
-        for (_, group) in groups {
-            if group.len() < self.crossover(OpKind::EcdsaSign) {
+        for (curve, group) in groups {
+            let crossover = match curve {
+                Curve::P256 => Operation::EcdsaP256,
+                Curve::P384 => Operation::EcdsaP384,
+            };
+            if group.len() < self.crossovers.get(crossover) {
                 self.scalar_all(group);
                 continue;
             }

@@ -12,7 +12,7 @@ pub mod nist;
 pub mod rsa;
 pub mod x25519;
 
-pub use backend::{MultibufferBackend, ECDSA_CROSSOVER, RSA_CROSSOVER, X25519_CROSSOVER};
+pub use backend::MultibufferBackend;
 
 /// True when this CPU can run crypto_mb (AVX-512 IFMA and friends).
 pub fn applicable() -> bool {

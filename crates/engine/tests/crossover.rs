@@ -1,0 +1,107 @@
+//! Crossovers: measured on this CPU, and obeyed by the multibuffer backend (a batch
+//! below its operation's crossover is computed scalar, one at or above it in one call).
+//! Skips loudly on a CPU without AVX-512 IFMA.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use common::skip_without_ifma;
+use terminus_engine::speed::{Cost, Crossovers, Operation, Workload};
+use terminus_engine::{
+    BackendKind, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy, KxGroup,
+    MultibufferBackend,
+};
+
+#[test]
+fn crossovers_are_measured_for_each_workload_once() {
+    if skip_without_ifma() {
+        return;
+    }
+    let crossovers = Crossovers::default();
+    let workloads = vec![
+        Workload::for_group(KxGroup::X25519).unwrap(),
+        Workload::for_group(KxGroup::Secp256r1).unwrap(),
+        Workload::generate(Operation::EcdsaP256).unwrap(),
+        Workload::generate(Operation::Rsa2048).unwrap(),
+    ];
+    let measured = crossovers.measure(&workloads);
+    assert_eq!(measured.len(), 4);
+    for (op, cost) in &measured {
+        assert!(crossovers.is_measured(*op), "{op:?}");
+        assert!(
+            cost.scalar.as_nanos() > 0 && cost.batch.as_nanos() > 0,
+            "{op:?} {cost:?}"
+        );
+        assert_eq!(crossovers.get(*op), cost.crossover(), "{op:?}");
+        // An 8-lane call does 8 operations; it never costs less than one scalar one.
+        assert!((1..=9).contains(&cost.crossover()), "{op:?} {cost:?}");
+    }
+    assert!(!crossovers.is_measured(Operation::EcdhP384));
+    // Measured once: a second pass has nothing to do.
+    assert!(crossovers.measure(&workloads).is_empty());
+}
+
+#[test]
+fn crossover_is_the_ratio_of_call_to_scalar_cost_rounded_up() {
+    let cost = |scalar_us: u64, batch_us: u64| Cost {
+        scalar: std::time::Duration::from_micros(scalar_us),
+        batch: std::time::Duration::from_micros(batch_us),
+    };
+    assert_eq!(cost(300, 1000).crossover(), 4);
+    assert_eq!(cost(250, 1000).crossover(), 4);
+    assert_eq!(cost(100, 150).crossover(), 2);
+    assert_eq!(cost(100, 50).crossover(), 1);
+    assert_eq!(cost(10, 1000).crossover(), 9, "never worth a call");
+}
+
+/// Submits `n` concurrent X25519 key generations with every handshake parked, so the
+/// engine flushes them as one batch; returns (batches, scalar-computed) counts.
+fn generate_batch(crossovers: Arc<Crossovers>, n: usize) -> (u64, u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, async {
+        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
+        let backend = MultibufferBackend::new(metrics.clone())
+            .unwrap()
+            .with_crossovers(crossovers);
+        let engine = Engine::new(Box::new(backend), FlushPolicy::default(), metrics.clone());
+        let _guards: Vec<_> = (0..n).map(|_| engine.handshake_started()).collect();
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let e = engine.clone();
+                tokio::task::spawn_local(async move {
+                    e.submit(CryptoOp::KxGenerate {
+                        group: KxGroup::X25519,
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            assert!(matches!(t.await.unwrap(), Ok(CryptoOutput::KeyPair { .. })));
+        }
+        let c = metrics.op(KxGroup::X25519.op_kind());
+        (c.batches.load(Relaxed), c.scalar_computed.load(Relaxed))
+    })
+}
+
+#[test]
+fn backend_computes_batches_below_the_crossover_scalar() {
+    if skip_without_ifma() {
+        return;
+    }
+    let crossovers = Arc::new(Crossovers::default());
+    crossovers.set(Operation::X25519, 5);
+    assert_eq!(
+        generate_batch(crossovers.clone(), 4),
+        (1, 4),
+        "4 < 5: scalar"
+    );
+    assert_eq!(generate_batch(crossovers.clone(), 5), (1, 0), "5: one call");
+    crossovers.set(Operation::X25519, 9);
+    assert_eq!(generate_batch(crossovers, 8), (1, 8), "never: all scalar");
+}
