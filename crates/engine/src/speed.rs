@@ -111,7 +111,7 @@ impl Operation {
     }
 
     /// The crossover used until one is measured: what `terminus speed` measured on the
-    /// development machines (AVX-512 IFMA Xeon, bench/README.md).
+    /// development machines (AMD EPYC with AVX-512 IFMA, bench/README.md).
     fn default_crossover(self) -> usize {
         match self {
             Operation::Rsa2048 => 3,
