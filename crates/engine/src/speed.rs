@@ -21,7 +21,7 @@ use rustls::SignatureScheme;
 
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::{ecdsa, kx, rsa};
-use crate::op::{CryptoOp, KxGroup};
+use crate::op::{CryptoOp, CryptoOutput, KxGroup};
 use crate::scalar;
 use crate::signing_key::{BatchKey, KeyAlgorithm, SigningKeyPair};
 use crypto_mb_sys::LANES;
@@ -150,10 +150,8 @@ impl Workload {
     /// A workload signing with `key` (a certificate's key), if the kernels take it.
     pub fn for_key(key: Arc<SigningKeyPair>) -> Option<Self> {
         let op = Operation::for_key(&key)?;
-        let scheme = match key.algorithm() {
-            KeyAlgorithm::Rsa { .. } => SignatureScheme::RSA_PSS_SHA256,
-            other => other.schemes()[0],
-        };
+        // The first scheme is what TLS 1.3 uses: RSA-PSS-SHA256, or the curve's ECDSA.
+        let scheme = key.algorithm().schemes()[0];
         Some(Self {
             op,
             input: Input::Sign { key, scheme },
@@ -190,14 +188,13 @@ impl Workload {
         Self::for_key(Arc::new(key)).ok_or_else(|| failed("a key crypto_mb takes"))
     }
 
-    /// A workload for the key exchange of `group` against a fresh peer key.
+    /// A workload for the key exchange of `group` against a fresh peer key (made by aws-lc,
+    /// so that scalar figures can be taken on a CPU crypto_mb cannot run on).
     pub fn for_group(group: KxGroup) -> Result<Self, String> {
-        let peer = kx::random_private(group, &SystemRandom::new())
-            .ok_or_else(|| format!("{}: CSPRNG failed", group.name()))?;
-        let peer_public = kx::public_keys(group, &[&peer])
-            .pop()
-            .and_then(Result::ok)
-            .ok_or_else(|| format!("{}: cannot make a peer key", group.name()))?;
+        let peer_public = match scalar::compute(CryptoOp::KxGenerate { group }) {
+            Ok(CryptoOutput::KeyPair { public, .. }) => public,
+            _ => return Err(format!("{}: cannot make a peer key", group.name())),
+        };
         Ok(Self {
             op: Operation::for_group(group),
             input: Input::Kx { group, peer_public },
@@ -295,10 +292,27 @@ impl Cost {
         })
     }
 
+    /// From throughputs: operations per second one by one and in full 8-lane calls.
+    pub fn from_rates(scalar_per_s: f64, batched_per_s: f64) -> Self {
+        Self {
+            scalar: Duration::from_secs_f64(1.0 / scalar_per_s),
+            batch: Duration::from_secs_f64(LANES as f64 / batched_per_s),
+        }
+    }
+
     /// The smallest batch worth an mb8 call; `LANES + 1` when none is.
     pub fn crossover(&self) -> usize {
         let ratio = self.batch.as_secs_f64() / self.scalar.as_secs_f64().max(1e-9);
         (ratio.ceil() as usize).clamp(1, LANES + 1)
+    }
+}
+
+/// A crossover as people read it: "never" when no batch is worth a call.
+pub fn crossover_label(crossover: usize) -> String {
+    if crossover > LANES {
+        "never".to_owned()
+    } else {
+        crossover.to_string()
     }
 }
 

@@ -7,12 +7,9 @@ mod common;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use common::skip_without_ifma;
+use common::{on_multibuffer_engine, skip_without_ifma};
 use terminus_engine::speed::{Cost, Crossovers, Operation, Workload};
-use terminus_engine::{
-    BackendKind, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy, KxGroup,
-    MultibufferBackend,
-};
+use terminus_engine::{CryptoOp, CryptoOutput, KxGroup};
 
 #[test]
 fn crossovers_are_measured_for_each_workload_once() {
@@ -59,16 +56,7 @@ fn crossover_is_the_ratio_of_call_to_scalar_cost_rounded_up() {
 /// Submits `n` concurrent X25519 key generations with every handshake parked, so the
 /// engine flushes them as one batch; returns (batches, scalar-computed) counts.
 fn generate_batch(crossovers: Arc<Crossovers>, n: usize) -> (u64, u64) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new().block_on(&rt, async {
-        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
-        let backend = MultibufferBackend::new(metrics.clone())
-            .unwrap()
-            .with_crossovers(crossovers);
-        let engine = Engine::new(Box::new(backend), FlushPolicy::default(), metrics.clone());
+    on_multibuffer_engine(crossovers, |engine, metrics| async move {
         let _guards: Vec<_> = (0..n).map(|_| engine.handshake_started()).collect();
         let tasks: Vec<_> = (0..n)
             .map(|_| {

@@ -9,12 +9,9 @@ use std::sync::Arc;
 
 use aws_lc_rs::agreement::{self, UnparsedPublicKey};
 use aws_lc_rs::rand::SystemRandom;
-use common::skip_without_ifma;
+use common::{on_multibuffer_engine, skip_without_ifma};
 use terminus_engine::multibuffer::kx;
-use terminus_engine::{
-    scalar, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy,
-    KxGroup, KxPrivateKey, MultibufferBackend,
-};
+use terminus_engine::{scalar, CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey};
 
 fn random_private(group: KxGroup) -> Vec<u8> {
     kx::random_private(group, &SystemRandom::new())
@@ -44,6 +41,24 @@ fn aws_shared(group: KxGroup, private: &[u8], peer: &[u8]) -> Vec<u8> {
     .unwrap()
 }
 
+/// `n` fresh private keys of `group`, and `n` fresh peers' public keys.
+fn keys_and_peers(group: KxGroup, n: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let privs = (0..n).map(|_| random_private(group)).collect();
+    let peers = (0..n)
+        .map(|_| aws_public(group, &random_private(group)))
+        .collect();
+    (privs, peers)
+}
+
+/// (private key, peer public key) lanes as the kernels take them.
+fn pairs<'a>(privs: &'a [Vec<u8>], peers: &'a [Vec<u8>]) -> Vec<(&'a [u8], &'a [u8])> {
+    privs
+        .iter()
+        .zip(peers)
+        .map(|(k, p)| (k.as_slice(), p.as_slice()))
+        .collect()
+}
+
 #[test]
 fn public_keys_and_secrets_match_aws_lc_for_every_lane_count() {
     if skip_without_ifma() {
@@ -53,18 +68,10 @@ fn public_keys_and_secrets_match_aws_lc_for_every_lane_count() {
         let rounds = if group == KxGroup::Secp384r1 { 20 } else { 50 };
         for _round in 0..rounds {
             for lanes in 1..=8 {
-                let privs: Vec<Vec<u8>> = (0..lanes).map(|_| random_private(group)).collect();
+                let (privs, peers) = keys_and_peers(group, lanes);
                 let refs: Vec<&[u8]> = privs.iter().map(Vec::as_slice).collect();
                 let publics = kx::public_keys(group, &refs);
-                let peers: Vec<Vec<u8>> = (0..lanes)
-                    .map(|_| aws_public(group, &random_private(group)))
-                    .collect();
-                let pairs: Vec<(&[u8], &[u8])> = privs
-                    .iter()
-                    .zip(&peers)
-                    .map(|(k, p)| (k.as_slice(), p.as_slice()))
-                    .collect();
-                let secrets = kx::shared_secrets(group, &pairs);
+                let secrets = kx::shared_secrets(group, &pairs(&privs, &peers));
                 for i in 0..lanes {
                     assert_eq!(
                         publics[i].as_ref().unwrap(),
@@ -116,18 +123,10 @@ fn a_bad_peer_key_fails_its_lane_only() {
     }
     for group in KxGroup::ALL {
         for (why, bad) in bad_peers(group) {
-            let privs: Vec<Vec<u8>> = (0..8).map(|_| random_private(group)).collect();
-            let mut peers: Vec<Vec<u8>> = (0..8)
-                .map(|_| aws_public(group, &random_private(group)))
-                .collect();
+            let (privs, mut peers) = keys_and_peers(group, 8);
             peers[2] = bad.clone();
             peers[5] = bad;
-            let pairs: Vec<(&[u8], &[u8])> = privs
-                .iter()
-                .zip(&peers)
-                .map(|(k, p)| (k.as_slice(), p.as_slice()))
-                .collect();
-            let secrets = kx::shared_secrets(group, &pairs);
+            let secrets = kx::shared_secrets(group, &pairs(&privs, &peers));
             for (i, s) in secrets.iter().enumerate() {
                 match i {
                     2 | 5 => assert!(s.is_err(), "{group:?} {why}: lane {i} must fail"),
@@ -172,14 +171,7 @@ fn backend_batches_mixed_exchanges_and_agrees_with_the_scalar_path() {
 }
 
 fn mixed_batch(group: KxGroup) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new().block_on(&rt, async {
-        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
-        let backend = MultibufferBackend::new(metrics.clone()).unwrap();
-        let engine = Engine::new(Box::new(backend), FlushPolicy::default(), metrics.clone());
+    on_multibuffer_engine(Arc::default(), |engine, metrics| async move {
         // A scalar-made key pair, to be completed by the batched path.
         let (scalar_private, scalar_public) =
             match scalar::compute(CryptoOp::KxGenerate { group }).unwrap() {

@@ -131,11 +131,9 @@ fn backend_signatures_verify_independently() {
     use std::sync::Arc;
 
     use aws_lc_rs::signature::{self, UnparsedPublicKey};
+    use common::on_multibuffer_engine;
     use rustls::SignatureScheme;
-    use terminus_engine::{
-        scalar, BackendKind, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy,
-        MultibufferBackend, OpKind, SigningKeyPair,
-    };
+    use terminus_engine::{scalar, CryptoOp, CryptoOutput, OpKind, SigningKeyPair};
 
     if skip_without_ifma() {
         return;
@@ -174,17 +172,7 @@ fn backend_signatures_verify_independently() {
         SignatureScheme::RSA_PSS_SHA256,
         SignatureScheme::RSA_PKCS1_SHA256,
     ];
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new().block_on(&rt, async {
-        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
-        let engine = Engine::new(
-            Box::new(MultibufferBackend::new(metrics.clone()).unwrap()),
-            FlushPolicy::default(),
-            metrics.clone(),
-        );
+    on_multibuffer_engine(Arc::default(), |engine, metrics| async move {
         let _guards: Vec<_> = (0..9).map(|_| engine.handshake_started()).collect();
         let tasks: Vec<_> = schemes
             .iter()

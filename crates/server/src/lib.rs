@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use terminus_engine::speed::{Crossovers, Operation, Workload};
+use terminus_engine::speed::{crossover_label, Crossovers, Workload};
 use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, KxGroup, ThreadPool};
 use terminus_tls::selfsigned;
 use terminus_tls::LoadedCert;
@@ -241,7 +241,6 @@ fn measure_crossovers(crossovers: &Crossovers, site: &Site) {
     workloads.extend(
         KxGroup::ALL
             .into_iter()
-            .filter(|&g| !crossovers.is_measured(Operation::for_group(g)))
             .filter_map(|g| Workload::for_group(g).ok()),
     );
     let measured = crossovers.measure(&workloads);
@@ -254,10 +253,7 @@ fn measure_crossovers(crossovers: &Crossovers, site: &Site) {
             format!(
                 "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
                 op.name(),
-                match cost.crossover() {
-                    n if n > 8 => "never".to_owned(),
-                    n => n.to_string(),
-                },
+                crossover_label(cost.crossover()),
                 cost.scalar.as_secs_f64() * 1e6,
                 cost.batch.as_secs_f64() * 1e6
             )

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use terminus_engine::multibuffer;
-use terminus_engine::speed::{throughput, Operation, Workload};
+use terminus_engine::speed::{crossover_label, throughput, Cost, Operation, Workload};
 
 pub struct SpeedArgs {
     pub ops: Vec<String>,
@@ -61,16 +61,10 @@ pub fn run(args: SpeedArgs) -> Result<(), String> {
         let scalar = throughput(&workload, false, duration, threads);
         let (mb, speedup, crossover) = if batched {
             let mb = throughput(&workload, true, duration, threads);
-            // One full call does 8; a call costs the same with fewer lanes.
-            let crossover = (8.0 * scalar / mb).ceil().clamp(1.0, 9.0) as usize;
             (
                 format!("{mb:.1}"),
                 format!("{:.2}x", mb / scalar),
-                if crossover > 8 {
-                    "never".to_owned()
-                } else {
-                    crossover.to_string()
-                },
+                crossover_label(Cost::from_rates(scalar, mb).crossover()),
             )
         } else {
             ("n/a".into(), "-".into(), "-".into())

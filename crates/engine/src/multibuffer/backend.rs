@@ -14,7 +14,6 @@ use crate::metrics::EngineMetrics;
 use crate::multibuffer::ecdsa::{self, EcKey};
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::kx;
-use crate::multibuffer::nist::Curve;
 use crate::multibuffer::rsa::{self, RsaCrtKey};
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 use crate::scalar;
@@ -53,61 +52,73 @@ impl MultibufferBackend {
         }
     }
 
-    /// Signs a batch of RSA requests: grouped by key size, each group of at least
-    /// its crossover encoded and computed in one mb8 call.
-    fn rsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
-        let mut groups: Vec<(usize, Vec<(CryptoOp, Reply)>)> = Vec::new();
+    /// Signs a batch of signature requests: grouped by the batched operation they are
+    /// (RSA key size, ECDSA curve), each group of at least its crossover in one mb8 call;
+    /// smaller groups, and keys or schemes the kernels do not take, scalar.
+    fn sign_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
+        let mut groups: Vec<(Operation, Vec<(CryptoOp, Reply)>)> = Vec::new();
         for (op, reply) in jobs {
-            let bits = match &op {
-                CryptoOp::Sign { key, .. } => key.rsa_crt().map(RsaCrtKey::bits),
+            let batched = match &op {
+                CryptoOp::Sign { key, scheme, .. }
+                    if key.algorithm().schemes().contains(scheme) =>
+                {
+                    Operation::for_key(key)
+                }
                 _ => None,
             };
-            match bits {
-                Some(bits) => match groups.iter_mut().find(|(b, _)| *b == bits) {
+            match batched {
+                Some(batched) => match groups.iter_mut().find(|(o, _)| *o == batched) {
                     Some((_, group)) => group.push((op, reply)),
-                    None => groups.push((bits, vec![(op, reply)])),
+                    None => groups.push((batched, vec![(op, reply)])),
                 },
                 None => self.scalar(op, reply),
             }
         }
-        for (bits, group) in groups {
-            let crossover = match bits {
-                2048 => Operation::Rsa2048,
-                3072 => Operation::Rsa3072,
-                _ => Operation::Rsa4096,
-            };
-            if group.len() < self.crossovers.get(crossover) {
+        for (operation, group) in groups {
+            if group.len() < self.crossovers.get(operation) {
                 self.scalar_all(group);
-                continue;
+            } else if matches!(operation, Operation::EcdsaP256 | Operation::EcdsaP384) {
+                self.ecdsa_sign(group);
+            } else {
+                self.rsa_sign(group);
             }
-            let mut lanes = Vec::with_capacity(group.len());
-            for (op, reply) in group {
-                let encoded = match &op {
-                    CryptoOp::Sign {
-                        scheme, message, ..
-                    } => Encoding::for_scheme(*scheme).and_then(|e| e.encode(message, bits)),
-                    _ => None,
-                };
-                match encoded {
-                    Some(encoded) => lanes.push(RsaLane { op, reply, encoded }),
-                    None => self.scalar(op, reply),
-                }
+        }
+    }
+
+    /// One mb8 call over RSA signatures with keys of one size, each message encoded first.
+    fn rsa_sign(&self, group: Vec<(CryptoOp, Reply)>) {
+        let mut lanes = Vec::with_capacity(group.len());
+        for (op, reply) in group {
+            let encoded = match &op {
+                CryptoOp::Sign {
+                    key,
+                    scheme,
+                    message,
+                } => key
+                    .rsa_crt()
+                    .zip(Encoding::for_scheme(*scheme))
+                    .and_then(|(k, e)| e.encode(message, k.bits())),
+                _ => None,
+            };
+            match encoded {
+                Some(encoded) => lanes.push(RsaLane { op, reply, encoded }),
+                None => self.scalar(op, reply),
             }
-            if lanes.is_empty() {
-                continue;
-            }
-            let inputs: Vec<(&RsaCrtKey, &[u8])> = lanes
-                .iter()
-                .map(|l| (l.key(), l.encoded.as_slice()))
-                .collect();
-            let results = rsa::private_crt(bits, &inputs);
-            for (lane, result) in lanes.into_iter().zip(results) {
-                lane.reply.complete(
-                    result
-                        .map(CryptoOutput::Signature)
-                        .map_err(|_| CryptoError::SignFailed),
-                );
-            }
+        }
+        let Some(bits) = lanes.first().map(|l| l.key().bits()) else {
+            return;
+        };
+        let inputs: Vec<(&RsaCrtKey, &[u8])> = lanes
+            .iter()
+            .map(|l| (l.key(), l.encoded.as_slice()))
+            .collect();
+        let results = rsa::private_crt(bits, &inputs);
+        for (lane, result) in lanes.into_iter().zip(results) {
+            lane.reply.complete(
+                result
+                    .map(CryptoOutput::Signature)
+                    .map_err(|_| CryptoError::SignFailed),
+            );
         }
     }
 
@@ -199,55 +210,25 @@ impl MultibufferBackend {
         }
     }
 
-    /// Signs a batch of ECDSA requests: grouped by curve, each group of at least the
-    /// crossover in one mb8 call.
-    fn ecdsa_batch(&self, jobs: Vec<(CryptoOp, Reply)>) {
-        let mut groups: Vec<(Curve, Vec<(CryptoOp, Reply)>)> = Vec::new();
-        for (op, reply) in jobs {
-            let curve = match &op {
-                CryptoOp::Sign { key, scheme, .. } => match key.batch_key() {
-                    Some(BatchKey::Ecdsa(k)) if key.algorithm().schemes().contains(scheme) => {
-                        Some(k.curve())
-                    }
-                    _ => None,
+    /// One mb8 call over ECDSA signatures with keys on one curve.
+    fn ecdsa_sign(&self, group: Vec<(CryptoOp, Reply)>) {
+        let (ops, replies): (Vec<CryptoOp>, Vec<Reply>) = group.into_iter().unzip();
+        let inputs: Vec<(&EcKey, &[u8])> = ops
+            .iter()
+            .map(|op| match op {
+                CryptoOp::Sign { key, message, .. } => match key.batch_key() {
+                    Some(BatchKey::Ecdsa(k)) => (k, message.as_slice()),
+                    _ => unreachable!("grouped by ECDSA key"),
                 },
-                _ => None,
-            };
-            match curve {
-                Some(curve) => match groups.iter_mut().find(|(c, _)| *c == curve) {
-                    Some((_, group)) => group.push((op, reply)),
-                    None => groups.push((curve, vec![(op, reply)])),
-                },
-                None => self.scalar(op, reply),
-            }
-        }
-        for (curve, group) in groups {
-            let crossover = match curve {
-                Curve::P256 => Operation::EcdsaP256,
-                Curve::P384 => Operation::EcdsaP384,
-            };
-            if group.len() < self.crossovers.get(crossover) {
-                self.scalar_all(group);
-                continue;
-            }
-            let (ops, replies): (Vec<CryptoOp>, Vec<Reply>) = group.into_iter().unzip();
-            let inputs: Vec<(&EcKey, &[u8])> = ops
-                .iter()
-                .map(|op| match op {
-                    CryptoOp::Sign { key, message, .. } => match key.batch_key() {
-                        Some(BatchKey::Ecdsa(k)) => (k, message.as_slice()),
-                        _ => unreachable!("grouped by ECDSA key"),
-                    },
-                    _ => unreachable!("grouped signatures"),
-                })
-                .collect();
-            for (reply, result) in replies.into_iter().zip(ecdsa::sign(&inputs)) {
-                reply.complete(
-                    result
-                        .map(CryptoOutput::Signature)
-                        .map_err(|_| CryptoError::SignFailed),
-                );
-            }
+                _ => unreachable!("grouped signatures"),
+            })
+            .collect();
+        for (reply, result) in replies.into_iter().zip(ecdsa::sign(&inputs)) {
+            reply.complete(
+                result
+                    .map(CryptoOutput::Signature)
+                    .map_err(|_| CryptoError::SignFailed),
+            );
         }
     }
 }
@@ -257,20 +238,16 @@ impl Backend for MultibufferBackend {
         BackendKind::Multibuffer
     }
 
-    fn max_batch(&self, op: OpKind) -> usize {
-        match op {
-            OpKind::RsaSign | OpKind::EcdsaSign | OpKind::X25519 | OpKind::P256 | OpKind::P384 => {
-                crypto_mb_sys::LANES
-            }
-        }
+    fn max_batch(&self, _op: OpKind) -> usize {
+        // Every operation kind has an 8-lane kernel.
+        crypto_mb_sys::LANES
     }
 
     fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
         let jobs: Vec<(CryptoOp, Reply)> = batch.into_iter().map(Job::into_parts).collect();
         // A batch holds one operation kind (see `Backend::dispatch`).
         match jobs.first().map(|(op, _)| op.kind()) {
-            Some(OpKind::RsaSign) => self.rsa_batch(jobs),
-            Some(OpKind::EcdsaSign) => self.ecdsa_batch(jobs),
+            Some(OpKind::RsaSign | OpKind::EcdsaSign) => self.sign_batch(jobs),
             Some(OpKind::X25519) => self.kx_batch(KxGroup::X25519, jobs),
             Some(OpKind::P256) => self.kx_batch(KxGroup::Secp256r1, jobs),
             Some(OpKind::P384) => self.kx_batch(KxGroup::Secp384r1, jobs),

@@ -1,10 +1,16 @@
 //! Shared helpers for the engine's tests: the OpenSSL command line as the independent
-//! implementation, temporary directories, and the loud skip on CPUs without IFMA.
+//! implementation, temporary directories, the loud skip on CPUs without IFMA, and a
+//! multibuffer engine on a worker-like runtime.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use terminus_engine::speed::Crossovers;
+use terminus_engine::{BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend};
 
 /// Runs the openssl CLI and returns its stdout; panics with its stderr on failure.
 pub fn openssl(args: &[&str]) -> Vec<u8> {
@@ -55,4 +61,25 @@ pub fn skip_without_ifma() -> bool {
     println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
     eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
     true
+}
+
+/// Runs `test` with a multibuffer engine deciding small batches by `crossovers`, on a
+/// current-thread runtime inside a `LocalSet`, as a worker runs its engine.
+pub fn on_multibuffer_engine<F, Fut>(crossovers: Arc<Crossovers>, test: F) -> Fut::Output
+where
+    F: FnOnce(Engine, Arc<EngineMetrics>) -> Fut,
+    Fut: Future,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, async move {
+        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
+        let backend = MultibufferBackend::new(metrics.clone())
+            .expect("crypto_mb runs here")
+            .with_crossovers(crossovers);
+        let engine = Engine::new(Box::new(backend), FlushPolicy::default(), metrics.clone());
+        test(engine, metrics).await
+    })
 }
