@@ -43,7 +43,7 @@ pub struct ConfigFile {
     pub workers: Option<Spanned<usize>>,
     pub pin: Option<bool>,
     #[serde(default)]
-    pub listen: Vec<Spanned<String>>,
+    pub listen: Vec<Spanned<ListenEntry>>,
     #[serde(default)]
     pub tls: TlsSection,
     #[serde(default)]
@@ -60,6 +60,21 @@ pub struct ConfigFile {
     pub server: Vec<ServerSection>,
 }
 
+/// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ListenEntry {
+    Address(String),
+    Options(ListenOptions),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenOptions {
+    pub address: String,
+    pub ktls: Option<String>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsSection {
@@ -68,6 +83,8 @@ pub struct TlsSection {
     pub groups: Option<Spanned<Vec<String>>>,
     pub session_tickets: Option<bool>,
     pub session_cache: Option<usize>,
+    /// The default `ktls` of every listener.
+    pub ktls: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -147,6 +164,46 @@ pub struct ServerConfig {
     pub line: Option<usize>,
 }
 
+/// Whether a listener hands connections to kernel TLS after the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KtlsMode {
+    /// Kernel TLS where the kernel takes the connection, userspace TLS otherwise.
+    Auto,
+    /// Always userspace TLS.
+    Off,
+    /// Kernel TLS or no connection.
+    Required,
+}
+
+impl KtlsMode {
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "auto" => Some(Self::Auto),
+            "off" => Some(Self::Off),
+            "required" => Some(Self::Required),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Off => "off",
+            Self::Required => "required",
+        }
+    }
+}
+
+const KTLS_HINT: &str =
+    "use \"auto\" (kernel TLS where the kernel has it), \"off\" or \"required\"";
+
+/// One listening address and how its connections are carried after the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    pub ktls: KtlsMode,
+}
+
 /// Where the access log goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessLogTarget {
@@ -162,7 +219,7 @@ pub struct Config {
     pub source: String,
     pub workers: usize,
     pub pin: bool,
-    pub listen: Vec<SocketAddr>,
+    pub listen: Vec<Listen>,
     pub tls_versions: Vec<String>,
     pub cipher_suites: Option<Vec<String>>,
     pub groups: Vec<String>,
@@ -194,6 +251,8 @@ pub struct Overrides {
     pub crypto_backend: Option<String>,
     pub no_resumption: bool,
     pub admin: Option<String>,
+    /// `--ktls MODE`: every listener's `ktls`.
+    pub ktls: Option<String>,
 }
 
 /// Values of `crypto.backend`: `auto` is multibuffer where crypto_mb runs, else scalar.
@@ -321,13 +380,39 @@ impl Config {
             Some(w) => *w.get_ref(),
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        let mut listen = raw
-            .listen
-            .iter()
-            .map(|l| addr(l, "listen"))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ktls_mode = |name: &str, span: Range<usize>| {
+            KtlsMode::from_name(name).ok_or_else(|| {
+                ctx.err(
+                    Some(span),
+                    format!("ktls = {name:?} is not a kTLS mode"),
+                    Some(KTLS_HINT.to_owned()),
+                )
+            })
+        };
+        let default_ktls = match &raw.tls.ktls {
+            Some(k) => ktls_mode(k.get_ref(), k.span())?,
+            None => KtlsMode::Auto,
+        };
+        let mut listen = Vec::new();
+        for entry in &raw.listen {
+            let (address, ktls) = match entry.get_ref() {
+                ListenEntry::Address(a) => (a, None),
+                ListenEntry::Options(o) => (&o.address, o.ktls.as_deref()),
+            };
+            let spanned = Spanned::new(entry.span(), address.clone());
+            listen.push(Listen {
+                addr: addr(&spanned, "listen")?,
+                ktls: match ktls {
+                    Some(k) => ktls_mode(k, entry.span())?,
+                    None => default_ktls,
+                },
+            });
+        }
         if listen.is_empty() {
-            listen.push(DEFAULT_LISTEN.parse().expect("valid default"));
+            listen.push(Listen {
+                addr: DEFAULT_LISTEN.parse().expect("valid default"),
+                ktls: default_ktls,
+            });
         }
 
         let mut servers = Vec::new();
@@ -507,19 +592,28 @@ impl Config {
             hint: Some(hint.to_owned()),
         };
         if !o.listen.is_empty() {
+            let ktls = self.listen.first().map_or(KtlsMode::Auto, |l| l.ktls);
             self.listen = o
                 .listen
                 .iter()
                 .map(|l| {
-                    l.parse().map_err(|_| {
+                    let addr = l.parse().map_err(|_| {
                         flag_err(
                             "--listen",
                             format!("{l:?} is not IP:PORT"),
                             "e.g. --listen 0.0.0.0:443",
                         )
-                    })
+                    })?;
+                    Ok(Listen { addr, ktls })
                 })
                 .collect::<Result<_, _>>()?;
+        }
+        if let Some(k) = &o.ktls {
+            let mode = KtlsMode::from_name(k)
+                .ok_or_else(|| flag_err("--ktls", format!("unknown mode {k:?}"), KTLS_HINT))?;
+            for l in &mut self.listen {
+                l.ktls = mode;
+            }
         }
         if let Some(w) = o.workers {
             if w == 0 || w > 1024 {
@@ -591,7 +685,8 @@ mod tests {
     #[test]
     fn empty_file_gives_defaults() {
         let c = parse("").unwrap();
-        assert_eq!(c.listen, vec![DEFAULT_LISTEN.parse().unwrap()]);
+        assert_eq!(c.listen[0].addr, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(c.listen[0].ktls, KtlsMode::Auto);
         assert_eq!(c.servers.len(), 1);
         assert_eq!(c.crypto_backend, "auto");
         assert!(c.session_tickets);
@@ -622,9 +717,41 @@ mod tests {
         };
         let c = Config::parse("workers = 1\nlisten = [\"0.0.0.0:1\"]\n", "t.toml", &o).unwrap();
         assert_eq!(c.workers, 3);
-        assert_eq!(c.listen, vec!["127.0.0.1:9999".parse().unwrap()]);
+        assert_eq!(c.listen.len(), 1);
+        assert_eq!(c.listen[0].addr, "127.0.0.1:9999".parse().unwrap());
         assert!(!c.session_tickets && c.session_cache == 0);
         assert_eq!(c.crypto_backend, "threads");
+    }
+
+    #[test]
+    fn ktls_per_listener_with_a_default_and_a_flag() {
+        let text = "listen = [\"127.0.0.1:1\", { address = \"127.0.0.1:2\", ktls = \"required\" }]\n[tls]\nktls = \"off\"\n";
+        let c = parse(text).unwrap();
+        let modes: Vec<KtlsMode> = c.listen.iter().map(|l| l.ktls).collect();
+        assert_eq!(modes, [KtlsMode::Off, KtlsMode::Required]);
+        assert_eq!(c.listen[1].addr, "127.0.0.1:2".parse().unwrap());
+        let o = Overrides {
+            ktls: Some("auto".into()),
+            ..Default::default()
+        };
+        let c = Config::parse(text, "t.toml", &o).unwrap();
+        assert!(c.listen.iter().all(|l| l.ktls == KtlsMode::Auto));
+
+        let e = parse("\n[tls]\nktls = \"sometimes\"\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.hint.unwrap().contains("required"));
+        let e = parse("listen = [{ address = \"127.0.0.1:2\", ktls = \"on\" }]\n").unwrap_err();
+        assert_eq!(e.line, Some(1), "{e}");
+        let e = parse("listen = [{ address = \"nope\" }]\n").unwrap_err();
+        assert!(e.message.contains("not IP:PORT"), "{e}");
+        let o = Overrides {
+            ktls: Some("yes".into()),
+            ..Default::default()
+        };
+        assert!(Config::parse("", "t.toml", &o)
+            .unwrap_err()
+            .to_string()
+            .contains("--ktls"));
     }
 
     #[test]

@@ -20,11 +20,11 @@ use std::thread;
 use terminus_engine::speed::{crossover_label, Crossovers, Workload};
 use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, KxGroup, ThreadPool};
 use terminus_tls::selfsigned;
-use terminus_tls::LoadedCert;
+use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
-pub use config::{Config, ConfigError, Overrides};
+pub use config::{Config, ConfigError, KtlsMode, Overrides};
 use metrics::Metrics;
 use site::{Site, SiteHandle};
 
@@ -119,8 +119,12 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let listener::Bound {
         per_worker,
         addrs: bound,
-    } = listener::bind_all(&config.listen, config.workers)
-        .map_err(|(addr, source)| StartError::Listen { addr, source })?;
+    } = listener::bind_all(
+        &config.listen.iter().map(|l| l.addr).collect::<Vec<_>>(),
+        config.workers,
+    )
+    .map_err(|(addr, source)| StartError::Listen { addr, source })?;
+    let kernel_tls = Arc::new(probe_kernel_tls(&config));
     let admin = config
         .admin
         .map(|addr| {
@@ -142,6 +146,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             max_batch_delay: config.max_batch_delay,
         },
         crossovers: crossovers.clone(),
+        kernel_tls,
     };
     // Everything start-up needs is acquired before any worker accepts: a connection
     // flood arriving with the first accept must not leave us without the descriptors
@@ -161,6 +166,10 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for (id, listeners) in per_worker.into_iter().enumerate() {
+        let listeners = listeners
+            .into_iter()
+            .zip(config.listen.iter().map(|l| l.ktls))
+            .collect();
         let shared = shared.clone();
         let cpu = config.pin.then_some(id);
         let (start, ready) = (start.clone(), ready_tx.clone());
@@ -193,8 +202,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("admin on http://{addr}/metrics");
     }
     start.wait();
-    for addr in &bound {
-        println!("listening on https://{addr}/");
+    for (addr, l) in bound.iter().zip(&config.listen) {
+        println!("listening on https://{addr}/ (ktls {})", l.ktls.name());
     }
     tracing::info!(
         "terminus started: {} workers{}, crypto backend {}, config {}",
@@ -263,6 +272,25 @@ fn measure_crossovers(crossovers: &Crossovers, site: &Site) {
         "multibuffer crossovers measured on this CPU (smallest batch computed in one call): {}",
         summary.join(", ")
     );
+}
+
+/// Probes what the kernel's TLS can take, unless no listener wants it, and says so once.
+fn probe_kernel_tls(config: &Config) -> KernelSupport {
+    if config.listen.iter().all(|l| l.ktls == KtlsMode::Off) {
+        return KernelSupport::none("ktls = \"off\" on every listener");
+    }
+    let support = KernelSupport::probe();
+    tracing::info!("kernel TLS {}", support.summary());
+    if !support.any() {
+        for l in config
+            .listen
+            .iter()
+            .filter(|l| l.ktls == KtlsMode::Required)
+        {
+            tracing::warn!("listener {} has ktls = \"required\" but this kernel has no usable kernel TLS: its connections will be refused after the handshake", l.addr);
+        }
+    }
+    support
 }
 
 /// The backend `crypto.backend` names, with `auto` decided by the CPU's features.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use terminus_engine::speed::Crossovers;
 use terminus_engine::{EngineMetrics, Histogram, OpKind, ThreadPool};
-use terminus_tls::TrafficCounters;
+use terminus_tls::{FallbackCause, SendMethod, TrafficCounters};
 
 const HANDSHAKE_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -36,6 +36,13 @@ impl HandshakeFailure {
     }
 }
 
+/// Which record layer carries a connection after its handshake.
+#[derive(Debug, Clone, Copy)]
+pub enum DataPath {
+    Kernel,
+    Userspace,
+}
+
 /// Labels of one completed-handshake series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HandshakeLabels {
@@ -53,6 +60,9 @@ pub struct Metrics {
     handshake_failures: [AtomicU64; 4],
     pub handshake_duration: Histogram,
     responses: [AtomicU64; 5],
+    data_paths: [AtomicU64; 2],
+    ktls_fallbacks: [AtomicU64; FallbackCause::ALL.len()],
+    pub ktls_refused: AtomicU64,
     pub traffic: Arc<TrafficCounters>,
     pub engine: Arc<EngineMetrics>,
     pub pool: Option<Arc<ThreadPool>>,
@@ -74,6 +84,9 @@ impl Metrics {
             handshake_failures: Default::default(),
             handshake_duration: Histogram::new(HANDSHAKE_BOUNDS),
             responses: Default::default(),
+            data_paths: Default::default(),
+            ktls_fallbacks: Default::default(),
+            ktls_refused: AtomicU64::new(0),
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
@@ -93,6 +106,14 @@ impl Metrics {
 
     pub fn handshake_failed(&self, why: HandshakeFailure) {
         self.handshake_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn data_path(&self, path: DataPath) {
+        self.data_paths[path as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn ktls_fallback(&self, cause: FallbackCause) {
+        self.ktls_fallbacks[cause as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn response(&self, status: u16) {
@@ -220,6 +241,70 @@ impl Metrics {
             "terminus_bytes_sent_total {}",
             load(&self.traffic.bytes_out)
         );
+
+        header(
+            o,
+            "terminus_connections_by_data_path_total",
+            "counter",
+            "Connections after their handshake, by record layer (kernel TLS or rustls).",
+        );
+        for (path, n) in ["ktls", "userspace"].iter().zip(&self.data_paths) {
+            let _ = writeln!(
+                o,
+                "terminus_connections_by_data_path_total{{path=\"{path}\"}} {}",
+                load(n)
+            );
+        }
+        header(
+            o,
+            "terminus_ktls_fallbacks_total",
+            "counter",
+            "Connections of ktls = auto/required listeners that kernel TLS did not take, by cause.",
+        );
+        for cause in FallbackCause::ALL {
+            let _ = writeln!(
+                o,
+                "terminus_ktls_fallbacks_total{{cause=\"{}\"}} {}",
+                cause.name(),
+                load(&self.ktls_fallbacks[cause as usize])
+            );
+        }
+        header(
+            o,
+            "terminus_ktls_refused_total",
+            "counter",
+            "Connections closed because their ktls = required listener could not hand them to the kernel.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_ktls_refused_total {}",
+            load(&self.ktls_refused)
+        );
+        header(
+            o,
+            "terminus_ktls_key_update_closes_total",
+            "counter",
+            "Kernel TLS connections closed cleanly after a client KeyUpdate the kernel cannot follow.",
+        );
+        let _ = writeln!(
+            o,
+            "terminus_ktls_key_update_closes_total {}",
+            load(&self.traffic.key_update_closes)
+        );
+        header(
+            o,
+            "terminus_response_bytes_total",
+            "counter",
+            "Application bytes sent to clients, by how: rustls (userspace), write/sendfile/splice to a kernel TLS socket.",
+        );
+        for method in SendMethod::ALL {
+            let _ = writeln!(
+                o,
+                "terminus_response_bytes_total{{method=\"{}\"}} {}",
+                method.name(),
+                self.traffic.sent_by(method)
+            );
+        }
 
         let backend = self.engine.backend().name();
         let per_op = |o: &mut String,

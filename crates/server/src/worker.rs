@@ -15,12 +15,13 @@ use terminus_engine::{
     Backend, BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend, ScalarBackend,
     ThreadPool, ThreadPoolBackend,
 };
-use terminus_tls::{handshake, HandshakeError, TlsStream};
+use terminus_tls::{handshake, FallbackCause, HandshakeError, KernelSupport, Offload, TlsStream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
+use crate::config::KtlsMode;
 use crate::http::{self, ConnectionInfo};
-use crate::metrics::{HandshakeFailure, HandshakeLabels, Metrics};
+use crate::metrics::{DataPath, HandshakeFailure, HandshakeLabels, Metrics};
 use crate::site::SiteHandle;
 
 /// What every worker shares with the others and with the main thread.
@@ -37,6 +38,8 @@ pub struct Shared {
     pub flush_policy: FlushPolicy,
     /// The multibuffer backend's crossovers, measured at start-up.
     pub crossovers: Arc<Crossovers>,
+    /// What the kernel's TLS can take, probed at start-up.
+    pub kernel_tls: Arc<KernelSupport>,
 }
 
 struct Worker {
@@ -44,6 +47,10 @@ struct Worker {
     engine: Engine,
     open: Cell<usize>,
     drained: Notify,
+    /// Fallback causes already logged by this worker: one debug line per cause.
+    ktls_causes_logged: Cell<u32>,
+    /// When a `ktls = "required"` refusal was last logged, and how many since.
+    ktls_refusal_log: Cell<(Option<Instant>, u64)>,
 }
 
 /// Runs worker `id` on the calling thread until shutdown has drained its connections.
@@ -52,7 +59,7 @@ struct Worker {
 /// start-up resources are held.
 pub fn run(
     id: usize,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<(std::net::TcpListener, KtlsMode)>,
     pin_cpu: Option<usize>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
@@ -94,10 +101,12 @@ pub fn run(
             shared,
             open: Cell::new(0),
             drained: Notify::new(),
+            ktls_causes_logged: Cell::new(0),
+            ktls_refusal_log: Cell::new((None, 0)),
         });
-        for listener in listeners {
+        for (listener, ktls) in listeners {
             let listener = TcpListener::from_std(listener)?;
-            tokio::task::spawn_local(accept_loop(listener, worker.clone()));
+            tokio::task::spawn_local(accept_loop(listener, ktls, worker.clone()));
         }
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
@@ -138,7 +147,7 @@ fn is_resource_exhaustion(e: &io::Error) -> bool {
     )
 }
 
-async fn accept_loop(listener: TcpListener, worker: Rc<Worker>) {
+async fn accept_loop(listener: TcpListener, ktls: KtlsMode, worker: Rc<Worker>) {
     let mut shutdown = worker.shared.shutdown.clone();
     let mut last_warning: Option<Instant> = None;
     loop {
@@ -162,7 +171,7 @@ async fn accept_loop(listener: TcpListener, worker: Rc<Worker>) {
         };
         match accepted {
             Ok(((socket, peer), permit)) => {
-                tokio::task::spawn_local(connection(socket, peer, permit, worker.clone()));
+                tokio::task::spawn_local(connection(socket, peer, permit, ktls, worker.clone()));
                 // One accept per scheduler pass, like nginx without multi_accept:
                 // connections already in progress finish before the backlog is drained,
                 // which keeps latency bounded under overload at the same throughput.
@@ -229,10 +238,39 @@ fn version_label(conn: &ServerConnection) -> &'static str {
     }
 }
 
+impl Worker {
+    fn log_fallback(&self, cause: FallbackCause, peer: SocketAddr, why: &dyn std::fmt::Display) {
+        let bit = 1 << cause as u32;
+        if self.ktls_causes_logged.get() & bit == 0 {
+            self.ktls_causes_logged
+                .set(self.ktls_causes_logged.get() | bit);
+            tracing::debug!(%peer, "kernel TLS not used, serving with userspace TLS ({}; logged once per cause): {why}", cause.name());
+        }
+    }
+
+    /// `ktls = "required"` refusals are logged at once, then at most every 10 s with a
+    /// count, so a misconfigured listener cannot flood the log.
+    fn log_refusal(&self, peer: SocketAddr, why: &dyn std::fmt::Display) {
+        let (last, suppressed) = self.ktls_refusal_log.get();
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+            self.ktls_refusal_log.set((last, suppressed + 1));
+            return;
+        }
+        let more = if suppressed > 0 {
+            format!(" ({suppressed} more refused since the last line)")
+        } else {
+            String::new()
+        };
+        tracing::warn!(%peer, "ktls = \"required\": closing the connection, kernel TLS cannot take it: {why}{more}");
+        self.ktls_refusal_log.set((Some(Instant::now()), 0));
+    }
+}
+
 async fn connection(
     socket: TcpStream,
     peer: SocketAddr,
     permit: OwnedSemaphorePermit,
+    ktls: KtlsMode,
     worker: Rc<Worker>,
 ) {
     let _open = OpenConnection::new(worker.clone(), permit);
@@ -270,7 +308,7 @@ async fn connection(
             return;
         }
     };
-    let conn = done.conn;
+    let (conn, pending) = (done.conn, done.pending);
     metrics.handshake_completed(
         HandshakeLabels {
             version: version_label(&conn),
@@ -285,7 +323,6 @@ async fn connection(
     let h2 = conn.alpn_protocol() == Some(b"h2");
     let sni = conn.server_name().map(str::to_owned);
     let sni_host = sni.as_deref().map(|name| site.resolver.lookup(Some(name)));
-    let stream = TlsStream::new(socket, conn, metrics.traffic.clone());
     let info = ConnectionInfo {
         site,
         sni,
@@ -293,5 +330,53 @@ async fn connection(
         peer,
         metrics: metrics.clone(),
     };
-    http::serve(stream, h2, info, worker.shared.shutdown.clone()).await;
+    let shutdown = worker.shared.shutdown.clone();
+    let (socket, conn, pending) = if ktls == KtlsMode::Off {
+        (socket, Box::new(conn), pending)
+    } else {
+        let traffic = metrics.traffic.clone();
+        match terminus_tls::ktls::offload(&worker.shared.kernel_tls, socket, conn, pending, traffic)
+            .await
+        {
+            Offload::Kernel(stream) => {
+                metrics.data_path(DataPath::Kernel);
+                return http::serve(stream, h2, info, shutdown).await;
+            }
+            Offload::Userspace {
+                why,
+                socket,
+                conn,
+                pending,
+            } => {
+                metrics.ktls_fallback(why.cause());
+                if ktls == KtlsMode::Required {
+                    metrics.ktls_refused.fetch_add(1, Ordering::Relaxed);
+                    worker.log_refusal(peer, &why);
+                    // A close_notify, so the client sees an orderly close, not a reset.
+                    if let Ok(mut stream) =
+                        TlsStream::new(socket, *conn, &pending, metrics.traffic.clone())
+                    {
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            tokio::io::AsyncWriteExt::shutdown(&mut stream),
+                        )
+                        .await;
+                    }
+                    return;
+                }
+                worker.log_fallback(why.cause(), peer, &why);
+                (socket, conn, pending)
+            }
+            Offload::Failed(e) => {
+                metrics.ktls_fallback(e.cause());
+                tracing::warn!(%peer, "kernel TLS hand-off failed, connection closed: {e}");
+                return;
+            }
+        }
+    };
+    metrics.data_path(DataPath::Userspace);
+    match TlsStream::new(socket, *conn, &pending, metrics.traffic.clone()) {
+        Ok(stream) => http::serve(stream, h2, info, shutdown).await,
+        Err(e) => tracing::debug!(%peer, "{e}"),
+    }
 }

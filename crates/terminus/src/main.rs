@@ -85,6 +85,10 @@ struct ServeArgs {
     /// Serve /metrics and /healthz over plain HTTP on this address.
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
+    /// Kernel TLS after the handshake for every listener: auto (where the kernel has
+    /// it, else userspace TLS), off, or required (refuse connections it cannot take).
+    #[arg(long, value_name = "MODE")]
+    ktls: Option<String>,
 }
 
 /// Logs to stderr at `level`, unless RUST_LOG says otherwise.
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
                     crypto_backend: args.crypto_backend,
                     no_resumption: args.no_resumption,
                     admin: args.admin,
+                    ktls: args.ktls,
                 },
             };
             // A config that does not load is reported by `run` itself.

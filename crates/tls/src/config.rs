@@ -123,6 +123,8 @@ impl TlsSettings {
             .with_no_client_auth()
             .with_cert_resolver(resolver);
         config.alpn_protocols = self.alpn.clone();
+        // Kernel TLS takes the traffic keys after the handshake (crate::ktls).
+        config.enable_secret_extraction = true;
         config.session_storage = if self.session_cache > 0 {
             ServerSessionMemoryCache::new(self.session_cache)
         } else {

@@ -6,11 +6,13 @@
 //!   client's signature schemes;
 //! - [`handshake`] holds the driver, the coroutine [`handshake::bridge`], and the
 //!   engine-backed signer and key-exchange groups rustls calls into;
-//! - [`stream`] is the userspace record layer that HTTP runs on after the handshake.
+//! - [`ktls`] hands the record layer to the kernel after the handshake (sendfile, splice);
+//! - [`stream`] is the userspace record layer, where the kernel cannot take over.
 
 pub mod certs;
 pub mod config;
 pub mod handshake;
+pub mod ktls;
 pub mod resolver;
 pub mod selfsigned;
 pub mod stream;
@@ -18,5 +20,6 @@ pub mod stream;
 pub use certs::{CertError, LoadedCert};
 pub use config::{TlsSettings, TlsSettingsError};
 pub use handshake::{handshake, Handshake, HandshakeError};
+pub use ktls::{FallbackCause, KernelSupport, KtlsStream, Offload};
 pub use resolver::{SniResolver, VirtualHostCerts};
-pub use stream::{TlsStream, TrafficCounters};
+pub use stream::{SendMethod, TlsStream, TrafficCounters};

@@ -12,14 +12,60 @@ use rustls::ServerConnection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// Bytes on the wire, shared by all connections of the process.
+/// How response bytes left the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendMethod {
+    /// Encrypted by rustls, written by us.
+    Userspace,
+    /// Written in plaintext to a kernel TLS socket.
+    KernelTls,
+    /// sendfile(2) to a kernel TLS socket.
+    Sendfile,
+    /// splice(2) to a kernel TLS socket.
+    Splice,
+}
+
+impl SendMethod {
+    pub const ALL: [SendMethod; 4] = [
+        Self::Userspace,
+        Self::KernelTls,
+        Self::Sendfile,
+        Self::Splice,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Userspace => "userspace",
+            Self::KernelTls => "ktls_write",
+            Self::Sendfile => "sendfile",
+            Self::Splice => "splice",
+        }
+    }
+}
+
+/// Bytes moved, shared by all connections of the process.
 #[derive(Debug, Default)]
 pub struct TrafficCounters {
+    /// TLS bytes read from client sockets by rustls (kernel TLS reads are not counted:
+    /// the kernel hides the record overhead).
     pub bytes_in: AtomicU64,
+    /// TLS bytes written to client sockets by rustls.
     pub bytes_out: AtomicU64,
+    /// Application bytes sent, by [`SendMethod`].
+    plaintext_sent: [AtomicU64; 4],
+    /// Kernel TLS connections closed because the client sent a KeyUpdate.
+    pub key_update_closes: AtomicU64,
 }
 
 impl TrafficCounters {
+    pub fn sent(&self, method: SendMethod, n: usize) {
+        self.plaintext_sent[method as usize].fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn sent_by(&self, method: SendMethod) -> u64 {
+        self.plaintext_sent[method as usize].load(Ordering::Relaxed)
+    }
+
     pub fn add_in(&self, n: usize) {
         self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -40,14 +86,27 @@ pub struct TlsStream {
 }
 
 impl TlsStream {
-    pub fn new(io: TcpStream, conn: ServerConnection, counters: Arc<TrafficCounters>) -> Self {
-        Self {
+    /// `pending`: the head of a record received with the handshake that rustls has not
+    /// seen yet ([`crate::Handshake::pending`]).
+    pub fn new(
+        io: TcpStream,
+        mut conn: ServerConnection,
+        pending: &[u8],
+        counters: Arc<TrafficCounters>,
+    ) -> io::Result<Self> {
+        let mut rest = pending;
+        while !rest.is_empty() {
+            if conn.read_tls(&mut rest)? == 0 {
+                return Err(io::Error::other("rustls refused the rest of a record"));
+            }
+        }
+        Ok(Self {
             io,
             conn,
             counters,
             io_eof: false,
             close_notify_sent: false,
-        }
+        })
     }
 
     /// Reads TLS records from the socket into rustls and processes them.
@@ -173,6 +232,7 @@ impl AsyncWrite for TlsStream {
         let this = &mut *self;
         loop {
             let accepted = this.conn.writer().write(buf)?;
+            this.counters.sent(SendMethod::Userspace, accepted);
             let blocked = match this.poll_flush_tls(cx) {
                 Poll::Ready(Ok(())) => false,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -197,6 +257,7 @@ impl AsyncWrite for TlsStream {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         loop {
             let accepted = this.conn.writer().write_vectored(bufs)?;
+            this.counters.sent(SendMethod::Userspace, accepted);
             let blocked = match this.poll_flush_tls(cx) {
                 Poll::Ready(Ok(())) => false,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),

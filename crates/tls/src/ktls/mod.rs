@@ -1,0 +1,514 @@
+//! Kernel TLS: after the handshake the kernel's record layer takes over the socket, so
+//! files leave with sendfile(2) and proxied bytes with splice(2) without a copy into
+//! user space.
+//!
+//! The hand-off ([`offload`]): the handshake driver never gives rustls a partial record,
+//! so when the handshake is done the only bytes rustls has not seen are the head of one
+//! incomplete record; we read its tail, let rustls decrypt it, keep whatever plaintext
+//! rustls holds for the HTTP layer, then extract the traffic keys and sequence numbers and
+//! install them with `TLS_TX`/`TLS_RX`. The TLS 1.3 NewSessionTickets were already sent
+//! by the driver with rustls's keys (it flushes everything before it returns).
+//!
+//! Whether the kernel can take a connection is decided before rustls gives up its keys
+//! (extraction consumes the connection): [`KernelSupport`] probes each version and cipher
+//! once on a loopback connection, and the `tls` ULP is attached before extraction. So
+//! every "kTLS cannot be used here" is an [`Unavailable`] that hands the connection back
+//! for userspace TLS; only a failure after extraction loses the connection.
+//!
+//! KeyUpdate: rustls's buffered `ServerConnection` exposes the current traffic keys but
+//! not the next generation (its `KernelConnection`, which derives them, is offered only on
+//! the unbuffered connection in rustls 0.23), and kernels before 6.14 cannot replace the
+//! keys of a TLS 1.3 socket anyway. A client KeyUpdate therefore ends the connection
+//! cleanly (close_notify, then FIN) rather than letting the kernel fail on records under
+//! keys it does not have. See [`KtlsStream`].
+
+mod stream;
+pub mod sys;
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use rustls::{
+    CipherSuite, ConnectionTrafficSecrets, ProtocolVersion, ServerConnection, SupportedCipherSuite,
+};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+pub use stream::KtlsStream;
+
+use crate::stream::TrafficCounters;
+use sys::CryptoInfo;
+
+/// Why a connection stays on userspace TLS. Nothing was changed on the socket or the
+/// rustls connection, so userspace TLS carries on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    #[error("the kernel has no TLS support (no `tls` module: {0})")]
+    NoKernelTls(String),
+    #[error("the kernel cannot do {0} with kernel TLS ({1})")]
+    UnsupportedCipher(&'static str, String),
+    #[error("the negotiated cipher suite {0} has no kernel TLS equivalent")]
+    UnknownCipher(&'static str),
+}
+
+impl Unavailable {
+    pub fn cause(&self) -> FallbackCause {
+        match self {
+            Self::NoKernelTls(_) => FallbackCause::NoKernelTls,
+            Self::UnsupportedCipher(..) | Self::UnknownCipher(_) => {
+                FallbackCause::UnsupportedCipher
+            }
+        }
+    }
+}
+
+/// Why a connection did not get kernel TLS, as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackCause {
+    NoKernelTls,
+    UnsupportedCipher,
+    PendingRecord,
+    Secrets,
+    Setsockopt,
+}
+
+impl FallbackCause {
+    pub const ALL: [FallbackCause; 5] = [
+        Self::NoKernelTls,
+        Self::UnsupportedCipher,
+        Self::PendingRecord,
+        Self::Secrets,
+        Self::Setsockopt,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NoKernelTls => "no_kernel_tls",
+            Self::UnsupportedCipher => "unsupported_cipher",
+            Self::PendingRecord => "pending_record",
+            Self::Secrets => "secrets",
+            Self::Setsockopt => "setsockopt",
+        }
+    }
+}
+
+/// A hand-off that failed after the point of no return.
+#[derive(Debug, thiserror::Error)]
+pub enum OffloadError {
+    #[error("reading the rest of a TLS record before the hand-off: {0}")]
+    Io(#[from] io::Error),
+    #[error("TLS error before the hand-off: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("extracting the traffic keys: {0}")]
+    Secrets(rustls::Error),
+    #[error("installing the {direction} keys (setsockopt SOL_TLS): {source}")]
+    Install {
+        direction: &'static str,
+        source: io::Error,
+    },
+}
+
+impl OffloadError {
+    pub fn cause(&self) -> FallbackCause {
+        match self {
+            Self::Io(_) | Self::Tls(_) => FallbackCause::PendingRecord,
+            Self::Secrets(_) => FallbackCause::Secrets,
+            Self::Install { .. } => FallbackCause::Setsockopt,
+        }
+    }
+}
+
+/// What became of a connection offered to the kernel.
+pub enum Offload {
+    /// The kernel does the record layer now.
+    Kernel(KtlsStream),
+    /// The kernel could not take it; socket, rustls connection and the head of a record
+    /// rustls has not seen yet are returned intact for userspace TLS.
+    Userspace {
+        why: Unavailable,
+        socket: TcpStream,
+        conn: Box<ServerConnection>,
+        pending: Vec<u8>,
+    },
+    /// Past the point of no return: the connection is lost.
+    Failed(OffloadError),
+}
+
+/// The kernel ciphers terminus can hand connections to.
+const KERNEL_CIPHERS: [(u16, &str); 3] = [
+    (sys::TLS_CIPHER_AES_GCM_128, "AES-128-GCM"),
+    (sys::TLS_CIPHER_AES_GCM_256, "AES-256-GCM"),
+    (sys::TLS_CIPHER_CHACHA20_POLY1305, "CHACHA20-POLY1305"),
+];
+
+/// What this kernel's TLS can do, probed once per process.
+#[derive(Debug, Clone)]
+pub struct KernelSupport {
+    /// Per (TLS 1.2, TLS 1.3) x [`KERNEL_CIPHERS`]: Ok or why not.
+    results: [[Result<(), Unavailable>; 3]; 2],
+}
+
+impl KernelSupport {
+    /// Installs zero keys for every version and cipher on a loopback connection. Takes a
+    /// fraction of a millisecond; on a kernel without `tls` the first setsockopt says so.
+    pub fn probe() -> Self {
+        let probe_one =
+            |version: u16, cipher: u16, name: &'static str| -> Result<(), Unavailable> {
+                let pair = loopback_pair()
+                    .map_err(|e| Unavailable::NoKernelTls(format!("loopback probe: {e}")))?;
+                sys::attach_tls_ulp(pair.0.as_raw_fd())
+                    .map_err(|e| Unavailable::NoKernelTls(format!("setsockopt TCP_ULP: {e}")))?;
+                let (iv, key, salt) = match cipher {
+                    sys::TLS_CIPHER_AES_GCM_128 => (8, 16, 4),
+                    sys::TLS_CIPHER_AES_GCM_256 => (8, 32, 4),
+                    _ => (12, 32, 0),
+                };
+                let info = CryptoInfo::new(
+                    version,
+                    cipher,
+                    &[0; 12][..iv],
+                    &[0; 32][..key],
+                    &[0; 4][..salt],
+                    0,
+                );
+                for (direction, label) in [(sys::TLS_TX, "TLS_TX"), (sys::TLS_RX, "TLS_RX")] {
+                    sys::set_crypto_info(pair.0.as_raw_fd(), direction, &info).map_err(|e| {
+                        Unavailable::UnsupportedCipher(name, format!("setsockopt {label}: {e}"))
+                    })?;
+                }
+                Ok(())
+            };
+        let results = [sys::TLS_1_2_VERSION, sys::TLS_1_3_VERSION]
+            .map(|version| KERNEL_CIPHERS.map(|(cipher, name)| probe_one(version, cipher, name)));
+        Self { results }
+    }
+
+    /// Support that is known to be absent (for tests and `ktls = "off"`).
+    pub fn none(why: &str) -> Self {
+        let no = Err(Unavailable::NoKernelTls(why.to_owned()));
+        Self {
+            results: [
+                [no.clone(), no.clone(), no.clone()],
+                [no.clone(), no.clone(), no],
+            ],
+        }
+    }
+
+    /// True when at least one version and cipher can be offloaded.
+    pub fn any(&self) -> bool {
+        self.results.iter().flatten().any(Result::is_ok)
+    }
+
+    /// One line for the start-up log.
+    pub fn summary(&self) -> String {
+        if !self.any() {
+            return match &self.results[0][0] {
+                Err(e) => format!("unavailable: {e}"),
+                Ok(()) => unreachable!(),
+            };
+        }
+        let mut parts = Vec::new();
+        for (v, label) in [(0, "TLS1.2"), (1, "TLS1.3")] {
+            for (c, (_, name)) in KERNEL_CIPHERS.iter().enumerate() {
+                parts.push(match &self.results[v][c] {
+                    Ok(()) => format!("{label} {name}"),
+                    Err(_) => format!("{label} {name} (no)"),
+                });
+            }
+        }
+        format!("available for {}", parts.join(", "))
+    }
+
+    /// Whether a connection with `version` and `suite` can be offloaded.
+    pub fn check(
+        &self,
+        version: ProtocolVersion,
+        suite: SupportedCipherSuite,
+    ) -> Result<(), Unavailable> {
+        let name = suite.suite().as_str().unwrap_or("unknown");
+        let v = match version {
+            ProtocolVersion::TLSv1_2 => 0,
+            ProtocolVersion::TLSv1_3 => 1,
+            _ => return Err(Unavailable::UnknownCipher(name)),
+        };
+        let c = kernel_cipher_index(suite.suite()).ok_or(Unavailable::UnknownCipher(name))?;
+        self.results[v][c].clone()
+    }
+}
+
+fn kernel_cipher_index(suite: CipherSuite) -> Option<usize> {
+    use CipherSuite::*;
+    match suite {
+        TLS13_AES_128_GCM_SHA256
+        | TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        | TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 => Some(0),
+        TLS13_AES_256_GCM_SHA384
+        | TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384
+        | TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 => Some(1),
+        TLS13_CHACHA20_POLY1305_SHA256
+        | TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+        | TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => Some(2),
+        _ => None,
+    }
+}
+
+/// A connected loopback pair; the ULP needs an established connection, so both ends live
+/// as long as the probe.
+fn loopback_pair() -> io::Result<(std::net::TcpStream, std::net::TcpStream)> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    let (server, _) = listener.accept()?;
+    Ok((client, server))
+}
+
+/// Length of the longest prefix of `buf` made of whole TLS records. A header announcing
+/// more than any valid record counts as whole, so rustls sees it and rejects it instead
+/// of us waiting for bytes that will never be valid.
+pub(crate) fn whole_records(buf: &[u8]) -> usize {
+    const MAX_CIPHERTEXT: usize = 16384 + 2048;
+    let mut at = 0;
+    while let Some(header) = buf.get(at..at + 5) {
+        let len = u16::from_be_bytes([header[3], header[4]]) as usize;
+        if len > MAX_CIPHERTEXT {
+            return buf.len();
+        }
+        if at + 5 + len > buf.len() {
+            break;
+        }
+        at += 5 + len;
+    }
+    at
+}
+
+/// Hands a finished handshake to the kernel, or returns it untouched when the kernel
+/// cannot take it. `pending` is the head of a record rustls has not seen (see the module
+/// documentation).
+pub async fn offload(
+    support: &KernelSupport,
+    socket: TcpStream,
+    mut conn: ServerConnection,
+    mut pending: Vec<u8>,
+    counters: Arc<TrafficCounters>,
+) -> Offload {
+    let suite = conn.negotiated_cipher_suite().expect("handshake complete");
+    let version = conn.protocol_version().expect("handshake complete");
+    if let Err(why) = support.check(version, suite) {
+        let conn = Box::new(conn);
+        return Offload::Userspace {
+            why,
+            socket,
+            conn,
+            pending,
+        };
+    }
+    // The ULP goes on first: it fails where the module is missing (or was unloaded since
+    // the probe) and leaves the socket a plain TCP socket until keys are installed.
+    if let Err(e) = sys::attach_tls_ulp(socket.as_raw_fd()) {
+        let why = Unavailable::NoKernelTls(format!("setsockopt TCP_ULP: {e}"));
+        let conn = Box::new(conn);
+        return Offload::Userspace {
+            why,
+            socket,
+            conn,
+            pending,
+        };
+    }
+    let mut socket = socket;
+    let fail = Offload::Failed;
+    // Finish the record the client had started: the kernel can only take whole records.
+    if !pending.is_empty() {
+        while whole_records(&pending) < pending.len() {
+            let len = u16::from_be_bytes([pending[3], pending[4]]) as usize;
+            let want = 5 + len - pending.len();
+            let start = pending.len();
+            pending.resize(start + want, 0);
+            if let Err(e) = socket.read_exact(&mut pending[start..]).await {
+                return fail(e.into());
+            }
+        }
+        counters.add_in(pending.len());
+        let mut rest = &pending[..];
+        while !rest.is_empty() {
+            if let Err(e) = conn.read_tls(&mut rest) {
+                return fail(e.into());
+            }
+        }
+        if let Err(e) = conn.process_new_packets() {
+            return fail(e.into());
+        }
+    }
+    match install(&socket, conn, suite, version) {
+        Ok((early, peer_closed, records_left)) => Offload::Kernel(KtlsStream::new(
+            socket,
+            early,
+            peer_closed,
+            records_left,
+            counters,
+        )),
+        Err(e) => fail(e),
+    }
+}
+
+/// Takes rustls's decrypted leftovers and keys and installs the keys in the kernel.
+/// Returns the leftover plaintext, whether it ended with close_notify, and how many more
+/// records may be sent under the transmit key.
+fn install(
+    socket: &TcpStream,
+    mut conn: ServerConnection,
+    suite: SupportedCipherSuite,
+    version: ProtocolVersion,
+) -> Result<(Vec<u8>, bool, u64), OffloadError> {
+    // Plaintext rustls already decrypted (a request sent with the client's Finished)
+    // belongs to the HTTP layer; a close_notify among it ends the stream there.
+    let mut early = Vec::new();
+    let mut peer_closed = false;
+    loop {
+        let mut chunk = [0u8; 4096];
+        match io::Read::read(&mut conn.reader(), &mut chunk) {
+            Ok(0) => {
+                peer_closed = true;
+                break;
+            }
+            Ok(n) => early.extend_from_slice(&chunk[..n]),
+            Err(_) => break,
+        }
+    }
+    if conn.wants_write() {
+        // Only rustls's answer to something the client sent with its Finished (an alert,
+        // a KeyUpdate) can be queued here; it cannot be sent once rustls is gone.
+        return Err(OffloadError::Tls(rustls::Error::General(
+            "records queued by rustls after the handshake".into(),
+        )));
+    }
+    let secrets = conn
+        .dangerous_extract_secrets()
+        .map_err(OffloadError::Secrets)?;
+    let kernel_version = if version == ProtocolVersion::TLSv1_2 {
+        sys::TLS_1_2_VERSION
+    } else {
+        sys::TLS_1_3_VERSION
+    };
+    let (tx_seq, tx) = &secrets.tx;
+    let (rx_seq, rx) = &secrets.rx;
+    let fd = socket.as_raw_fd();
+    for (direction, label, seq, secret) in [
+        (sys::TLS_TX, "TLS_TX", *tx_seq, tx),
+        (sys::TLS_RX, "TLS_RX", *rx_seq, rx),
+    ] {
+        let info = crypto_info(kernel_version, direction == sys::TLS_TX, seq, secret);
+        sys::set_crypto_info(fd, direction, &info).map_err(|source| OffloadError::Install {
+            direction: label,
+            source,
+        })?;
+    }
+    let records_left = confidentiality_limit(suite).saturating_sub(*tx_seq);
+    Ok((early, peer_closed, records_left))
+}
+
+/// Records one key may protect (rustls refreshes or stops before it; the kernel does not,
+/// so [`KtlsStream`] counts).
+fn confidentiality_limit(suite: SupportedCipherSuite) -> u64 {
+    match suite {
+        SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
+        SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
+    }
+}
+
+/// The kernel's `crypto_info` for one direction's secrets.
+///
+/// TLS 1.2 AES-GCM needs care on transmit: the kernel sends the explicit nonce as a
+/// counter it starts at the `iv` we give and increments per record, while rustls used
+/// `fixed_iv[4..] XOR seq` for the records it sent (the Finished). Starting the counter
+/// at the rustls value for the current sequence number could meet one rustls already
+/// used (one record sent with an odd E: the kernel's second nonce would be (E^1)+1 = E),
+/// and a GCM nonce used twice under one key is fatal. So the kernel's counter starts just past the whole aligned block of values
+/// rustls can have used (see [`kernel_tls12_gcm_nonce_start`]). On receive the nonce is
+/// read from each record and only the salt matters.
+fn crypto_info(
+    version: u16,
+    transmit: bool,
+    seq: u64,
+    secret: &ConnectionTrafficSecrets,
+) -> CryptoInfo {
+    let (cipher, key, iv) = match secret {
+        ConnectionTrafficSecrets::Aes128Gcm { key, iv } => {
+            (sys::TLS_CIPHER_AES_GCM_128, key.as_ref(), iv.as_ref())
+        }
+        ConnectionTrafficSecrets::Aes256Gcm { key, iv } => {
+            (sys::TLS_CIPHER_AES_GCM_256, key.as_ref(), iv.as_ref())
+        }
+        ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
+            return CryptoInfo::new(
+                version,
+                sys::TLS_CIPHER_CHACHA20_POLY1305,
+                iv.as_ref(),
+                key.as_ref(),
+                &[],
+                seq,
+            );
+        }
+        _ => unreachable!("KernelSupport::check admits only kernel ciphers"),
+    };
+    let (salt, explicit) = iv.split_at(4);
+    if version == sys::TLS_1_2_VERSION && transmit {
+        let used = u64::from_be_bytes(explicit.try_into().expect("GCM iv is 12 bytes"));
+        let start = kernel_tls12_gcm_nonce_start(used, seq);
+        return CryptoInfo::new(version, cipher, &start.to_be_bytes(), key, salt, seq);
+    }
+    CryptoInfo::new(version, cipher, explicit, key, salt, seq)
+}
+
+/// The first explicit nonce the kernel may use after rustls sent `sent` records with
+/// nonces `base ^ s` (s < sent). Those all lie in the block of `base` aligned to the next
+/// power of two >= sent; the kernel counts up from just past it and would only come back
+/// after 2^64 records.
+fn kernel_tls12_gcm_nonce_start(base: u64, sent: u64) -> u64 {
+    let mask = sent.checked_next_power_of_two().map_or(u64::MAX, |p| p - 1);
+    (base | mask).wrapping_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_records_stops_at_a_partial_record() {
+        let mut buf = vec![23, 3, 3, 0, 2, 9, 9, 23, 3, 3, 0, 4, 1];
+        assert_eq!(whole_records(&buf), 7);
+        buf.extend_from_slice(&[2, 3, 4]);
+        assert_eq!(whole_records(&buf), 16);
+        assert_eq!(whole_records(&buf[..3]), 0);
+        // An impossible length is handed on for rustls to reject.
+        assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
+    }
+
+    #[test]
+    fn kernel_gcm_nonces_never_meet_the_ones_rustls_used() {
+        for base in [
+            0u64,
+            1,
+            2,
+            3,
+            0xfe,
+            0xff,
+            0x1234_5678_9abc_def0,
+            u64::MAX - 3,
+            u64::MAX,
+        ] {
+            for sent in 0..40u64 {
+                let used: Vec<u64> = (0..sent).map(|s| base ^ s).collect();
+                let start = kernel_tls12_gcm_nonce_start(base, sent);
+                // The kernel's next 1,000 nonces (and, by the block argument, all of them
+                // until the counter wraps around 2^64).
+                for k in 0..1000u64 {
+                    let n = start.wrapping_add(k);
+                    assert!(
+                        !used.contains(&n),
+                        "base {base:#x} sent {sent}: kernel nonce {n:#x} reused"
+                    );
+                }
+            }
+        }
+    }
+}

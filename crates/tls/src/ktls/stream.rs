@@ -1,0 +1,264 @@
+//! A socket whose record layer the kernel runs: plaintext in and out, files by sendfile.
+//!
+//! Reads go through recvmsg with room for the record-type control message, so a record
+//! that is not application data is never handed to HTTP as if it were: close_notify is
+//! end of stream, any other alert ends the connection, a TLS 1.3 KeyUpdate ends it cleanly
+//! (see the module documentation of [`crate::ktls`]), and a record that fails to decrypt
+//! (EBADMSG) is an error.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::sys;
+use crate::stream::{SendMethod, TrafficCounters};
+
+/// Largest TLS plaintext record: a write or sendfile of n bytes makes at most
+/// n / MAX_RECORD + 1 records.
+const MAX_RECORD: u64 = 16 * 1024;
+
+const ALERT_CLOSE_NOTIFY: u8 = 0;
+const ALERT_UNEXPECTED_MESSAGE: u8 = 10;
+const HANDSHAKE_KEY_UPDATE: u8 = 24;
+
+pub struct KtlsStream {
+    io: TcpStream,
+    /// Plaintext rustls decrypted before the hand-off, served first.
+    early: Vec<u8>,
+    early_at: usize,
+    /// No more application data will come (close_notify, KeyUpdate, TCP FIN).
+    read_done: bool,
+    close_notify_sent: bool,
+    /// Records the transmit key may still protect.
+    records_left: u64,
+    counters: Arc<TrafficCounters>,
+}
+
+/// What a non-data record means for the reader.
+enum Control {
+    EndOfStream,
+    Fatal(io::Error),
+}
+
+impl KtlsStream {
+    pub(super) fn new(
+        io: TcpStream,
+        early: Vec<u8>,
+        peer_closed: bool,
+        records_left: u64,
+        counters: Arc<TrafficCounters>,
+    ) -> Self {
+        Self {
+            io,
+            read_done: peer_closed && early.is_empty(),
+            early,
+            early_at: 0,
+            close_notify_sent: false,
+            records_left,
+            counters,
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.io.as_raw_fd()
+    }
+
+    /// Charges `records` against the key's confidentiality limit.
+    fn spend_records(&mut self, records: u64) -> io::Result<()> {
+        if self.records_left < records {
+            return Err(io::Error::other(
+                "the transmit key reached its confidentiality limit; closing",
+            ));
+        }
+        self.records_left -= records;
+        Ok(())
+    }
+
+    /// Sends one record of `record_type` through the kernel (best effort: used for the
+    /// alerts that end a connection).
+    fn send_control(&self, record_type: u8, data: &[u8]) {
+        let _ = self.io.try_io(Interest::WRITABLE, || {
+            sys::send_record(self.fd(), record_type, data)
+        });
+    }
+
+    fn on_control_record(&mut self, record_type: u8, body: &[u8]) -> Control {
+        match (record_type, body) {
+            (sys::RECORD_ALERT, [_, ALERT_CLOSE_NOTIFY]) => Control::EndOfStream,
+            (sys::RECORD_ALERT, [_, description]) => Control::Fatal(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("client sent TLS alert {description}"),
+            )),
+            (sys::RECORD_HANDSHAKE, [HANDSHAKE_KEY_UPDATE, ..]) => {
+                // The records after it are under keys we cannot give the kernel: answer
+                // with close_notify (still under our valid key) and read no further.
+                tracing::debug!("client KeyUpdate on a kernel TLS connection: closing cleanly (kernel TLS cannot rekey it)");
+                self.counters
+                    .key_update_closes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.send_close_notify();
+                Control::EndOfStream
+            }
+            (t, _) => {
+                self.send_control(sys::RECORD_ALERT, &[2, ALERT_UNEXPECTED_MESSAGE]);
+                self.close_notify_sent = true;
+                Control::Fatal(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "unexpected TLS record (type {t}, {} bytes) after the handshake",
+                        body.len()
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn send_close_notify(&mut self) {
+        if !self.close_notify_sent {
+            self.send_control(sys::RECORD_ALERT, &[1, ALERT_CLOSE_NOTIFY]);
+            self.close_notify_sent = true;
+        }
+    }
+
+    /// Sends `len` bytes of `file` from `offset` with sendfile(2): the kernel reads the
+    /// page cache and encrypts, nothing is copied through user space.
+    pub async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> io::Result<()> {
+        self.spend_records(len / MAX_RECORD + 1)?;
+        let mut at = offset as i64;
+        let end = offset + len;
+        while (at as u64) < end {
+            let want = (end - at as u64).min(1 << 30) as usize;
+            self.io.writable().await?;
+            match self.io.try_io(Interest::WRITABLE, || {
+                sys::sendfile(self.fd(), file.as_raw_fd(), &mut at, want)
+            }) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file truncated while being sent",
+                    ))
+                }
+                Ok(n) => self.counters.sent(SendMethod::Sendfile, n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The socket, for splice(2) (the kernel encrypts what is spliced into it and
+    /// decrypts what is spliced out of it).
+    pub fn socket(&self) -> &TcpStream {
+        &self.io
+    }
+}
+
+impl AsyncRead for KtlsStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.early_at < this.early.len() {
+            let n = buf.remaining().min(this.early.len() - this.early_at);
+            buf.put_slice(&this.early[this.early_at..this.early_at + n]);
+            this.early_at += n;
+            return Poll::Ready(Ok(()));
+        }
+        if this.read_done || buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            ready!(this.io.poll_read_ready(cx))?;
+            let fd = this.fd();
+            let unfilled = buf.initialize_unfilled();
+            match this
+                .io
+                .try_io(Interest::READABLE, || sys::recv_record(fd, unfilled))
+            {
+                Ok((n, sys::RECORD_APPLICATION_DATA)) => {
+                    if n == 0 {
+                        this.read_done = true;
+                    }
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok((n, record_type)) => {
+                    let body = buf.initialize_unfilled()[..n].to_vec();
+                    this.read_done = true;
+                    return match this.on_control_record(record_type, &body) {
+                        Control::EndOfStream => Poll::Ready(Ok(())),
+                        Control::Fatal(e) => Poll::Ready(Err(e)),
+                    };
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
+                    this.read_done = true;
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a TLS record failed to decrypt (bad record MAC)",
+                    )));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for KtlsStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        this.spend_records(buf.len() as u64 / MAX_RECORD + 1)?;
+        let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
+        this.counters.sent(SendMethod::KernelTls, n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        this.spend_records(total as u64 / MAX_RECORD + 1)?;
+        let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
+        this.counters.sent(SendMethod::KernelTls, n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        while !this.close_notify_sent {
+            ready!(this.io.poll_write_ready(cx))?;
+            let fd = this.fd();
+            match this.io.try_io(Interest::WRITABLE, || {
+                sys::send_record(fd, sys::RECORD_ALERT, &[1, ALERT_CLOSE_NOTIFY])
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                // A peer that is gone does not need our close_notify.
+                _ => this.close_notify_sent = true,
+            }
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
