@@ -116,6 +116,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         (backend == BackendKind::Multibuffer).then(|| crossovers.clone()),
     ));
 
+    let kernel_tls = Arc::new(probe_kernel_tls(&config));
     let listener::Bound {
         per_worker,
         addrs: bound,
@@ -124,7 +125,6 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         config.workers,
     )
     .map_err(|(addr, source)| StartError::Listen { addr, source })?;
-    let kernel_tls = Arc::new(probe_kernel_tls(&config));
     let admin = config
         .admin
         .map(|addr| {
@@ -203,7 +203,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     }
     start.wait();
     for (addr, l) in bound.iter().zip(&config.listen) {
-        println!("listening on https://{addr}/ (ktls {})", l.ktls.name());
+        println!("listening on https://{addr}/");
+        tracing::info!("listener {addr}: ktls {}", l.ktls.name());
     }
     tracing::info!(
         "terminus started: {} workers{}, crypto backend {}, config {}",

@@ -2,8 +2,12 @@
 //! command there and returns its exit status. Where no guest can start, the harness and
 //! these tests print a loud SKIPPED line.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use common::{curl, Server};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -49,4 +53,83 @@ fn the_command_exit_status_comes_back() {
     }
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from the guest\n");
+}
+
+/// terminus with `--ktls required` against curl, openssl s_client and Python's ssl in the
+/// guest: the version x cipher matrix, 100 MB files, Range, keep-alive, close_notify,
+/// KeyUpdate, a corrupted record, nonces across the hand-off, tls_stat and metrics.
+#[test]
+fn terminus_serves_over_kernel_tls() {
+    let out = in_guest(&[
+        "python3",
+        "tests/ktls-guest/terminus_ktls.py",
+        env!("CARGO_BIN_EXE_terminus"),
+    ]);
+    if guest_ran(&out).is_none() {
+        return;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all kTLS checks passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The same checks on this machine with `--ktls auto`: where the kernel has no kTLS (these
+/// development machines) every connection falls back to userspace TLS and must pass them
+/// all; where it has kTLS, every connection must be on it.
+#[test]
+fn auto_serves_every_check_on_the_host_kernel() {
+    let out = Command::new("python3")
+        .args([
+            "tests/ktls-guest/terminus_ktls.py",
+            env!("CARGO_BIN_EXE_terminus"),
+            "auto",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("run terminus_ktls.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all kTLS checks passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `ktls = "required"` where the kernel cannot take connections: each is closed after the
+/// handshake, counted and logged. (Where the kernel can, it is served on kernel TLS.)
+#[test]
+fn required_refuses_connections_the_kernel_cannot_take() {
+    let server = Server::start(&["--ktls", "required", "--admin", "127.0.0.1:0"]);
+    let kernel_has_tls = server.stderr().contains("kernel TLS available");
+    let out = curl(&server, &[], "/");
+    if kernel_has_tls {
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            server.metric("terminus_connections_by_data_path_total", &["ktls"]),
+            1.0
+        );
+        return;
+    }
+    assert!(!out.status.success(), "served without kernel TLS: {out:?}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(server.metric("terminus_ktls_refused_total", &[]), 1.0);
+    assert_eq!(
+        server.metric("terminus_ktls_fallbacks_total", &["no_kernel_tls"]),
+        1.0
+    );
+    assert_eq!(
+        server.metric("terminus_connections_by_data_path_total", &[]),
+        0.0
+    );
+    let log = server.stderr();
+    assert!(
+        log.contains("has ktls = \"required\" but this kernel has no usable kernel TLS")
+            && log.contains("ktls = \"required\": closing the connection"),
+        "{log}"
+    );
 }
