@@ -262,15 +262,16 @@ fn loopback_pair() -> io::Result<(std::net::TcpStream, std::net::TcpStream)> {
     Ok((client, server))
 }
 
-/// Length of the longest prefix of `buf` made of whole TLS records. A header announcing
-/// more than any valid record counts as whole, so rustls sees it and rejects it instead
-/// of us waiting for bytes that will never be valid.
+/// Length of the longest prefix of `buf` made of whole TLS records. A header that no
+/// valid record has (unknown type, not version 3.x, longer than any record) counts as
+/// whole, so rustls sees it and rejects it at once instead of us waiting for bytes that
+/// will never be valid (plain HTTP sent to the TLS port, say).
 pub(crate) fn whole_records(buf: &[u8]) -> usize {
     const MAX_CIPHERTEXT: usize = 16384 + 2048;
     let mut at = 0;
     while let Some(header) = buf.get(at..at + 5) {
         let len = u16::from_be_bytes([header[3], header[4]]) as usize;
-        if len > MAX_CIPHERTEXT {
+        if !(20..=24).contains(&header[0]) || header[1] != 3 || len > MAX_CIPHERTEXT {
             return buf.len();
         }
         if at + 5 + len > buf.len() {
@@ -481,6 +482,7 @@ mod tests {
         assert_eq!(whole_records(&buf[..3]), 0);
         // An impossible length is handed on for rustls to reject.
         assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
+        assert_eq!(whole_records(b"GET / HTTP/1.1\r\n"), 16);
     }
 
     #[test]
