@@ -1,7 +1,8 @@
 //! Response bodies: nothing, bytes in memory, or a byte range of an open file.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -14,11 +15,13 @@ const FILE_CHUNK: usize = 64 * 1024;
 pub enum Body {
     Empty,
     Bytes(Option<Bytes>),
-    /// `remaining` bytes of `file` from its current offset. Files are read synchronously
-    /// on the worker, as nginx does without `aio`: page-cache hits cost less than a
-    /// hand-off to a blocking pool.
+    /// `remaining` bytes of `file` from `offset`. Over HTTP/1.1 the connection sends
+    /// them itself (sendfile(2) on kernel TLS, see `h1`); over HTTP/2 they are read here.
+    /// Files are read synchronously on the worker, as nginx does without `aio`: page-cache
+    /// hits cost less than a hand-off to a blocking pool.
     File {
         file: File,
+        offset: u64,
         remaining: u64,
     },
 }
@@ -28,14 +31,12 @@ impl Body {
         Body::Bytes(Some(b.into()))
     }
 
-    pub fn file_range(mut file: File, offset: u64, len: u64) -> io::Result<Self> {
-        if offset > 0 {
-            file.seek(SeekFrom::Start(offset))?;
-        }
-        Ok(Body::File {
+    pub fn file_range(file: File, offset: u64, len: u64) -> Self {
+        Body::File {
             file,
+            offset,
             remaining: len,
-        })
+        }
     }
 }
 
@@ -50,7 +51,11 @@ impl hyper::body::Body for Body {
         match &mut *self {
             Body::Empty => Poll::Ready(None),
             Body::Bytes(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::File { file, remaining } => {
+            Body::File {
+                file,
+                offset,
+                remaining,
+            } => {
                 if *remaining == 0 {
                     return Poll::Ready(None);
                 }
@@ -58,7 +63,7 @@ impl hyper::body::Body for Body {
                 let mut buf = BytesMut::zeroed(want);
                 let mut filled = 0;
                 while filled < want {
-                    match file.read(&mut buf[filled..]) {
+                    match file.read_at(&mut buf[filled..], *offset + filled as u64) {
                         Ok(0) => {
                             // The file shrank after Content-Length was sent: abort the
                             // response rather than send a short body as if complete.
@@ -73,6 +78,7 @@ impl hyper::body::Body for Body {
                     }
                 }
                 *remaining -= want as u64;
+                *offset += want as u64;
                 Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
             }
         }

@@ -286,10 +286,7 @@ fn file_response(
     let body = if method == Method::HEAD || count == 0 {
         Body::Empty
     } else {
-        match Body::file_range(file, start, count) {
-            Ok(b) => b,
-            Err(_) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, method),
-        }
+        Body::file_range(file, start, count)
     };
     with_common_headers(builder.body(body).expect("valid response"))
 }

@@ -1,7 +1,9 @@
-//! HTTP/1.1 and HTTP/2 (by ALPN) over an established TLS stream, with hyper.
+//! HTTP/1.1 and HTTP/2 (by ALPN) over an established TLS stream: HTTP/1.1 by [`h1`]
+//! (so that files can leave by sendfile), HTTP/2 by hyper.
 
 pub mod body;
 pub mod files;
+mod h1;
 mod mime;
 
 use std::cell::Cell;
@@ -85,7 +87,7 @@ pub struct ConnectionInfo {
     pub metrics: Arc<Metrics>,
 }
 
-fn handle(req: &Request<Incoming>, info: &ConnectionInfo) -> Response<Body> {
+fn handle<B>(req: &Request<B>, info: &ConnectionInfo) -> Response<Body> {
     let method = req.method();
     if method != Method::GET && method != Method::HEAD {
         let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
@@ -136,46 +138,10 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     }
 }
 
-/// What the connection's timers need to know, shared by the I/O wrapper, the request
-/// handler and [`drive`].
+/// When bytes last moved in either direction on an HTTP/2 connection (its keep-alive
+/// idle timeout).
 struct Activity {
-    /// When bytes last moved in either direction (keep-alive idle timeout).
     last: Cell<Instant>,
-    /// When the first byte of a request arrived whose headers are not complete yet
-    /// (request header timeout, HTTP/1.1). None between requests and while one is served.
-    header_started: Cell<Option<Instant>>,
-    in_request: Cell<bool>,
-    /// Wakes [`drive`] when a request starts, so its header deadline applies at once.
-    request_began: tokio::sync::Notify,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            last: Cell::new(Instant::now()),
-            header_started: Cell::new(None),
-            in_request: Cell::new(false),
-            request_began: tokio::sync::Notify::new(),
-        }
-    }
-
-    fn read(&self, n: usize) {
-        let now = Instant::now();
-        self.last.set(now);
-        if n > 0 && !self.in_request.get() && self.header_started.get().is_none() {
-            self.header_started.set(Some(now));
-            self.request_began.notify_one();
-        }
-    }
-
-    fn request_started(&self) {
-        self.header_started.set(None);
-        self.in_request.set(true);
-    }
-
-    fn request_done(&self) {
-        self.in_request.set(false);
-    }
 }
 
 /// The stream, feeding [`Activity`].
@@ -192,8 +158,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if r.is_ready() {
-            self.activity.read(buf.filled().len() - before);
+        if r.is_ready() && buf.filled().len() > before {
+            self.activity.last.set(Instant::now());
         }
         r
     }
@@ -237,122 +203,87 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     }
 }
 
+/// Records a response in the metrics and the access log.
+fn record(
+    info: &ConnectionInfo,
+    method: &Method,
+    path: &str,
+    version: hyper::Version,
+    resp: &Response<Body>,
+) {
+    info.metrics.response(resp.status().as_u16());
+    if let Some(log) = &info.site.access_log {
+        let len = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        log.write(format_args!(
+            "{} \"{} {} {:?}\" {} {} \"{}\"",
+            info.peer,
+            method,
+            path,
+            version,
+            resp.status().as_u16(),
+            len,
+            info.sni.as_deref().unwrap_or("-"),
+        ));
+    }
+}
+
 /// Serves HTTP on `stream` until the client is done, the connection idles out, or
 /// `shutdown` fires (then in-flight requests finish and the connection closes).
-pub async fn serve<S>(
+pub(crate) async fn serve<S>(
     stream: S,
     h2: bool,
     info: ConnectionInfo,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: h1::Transport + 'static,
 {
-    let timeouts = info.site.timeouts;
-    let activity = Rc::new(Activity::new());
+    if !h2 {
+        return h1::serve(stream, &info, &mut shutdown).await;
+    }
+    let keepalive = info.site.timeouts.keepalive;
+    let activity = Rc::new(Activity {
+        last: Cell::new(Instant::now()),
+    });
     let io = TokioIo::new(Tracked {
         inner: stream,
         activity: activity.clone(),
     });
     let info = Rc::new(info);
-    let service_activity = activity.clone();
-    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let info = info.clone();
-        let activity = service_activity.clone();
-        activity.request_started();
         async move {
-            discard_body(req.body_mut()).await;
+            let (parts, mut body) = req.into_parts();
+            discard_body(&mut body).await;
+            let req = Request::from_parts(parts, ());
             let resp = handle(&req, &info);
-            info.metrics.response(resp.status().as_u16());
-            if let Some(log) = &info.site.access_log {
-                let len = resp
-                    .headers()
-                    .get(header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                log.write(format_args!(
-                    "{} \"{} {} {:?}\" {} {} \"{}\"",
-                    info.peer,
-                    req.method(),
-                    // HTTP/2 requests carry an absolute URI; log what nginx's $request shows.
-                    req.uri().path_and_query().map_or("/", |p| p.as_str()),
-                    req.version(),
-                    resp.status().as_u16(),
-                    len,
-                    info.sni.as_deref().unwrap_or("-"),
-                ));
-            }
-            activity.request_done();
+            // HTTP/2 requests carry an absolute URI; log what nginx's $request shows.
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            record(&info, req.method(), path, req.version(), &resp);
             Ok::<_, std::convert::Infallible>(resp)
         }
     });
-
-    let conn: Pin<Box<dyn GracefulConnection>> = if h2 {
-        Box::pin(
-            hyper::server::conn::http2::Builder::new(LocalExec)
-                .timer(TokioTimer::new())
-                .serve_connection(io, service),
-        )
-    } else {
-        Box::pin(
-            // hyper's own header timer would also run while a keep-alive connection
-            // waits for its next request; `drive` keeps the two timeouts apart.
-            hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(None)
-                .keep_alive(true)
-                .serve_connection(io, service),
-        )
-    };
-    let header_timeout = (!h2).then_some(timeouts.request_header);
-    drive(
-        conn,
-        &activity,
-        timeouts.keepalive,
-        header_timeout,
-        &mut shutdown,
-    )
-    .await;
+    let conn = hyper::server::conn::http2::Builder::new(LocalExec)
+        .timer(TokioTimer::new())
+        .serve_connection(io, service);
+    drive(Box::pin(conn), &activity, keepalive, &mut shutdown).await;
 }
 
-/// The part of hyper's h1/h2 connections we drive.
-trait GracefulConnection: Future<Output = Result<(), hyper::Error>> {
-    fn graceful_shutdown(self: Pin<&mut Self>);
-}
-
-impl<I, S> GracefulConnection for hyper::server::conn::http1::Connection<I, S>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
-    S: hyper::service::HttpService<Incoming, ResBody = Body>,
-{
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        hyper::server::conn::http1::Connection::graceful_shutdown(self)
-    }
-}
-
-impl<I, S> GracefulConnection for hyper::server::conn::http2::Connection<I, S, LocalExec>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
-    S: hyper::service::HttpService<Incoming, ResBody = Body> + 'static,
-    S::Future: 'static,
-{
-    fn graceful_shutdown(self: Pin<&mut Self>) {
-        hyper::server::conn::http2::Connection::graceful_shutdown(self)
-    }
-}
-
-/// Runs the connection to completion, enforcing the keep-alive idle timeout (nothing
-/// moved for `keepalive`), the request header timeout (a request's headers not complete
-/// `header_timeout` after its first byte: dropped, as nginx does) and shutdown.
-async fn drive(
-    mut conn: Pin<Box<dyn GracefulConnection>>,
+/// Runs an HTTP/2 connection to completion, enforcing the keep-alive idle timeout
+/// (nothing moved for `keepalive`: GOAWAY) and shutdown (GOAWAY, in-flight streams
+/// finish). Idle twice in a row means the client ignores the GOAWAY: dropped. The
+/// worker's shutdown grace period bounds the rest.
+async fn drive<C>(
+    mut conn: Pin<Box<C>>,
     activity: &Activity,
     keepalive: Duration,
-    header_timeout: Option<Duration>,
     shutdown: &mut watch::Receiver<bool>,
-) {
-    // Set once the connection has been asked to close (idle or shutdown). Idle twice in a
-    // row means the client ignores the close: drop it. The worker's shutdown grace
-    // period bounds the rest.
+) where
+    C: GracefulShutdown,
+{
     let mut closing = false;
     let mut shutdown_seen = false;
     loop {
@@ -364,10 +295,6 @@ async fn drive(
             }
         }
         let idle_deadline = activity.last.get() + keepalive;
-        let header_deadline = header_timeout
-            .zip(activity.header_started.get())
-            .map(|(t, s)| s + t);
-        let deadline = header_deadline.map_or(idle_deadline, |h| h.min(idle_deadline));
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
@@ -375,7 +302,6 @@ async fn drive(
                 }
                 return;
             }
-            _ = activity.request_began.notified() => {}
             changed = shutdown.changed(), if !shutdown_seen => {
                 // A dropped sender means the process is going away: treat it as shutdown.
                 if changed.is_err() {
@@ -384,12 +310,8 @@ async fn drive(
                     closing = true;
                 }
             }
-            _ = tokio::time::sleep_until(deadline.into()) => {
+            _ = tokio::time::sleep_until(idle_deadline.into()) => {
                 let now = Instant::now();
-                if header_deadline.is_some_and(|h| h <= now) && activity.header_started.get().is_some() {
-                    tracing::debug!("request header timeout");
-                    return;
-                }
                 if activity.last.get() + keepalive > now {
                     continue;
                 }
@@ -401,5 +323,21 @@ async fn drive(
                 activity.last.set(now);
             }
         }
+    }
+}
+
+/// hyper's HTTP/2 connection, as [`drive`] sees it.
+trait GracefulShutdown: Future<Output = Result<(), hyper::Error>> {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S> GracefulShutdown for hyper::server::conn::http2::Connection<I, S, LocalExec>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Body> + 'static,
+    S::Future: 'static,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http2::Connection::graceful_shutdown(self)
     }
 }
