@@ -22,6 +22,7 @@
 //! cleanly (close_notify, then FIN) rather than letting the kernel fail on records under
 //! keys it does not have. See [`KtlsStream`].
 
+mod splice;
 mod stream;
 pub mod sys;
 
@@ -35,6 +36,7 @@ use rustls::{
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+pub use splice::splice_bidirectional;
 pub use stream::KtlsStream;
 
 use crate::stream::TrafficCounters;

@@ -46,6 +46,55 @@ enum Control {
     Fatal(io::Error),
 }
 
+/// A record the kernel handed up that is not application data.
+#[derive(Debug)]
+pub(super) enum ControlRecord {
+    CloseNotify,
+    Alert(u8),
+    KeyUpdate,
+    Unexpected {
+        record_type: u8,
+        len: usize,
+    },
+    /// Data after all (a splice that stopped for another reason).
+    Data,
+}
+
+impl ControlRecord {
+    pub(super) fn into_error(self) -> io::Error {
+        match self {
+            Self::CloseNotify | Self::Data => io::ErrorKind::UnexpectedEof.into(),
+            Self::Alert(description) => io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("client sent TLS alert {description}"),
+            ),
+            Self::KeyUpdate => io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "client KeyUpdate: kernel TLS cannot rekey this connection",
+            ),
+            Self::Unexpected { record_type, len } => io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "unexpected TLS record (type {record_type}, {len} bytes) after the handshake"
+                ),
+            ),
+        }
+    }
+}
+
+pub(super) fn classify(record_type: u8, body: &[u8]) -> ControlRecord {
+    match (record_type, body) {
+        (sys::RECORD_APPLICATION_DATA, _) => ControlRecord::Data,
+        (sys::RECORD_ALERT, [_, ALERT_CLOSE_NOTIFY]) => ControlRecord::CloseNotify,
+        (sys::RECORD_ALERT, [_, description]) => ControlRecord::Alert(*description),
+        (sys::RECORD_HANDSHAKE, [HANDSHAKE_KEY_UPDATE, ..]) => ControlRecord::KeyUpdate,
+        (record_type, body) => ControlRecord::Unexpected {
+            record_type,
+            len: body.len(),
+        },
+    }
+}
+
 impl KtlsStream {
     pub(super) fn new(
         io: TcpStream,
@@ -89,13 +138,10 @@ impl KtlsStream {
     }
 
     fn on_control_record(&mut self, record_type: u8, body: &[u8]) -> Control {
-        match (record_type, body) {
-            (sys::RECORD_ALERT, [_, ALERT_CLOSE_NOTIFY]) => Control::EndOfStream,
-            (sys::RECORD_ALERT, [_, description]) => Control::Fatal(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                format!("client sent TLS alert {description}"),
-            )),
-            (sys::RECORD_HANDSHAKE, [HANDSHAKE_KEY_UPDATE, ..]) => {
+        match classify(record_type, body) {
+            ControlRecord::CloseNotify => Control::EndOfStream,
+            alert @ ControlRecord::Alert(_) => Control::Fatal(alert.into_error()),
+            ControlRecord::KeyUpdate => {
                 // The records after it are under keys we cannot give the kernel: answer
                 // with close_notify (still under our valid key) and read no further.
                 tracing::debug!("client KeyUpdate on a kernel TLS connection: closing cleanly (kernel TLS cannot rekey it)");
@@ -105,16 +151,10 @@ impl KtlsStream {
                 self.send_close_notify();
                 Control::EndOfStream
             }
-            (t, _) => {
+            other => {
                 self.send_control(sys::RECORD_ALERT, &[2, ALERT_UNEXPECTED_MESSAGE]);
                 self.close_notify_sent = true;
-                Control::Fatal(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "unexpected TLS record (type {t}, {} bytes) after the handshake",
-                        body.len()
-                    ),
-                ))
+                Control::Fatal(other.into_error())
             }
         }
     }
@@ -156,6 +196,10 @@ impl KtlsStream {
     /// decrypts what is spliced out of it).
     pub fn socket(&self) -> &TcpStream {
         &self.io
+    }
+
+    pub(super) fn counters(&self) -> &TrafficCounters {
+        &self.counters
     }
 }
 

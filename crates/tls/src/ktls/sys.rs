@@ -173,6 +173,27 @@ pub fn sendfile(out: RawFd, file: RawFd, offset: &mut i64, count: usize) -> io::
     cvt_size(unsafe { libc::sendfile(out, file, offset, count) })
 }
 
+/// A non-blocking pipe: (read end, write end).
+pub fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both are open descriptors that nothing else owns.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// Ends the sending direction of a socket (FIN after what is queued).
+pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+    // SAFETY: a plain syscall on the caller's descriptor.
+    cvt(unsafe { libc::shutdown(fd, libc::SHUT_WR) }).map(drop)
+}
+
 /// splice(2) up to `len` bytes between `from` and `to`, one of which is a pipe.
 pub fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     // SAFETY: null offsets mean "the fds' own positions"; fds are the caller's.

@@ -1,0 +1,245 @@
+//! The splice primitive against a TCP echo upstream, on a real kernel TLS socket: a rustls
+//! client sends 100 MB through terminus's kTLS socket, `splice_bidirectional` moves it to
+//! an echo server and back, and the client checks that what came back is what it sent.
+//!
+//! kTLS needs a kernel with `tls`; the outer test runs the inner one inside the guest
+//! kernel of `tests/ktls-guest/run` (which prints a loud SKIPPED where none can start).
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+use sha2::{Digest, Sha256};
+use terminus_tls::ktls::{offload, splice_bidirectional, Offload};
+use terminus_tls::{KernelSupport, SendMethod, TrafficCounters};
+use tokio::io::AsyncWriteExt;
+
+#[test]
+fn splice_moves_100_mb_through_kernel_tls_in_the_guest() {
+    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/ktls-guest/run");
+    let me = std::env::current_exe().unwrap();
+    let out = Command::new(harness)
+        .arg(me)
+        .args(["--ignored", "--exact", "--nocapture", "inside_guest_splice"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run the kTLS guest harness");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if stderr.contains("SKIPPED: kTLS guest tests") {
+        println!("SKIPPED: kTLS guest tests: {stderr}");
+        return;
+    }
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("spliced intact"),
+        "{stdout}{stderr}"
+    );
+}
+
+#[test]
+#[ignore = "needs kernel TLS: run inside the guest by splice_moves_100_mb_through_kernel_tls_in_the_guest"]
+fn inside_guest_splice() {
+    for (version, size) in [
+        (&rustls::version::TLS13, 100 << 20),
+        (&rustls::version::TLS12, 16 << 20),
+    ] {
+        let before = tls_stat();
+        let (up, down, spliced) = relay(version, size);
+        let after = tls_stat();
+        assert_eq!((up, down), (size as u64, size as u64));
+        assert_eq!(spliced, size as u64, "bytes counted as spliced");
+        assert!(
+            after.0 > before.0 && after.1 > before.1,
+            "tls_stat {before:?} -> {after:?}"
+        );
+        println!("{version:?}: {size} bytes each way spliced intact");
+    }
+}
+
+/// TlsTxSw, TlsRxSw.
+fn tls_stat() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/net/tls_stat").unwrap();
+    let get = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap()
+    };
+    (get("TlsTxSw"), get("TlsRxSw"))
+}
+
+fn configs(
+    version: &'static rustls::SupportedProtocolVersion,
+) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    server.enable_secret_extraction = true;
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(cert.der().to_vec()))
+        .unwrap();
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (Arc::new(server), Arc::new(client))
+}
+
+/// Client <-TLS-> kTLS socket <-splice-> echo upstream. Returns the bytes
+/// `splice_bidirectional` moved each way and the bytes counted as spliced.
+fn relay(version: &'static rustls::SupportedProtocolVersion, size: usize) -> (u64, u64, u64) {
+    let (server_config, client_config) = configs(version);
+    let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    std::thread::spawn(move || echo_once(echo));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = std::thread::spawn(move || client(addr, client_config, size));
+
+    let (mut sock, _) = listener.accept().unwrap();
+    let mut conn = ServerConnection::new(server_config).unwrap();
+    // The client sends nothing after its Finished until it has read "go" (sent by the
+    // kernel), so the handshake leaves no record half inside rustls.
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    while conn.wants_write() {
+        conn.write_tls(&mut sock).unwrap();
+    }
+    sock.set_nonblocking(true).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (up, down, spliced) = runtime.block_on(async move {
+        let counters = Arc::new(TrafficCounters::default());
+        let sock = tokio::net::TcpStream::from_std(sock).unwrap();
+        let support = KernelSupport::probe();
+        let mut ktls = match offload(&support, sock, conn, Vec::new(), counters.clone()).await {
+            Offload::Kernel(k) => k,
+            Offload::Userspace { why, .. } => panic!("kernel TLS not available: {why}"),
+            Offload::Failed(e) => panic!("hand-off failed: {e}"),
+        };
+        ktls.write_all(b"go").await.unwrap();
+        let upstream = tokio::net::TcpStream::connect(echo_addr).await.unwrap();
+        let (up, down) = splice_bidirectional(&mut ktls, &upstream).await.unwrap();
+        (up, down, counters.sent_by(SendMethod::Splice))
+    });
+    let (sent, received) = client.join().unwrap();
+    assert_eq!(sent, received, "what came back differs from what was sent");
+    (up, down, spliced)
+}
+
+fn echo_once(listener: TcpListener) {
+    let (mut s, _) = listener.accept().unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => s.write_all(&buf[..n]).unwrap(),
+        }
+    }
+    let _ = s.shutdown(Shutdown::Write);
+}
+
+/// Sends `size` bytes and reads the echo at the same time (a non-blocking loop, so
+/// neither direction waits on the other); ends with close_notify and waits for the
+/// server's. Returns the sha256 of what was sent and of what came back.
+fn client(addr: SocketAddr, config: Arc<ClientConfig>, size: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut sock = TcpStream::connect(addr).unwrap();
+    let mut conn = ClientConnection::new(config, "localhost".try_into().unwrap()).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    let mut go = [0u8; 2];
+    let mut got = 0;
+    while got < 2 {
+        conn.complete_io(&mut sock).unwrap();
+        match conn.reader().read(&mut go[got..]) {
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(&go, b"go");
+    sock.set_nonblocking(true).unwrap();
+    let block: Vec<u8> = (0..1 << 16)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let (mut sent_hash, mut received_hash) = (Sha256::new(), Sha256::new());
+    let (mut sent, mut received, mut closed, mut peer_closed) = (0usize, 0usize, false, false);
+    let mut buf = vec![0u8; 1 << 16];
+    while !(peer_closed && closed && !conn.wants_write()) {
+        let mut progress = false;
+        if sent < size && !conn.wants_write() {
+            let chunk = &block[sent % block.len()..];
+            let chunk = &chunk[..chunk.len().min(size - sent)];
+            let n = conn.writer().write(chunk).unwrap();
+            sent_hash.update(&chunk[..n]);
+            sent += n;
+            progress |= n > 0;
+        }
+        if sent == size && !closed {
+            conn.send_close_notify();
+            closed = true;
+        }
+        while conn.wants_write() {
+            match conn.write_tls(&mut sock) {
+                Ok(_) => progress = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("client write: {e}"),
+            }
+        }
+        match conn.read_tls(&mut sock) {
+            Ok(0) => peer_closed = true,
+            Ok(_) => {
+                conn.process_new_packets().unwrap();
+                progress = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("client read: {e}"),
+        }
+        loop {
+            match conn.reader().read(&mut buf) {
+                Ok(0) => {
+                    peer_closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    received_hash.update(&buf[..n]);
+                    received += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("client: {e}"),
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert_eq!(received, size, "bytes echoed back");
+    (
+        sent_hash.finalize().to_vec(),
+        received_hash.finalize().to_vec(),
+    )
+}
