@@ -125,17 +125,8 @@ pub(crate) async fn serve<S: Transport>(
             Next::Request(req) => req,
             Next::Closed => break,
             Next::Reject(status) => {
-                let resp = error_response(status, &Method::GET);
-                super::record(info, &Method::GET, "-", Version::HTTP_11, &resp);
-                let _ = respond(
-                    &mut io,
-                    resp,
-                    false,
-                    false,
-                    &mut scratch,
-                    timeouts.keepalive,
-                )
-                .await;
+                let request = (&Method::GET, "-", Version::HTTP_11);
+                refuse(&mut io, info, request, status, &mut scratch).await;
                 break;
             }
         };
@@ -143,17 +134,8 @@ pub(crate) async fn serve<S: Transport>(
         let body = match request_body(req.headers()) {
             Ok(b) => b,
             Err(status) => {
-                let resp = error_response(status, req.method());
-                super::record(info, req.method(), path_of(req.uri()), req.version(), &resp);
-                let _ = respond(
-                    &mut io,
-                    resp,
-                    false,
-                    false,
-                    &mut scratch,
-                    timeouts.keepalive,
-                )
-                .await;
+                let request = (req.method(), path_of(req.uri()), req.version());
+                refuse(&mut io, info, request, status, &mut scratch).await;
                 break;
             }
         };
@@ -194,6 +176,20 @@ pub(crate) async fn serve<S: Transport>(
     }
     // close_notify, then FIN; a client that does not read gets a second to take it.
     let _ = tokio::time::timeout(Duration::from_secs(1), io.shutdown()).await;
+}
+
+/// Answers a request the server will not serve with an error page, and closes.
+async fn refuse<S: Transport>(
+    io: &mut S,
+    info: &super::ConnectionInfo,
+    (method, path, version): (&Method, &str, Version),
+    status: StatusCode,
+    scratch: &mut Vec<u8>,
+) {
+    let resp = error_response(status, method);
+    super::record(info, method, path, version, &resp);
+    let stall = info.site.timeouts.keepalive;
+    let _ = respond(io, resp, false, false, scratch, stall).await;
 }
 
 fn path_of(uri: &Uri) -> &str {

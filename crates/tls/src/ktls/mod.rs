@@ -296,24 +296,17 @@ pub async fn offload(
 ) -> Offload {
     let suite = conn.negotiated_cipher_suite().expect("handshake complete");
     let version = conn.protocol_version().expect("handshake complete");
-    if let Err(why) = support.check(version, suite) {
-        let conn = Box::new(conn);
-        return Offload::Userspace {
-            why,
-            socket,
-            conn,
-            pending,
-        };
-    }
     // The ULP goes on first: it fails where the module is missing (or was unloaded since
     // the probe) and leaves the socket a plain TCP socket until keys are installed.
-    if let Err(e) = sys::attach_tls_ulp(socket.as_raw_fd()) {
-        let why = Unavailable::NoKernelTls(format!("setsockopt TCP_ULP: {e}"));
-        let conn = Box::new(conn);
+    let usable = support.check(version, suite).and_then(|()| {
+        sys::attach_tls_ulp(socket.as_raw_fd())
+            .map_err(|e| Unavailable::NoKernelTls(format!("setsockopt TCP_ULP: {e}")))
+    });
+    if let Err(why) = usable {
         return Offload::Userspace {
             why,
             socket,
-            conn,
+            conn: Box::new(conn),
             pending,
         };
     }

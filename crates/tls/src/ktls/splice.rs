@@ -28,49 +28,50 @@ pub async fn splice_bidirectional(
     let to_client = sys::pipe()?;
     let socket = client.socket();
     let up = async {
-        let n = pump(socket, upstream, &to_upstream, true).await?;
+        let (n, _) = pump(socket, upstream, &to_upstream, true).await?;
         sys::shutdown_write(upstream.as_raw_fd())?;
         Ok::<_, io::Error>(n)
     };
-    let down = async {
-        let n = pump(upstream, socket, &to_client, false).await?;
-        client.counters().sent(SendMethod::Splice, n as usize);
-        Ok(n)
-    };
-    let (up, down) = tokio::try_join!(up, down)?;
+    let down = pump(upstream, socket, &to_client, false);
+    let (up, (down, calls)) = tokio::try_join!(up, down)?;
+    client.charge(SendMethod::Splice, down, calls);
     use tokio::io::AsyncWriteExt;
     client.shutdown().await?;
     Ok((up, down))
 }
 
-/// Moves `from` to `to` through `pipe` until `from` ends. `from_ktls`: `from` is the
-/// kernel TLS socket, where splice stops with EINVAL at a record that is not data.
+/// Moves `from` to `to` through `pipe` until `from` ends; returns the bytes moved and the
+/// writes into `to` it took. `from_ktls`: `from` is the kernel TLS socket, where splice
+/// stops with EINVAL at a record that is not data.
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
     pipe: &(OwnedFd, OwnedFd),
     from_ktls: bool,
-) -> io::Result<u64> {
+) -> io::Result<(u64, u64)> {
     let (pipe_out, pipe_in) = (pipe.0.as_raw_fd(), pipe.1.as_raw_fd());
-    let mut total = 0u64;
+    let (mut total, mut writes) = (0u64, 0u64);
     loop {
         from.readable().await?;
         let n = match from.try_io(Interest::READABLE, || {
             sys::splice(from.as_raw_fd(), pipe_in, STEP)
         }) {
-            Ok(0) => return Ok(total),
+            Ok(0) => return Ok((total, writes)),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if from_ktls && e.raw_os_error() == Some(libc::EINVAL) => {
                 match read_control_record(from)? {
                     None => continue,
-                    Some((ControlRecord::Data, data)) if data.is_empty() => return Ok(total),
+                    Some((ControlRecord::Data, data)) if data.is_empty() => {
+                        return Ok((total, writes))
+                    }
                     Some((ControlRecord::Data, data)) => {
                         write_all(to, &data).await?;
                         total += data.len() as u64;
+                        writes += 1;
                         continue;
                     }
-                    Some((ControlRecord::CloseNotify, _)) => return Ok(total),
+                    Some((ControlRecord::CloseNotify, _)) => return Ok((total, writes)),
                     Some((other, _)) => return Err(other.into_error()),
                 }
             }
@@ -82,7 +83,10 @@ async fn pump(
             match to.try_io(Interest::WRITABLE, || {
                 sys::splice(pipe_out, to.as_raw_fd(), left)
             }) {
-                Ok(m) => left -= m,
+                Ok(m) => {
+                    left -= m;
+                    writes += 1;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }

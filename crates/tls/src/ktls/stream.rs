@@ -118,15 +118,22 @@ impl KtlsStream {
         self.io.as_raw_fd()
     }
 
-    /// Charges `records` against the key's confidentiality limit.
-    fn spend_records(&mut self, records: u64) -> io::Result<()> {
-        if self.records_left < records {
+    /// Refuses to send once the transmit key has protected as many records as its
+    /// cipher allows (the kernel does not count; rustls would have).
+    fn may_send(&self) -> io::Result<()> {
+        if self.records_left == 0 {
             return Err(io::Error::other(
                 "the transmit key reached its confidentiality limit; closing",
             ));
         }
-        self.records_left -= records;
         Ok(())
+    }
+
+    /// Charges `n` bytes just sent in `calls` system calls: at most n / MAX_RECORD + 1
+    /// records per call.
+    pub(super) fn charge(&mut self, method: SendMethod, n: u64, calls: u64) {
+        self.records_left = self.records_left.saturating_sub(n / MAX_RECORD + calls);
+        self.counters.sent(method, n as usize);
     }
 
     /// Sends one record of `record_type` through the kernel (best effort: used for the
@@ -169,11 +176,11 @@ impl KtlsStream {
     /// Sends `len` bytes of `file` from `offset` with sendfile(2): the kernel reads the
     /// page cache and encrypts, nothing is copied through user space.
     pub async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> io::Result<()> {
-        self.spend_records(len / MAX_RECORD + 1)?;
         let mut at = offset as i64;
         let end = offset + len;
         while (at as u64) < end {
             let want = (end - at as u64).min(1 << 30) as usize;
+            self.may_send()?;
             self.io.writable().await?;
             match self.io.try_io(Interest::WRITABLE, || {
                 sys::sendfile(self.fd(), file.as_raw_fd(), &mut at, want)
@@ -184,7 +191,7 @@ impl KtlsStream {
                         "file truncated while being sent",
                     ))
                 }
-                Ok(n) => self.counters.sent(SendMethod::Sendfile, n),
+                Ok(n) => self.charge(SendMethod::Sendfile, n as u64, 1),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
@@ -196,10 +203,6 @@ impl KtlsStream {
     /// decrypts what is spliced out of it).
     pub fn socket(&self) -> &TcpStream {
         &self.io
-    }
-
-    pub(super) fn counters(&self) -> &TrafficCounters {
-        &self.counters
     }
 }
 
@@ -263,9 +266,9 @@ impl AsyncWrite for KtlsStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        this.spend_records(buf.len() as u64 / MAX_RECORD + 1)?;
+        this.may_send()?;
         let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
-        this.counters.sent(SendMethod::KernelTls, n);
+        this.charge(SendMethod::KernelTls, n as u64, 1);
         Poll::Ready(Ok(n))
     }
 
@@ -275,10 +278,9 @@ impl AsyncWrite for KtlsStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        this.spend_records(total as u64 / MAX_RECORD + 1)?;
+        this.may_send()?;
         let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
-        this.counters.sent(SendMethod::KernelTls, n);
+        this.charge(SendMethod::KernelTls, n as u64, 1);
         Poll::Ready(Ok(n))
     }
 
