@@ -1,5 +1,6 @@
-//! The `terminus` command: `serve`, `check` and `speed`.
+//! The `terminus` command: `serve`, `check`, `speed` and `load`.
 
+mod load;
 mod speed;
 
 use std::path::PathBuf;
@@ -47,6 +48,11 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = 1)]
         multi: usize,
     },
+    /// Load an HTTPS server and report connect, handshake and request latency
+    /// (p50/p90/p99/p99.9/max), achieved rate and errors by kind. Open loop with --rate
+    /// (latency from each request's scheduled time, as wrk2), closed loop with
+    /// --connections (as wrk). Loopback targets only, unless --allow-remote.
+    Load(load::LoadArgs),
 }
 
 #[derive(Args)]
@@ -178,5 +184,6 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Load(args) => load::run(args),
     }
 }

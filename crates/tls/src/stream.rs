@@ -1,14 +1,16 @@
 //! The userspace record layer: a rustls connection over a TCP socket as a tokio stream.
 //!
-//! Used after the handshake when the kernel does not take over the record layer.
+//! Used after the handshake when the kernel does not take over the record layer, and by
+//! `terminus load` for its client connections (hence generic over the rustls side).
 
 use std::io::{self, Read, Write};
+use std::ops::DerefMut;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::ServerConnection;
+use rustls::{ConnectionCommon, ServerConnection, SideData};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -75,22 +77,27 @@ impl TrafficCounters {
     }
 }
 
-/// A TLS connection after its handshake.
-pub struct TlsStream {
+/// A TLS connection after its handshake: a [`ServerConnection`] by default, or a rustls
+/// client connection.
+pub struct TlsStream<C = ServerConnection> {
     io: TcpStream,
-    conn: ServerConnection,
+    conn: C,
     counters: Arc<TrafficCounters>,
     /// The socket returned end-of-file.
     io_eof: bool,
     close_notify_sent: bool,
 }
 
-impl TlsStream {
+impl<C, D> TlsStream<C>
+where
+    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    D: SideData,
+{
     /// `pending`: the head of a record received with the handshake that rustls has not
     /// seen yet ([`crate::Handshake::pending`]).
     pub fn new(
         io: TcpStream,
-        mut conn: ServerConnection,
+        mut conn: C,
         pending: &[u8],
         counters: Arc<TrafficCounters>,
     ) -> io::Result<Self> {
@@ -187,7 +194,11 @@ impl Write for PollIo<'_, '_> {
     }
 }
 
-impl AsyncRead for TlsStream {
+impl<C, D> AsyncRead for TlsStream<C>
+where
+    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    D: SideData,
+{
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -223,7 +234,11 @@ impl AsyncRead for TlsStream {
     }
 }
 
-impl AsyncWrite for TlsStream {
+impl<C, D> AsyncWrite for TlsStream<C>
+where
+    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    D: SideData,
+{
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

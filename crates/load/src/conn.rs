@@ -1,0 +1,247 @@
+//! One client connection: TCP connect and TLS handshake (each timed), then requests over
+//! HTTP/1.1 (our own small exchange) or HTTP/2 (hyper).
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, HandshakeKind, ProtocolVersion};
+use terminus_tls::{TlsStream, TrafficCounters};
+use tokio::net::TcpStream;
+use tokio::time::{timeout_at, Instant};
+
+use crate::failure::Failure;
+use crate::http1;
+
+/// What every connection of a thread shares.
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub server_name: ServerName<'static>,
+    pub config: Arc<ClientConfig>,
+    /// TLS bytes in and out of this thread's connections.
+    pub traffic: Arc<TrafficCounters>,
+    /// HTTP/1.1 request bytes (keep-alive or close as the run asks).
+    pub h1_request: Vec<u8>,
+    /// HTTP/2 request parts.
+    pub uri: hyper::Uri,
+    pub http2: bool,
+}
+
+/// An established connection, ready for requests.
+pub struct Conn {
+    io: Io,
+    /// Requests sent on it so far.
+    pub used: u64,
+}
+
+enum Io {
+    H1 {
+        stream: Box<TlsStream<ClientConnection>>,
+        buf: Vec<u8>,
+    },
+    H2 {
+        send: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    },
+}
+
+/// What opening a connection measured.
+pub struct Opened {
+    pub conn: Conn,
+    pub connect: Duration,
+    pub handshake: Duration,
+    pub resumed: bool,
+    /// "TLSv1.3 TLS13_AES_256_GCM_SHA384 X25519".
+    pub negotiated: String,
+}
+
+/// Why opening failed, with the connect time if the TCP part succeeded.
+pub struct OpenFailed {
+    pub failure: Failure,
+    pub connect: Option<Duration>,
+}
+
+impl Endpoint {
+    /// Connects and completes the TLS handshake (and the HTTP/2 preface) by `deadline`.
+    pub async fn open(&self, deadline: Instant) -> Result<Opened, OpenFailed> {
+        let failed = |failure, connect| OpenFailed { failure, connect };
+        let t0 = Instant::now();
+        let tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) => return Err(failed(Failure::Connect(e), None)),
+            Err(_) => return Err(failed(Failure::ConnectTimeout, None)),
+        };
+        let t1 = Instant::now();
+        let connect = t1 - t0;
+        // The client's Finished and the request must leave at once, not after an ACK.
+        let _ = tcp.set_nodelay(true);
+        let mut session = ClientConnection::new(self.config.clone(), self.server_name.clone())
+            .map_err(|e| failed(Failure::Handshake(io::Error::other(e)), Some(connect)))?;
+        let mut tcp = tcp;
+        match timeout_at(deadline, handshake(&mut tcp, &mut session)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(failed(Failure::Handshake(e), Some(connect))),
+            Err(_) => return Err(failed(Failure::HandshakeTimeout, Some(connect))),
+        }
+        let handshake = t1.elapsed();
+        let resumed = session.handshake_kind() == Some(HandshakeKind::Resumed);
+        let negotiated = describe(&session);
+        let h2 = session.alpn_protocol() == Some(b"h2");
+        // The client's last flight (TLS 1.3: its Finished) is still queued in rustls: it
+        // leaves with the first request, in one write.
+        let tls = TlsStream::new(tcp, session, &[], self.traffic.clone())
+            .map_err(|e| failed(Failure::Handshake(e), Some(connect)))?;
+        let io = if self.http2 {
+            if !h2 {
+                return Err(failed(
+                    Failure::Protocol("the server did not negotiate h2 by ALPN".into()),
+                    Some(connect),
+                ));
+            }
+            let io = hyper_util::rt::TokioIo::new(tls);
+            let handshake =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io);
+            let (send, driver) = match timeout_at(deadline, handshake).await {
+                Ok(Ok(pair)) => pair,
+                Ok(Err(e)) => return Err(failed(Failure::Protocol(e.to_string()), Some(connect))),
+                Err(_) => return Err(failed(Failure::Timeout, Some(connect))),
+            };
+            tokio::task::spawn_local(async move {
+                // Ends with the connection; its errors surface on the next request.
+                let _ = driver.await;
+            });
+            Io::H2 { send }
+        } else {
+            Io::H1 {
+                stream: Box::new(tls),
+                buf: Vec::with_capacity(16 * 1024),
+            }
+        };
+        Ok(Opened {
+            conn: Conn { io, used: 0 },
+            connect,
+            handshake,
+            resumed,
+            negotiated,
+        })
+    }
+}
+
+impl Conn {
+    /// Sends one GET and reads the whole response by `deadline`; returns the status and
+    /// whether the connection can carry another request.
+    pub async fn request(
+        &mut self,
+        endpoint: &Endpoint,
+        deadline: Instant,
+    ) -> Result<http1::Response, Failure> {
+        self.used += 1;
+        let exchange = async {
+            match &mut self.io {
+                Io::H1 { stream, buf } => {
+                    http1::exchange(stream.as_mut(), &endpoint.h1_request, buf).await
+                }
+                Io::H2 { send } => {
+                    send.ready()
+                        .await
+                        .map_err(|e| Failure::Protocol(e.to_string()))?;
+                    let req = hyper::Request::get(endpoint.uri.clone())
+                        .header("user-agent", "terminus-load")
+                        .body(Empty::<Bytes>::new())
+                        .map_err(|e| Failure::Protocol(e.to_string()))?;
+                    let resp = send
+                        .send_request(req)
+                        .await
+                        .map_err(|e| Failure::Protocol(e.to_string()))?;
+                    let status = resp.status().as_u16();
+                    let mut body = resp.into_body();
+                    while let Some(frame) = body.frame().await {
+                        frame.map_err(|e| Failure::Protocol(e.to_string()))?;
+                    }
+                    Ok(http1::Response {
+                        status,
+                        reusable: !send.is_closed(),
+                    })
+                }
+            }
+        };
+        timeout_at(deadline, exchange)
+            .await
+            .unwrap_or(Err(Failure::Timeout))
+    }
+}
+
+/// Drives the handshake until rustls has the server's last flight. What the client must
+/// still send (TLS 1.3: Finished) stays queued for the first request's write.
+async fn handshake(tcp: &mut TcpStream, session: &mut ClientConnection) -> io::Result<()> {
+    loop {
+        while session.wants_write() {
+            match session.write_tls(&mut SocketIo(tcp)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => tcp.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        match session.read_tls(&mut SocketIo(tcp)) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tcp.readable().await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        if let Err(e) = session.process_new_packets() {
+            // Tell the server why (the alert rustls queued), then give up.
+            let _ = session.write_tls(&mut SocketIo(tcp));
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if !session.is_handshaking() {
+            return Ok(());
+        }
+    }
+}
+
+/// The socket's non-blocking calls as the `Read`/`Write` rustls takes.
+struct SocketIo<'a>(&'a TcpStream);
+
+impl Read for SocketIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(buf)
+    }
+}
+
+impl Write for SocketIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.try_write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn describe(session: &ClientConnection) -> String {
+    let version = match session.protocol_version() {
+        Some(ProtocolVersion::TLSv1_3) => "TLSv1.3".to_owned(),
+        Some(ProtocolVersion::TLSv1_2) => "TLSv1.2".to_owned(),
+        Some(other) => format!("{other:?}"),
+        None => "?".to_owned(),
+    };
+    let suite = session
+        .negotiated_cipher_suite()
+        .and_then(|s| s.suite().as_str())
+        .unwrap_or("?");
+    let group = session
+        .negotiated_key_exchange_group()
+        .map(|g| format!("{:?}", g.name()))
+        .unwrap_or_else(|| "-".to_owned());
+    format!("{version} {suite} {group}")
+}

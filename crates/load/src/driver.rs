@@ -1,0 +1,253 @@
+//! One load thread: a current-thread runtime whose tasks are the connections.
+//!
+//! - **Open loop** (`--rate`): a scheduler puts each request on a queue at its scheduled
+//!   time, whatever the server is doing; a free connection task takes it, and when none
+//!   is free a new one starts (up to the connection cap, then requests wait in the queue
+//!   with their clock running). Latency counts from the scheduled time, so a stalled
+//!   server shows as latency instead of as fewer requests sent (no coordinated omission).
+//! - **Closed loop** (`--connections`): each connection task sends its next request as
+//!   soon as the previous answer is in, like wrk.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::conn::{Conn, Endpoint, OpenFailed};
+use crate::failure::Failure;
+use crate::stats::{Phase, Stats};
+
+/// What one thread does.
+pub struct ThreadPlan {
+    pub endpoint: Endpoint,
+    pub load: ThreadLoad,
+    /// When the first request is due (the same for every thread).
+    pub start: std::time::Instant,
+    pub duration: Duration,
+    pub timeout: Duration,
+    pub new_connection: bool,
+    pub stats: Arc<Mutex<Stats>>,
+}
+
+pub enum ThreadLoad {
+    /// Requests at `interval` apart, the first `offset` after the start (threads
+    /// interleave their schedules); at most `max_connections` open at once.
+    Open {
+        interval: Duration,
+        offset: Duration,
+        max_connections: usize,
+    },
+    /// `connections` connection tasks, back to back.
+    Closed { connections: usize },
+}
+
+/// Runs the plan to its end (the duration, then the requests in flight finish or time
+/// out); returns when the last request finished.
+pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let start = Instant::from_std(plan.start);
+        let end = start + plan.duration;
+        let ctx = Rc::new(Worker {
+            endpoint: plan.endpoint,
+            timeout: plan.timeout,
+            new_connection: plan.new_connection,
+            stats: plan.stats,
+        });
+        match plan.load {
+            ThreadLoad::Open {
+                interval,
+                offset,
+                max_connections,
+            } => open_loop(ctx, start + offset, end, interval, max_connections).await,
+            ThreadLoad::Closed { connections } => {
+                tokio::time::sleep_until(start).await;
+                let tasks: Vec<_> = (0..connections)
+                    .map(|_| {
+                        let ctx = ctx.clone();
+                        tokio::task::spawn_local(async move {
+                            let mut conn = None;
+                            while Instant::now() < end {
+                                ctx.stats.lock().unwrap().issued += 1;
+                                ctx.serve(&mut conn, None).await;
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    let _ = t.await;
+                }
+            }
+        }
+    });
+    Ok(std::time::Instant::now())
+}
+
+/// Requests waiting for a connection task, and the tasks waiting for requests.
+#[derive(Default)]
+struct Queue {
+    due: RefCell<VecDeque<Instant>>,
+    wake: Notify,
+    /// Tasks parked on `wake` that no notification has been sent to yet.
+    idle: Cell<usize>,
+    /// Connection tasks started so far.
+    tasks: Cell<usize>,
+    closed: Cell<bool>,
+}
+
+async fn open_loop(
+    ctx: Rc<Worker>,
+    first: Instant,
+    end: Instant,
+    interval: Duration,
+    max_connections: usize,
+) {
+    let queue = Rc::new(Queue::default());
+    let mut tasks = Vec::new();
+    let mut n: u32 = 0;
+    loop {
+        let at = first + interval * n;
+        if at >= end {
+            break;
+        }
+        if at > Instant::now() {
+            tokio::time::sleep_until(at).await;
+        }
+        // Every request that is due by now goes out, even if the timer woke late.
+        queue.due.borrow_mut().push_back(at);
+        ctx.stats.lock().unwrap().issued += 1;
+        if queue.idle.get() > 0 {
+            queue.idle.set(queue.idle.get() - 1);
+            queue.wake.notify_one();
+        } else if queue.tasks.get() < max_connections {
+            queue.tasks.set(queue.tasks.get() + 1);
+            let (ctx, queue) = (ctx.clone(), queue.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut conn = None;
+                loop {
+                    let next = queue.due.borrow_mut().pop_front();
+                    match next {
+                        Some(at) => ctx.serve(&mut conn, Some(at)).await,
+                        None if queue.closed.get() => break,
+                        None => {
+                            queue.idle.set(queue.idle.get() + 1);
+                            queue.wake.notified().await;
+                        }
+                    }
+                }
+            }));
+        }
+        n += 1;
+    }
+    queue.closed.set(true);
+    queue.wake.notify_waiters();
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// What a connection task needs.
+struct Worker {
+    endpoint: Endpoint,
+    timeout: Duration,
+    new_connection: bool,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl Worker {
+    /// One request: on `conn` if it is open, else on a new connection. `scheduled` is
+    /// the open-loop send time the request latency counts from.
+    async fn serve(&self, conn: &mut Option<Conn>, scheduled: Option<Instant>) {
+        let deadline = Instant::now() + self.timeout;
+        let outcome = match self.attempt(conn, deadline).await {
+            // A kept-alive connection the server had closed: one retry on a new one, as
+            // browsers and wrk do. The failure is real only if that one fails too.
+            Err(Attempt {
+                failure: Failure::Io(e),
+                reused: true,
+            }) if is_closed(&e) => {
+                *conn = None;
+                self.attempt(conn, deadline).await
+            }
+            other => other,
+        };
+        let mut stats = self.stats.lock().unwrap();
+        match outcome {
+            Ok((sent, response)) => {
+                stats.record(Phase::Request, scheduled.unwrap_or(sent).elapsed());
+                if response.status >= 400 {
+                    stats.error(Failure::Status(response.status).kind());
+                } else {
+                    stats.ok += 1;
+                }
+                if !response.reusable || self.new_connection {
+                    *conn = None;
+                }
+            }
+            Err(Attempt { failure, .. }) => {
+                stats.error(failure.kind());
+                *conn = None;
+            }
+        }
+    }
+
+    /// Opens a connection if needed and sends the request; returns when it was sent and
+    /// the response.
+    async fn attempt(
+        &self,
+        conn: &mut Option<Conn>,
+        deadline: Instant,
+    ) -> Result<(Instant, crate::http1::Response), Attempt> {
+        if conn.is_none() {
+            match self.endpoint.open(deadline).await {
+                Ok(opened) => {
+                    let mut stats = self.stats.lock().unwrap();
+                    stats.record(Phase::Connect, opened.connect);
+                    stats.record(Phase::Handshake, opened.handshake);
+                    stats.handshakes += 1;
+                    stats.resumed += u64::from(opened.resumed);
+                    *stats.negotiated.entry(opened.negotiated).or_default() += 1;
+                    *conn = Some(opened.conn);
+                }
+                Err(OpenFailed { failure, connect }) => {
+                    if let Some(c) = connect {
+                        self.stats.lock().unwrap().record(Phase::Connect, c);
+                    }
+                    return Err(Attempt {
+                        failure,
+                        reused: false,
+                    });
+                }
+            }
+        }
+        let c = conn.as_mut().expect("opened above");
+        let reused = c.used > 0;
+        let sent = Instant::now();
+        c.request(&self.endpoint, deadline)
+            .await
+            .map(|r| (sent, r))
+            .map_err(|failure| Attempt { failure, reused })
+    }
+}
+
+/// A failed attempt, and whether it was on a connection that had served before.
+struct Attempt {
+    failure: Failure,
+    reused: bool,
+}
+
+fn is_closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+    )
+}

@@ -1,0 +1,407 @@
+//! `terminus load`: an HTTPS load generator for sizing a TLS terminator.
+//!
+//! Open loop (`--rate`, requests on a fixed schedule, latency from the scheduled time, as
+//! wrk2) or closed loop (`--connections`, back to back, as wrk); keep-alive, a new
+//! connection and full handshake per request, or resumed sessions. Connect, TLS
+//! handshake and request latency are timed separately into HDR histograms, failures are
+//! counted by kind, and the generator's own CPU per request is reported so a benchmark
+//! can show the client was not its bottleneck.
+//!
+//! - [`target`]: the URL and the loopback guard;
+//! - [`tls`]: the rustls client configuration;
+//! - [`conn`]: one connection (connect, handshake, requests), [`http1`] its HTTP/1.1;
+//! - [`driver`]: one thread's schedule and connection tasks;
+//! - [`stats`], [`failure`], [`report`]: what is measured and how it is shown.
+
+pub mod conn;
+pub mod driver;
+pub mod failure;
+pub mod http1;
+pub mod report;
+pub mod stats;
+pub mod target;
+pub mod tls;
+
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::driver::{ThreadLoad, ThreadPlan};
+use crate::report::{Report, RunInfo};
+use crate::stats::Stats;
+use crate::target::Target;
+pub use crate::tls::{TlsChoice, Trust};
+
+/// Most connections one run may hold open (closed loop) or open at once (open loop).
+pub const MAX_CONNECTIONS: usize = 50_000;
+/// Highest offered rate, requests/s.
+pub const MAX_RATE: f64 = 1_000_000.0;
+/// Longest run.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// Open or closed loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    /// Requests/s on a fixed schedule.
+    Rate(f64),
+    /// Connections sending back to back.
+    Connections(usize),
+}
+
+/// A whole run, as the command line gives it.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub url: String,
+    pub mode: Mode,
+    pub duration: Duration,
+    pub threads: usize,
+    /// CPUs to pin the threads to, thread i to `pin[i % len]`.
+    pub pin: Vec<usize>,
+    pub new_connection: bool,
+    pub tls: TlsChoice,
+    /// Open loop: most connections at once (the rest of the requests wait, clock running).
+    pub max_connections: usize,
+    /// Per request: connect, handshake and response must be done within it.
+    pub timeout: Duration,
+    pub allow_remote: bool,
+    /// A live progress line on stderr (only where stderr is a terminal).
+    pub progress: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            url: String::new(),
+            mode: Mode::Connections(1),
+            duration: Duration::from_secs(10),
+            threads: 1,
+            pin: Vec::new(),
+            new_connection: false,
+            tls: TlsChoice::default(),
+            max_connections: 10_000,
+            timeout: Duration::from_secs(10),
+            allow_remote: false,
+            progress: true,
+        }
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("bad URL {url:?}: {why}")]
+    Url { url: String, why: String },
+    #[error("cannot resolve {host:?}: {why}")]
+    Resolve { host: String, why: String },
+    #[error("refusing to load {host} ({addr}): not a loopback address; pass --allow-remote to load a server you are responsible for")]
+    RemoteTarget {
+        host: String,
+        addr: std::net::IpAddr,
+    },
+    #[error("{0}")]
+    Options(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("cannot start a load thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl LoadOptions {
+    fn validate(&self) -> Result<(), LoadError> {
+        let bad = |m: String| Err(LoadError::Options(m));
+        match self.mode {
+            Mode::Rate(r) if !(r > 0.0 && r <= MAX_RATE) => {
+                return bad(format!("--rate must be above 0 and at most {MAX_RATE}"))
+            }
+            Mode::Connections(c) if c == 0 || c > MAX_CONNECTIONS => {
+                return bad(format!("--connections must be 1 to {MAX_CONNECTIONS}"))
+            }
+            Mode::Connections(c) if c < self.threads => {
+                return bad(format!(
+                    "--connections {c} is fewer than --threads {}",
+                    self.threads
+                ))
+            }
+            _ => {}
+        }
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
+            return bad(format!("--max-connections must be 1 to {MAX_CONNECTIONS}"));
+        }
+        if self.duration.is_zero() || self.duration > MAX_DURATION {
+            return bad("--duration must be above 0 and at most 24h".into());
+        }
+        if self.threads == 0 || self.threads > 256 {
+            return bad("--threads must be 1 to 256".into());
+        }
+        if self.timeout.is_zero() {
+            return bad("--timeout must be above 0".into());
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(cpu) = self.pin.iter().find(|c| **c >= 1024) {
+            return bad(format!(
+                "--pin: CPU {cpu} does not exist (this machine has {cpus})"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the load and returns its report.
+pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
+    options.validate()?;
+    let target = Target::parse(&options.url)?.resolve(options.allow_remote)?;
+    let client = tls::client_config(&options.tls)?;
+    let uri: hyper::Uri = format!("https://{}{}", target.authority, target.path)
+        .parse()
+        .map_err(|e| LoadError::Url {
+            url: options.url.clone(),
+            why: format!("{e}"),
+        })?;
+    let connections = match options.mode {
+        Mode::Connections(c) => c,
+        Mode::Rate(_) => options.max_connections,
+    };
+    raise_fd_limit(connections + 64);
+
+    let cpu_before = cpu_seconds();
+    // Threads start together a little after they are all created.
+    let start = Instant::now() + Duration::from_millis(20);
+    let mut handles = Vec::new();
+    let mut all_stats = Vec::new();
+    for i in 0..options.threads {
+        let stats = Arc::new(Mutex::new(Stats::default()));
+        all_stats.push(stats.clone());
+        let share =
+            |total: usize| total / options.threads + usize::from(i < total % options.threads);
+        let load = match options.mode {
+            Mode::Rate(rate) => {
+                let interval = Duration::from_secs_f64(options.threads as f64 / rate);
+                ThreadLoad::Open {
+                    interval,
+                    offset: Duration::from_secs_f64(i as f64 / rate),
+                    max_connections: share(options.max_connections).max(1),
+                }
+            }
+            Mode::Connections(c) => ThreadLoad::Closed {
+                connections: share(c),
+            },
+        };
+        let plan = ThreadPlan {
+            endpoint: conn::Endpoint {
+                addr: target.addrs[0],
+                server_name: target.server_name.clone(),
+                config: client.clone(),
+                traffic: Arc::default(),
+                h1_request: http1::request(&target.authority, &target.path, options.new_connection),
+                uri: uri.clone(),
+                http2: options.tls.http2,
+            },
+            load,
+            start,
+            duration: options.duration,
+            timeout: options.timeout,
+            new_connection: options.new_connection,
+            stats,
+        };
+        let cpu = (!options.pin.is_empty()).then(|| options.pin[i % options.pin.len()]);
+        let handle = std::thread::Builder::new()
+            .name(format!("load-{i}"))
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    pin_current_thread(cpu);
+                }
+                driver::run(plan)
+            })
+            .map_err(LoadError::Thread)?;
+        handles.push(handle);
+    }
+
+    let show_progress = options.progress && std::io::stderr().is_terminal();
+    let mut last_tick = Instant::now();
+    let mut last_ok = 0;
+    while handles.iter().any(|h| !h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(50));
+        if show_progress && last_tick.elapsed() >= Duration::from_secs(1) {
+            let merged = merge(&all_stats);
+            let rate = (merged.ok - last_ok) as f64 / last_tick.elapsed().as_secs_f64();
+            last_tick = Instant::now();
+            last_ok = merged.ok;
+            eprint!(
+                "\r\x1b[2K[{:>5.0}s] {:>9.1} req/s, {} errors, p99 request {:.2} ms",
+                start.elapsed().as_secs_f64(),
+                rate,
+                merged.errors_total(),
+                merged.request.quantile_ms(0.99)
+            );
+        }
+    }
+    if show_progress {
+        eprint!("\r\x1b[2K");
+    }
+    let mut finished = start;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(end)) => finished = finished.max(end),
+            Ok(Err(e)) => return Err(LoadError::Thread(e)),
+            Err(_) => {
+                return Err(LoadError::Thread(std::io::Error::other(
+                    "a load thread panicked",
+                )))
+            }
+        }
+    }
+    let duration_s = finished.saturating_duration_since(start).as_secs_f64();
+    let client_cpu_s = cpu_seconds() - cpu_before;
+    let stats = merge(&all_stats);
+    let info = RunInfo {
+        url: options.url.clone(),
+        mode: match options.mode {
+            Mode::Rate(_) => "rate",
+            Mode::Connections(_) => "connections",
+        },
+        target_rate: match options.mode {
+            Mode::Rate(r) => Some(r),
+            Mode::Connections(_) => None,
+        },
+        connections,
+        threads: options.threads,
+        new_connection: options.new_connection,
+        resume: options.tls.resume,
+        http2: options.tls.http2,
+    };
+    Ok(Report::new(info, &stats, duration_s, client_cpu_s))
+}
+
+fn merge(all: &[Arc<Mutex<Stats>>]) -> Stats {
+    let mut total = Stats::default();
+    for s in all {
+        total.merge(&s.lock().unwrap());
+    }
+    total
+}
+
+/// user+system CPU seconds of this process so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes only into the zeroed struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Lifts the soft open-file limit toward `wanted` (up to the hard limit): a load of
+/// thousands of connections must not fail on the default 1024.
+fn raise_fd_limit(wanted: usize) {
+    // SAFETY: getrlimit/setrlimit read and write only the struct we pass.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && (lim.rlim_cur as usize) < wanted {
+            lim.rlim_cur = (wanted as libc::rlim_t).min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+fn pin_current_thread(cpu: usize) {
+    // SAFETY: the cpu_set_t is zeroed and filled by the libc macros; sched_setaffinity
+    // reads it for the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Parses `--pin` lists: `1`, `0,2`, `2-3`.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b || b >= 1024 {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.trim().parse().ok().filter(|c| *c < 1024)?),
+        }
+    }
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("1"), Some(vec![1]));
+        assert_eq!(parse_cpu_list("0,2"), Some(vec![0, 2]));
+        assert_eq!(parse_cpu_list("2-4,7"), Some(vec![2, 3, 4, 7]));
+        for bad in ["", "x", "3-1", "1,", "5000"] {
+            assert_eq!(parse_cpu_list(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn options_are_bounded() {
+        let base = LoadOptions {
+            url: "https://127.0.0.1:1/".into(),
+            ..LoadOptions::default()
+        };
+        for bad in [
+            LoadOptions {
+                mode: Mode::Rate(0.0),
+                ..base.clone()
+            },
+            LoadOptions {
+                mode: Mode::Rate(2e6),
+                ..base.clone()
+            },
+            LoadOptions {
+                mode: Mode::Connections(0),
+                ..base.clone()
+            },
+            LoadOptions {
+                mode: Mode::Connections(MAX_CONNECTIONS + 1),
+                ..base.clone()
+            },
+            LoadOptions {
+                mode: Mode::Connections(2),
+                threads: 3,
+                ..base.clone()
+            },
+            LoadOptions {
+                duration: Duration::ZERO,
+                ..base.clone()
+            },
+            LoadOptions {
+                duration: Duration::from_secs(25 * 3600),
+                ..base.clone()
+            },
+            LoadOptions {
+                max_connections: 0,
+                ..base.clone()
+            },
+        ] {
+            assert!(matches!(run(&bad), Err(LoadError::Options(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn remote_targets_are_refused_before_any_traffic() {
+        let opts = LoadOptions {
+            url: "https://192.0.2.1:443/".into(),
+            tls: TlsChoice {
+                trust: Trust::Insecure,
+                ..TlsChoice::default()
+            },
+            ..LoadOptions::default()
+        };
+        assert!(matches!(run(&opts), Err(LoadError::RemoteTarget { .. })));
+    }
+}

@@ -1,0 +1,167 @@
+//! The run's result: a human table and the `--json` object.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::stats::{Percentiles, Phase, Stats};
+
+/// Everything a run measured. Serialized as the `--json` output.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub url: String,
+    /// `"rate"` (open loop) or `"connections"` (closed loop).
+    pub mode: &'static str,
+    /// Open loop: the offered requests/s.
+    pub target_rate: Option<f64>,
+    /// Closed loop: connections; open loop: the cap on connections at once.
+    pub connections: usize,
+    pub threads: usize,
+    pub new_connection: bool,
+    pub resume: bool,
+    pub http2: bool,
+    /// Requests answered with a 1xx-3xx status.
+    pub requests: u64,
+    /// Requests scheduled (open loop) or started (closed loop).
+    pub issued: u64,
+    /// Failed requests by kind (see `failure.rs`).
+    pub errors: BTreeMap<String, u64>,
+    pub errors_total: u64,
+    /// From the first scheduled request to the last answer.
+    pub duration_s: f64,
+    /// Achieved: `requests / duration_s`.
+    pub rate: f64,
+    pub handshakes: u64,
+    pub resumed_handshakes: u64,
+    /// "TLSv1.3 TLS13_AES_256_GCM_SHA384 X25519" -> handshakes.
+    pub negotiated: BTreeMap<String, u64>,
+    /// `connect`, `handshake`, `request`: count, mean, p50, p90, p99, p999, max (ms).
+    pub latency_ms: BTreeMap<&'static str, Percentiles>,
+    /// user+system CPU of the load generator over the run.
+    pub client_cpu_s: f64,
+    /// Client CPU per request (and so per handshake with --new-connection), µs.
+    pub client_cpu_us_per_request: f64,
+}
+
+impl Report {
+    pub fn new(run: RunInfo, stats: &Stats, duration_s: f64, client_cpu_s: f64) -> Report {
+        let latency_ms = Phase::ALL
+            .iter()
+            .map(|p| (p.name(), stats.latency(*p).percentiles()))
+            .collect();
+        let finished = stats.ok + stats.errors_total();
+        Report {
+            url: run.url,
+            mode: run.mode,
+            target_rate: run.target_rate,
+            connections: run.connections,
+            threads: run.threads,
+            new_connection: run.new_connection,
+            resume: run.resume,
+            http2: run.http2,
+            requests: stats.ok,
+            issued: stats.issued,
+            errors: stats.errors.clone(),
+            errors_total: stats.errors_total(),
+            duration_s,
+            rate: if duration_s > 0.0 {
+                stats.ok as f64 / duration_s
+            } else {
+                0.0
+            },
+            handshakes: stats.handshakes,
+            resumed_handshakes: stats.resumed,
+            negotiated: stats.negotiated.clone(),
+            latency_ms,
+            client_cpu_s,
+            client_cpu_us_per_request: if finished > 0 {
+                client_cpu_s * 1e6 / finished as f64
+            } else {
+                0.0
+            },
+        }
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+
+    /// The table printed without `--json`.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let how = match self.target_rate {
+            Some(r) => format!(
+                "open loop at {r} req/s (at most {} connections)",
+                self.connections
+            ),
+            None => format!("closed loop, {} connections", self.connections),
+        };
+        let reuse = match (self.new_connection, self.resume) {
+            (true, true) => "new connection per request, sessions resumed",
+            (true, false) => "new connection and full handshake per request",
+            (false, _) => "keep-alive",
+        };
+        let _ = writeln!(
+            out,
+            "{}: {how}, {} thread(s), {reuse}{}",
+            self.url,
+            self.threads,
+            if self.http2 { ", HTTP/2" } else { "" }
+        );
+        let _ = writeln!(
+            out,
+            "  {} requests in {:.2} s: {:.1} req/s; {} errors of {} issued",
+            self.requests, self.duration_s, self.rate, self.errors_total, self.issued
+        );
+        let _ = writeln!(
+            out,
+            "  {} handshakes ({} resumed); client CPU {:.2} s, {:.0} us per request",
+            self.handshakes,
+            self.resumed_handshakes,
+            self.client_cpu_s,
+            self.client_cpu_us_per_request
+        );
+        for (what, n) in &self.negotiated {
+            let _ = writeln!(out, "    {what}: {n}");
+        }
+        let _ = writeln!(
+            out,
+            "\n  latency (ms)      p50       p90       p99     p99.9       max     count"
+        );
+        for phase in Phase::ALL {
+            let p = self.latency_ms[phase.name()];
+            let _ = writeln!(
+                out,
+                "  {:<10} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9}",
+                phase.name(),
+                p.p50,
+                p.p90,
+                p.p99,
+                p.p999,
+                p.max,
+                p.count
+            );
+        }
+        if !self.errors.is_empty() {
+            let _ = writeln!(out, "\n  errors");
+            for (kind, n) in &self.errors {
+                let _ = writeln!(out, "    {kind:<36} {n}");
+            }
+        }
+        out
+    }
+}
+
+/// How the run was set up, for the report's header.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub url: String,
+    pub mode: &'static str,
+    pub target_rate: Option<f64>,
+    pub connections: usize,
+    pub threads: usize,
+    pub new_connection: bool,
+    pub resume: bool,
+    pub http2: bool,
+}

@@ -1,0 +1,264 @@
+//! The rustls client configuration: what the load negotiates (`--tls`, `--cipher`,
+//! `--group`, `--sigalg`), how it trusts the server (`--cacert`, the system bundle, or
+//! `--insecure`), and whether it resumes sessions (`--resume`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{Resumption, WebPkiServerVerifier};
+use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use terminus_tls::TlsSettings;
+
+use crate::LoadError;
+
+/// How the server's certificate is checked.
+#[derive(Debug, Clone, Default)]
+pub enum Trust {
+    /// The system's CA bundle (`SSL_CERT_FILE`, else Debian's
+    /// `/etc/ssl/certs/ca-certificates.crt`).
+    #[default]
+    System,
+    /// Chains must end at a certificate in this PEM file.
+    CaFile(PathBuf),
+    /// The chain and name are not checked, for benchmarks only; the handshake signature
+    /// still is, so the handshake costs the client what a real one does.
+    Insecure,
+}
+
+/// What the client offers.
+#[derive(Debug, Clone, Default)]
+pub struct TlsChoice {
+    /// `1.2` and/or `1.3`; empty = both.
+    pub versions: Vec<String>,
+    /// rustls suite names; empty = rustls's default set.
+    pub ciphers: Vec<String>,
+    /// `x25519`, `secp256r1`, `secp384r1`; empty = all three.
+    pub groups: Vec<String>,
+    /// TLS signature scheme names (`rsa_pss_rsae_sha256`, `ecdsa_secp256r1_sha256`, ...);
+    /// empty = every scheme aws-lc verifies.
+    pub sigalgs: Vec<String>,
+    pub trust: Trust,
+    /// Offer the session from the previous connection (tickets or IDs).
+    pub resume: bool,
+    pub http2: bool,
+}
+
+/// Builds the shared client configuration.
+pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError> {
+    let setting = |e: terminus_tls::TlsSettingsError| LoadError::Tls(e.to_string());
+    let versions = if choice.versions.is_empty() {
+        rustls::DEFAULT_VERSIONS.to_vec()
+    } else {
+        choice
+            .versions
+            .iter()
+            .map(|v| TlsSettings::version_from_name(v))
+            .collect::<Result<_, _>>()
+            .map_err(setting)?
+    };
+    let base = aws_lc_rs::default_provider();
+    let cipher_suites = if choice.ciphers.is_empty() {
+        base.cipher_suites.clone()
+    } else {
+        choice
+            .ciphers
+            .iter()
+            .map(|c| TlsSettings::suite_from_name(c))
+            .collect::<Result<_, _>>()
+            .map_err(setting)?
+    };
+    if !cipher_suites
+        .iter()
+        .any(|s| versions.iter().any(|v| s.version() == *v))
+    {
+        return Err(LoadError::Tls(
+            "no --cipher belongs to a --tls version".into(),
+        ));
+    }
+    let kx_groups: Vec<&'static dyn SupportedKxGroup> = if choice.groups.is_empty() {
+        vec![
+            aws_lc_rs::kx_group::X25519,
+            aws_lc_rs::kx_group::SECP256R1,
+            aws_lc_rs::kx_group::SECP384R1,
+        ]
+    } else {
+        choice
+            .groups
+            .iter()
+            .map(|g| group_by_name(g))
+            .collect::<Result<_, _>>()?
+    };
+    let verify_algorithms =
+        restrict_schemes(base.signature_verification_algorithms, &choice.sigalgs)?;
+    let provider = Arc::new(CryptoProvider {
+        cipher_suites,
+        kx_groups,
+        signature_verification_algorithms: verify_algorithms,
+        ..base
+    });
+    let verifier: Arc<dyn ServerCertVerifier> = match &choice.trust {
+        Trust::Insecure => Arc::new(SignatureOnly {
+            algorithms: verify_algorithms,
+        }),
+        Trust::CaFile(path) => webpki_verifier(load_roots(path)?, &provider)?,
+        Trust::System => {
+            let path = std::env::var_os("SSL_CERT_FILE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+            let roots = load_roots(&path).map_err(|e| {
+                LoadError::Tls(format!(
+                    "{e}; give --cacert FILE for the server's CA (or --insecure for a benchmark against a self-signed server)"
+                ))
+            })?;
+            webpki_verifier(roots, &provider)?
+        }
+    };
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|e| LoadError::Tls(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    config.resumption = if choice.resume {
+        Resumption::in_memory_sessions(1024)
+    } else {
+        Resumption::disabled()
+    };
+    config.alpn_protocols = if choice.http2 {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Ok(Arc::new(config))
+}
+
+fn group_by_name(name: &str) -> Result<&'static dyn SupportedKxGroup, LoadError> {
+    // The same names the server's `tls.groups` takes.
+    let group = TlsSettings::group_from_name(name).map_err(|e| LoadError::Tls(e.to_string()))?;
+    let wanted = match group {
+        terminus_engine::KxGroup::X25519 => aws_lc_rs::kx_group::X25519,
+        terminus_engine::KxGroup::Secp256r1 => aws_lc_rs::kx_group::SECP256R1,
+        terminus_engine::KxGroup::Secp384r1 => aws_lc_rs::kx_group::SECP384R1,
+    };
+    Ok(wanted)
+}
+
+/// Keeps only the `--sigalg` schemes, so the ClientHello's signature_algorithms offers
+/// exactly those and the server must sign with one of them.
+fn restrict_schemes(
+    all: WebPkiSupportedAlgorithms,
+    names: &[String],
+) -> Result<WebPkiSupportedAlgorithms, LoadError> {
+    if names.is_empty() {
+        return Ok(all);
+    }
+    let mut keep: Vec<(SignatureScheme, _)> = Vec::new();
+    for name in names {
+        let entry = all
+            .mapping
+            .iter()
+            .find(|(scheme, _)| scheme_name(*scheme).eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let known: Vec<String> = all.mapping.iter().map(|(s, _)| scheme_name(*s)).collect();
+                LoadError::Tls(format!(
+                    "unknown signature algorithm {name:?} (known: {})",
+                    known.join(", ")
+                ))
+            })?;
+        keep.push(*entry);
+    }
+    // WebPkiSupportedAlgorithms wants 'static slices; the set is built once per run.
+    Ok(WebPkiSupportedAlgorithms {
+        all: all.all,
+        mapping: Box::leak(keep.into_boxed_slice()),
+    })
+}
+
+/// `RSA_PSS_SHA256` -> `rsa_pss_rsae_sha256` (the RFC 8446 name, as openssl's -sigalgs).
+pub fn scheme_name(scheme: SignatureScheme) -> String {
+    match scheme {
+        SignatureScheme::RSA_PSS_SHA256 => "rsa_pss_rsae_sha256".into(),
+        SignatureScheme::RSA_PSS_SHA384 => "rsa_pss_rsae_sha384".into(),
+        SignatureScheme::RSA_PSS_SHA512 => "rsa_pss_rsae_sha512".into(),
+        SignatureScheme::RSA_PKCS1_SHA256 => "rsa_pkcs1_sha256".into(),
+        SignatureScheme::RSA_PKCS1_SHA384 => "rsa_pkcs1_sha384".into(),
+        SignatureScheme::RSA_PKCS1_SHA512 => "rsa_pkcs1_sha512".into(),
+        SignatureScheme::ECDSA_NISTP256_SHA256 => "ecdsa_secp256r1_sha256".into(),
+        SignatureScheme::ECDSA_NISTP384_SHA384 => "ecdsa_secp384r1_sha384".into(),
+        SignatureScheme::ECDSA_NISTP521_SHA512 => "ecdsa_secp521r1_sha512".into(),
+        SignatureScheme::ED25519 => "ed25519".into(),
+        other => format!("{other:?}").to_ascii_lowercase(),
+    }
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, LoadError> {
+    let cant = |why: String| LoadError::Tls(format!("CA file {}: {why}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| cant(e.to_string()))?;
+    let mut roots = RootCertStore::empty();
+    let mut added = 0;
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let cert = cert.map_err(|e| cant(format!("not PEM: {e}")))?;
+        if roots.add(cert).is_ok() {
+            added += 1;
+        }
+    }
+    if added == 0 {
+        return Err(cant("holds no usable CERTIFICATE block".into()));
+    }
+    Ok(roots)
+}
+
+fn webpki_verifier(
+    roots: RootCertStore,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, LoadError> {
+    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map(|v| v as Arc<dyn ServerCertVerifier>)
+        .map_err(|e| LoadError::Tls(e.to_string()))
+}
+
+/// `--insecure`: any chain and name are accepted, but the handshake signature is
+/// verified against the leaf's key as usual.
+#[derive(Debug)]
+struct SignatureOnly {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for SignatureOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
