@@ -34,11 +34,13 @@ pub struct ThreadPlan {
 }
 
 pub enum ThreadLoad {
-    /// Requests at `interval` apart, the first `offset` after the start (threads
-    /// interleave their schedules); at most `max_connections` open at once.
+    /// The whole run offers `rate` requests/s; thread `index` of `threads` sends
+    /// requests `index`, `index + threads`, ... of that schedule (threads interleave).
+    /// At most `max_connections` open at once.
     Open {
-        interval: Duration,
-        offset: Duration,
+        rate: f64,
+        index: usize,
+        threads: usize,
         max_connections: usize,
     },
     /// `connections` connection tasks, back to back.
@@ -63,10 +65,19 @@ pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
         });
         match plan.load {
             ThreadLoad::Open {
-                interval,
-                offset,
+                rate,
+                index,
+                threads,
                 max_connections,
-            } => open_loop(ctx, start + offset, end, interval, max_connections).await,
+            } => {
+                // Request k of the run is due k/rate seconds after the start; computed
+                // from k, not summed, so no rounding drifts the schedule.
+                let due = (index..)
+                    .step_by(threads)
+                    .map(move |k| start + Duration::from_secs_f64(k as f64 / rate))
+                    .take_while(move |at| *at < end);
+                open_loop(ctx, due, max_connections).await
+            }
             ThreadLoad::Closed { connections } => {
                 tokio::time::sleep_until(start).await;
                 let tasks: Vec<_> = (0..connections)
@@ -102,21 +113,10 @@ struct Queue {
     closed: Cell<bool>,
 }
 
-async fn open_loop(
-    ctx: Rc<Worker>,
-    first: Instant,
-    end: Instant,
-    interval: Duration,
-    max_connections: usize,
-) {
+async fn open_loop(ctx: Rc<Worker>, due: impl Iterator<Item = Instant>, max_connections: usize) {
     let queue = Rc::new(Queue::default());
     let mut tasks = Vec::new();
-    let mut n: u32 = 0;
-    loop {
-        let at = first + interval * n;
-        if at >= end {
-            break;
-        }
+    for at in due {
         if at > Instant::now() {
             tokio::time::sleep_until(at).await;
         }
@@ -144,7 +144,6 @@ async fn open_loop(
                 }
             }));
         }
-        n += 1;
     }
     queue.closed.set(true);
     queue.wake.notify_waiters();

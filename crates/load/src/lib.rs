@@ -174,14 +174,12 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
         let share =
             |total: usize| total / options.threads + usize::from(i < total % options.threads);
         let load = match options.mode {
-            Mode::Rate(rate) => {
-                let interval = Duration::from_secs_f64(options.threads as f64 / rate);
-                ThreadLoad::Open {
-                    interval,
-                    offset: Duration::from_secs_f64(i as f64 / rate),
-                    max_connections: share(options.max_connections).max(1),
-                }
-            }
+            Mode::Rate(rate) => ThreadLoad::Open {
+                rate,
+                index: i,
+                threads: options.threads,
+                max_connections: share(options.max_connections).max(1),
+            },
             Mode::Connections(c) => ThreadLoad::Closed {
                 connections: share(c),
             },

@@ -1,0 +1,484 @@
+//! `terminus load` against a spawned terminus: rates, error kinds, TLS choices, open-loop
+//! latency under a stalled server, and the loopback guard.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Runs `terminus load ARGS --json` and returns the parsed report.
+fn load(args: &[&str]) -> serde_json::Value {
+    let out = run(Command::new(terminus_bin())
+        .arg("load")
+        .args(args)
+        .arg("--json"));
+    assert!(
+        out.status.success(),
+        "terminus load {args:?} failed ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn n(report: &serde_json::Value, key: &str) -> f64 {
+    report[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {report:#}"))
+}
+
+fn errors(report: &serde_json::Value, kind: &str) -> f64 {
+    report["errors"][kind].as_f64().unwrap_or(0.0)
+}
+
+fn url(server: &Server, path: &str) -> String {
+    format!("https://localhost:{}{path}", server.port())
+}
+
+#[test]
+fn open_loop_rate_is_honoured_and_every_phase_is_timed() {
+    let server = Server::start(&["--workers", "1", "--no-resumption"]);
+    // New connection per request: every request is a full handshake.
+    let r = load(&[
+        &url(&server, "/"),
+        "--rate",
+        "200",
+        "-d",
+        "3s",
+        "--new-connection",
+        "-k",
+    ]);
+    assert_eq!(n(&r, "errors_total"), 0.0, "{r:#}");
+    assert_eq!(n(&r, "issued"), 600.0, "{r:#}");
+    assert_eq!(n(&r, "requests"), 600.0, "{r:#}");
+    let rate = n(&r, "rate");
+    assert!(
+        (rate - 200.0).abs() <= 10.0,
+        "achieved {rate} req/s for 200 offered"
+    );
+    assert_eq!(n(&r, "handshakes"), 600.0);
+    assert_eq!(n(&r, "resumed_handshakes"), 0.0);
+    for phase in ["connect", "handshake", "request"] {
+        let p = &r["latency_ms"][phase];
+        assert_eq!(p["count"].as_f64(), Some(600.0), "{phase}: {p}");
+        let (p50, p99, max) = (
+            p["p50"].as_f64().unwrap(),
+            p["p99"].as_f64().unwrap(),
+            p["max"].as_f64().unwrap(),
+        );
+        assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{phase}: {p}");
+        assert!(
+            p["p90"].is_number() && p["p999"].is_number(),
+            "{phase}: {p}"
+        );
+    }
+    // A request includes its connection's handshake here.
+    assert!(
+        r["latency_ms"]["request"]["p50"].as_f64() >= r["latency_ms"]["handshake"]["p50"].as_f64()
+    );
+    assert!(n(&r, "client_cpu_s") > 0.0);
+
+    // Keep-alive: the same rate over a handful of connections.
+    let r = load(&[&url(&server, "/"), "--rate", "300", "-d", "2s", "-k"]);
+    assert_eq!(n(&r, "requests"), 600.0, "{r:#}");
+    assert!(n(&r, "handshakes") < 100.0, "{r:#}");
+    let rate = n(&r, "rate");
+    assert!(
+        (rate - 300.0).abs() <= 15.0,
+        "achieved {rate} req/s for 300 offered"
+    );
+    // And the server saw exactly what the client says it sent.
+    drop(server);
+}
+
+#[test]
+fn closed_loop_keeps_its_connections_busy() {
+    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let r = load(&[&url(&server, "/"), "-c", "4", "-d", "1s", "-k"]);
+    assert_eq!(n(&r, "errors_total"), 0.0, "{r:#}");
+    assert_eq!(n(&r, "handshakes"), 4.0, "{r:#}");
+    assert!(n(&r, "requests") > 100.0, "{r:#}");
+    assert_eq!(r["mode"], "connections");
+    let served = server.metric("terminus_http_responses_total", &["code=\"2xx\""]);
+    assert_eq!(served, n(&r, "requests"), "server counted {served}");
+}
+
+#[test]
+fn errors_are_classified_by_kind() {
+    // A port nobody listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let r = load(&[
+        &format!("https://127.0.0.1:{port}/"),
+        "--rate",
+        "20",
+        "-d",
+        "1s",
+        "-k",
+    ]);
+    assert_eq!(n(&r, "requests"), 0.0);
+    assert_eq!(errors(&r, "connect_refused"), 20.0, "{r:#}");
+    assert_eq!(n(&r, "errors_total"), 20.0, "{r:#}");
+
+    let server = Server::start(&["--workers", "1"]);
+    // 404 is an answered request, counted as an error by its status.
+    let r = load(&[
+        &url(&server, "/no-such-file"),
+        "--rate",
+        "20",
+        "-d",
+        "1s",
+        "-k",
+    ]);
+    assert_eq!(errors(&r, "http_status:404"), 20.0, "{r:#}");
+    assert_eq!(n(&r, "requests"), 0.0);
+
+    // Verifying against a CA that did not issue the server's certificate: we reject it
+    // with unknown_ca.
+    let dir = TestDir::new("load-ca");
+    // (Named differently from the server's self-signed issuer, "localhost".)
+    let other = make_cert(&dir.0, "other", KeyKind::EcdsaP256, &["other-ca.test"]);
+    let r = load(&[
+        &url(&server, "/"),
+        "--rate",
+        "10",
+        "-d",
+        "1s",
+        "--cacert",
+        other.cert.to_str().unwrap(),
+    ]);
+    assert_eq!(errors(&r, "tls_alert_sent:unknown_ca"), 10.0, "{r:#}");
+    assert_eq!(n(&r, "handshakes"), 0.0);
+
+    // The server refusing the handshake: it has no TLS 1.2 suite we offer.
+    let cfg = dir.write(
+        "tls13.toml",
+        "listen = [\"127.0.0.1:0\"]\n[tls]\nversions = [\"1.3\"]\n[[server]]\nnames = [\"localhost\"]\n",
+    );
+    let server13 = Server::start_with(&["--config", cfg.to_str().unwrap()], false);
+    let r = load(&[
+        &url(&server13, "/"),
+        "--rate",
+        "10",
+        "-d",
+        "1s",
+        "-k",
+        "--tls",
+        "1.2",
+    ]);
+    assert_eq!(
+        errors(&r, "tls_alert_received:protocol_version"),
+        10.0,
+        "{r:#}"
+    );
+}
+
+#[test]
+fn verifies_a_chain_from_its_ca() {
+    let dir = TestDir::new("load-chain");
+    let ca_key = dir.path("ca.key");
+    let ca = dir.path("ca.pem");
+    let leaf_key = dir.path("leaf.key");
+    let csr = dir.path("leaf.csr");
+    let leaf = dir.path("leaf.pem");
+    let ext = dir.write(
+        "leaf.ext",
+        "subjectAltName=DNS:localhost\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    );
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &s(&ca_key),
+    ]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        &s(&ca_key),
+        "-out",
+        &s(&ca),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=terminus load test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &s(&leaf_key),
+    ]);
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        &s(&leaf_key),
+        "-out",
+        &s(&csr),
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&ca),
+        "-CAkey",
+        &s(&ca_key),
+        "-CAcreateserial",
+        "-out",
+        &s(&leaf),
+        "-days",
+        "2",
+        "-extfile",
+        &s(&ext),
+    ]);
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--cert",
+        &s(&leaf),
+        "--key",
+        &s(&leaf_key),
+    ]);
+    let r = load(&[
+        &url(&server, "/"),
+        "--rate",
+        "20",
+        "-d",
+        "1s",
+        "--cacert",
+        &s(&ca),
+    ]);
+    assert_eq!(n(&r, "requests"), 20.0, "{r:#}");
+    assert_eq!(n(&r, "errors_total"), 0.0, "{r:#}");
+    // The same chain under another name fails the name check.
+    let r = load(&[
+        &format!("https://127.0.0.1:{}/", server.port()),
+        "--rate",
+        "5",
+        "-d",
+        "1s",
+        "--cacert",
+        &s(&ca),
+    ]);
+    assert_eq!(errors(&r, "tls_alert_sent:bad_certificate"), 5.0, "{r:#}");
+}
+
+#[test]
+fn tls_choices_reach_the_server() {
+    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let base = url(&server, "/");
+    // --sigalg picks the certificate: the server counts handshakes by key type.
+    let r = load(&[
+        &base,
+        "--rate",
+        "20",
+        "-d",
+        "1s",
+        "-k",
+        "--new-connection",
+        "--sigalg",
+        "rsa_pss_rsae_sha256",
+    ]);
+    assert_eq!(n(&r, "requests"), 20.0, "{r:#}");
+    assert_eq!(
+        server.metric("terminus_handshakes_total", &["key_type=\"rsa\""]),
+        20.0
+    );
+    let r = load(&[
+        &base,
+        "--rate",
+        "20",
+        "-d",
+        "1s",
+        "-k",
+        "--new-connection",
+        "--sigalg",
+        "ecdsa_secp256r1_sha256",
+    ]);
+    assert_eq!(n(&r, "requests"), 20.0, "{r:#}");
+    assert_eq!(
+        server.metric("terminus_handshakes_total", &["key_type=\"ecdsa\""]),
+        20.0
+    );
+
+    // --tls, --cipher and --group show in what was negotiated.
+    let r = load(&[
+        &base,
+        "--rate",
+        "10",
+        "-d",
+        "1s",
+        "-k",
+        "--new-connection",
+        "--tls",
+        "1.2",
+        "--cipher",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        "--group",
+        "secp384r1",
+    ]);
+    assert_eq!(
+        r["negotiated"]["TLSv1.2 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 secp384r1"].as_f64(),
+        Some(10.0),
+        "{r:#}"
+    );
+    let r = load(&[
+        &base,
+        "--rate",
+        "10",
+        "-d",
+        "1s",
+        "-k",
+        "--new-connection",
+        "--cipher",
+        "TLS13_AES_128_GCM_SHA256",
+        "--group",
+        "secp256r1",
+    ]);
+    assert_eq!(
+        r["negotiated"]["TLSv1.3 TLS13_AES_128_GCM_SHA256 secp256r1"].as_f64(),
+        Some(10.0),
+        "{r:#}"
+    );
+
+    // --resume: after the first full handshake, tickets.
+    let r = load(&[
+        &base,
+        "--rate",
+        "50",
+        "-d",
+        "1s",
+        "-k",
+        "--new-connection",
+        "--resume",
+    ]);
+    assert_eq!(n(&r, "requests"), 50.0, "{r:#}");
+    assert!(n(&r, "resumed_handshakes") >= 45.0, "{r:#}");
+
+    // HTTP/2, keep-alive.
+    let r = load(&[&base, "-c", "2", "-d", "1s", "-k", "--http2"]);
+    assert_eq!(n(&r, "errors_total"), 0.0, "{r:#}");
+    assert!(n(&r, "requests") > 50.0, "{r:#}");
+    assert!(server.metric("terminus_http_responses_total", &[]) >= n(&r, "requests"));
+}
+
+#[test]
+fn open_loop_counts_a_stalled_server_as_latency() {
+    // The server is frozen (SIGSTOP) for 700 ms in the middle of a 100 req/s run. An
+    // open-loop generator keeps to its schedule: every request is still issued, and the
+    // ones scheduled during the stall wait for it, so the tail latency shows the stall.
+    let server = Server::start(&["--workers", "1"]);
+    let target = url(&server, "/");
+    let pid = server.child.id().to_string();
+    let freezer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        run(Command::new("kill").args(["-STOP", &pid]));
+        std::thread::sleep(Duration::from_millis(700));
+        run(Command::new("kill").args(["-CONT", &pid]));
+    });
+    let r = load(&[&target, "--rate", "100", "-d", "2500ms", "-k"]);
+    freezer.join().unwrap();
+    assert_eq!(n(&r, "issued"), 250.0, "{r:#}");
+    assert_eq!(n(&r, "requests"), 250.0, "{r:#}");
+    let req = &r["latency_ms"]["request"];
+    let max = req["max"].as_f64().unwrap();
+    let p90 = req["p90"].as_f64().unwrap();
+    assert!(max >= 500.0, "the stall is missing from the max: {req}");
+    // About 70 of 250 requests fell in the stall and waited 0-700 ms.
+    assert!(p90 >= 100.0, "the stall is missing from the p90: {req}");
+    assert!(req["p50"].as_f64().unwrap() < 100.0, "{req}");
+}
+
+#[test]
+fn refuses_remote_targets_and_bad_arguments() {
+    let started = Instant::now();
+    for args in [
+        vec!["https://192.0.2.1/", "--rate", "10", "-d", "1s", "-k"],
+        vec!["https://[2001:db8::1]:443/", "-c", "1", "-d", "1s", "-k"],
+    ] {
+        let out = run(Command::new(terminus_bin()).arg("load").args(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("not a loopback address") && err.contains("--allow-remote"),
+            "{err}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refusal must come before any load"
+    );
+    for (args, says) in [
+        (vec!["https://localhost:1/", "-d", "1s", "-k"], "--rate"),
+        (
+            vec!["https://localhost:1/", "--rate", "0", "-d", "1s", "-k"],
+            "--rate",
+        ),
+        (
+            vec!["http://localhost:1/", "--rate", "1", "-d", "1s", "-k"],
+            "https://",
+        ),
+        (
+            vec!["https://localhost:1/", "--rate", "1", "-d", "forever", "-k"],
+            "duration",
+        ),
+        (
+            vec!["https://localhost:1/", "-c", "100000", "-d", "1s", "-k"],
+            "--connections",
+        ),
+        (
+            vec![
+                "https://localhost:1/",
+                "-c",
+                "1",
+                "-d",
+                "1s",
+                "--sigalg",
+                "md5",
+                "-k",
+            ],
+            "signature algorithm",
+        ),
+        (
+            vec![
+                "https://localhost:1/",
+                "-c",
+                "1",
+                "-d",
+                "1s",
+                "--cacert",
+                "/nonexistent.pem",
+            ],
+            "/nonexistent.pem",
+        ),
+    ] {
+        let out = run(Command::new(terminus_bin()).arg("load").args(&args));
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
