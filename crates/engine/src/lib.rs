@@ -27,6 +27,6 @@ pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use metrics::{EngineMetrics, Histogram, OpCounters};
 pub use multibuffer::MultibufferBackend;
 pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
-pub use scalar::ScalarBackend;
+pub use scalar::{warm_up_csprng, ScalarBackend};
 pub use signing_key::{BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
 pub use threads::{ThreadPool, ThreadPoolBackend};

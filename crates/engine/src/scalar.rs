@@ -97,3 +97,13 @@ impl Backend for ScalarBackend {
         Box::pin(std::future::ready(()))
     }
 }
+
+/// Makes aws-lc seed its random generator now. Its first use in a process gathers CPU
+/// jitter entropy, which stalls the calling thread for ~40 ms on these machines; done at
+/// start-up, that cost does not land on the first handshake (or, in `terminus load`, on
+/// every request scheduled during the stall).
+pub fn warm_up_csprng() {
+    let mut byte = [0u8; 1];
+    // A failing generator fails the first handshake loudly; nothing to add here.
+    let _ = aws_lc_rs::rand::fill(&mut byte);
+}

@@ -163,6 +163,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     };
     raise_fd_limit(connections + 64);
 
+    terminus_engine::warm_up_csprng();
     let cpu_before = cpu_seconds();
     // Threads start together a little after they are all created.
     let start = Instant::now() + Duration::from_millis(20);
@@ -208,6 +209,8 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
                 if let Some(cpu) = cpu {
                     pin_current_thread(cpu);
                 }
+                // This thread's generator, seeded from the process's before the start.
+                terminus_engine::warm_up_csprng();
                 driver::run(plan)
             })
             .map_err(LoadError::Thread)?;

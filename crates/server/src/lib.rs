@@ -80,6 +80,7 @@ fn self_signed_for(config: &Config) -> Result<Vec<LoadedCert>, StartError> {
 /// Validates a configuration completely (certificates, keys, docroots), as `terminus check`.
 pub fn check(options: &ServerOptions) -> Result<Site, StartError> {
     let config = options.load_config()?;
+    terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
     Ok(Site::build(&config, &self_signed)?)
 }

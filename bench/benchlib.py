@@ -1,0 +1,225 @@
+"""Shared pieces of the benchmark scripts: certificates, the servers under test (terminus,
+Debian's nginx and HAProxy, one worker each pinned to CPU 0), their CPU time from /proc,
+and the CPU-quota cgroup of ../shared/DESIGN.md section 5."""
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CGROUP = Path("/sys/fs/cgroup/cpu/terminus-bench")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def make_certs(d: Path):
+    """rsa.pem/rsa.key (RSA-2048) and ecdsa.pem/ecdsa.key (P-256) for localhost, and
+    rsa.bundle/ecdsa.bundle (certificate then key, as HAProxy takes them)."""
+    sh(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        "-subj", "/CN=localhost", "-keyout", str(d / "rsa.key"), "-out", str(d / "rsa.pem")])
+    sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+        "-nodes", "-days", "30", "-subj", "/CN=localhost",
+        "-keyout", str(d / "ecdsa.key"), "-out", str(d / "ecdsa.pem")])
+    for key in ("rsa", "ecdsa"):
+        (d / f"{key}.bundle").write_text((d / f"{key}.pem").read_text() + (d / f"{key}.key").read_text())
+
+
+def setup_cgroup(quota_pct: int):
+    CGROUP.mkdir(exist_ok=True)
+    (CGROUP / "cpu.cfs_period_us").write_text("100000")
+    (CGROUP / "cpu.cfs_quota_us").write_text(str(quota_pct * 1000))
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime+stime of a process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def tree_pids(pid: int):
+    pids = [pid]
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    for k in kids:
+        pids += tree_pids(int(k))
+    return pids
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its children (nginx and HAProxy workers)."""
+    total = 0.0
+    for p in tree_pids(pid):
+        try:
+            total += proc_cpu_seconds(p)
+        except OSError:
+            pass
+    return total
+
+
+def wait_port(port: int, proc, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} did not open")
+
+
+def pinned_cmd(cmd, cgroup: bool):
+    """The server on CPU 0, inside the quota cgroup if asked."""
+    if cgroup:
+        # The shell joins the cgroup, then becomes the server pinned to CPU 0.
+        return ["sh", "-c", f'echo $$ > {CGROUP}/cgroup.procs && exec taskset -c 0 "$@"', "sh"] + cmd
+    return ["taskset", "-c", "0"] + cmd
+
+
+def versions_list(version):
+    return ["1.2", "1.3"] if version is None else [version]
+
+
+def terminus_config(work: Path, port: int, key: str, backend: str, version=None, resumption=False) -> str:
+    versions = ", ".join(f'"{v}"' for v in versions_list(version))
+    tickets = "true" if resumption else "false"
+    cache = 262144 if resumption else 0
+    return f"""workers = 1
+pin = true
+listen = ["127.0.0.1:{port}"]
+[tls]
+versions = [{versions}]
+session_tickets = {tickets}
+session_cache = {cache}
+[crypto]
+backend = "{backend}"
+[[server]]
+names = ["localhost"]
+root = "{work / 'www'}"
+[[server.certificate]]
+cert = "{work / (key + '.pem')}"
+key = "{work / (key + '.key')}"
+"""
+
+
+def nginx_config(work: Path, port: int, key: str, version=None, resumption=False) -> str:
+    protocols = " ".join(f"TLSv{v}" for v in versions_list(version))
+    session = ("ssl_session_cache shared:SSL:10m;\n        ssl_session_tickets on;" if resumption
+               else "ssl_session_cache off;\n        ssl_session_tickets off;")
+    return f"""worker_processes 1;
+worker_cpu_affinity 01;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx.err warn;
+events {{ worker_connections 8192; }}
+worker_rlimit_nofile 20000;
+http {{
+    access_log off;
+    sendfile on;
+    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {work / (key + '.pem')};
+        ssl_certificate_key {work / (key + '.key')};
+        ssl_protocols {protocols};
+        {session}
+        root {work / 'www'};
+    }}
+}}
+"""
+
+
+def haproxy_config(work: Path, port: int, key: str, version=None, resumption=False) -> str:
+    vs = versions_list(version)
+    tickets = "" if resumption else " no-tls-tickets"
+    cache = "" if resumption else "    tune.ssl.cachesize 0\n"
+    return f"""global
+    nbthread 1
+    cpu-map 1/1 0
+    maxconn 8000
+{cache}    log stderr format raw local0 err
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout http-keep-alive 30s
+
+frontend bench
+    bind 127.0.0.1:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} alpn http/1.1
+    # HAProxy serves no files: it answers every request with the same 0-byte body.
+    http-request return status 200 file {work / 'www' / '0kb.bin'}
+"""
+
+
+def start_server(server: str, work: Path, port: int, key: str, version=None, resumption=False,
+                 admin_port=None, cgroup=False):
+    """Starts `terminus-BACKEND[@PATH]`, `nginx` or `haproxy`; returns (Popen, config text)."""
+    name = server.split("@")[0]
+    conf = work / f"{name}-{key}.conf"
+    err = open(work / f"{name}.err", "a")
+    if name == "nginx":
+        text = nginx_config(work, port, key, version, resumption)
+        conf.write_text(text)
+        # An environment variable named NGINX makes nginx treat it as inherited sockets.
+        env = {k: v for k, v in os.environ.items() if k != "NGINX"}
+        cmd = ["nginx", "-c", str(conf), "-p", str(work)]
+    elif name == "haproxy":
+        text = haproxy_config(work, port, key, version, resumption)
+        conf.write_text(text)
+        env = dict(os.environ)
+        cmd = ["haproxy", "-db", "-f", str(conf)]
+    elif name.startswith("terminus-"):
+        _, _, path = server.partition("@")
+        binary = Path(path) if path else REPO / "target/release/terminus"
+        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption)
+        conf.write_text(text)
+        env = dict(os.environ, RUST_LOG="warn")
+        cmd = [str(binary), "serve", "--config", str(conf)]
+        if admin_port:
+            cmd += ["--admin", f"127.0.0.1:{admin_port}"]
+    else:
+        raise ValueError(f"unknown server {server}")
+    proc = subprocess.Popen(pinned_cmd(cmd, cgroup), stdout=subprocess.DEVNULL, stderr=err, env=env)
+    return proc, text
+
+
+def stop_server(proc):
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def versions():
+    """Versions of everything a report depends on."""
+    def first_line(cmd):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            return (out.stdout or out.stderr).strip().splitlines()[0]
+        except (OSError, IndexError):
+            return "not found"
+    rev = first_line(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")), "?")
+    flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+    return {
+        "terminus": f"git {rev}",
+        "nginx": first_line(["nginx", "-v"]),
+        "haproxy": first_line(["haproxy", "-v"]),
+        "openssl": first_line(["openssl", "version"]),
+        "kernel": os.uname().release,
+        "cpu": cpu + (" with AVX-512 IFMA" if "avx512ifma" in flags else " without AVX-512 IFMA"),
+        "cores": str(os.cpu_count()),
+    }
