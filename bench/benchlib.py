@@ -155,7 +155,7 @@ defaults
     timeout http-keep-alive 30s
 
 frontend bench
-    bind 127.0.0.1:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} alpn http/1.1
+    bind 127.0.0.1:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} prefer-client-ciphers alpn http/1.1
     # HAProxy serves no files: it answers every request with the same 0-byte body.
     http-request return status 200 file {work / 'www' / '0kb.bin'}
 """

@@ -33,7 +33,8 @@ pub enum Trust {
 pub struct TlsChoice {
     /// `1.2` and/or `1.3`; empty = both.
     pub versions: Vec<String>,
-    /// rustls suite names; empty = rustls's default set.
+    /// rustls suite names, in preference order; empty = rustls's default set in
+    /// browsers' order (AES-128-GCM first).
     pub ciphers: Vec<String>,
     /// `x25519`, `secp256r1`, `secp384r1`; empty = all three.
     pub groups: Vec<String>,
@@ -61,7 +62,7 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
     };
     let base = aws_lc_rs::default_provider();
     let cipher_suites = if choice.ciphers.is_empty() {
-        base.cipher_suites.clone()
+        browser_order(base.cipher_suites.clone())
     } else {
         choice
             .ciphers
@@ -175,6 +176,28 @@ fn restrict_schemes(
         all: all.all,
         mapping: Box::leak(keep.into_boxed_slice()),
     })
+}
+
+/// rustls's default suites in the order Chrome and Firefox offer them: AES-128-GCM, then
+/// AES-256-GCM, then ChaCha20-Poly1305, TLS 1.3 before 1.2. (OpenSSL clients such as curl
+/// and wrk put AES-256-GCM-SHA384 first; servers that follow the client's order then hash
+/// the transcript with SHA-384.) `--cipher` sets another order.
+fn browser_order(
+    mut suites: Vec<rustls::SupportedCipherSuite>,
+) -> Vec<rustls::SupportedCipherSuite> {
+    let rank = |s: &rustls::SupportedCipherSuite| {
+        let name = s.suite().as_str().unwrap_or("");
+        let cipher = if name.contains("AES_128") {
+            0
+        } else if name.contains("AES_256") {
+            1
+        } else {
+            2
+        };
+        (s.version() != &rustls::version::TLS13, cipher)
+    };
+    suites.sort_by_key(rank);
+    suites
 }
 
 /// `RSA_PSS_SHA256` -> `rsa_pss_rsae_sha256` (the RFC 8446 name, as openssl's -sigalgs).
