@@ -10,17 +10,9 @@ use crate::stats::{Percentiles, Phase, Stats};
 /// Everything a run measured. Serialized as the `--json` output.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub url: String,
-    /// `"rate"` (open loop) or `"connections"` (closed loop).
-    pub mode: &'static str,
-    /// Open loop: the offered requests/s.
-    pub target_rate: Option<f64>,
-    /// Closed loop: connections; open loop: the cap on connections at once.
-    pub connections: usize,
-    pub threads: usize,
-    pub new_connection: bool,
-    pub resume: bool,
-    pub http2: bool,
+    /// How the run was set up (flattened into the JSON object).
+    #[serde(flatten)]
+    pub run: RunInfo,
     /// Requests answered with a 1xx-3xx status.
     pub requests: u64,
     /// Requests scheduled (open loop) or started (closed loop).
@@ -52,14 +44,7 @@ impl Report {
             .collect();
         let finished = stats.ok + stats.errors_total();
         Report {
-            url: run.url,
-            mode: run.mode,
-            target_rate: run.target_rate,
-            connections: run.connections,
-            threads: run.threads,
-            new_connection: run.new_connection,
-            resume: run.resume,
-            http2: run.http2,
+            run,
             requests: stats.ok,
             issued: stats.issued,
             errors: stats.errors.clone(),
@@ -90,14 +75,14 @@ impl Report {
     /// The table printed without `--json`.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let how = match self.target_rate {
+        let how = match self.run.target_rate {
             Some(r) => format!(
                 "open loop at {r} req/s (at most {} connections)",
-                self.connections
+                self.run.connections
             ),
-            None => format!("closed loop, {} connections", self.connections),
+            None => format!("closed loop, {} connections", self.run.connections),
         };
-        let reuse = match (self.new_connection, self.resume) {
+        let reuse = match (self.run.new_connection, self.run.resume) {
             (true, true) => "new connection per request, sessions resumed",
             (true, false) => "new connection and full handshake per request",
             (false, _) => "keep-alive",
@@ -105,9 +90,9 @@ impl Report {
         let _ = writeln!(
             out,
             "{}: {how}, {} thread(s), {reuse}{}",
-            self.url,
-            self.threads,
-            if self.http2 { ", HTTP/2" } else { "" }
+            self.run.url,
+            self.run.threads,
+            if self.run.http2 { ", HTTP/2" } else { "" }
         );
         let _ = writeln!(
             out,
@@ -153,12 +138,15 @@ impl Report {
     }
 }
 
-/// How the run was set up, for the report's header.
-#[derive(Debug, Clone)]
+/// How the run was set up.
+#[derive(Debug, Clone, Serialize)]
 pub struct RunInfo {
     pub url: String,
+    /// `"rate"` (open loop) or `"connections"` (closed loop).
     pub mode: &'static str,
+    /// Open loop: the offered requests/s.
     pub target_rate: Option<f64>,
+    /// Closed loop: connections; open loop: the cap on connections at once.
     pub connections: usize,
     pub threads: usize,
     pub new_connection: bool,
