@@ -22,7 +22,7 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     pub server_name: ServerName<'static>,
     pub config: Arc<ClientConfig>,
-    /// TLS bytes in and out of this thread's connections.
+    /// The byte counters [`TlsStream`] keeps (the report does not show them).
     pub traffic: Arc<TrafficCounters>,
     /// HTTP/1.1 request bytes (keep-alive or close as the run asks).
     pub h1_request: Vec<u8>,
@@ -69,7 +69,7 @@ impl Endpoint {
     pub async fn open(&self, deadline: Instant) -> Result<Opened, OpenFailed> {
         let failed = |failure, connect| OpenFailed { failure, connect };
         let t0 = Instant::now();
-        let tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
+        let mut tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
             Ok(Ok(tcp)) => tcp,
             Ok(Err(e)) => return Err(failed(Failure::Connect(e), None)),
             Err(_) => return Err(failed(Failure::ConnectTimeout, None)),
@@ -80,7 +80,6 @@ impl Endpoint {
         let _ = tcp.set_nodelay(true);
         let mut session = ClientConnection::new(self.config.clone(), self.server_name.clone())
             .map_err(|e| failed(Failure::Handshake(io::Error::other(e)), Some(connect)))?;
-        let mut tcp = tcp;
         match timeout_at(deadline, handshake(&mut tcp, &mut session)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(failed(Failure::Handshake(e), Some(connect))),

@@ -169,9 +169,9 @@ impl Worker {
             // A kept-alive connection the server had closed: one retry on a new one, as
             // browsers and wrk do. The failure is real only if that one fails too.
             Err(Attempt {
-                failure: Failure::Io(e),
+                failure,
                 reused: true,
-            }) if is_closed(&e) => {
+            }) if failure.is_closed() => {
                 *conn = None;
                 self.attempt(conn, deadline).await
             }
@@ -240,13 +240,4 @@ impl Worker {
 struct Attempt {
     failure: Failure,
     reused: bool,
-}
-
-fn is_closed(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::UnexpectedEof
-            | std::io::ErrorKind::ConnectionReset
-            | std::io::ErrorKind::BrokenPipe
-    )
 }

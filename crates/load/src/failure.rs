@@ -66,6 +66,14 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// After the handshake, the peer closed or reset the connection: what a kept-alive
+    /// connection the server has dropped looks like.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Failure::Io(e) if rustls_error(e).is_none() && peer_closed(e))
+    }
+}
+
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -86,14 +94,24 @@ fn rustls_error(e: &io::Error) -> Option<&rustls::Error> {
 }
 
 fn io_kind(e: &io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::UnexpectedEof
-        | io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => "closed".into(),
-        io::ErrorKind::TimedOut => "timeout".into(),
-        _ => "io_error".into(),
+    if peer_closed(e) {
+        "closed".into()
+    } else if e.kind() == io::ErrorKind::TimedOut {
+        "timeout".into()
+    } else {
+        "io_error".into()
     }
+}
+
+/// The peer closed or reset the connection (kind `closed`).
+fn peer_closed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
 }
 
 /// The RFC 8446 name of an alert: `HandshakeFailure` -> `handshake_failure`,

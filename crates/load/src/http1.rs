@@ -39,8 +39,8 @@ where
     buf.clear();
     let mut need_more = true;
     let (status, framing, keep_alive, header_len) = loop {
-        if need_more && fill(stream, buf).await? == 0 {
-            return Err(Failure::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        if need_more {
+            fill_more(stream, buf).await?;
         }
         need_more = true;
         let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -71,10 +71,7 @@ where
             let mut left = n.saturating_sub(buf.len() as u64);
             buf.clear();
             while left > 0 {
-                let got = fill(stream, buf).await?;
-                if got == 0 {
-                    return Err(Failure::Io(std::io::ErrorKind::UnexpectedEof.into()));
-                }
+                let got = fill_more(stream, buf).await?;
                 left = left.saturating_sub(got as u64);
                 buf.clear();
             }
@@ -147,6 +144,17 @@ async fn fill<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> Result
     stream.read_buf(buf).await.map_err(Failure::Io)
 }
 
+/// Like [`fill`], where the response is not complete yet: end-of-file is an error.
+async fn fill_more<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> Result<usize, Failure> {
+    match fill(stream, buf).await? {
+        0 => Err(Failure::Io(std::io::ErrorKind::UnexpectedEof.into())),
+        n => Ok(n),
+    }
+}
+
 async fn read_chunked<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
@@ -160,9 +168,7 @@ async fn read_chunked<S: AsyncRead + Unpin>(
             if buf.len() > 1024 {
                 return Err(Failure::Protocol("chunk size line too long".into()));
             }
-            if fill(stream, buf).await? == 0 {
-                return Err(Failure::Io(std::io::ErrorKind::UnexpectedEof.into()));
-            }
+            fill_more(stream, buf).await?;
         };
         let size_text = std::str::from_utf8(&buf[..line_end])
             .ok()
@@ -182,9 +188,7 @@ async fn read_chunked<S: AsyncRead + Unpin>(
                     }
                     continue;
                 }
-                if fill(stream, buf).await? == 0 {
-                    return Err(Failure::Io(std::io::ErrorKind::UnexpectedEof.into()));
-                }
+                fill_more(stream, buf).await?;
             }
         }
         // Chunk data and its CRLF.
@@ -196,9 +200,7 @@ async fn read_chunked<S: AsyncRead + Unpin>(
             if left == 0 {
                 break;
             }
-            if fill(stream, buf).await? == 0 {
-                return Err(Failure::Io(std::io::ErrorKind::UnexpectedEof.into()));
-            }
+            fill_more(stream, buf).await?;
         }
     }
 }

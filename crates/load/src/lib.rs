@@ -136,10 +136,14 @@ impl LoadOptions {
         if self.timeout.is_zero() {
             return bad("--timeout must be above 0".into());
         }
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if let Some(cpu) = self.pin.iter().find(|c| **c >= 1024) {
+        // Not available_parallelism: that counts only the CPUs this process may use now,
+        // and `taskset -c 1 terminus load --pin 1` is fine.
+        // SAFETY: sysconf only reads a system setting.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize;
+        if let Some(cpu) = self.pin.iter().find(|c| **c >= cpus) {
             return bad(format!(
-                "--pin: CPU {cpu} does not exist (this machine has {cpus})"
+                "--pin: CPU {cpu} does not exist (this machine has CPUs 0-{})",
+                cpus - 1
             ));
         }
         Ok(())
@@ -386,6 +390,10 @@ mod tests {
             },
             LoadOptions {
                 max_connections: 0,
+                ..base.clone()
+            },
+            LoadOptions {
+                pin: vec![0, 1023],
                 ..base.clone()
             },
         ] {

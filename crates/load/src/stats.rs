@@ -71,10 +71,6 @@ impl Latency {
             .expect("histograms with the same bounds");
     }
 
-    pub fn count(&self) -> u64 {
-        self.0.len()
-    }
-
     /// The value at quantile `q` (0..=1), in milliseconds.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.0.is_empty() {

@@ -10,8 +10,6 @@ use crate::LoadError;
 /// An `https://` URL resolved to the addresses the load goes to.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// The URL as given.
-    pub url: String,
     /// Host as written in the URL (brackets removed from IPv6 literals).
     pub host: String,
     pub port: u16,
@@ -87,7 +85,6 @@ impl Target {
             (_, p) => format!("{host}:{p}"),
         };
         Ok(Target {
-            url: url.to_owned(),
             host: host.to_owned(),
             port,
             path,

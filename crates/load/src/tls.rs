@@ -10,6 +10,7 @@ use rustls::client::{Resumption, WebPkiServerVerifier};
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use terminus_engine::KxGroup;
 use terminus_tls::TlsSettings;
 
 use crate::LoadError;
@@ -80,17 +81,15 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
         ));
     }
     let kx_groups: Vec<&'static dyn SupportedKxGroup> = if choice.groups.is_empty() {
-        vec![
-            aws_lc_rs::kx_group::X25519,
-            aws_lc_rs::kx_group::SECP256R1,
-            aws_lc_rs::kx_group::SECP384R1,
-        ]
+        KxGroup::ALL.into_iter().map(aws_lc_group).collect()
     } else {
         choice
             .groups
             .iter()
-            .map(|g| group_by_name(g))
-            .collect::<Result<_, _>>()?
+            // The same names the server's `tls.groups` takes.
+            .map(|g| TlsSettings::group_from_name(g).map(aws_lc_group))
+            .collect::<Result<_, _>>()
+            .map_err(setting)?
     };
     let verify_algorithms =
         restrict_schemes(base.signature_verification_algorithms, &choice.sigalgs)?;
@@ -136,15 +135,13 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
     Ok(Arc::new(config))
 }
 
-fn group_by_name(name: &str) -> Result<&'static dyn SupportedKxGroup, LoadError> {
-    // The same names the server's `tls.groups` takes.
-    let group = TlsSettings::group_from_name(name).map_err(|e| LoadError::Tls(e.to_string()))?;
-    let wanted = match group {
-        terminus_engine::KxGroup::X25519 => aws_lc_rs::kx_group::X25519,
-        terminus_engine::KxGroup::Secp256r1 => aws_lc_rs::kx_group::SECP256R1,
-        terminus_engine::KxGroup::Secp384r1 => aws_lc_rs::kx_group::SECP384R1,
-    };
-    Ok(wanted)
+/// The client computes its key exchanges with aws-lc directly, not through the engine.
+fn aws_lc_group(group: KxGroup) -> &'static dyn SupportedKxGroup {
+    match group {
+        KxGroup::X25519 => aws_lc_rs::kx_group::X25519,
+        KxGroup::Secp256r1 => aws_lc_rs::kx_group::SECP256R1,
+        KxGroup::Secp384r1 => aws_lc_rs::kx_group::SECP384R1,
+    }
 }
 
 /// Keeps only the `--sigalg` schemes, so the ClientHello's signature_algorithms offers

@@ -80,7 +80,6 @@ fn self_signed_for(config: &Config) -> Result<Vec<LoadedCert>, StartError> {
 /// Validates a configuration completely (certificates, keys, docroots), as `terminus check`.
 pub fn check(options: &ServerOptions) -> Result<Site, StartError> {
     let config = options.load_config()?;
-    terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
     Ok(Site::build(&config, &self_signed)?)
 }
@@ -88,6 +87,7 @@ pub fn check(options: &ServerOptions) -> Result<Site, StartError> {
 /// Starts terminus and blocks until it has shut down.
 pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let config = options.load_config()?;
+    terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
     let site = Site::build(&config, &self_signed)?;
     for (names, key, fp) in &site.certificates {
