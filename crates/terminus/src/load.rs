@@ -29,7 +29,7 @@ pub struct LoadArgs {
     threads: usize,
     /// Pin thread i to the i-th CPU of this list (e.g. 1, 0,2, 2-3).
     #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
-    pin: Option<Vec<usize>>,
+    pin: Option<CpuList>,
     /// A new TCP connection and TLS handshake for every request (wrk's
     /// `Connection: close` case).
     #[arg(long)]
@@ -83,7 +83,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a duration (e.g. 500ms, 10s, 2m)"))
 }
 
-fn parse_cpus(text: &str) -> Result<Vec<usize>, String> {
+/// One `--pin` value. A named type, because clap's derive reads a field typed
+/// `Option<Vec<_>>` as "the flag may repeat" and then cannot hand it a whole list.
+type CpuList = Vec<usize>;
+
+fn parse_cpus(text: &str) -> Result<CpuList, String> {
     terminus_load::parse_cpu_list(text)
         .ok_or_else(|| format!("{text:?} is not a CPU list (e.g. 1, 0,2, 2-3)"))
 }

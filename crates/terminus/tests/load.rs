@@ -98,7 +98,19 @@ fn open_loop_rate_is_honoured_and_every_phase_is_timed() {
 #[test]
 fn closed_loop_keeps_its_connections_busy() {
     let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
-    let r = load(&[&url(&server, "/"), "-c", "4", "-d", "1s", "-k"]);
+    // Two threads pinned to CPU 0 (every machine has one), two connections each.
+    let r = load(&[
+        &url(&server, "/"),
+        "-c",
+        "4",
+        "-t",
+        "2",
+        "--pin",
+        "0",
+        "-d",
+        "1s",
+        "-k",
+    ]);
     assert_eq!(n(&r, "errors_total"), 0.0, "{r:#}");
     assert_eq!(n(&r, "handshakes"), 4.0, "{r:#}");
     assert!(n(&r, "requests") > 100.0, "{r:#}");
@@ -440,6 +452,19 @@ fn refuses_remote_targets_and_bad_arguments() {
         (
             vec!["https://localhost:1/", "-c", "100000", "-d", "1s", "-k"],
             "--connections",
+        ),
+        (
+            vec![
+                "https://localhost:1/",
+                "-c",
+                "1",
+                "-d",
+                "1s",
+                "-k",
+                "--pin",
+                "4095",
+            ],
+            "--pin",
         ),
         (
             vec![
