@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CGROUP = Path("/sys/fs/cgroup/cpu/terminus-bench")
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+CGROUP = CGROUP_CPU / "terminus-bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -29,10 +30,12 @@ def make_certs(d: Path):
         (d / f"{key}.bundle").write_text((d / f"{key}.pem").read_text() + (d / f"{key}.key").read_text())
 
 
-def setup_cgroup(quota_pct: int):
-    CGROUP.mkdir(exist_ok=True)
-    (CGROUP / "cpu.cfs_period_us").write_text("100000")
-    (CGROUP / "cpu.cfs_quota_us").write_text(str(quota_pct * 1000))
+def setup_cgroup(quota_pct: float, group: Path = CGROUP) -> Path:
+    """A cgroup-v1 cpu group capped at quota_pct % of one CPU (period 100 ms)."""
+    group.mkdir(exist_ok=True)
+    (group / "cpu.cfs_period_us").write_text("100000")
+    (group / "cpu.cfs_quota_us").write_text(str(int(quota_pct * 1000)))
+    return group
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -76,12 +79,12 @@ def wait_port(port: int, proc, timeout=10.0):
     raise RuntimeError(f"port {port} did not open")
 
 
-def pinned_cmd(cmd, cgroup: bool):
-    """The server on CPU 0, inside the quota cgroup if asked."""
-    if cgroup:
-        # The shell joins the cgroup, then becomes the server pinned to CPU 0.
-        return ["sh", "-c", f'echo $$ > {CGROUP}/cgroup.procs && exec taskset -c 0 "$@"', "sh"] + cmd
-    return ["taskset", "-c", "0"] + cmd
+def pinned_cmd(cmd, cpu: int = 0, group: Path = None):
+    """`cmd` pinned to `cpu` (servers on 0, clients on 1), inside a quota cgroup if given."""
+    if group:
+        # The shell joins the cgroup, then becomes the command.
+        return ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec taskset -c {cpu} "$@"', "sh"] + cmd
+    return ["taskset", "-c", str(cpu)] + cmd
 
 
 def versions_list(version):
@@ -189,7 +192,7 @@ def start_server(server: str, work: Path, port: int, key: str, version=None, res
             cmd += ["--admin", f"127.0.0.1:{admin_port}"]
     else:
         raise ValueError(f"unknown server {server}")
-    proc = subprocess.Popen(pinned_cmd(cmd, cgroup), stdout=subprocess.DEVNULL, stderr=err, env=env)
+    proc = subprocess.Popen(pinned_cmd(cmd, 0, CGROUP if cgroup else None), stdout=subprocess.DEVNULL, stderr=err, env=env)
     return proc, text
 
 
