@@ -1,5 +1,10 @@
 //! One client connection: TCP connect and TLS handshake (each timed), then requests over
 //! HTTP/1.1 (our own small exchange) or HTTP/2 (hyper).
+//!
+//! With `--batch-kx` the rustls calls that compute key exchanges (creating the session:
+//! the ClientHello's key share; processing the ServerHello: the shared secret) run on the
+//! engine's coroutine bridge, as the server's handshake does, so that they wait for a
+//! batch instead of computing one at a time.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -10,6 +15,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, HandshakeKind, ProtocolVersion};
+use terminus_engine::Engine;
+use terminus_tls::handshake::bridge;
 use terminus_tls::{TlsStream, TrafficCounters};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
@@ -66,7 +73,12 @@ pub struct OpenFailed {
 
 impl Endpoint {
     /// Connects and completes the TLS handshake (and the HTTP/2 preface) by `deadline`.
-    pub async fn open(&self, deadline: Instant) -> Result<Opened, OpenFailed> {
+    /// `engine`: where key exchanges go with `--batch-kx`.
+    pub async fn open(
+        &self,
+        deadline: Instant,
+        engine: Option<&Engine>,
+    ) -> Result<Opened, OpenFailed> {
         let failed = |failure, connect| OpenFailed { failure, connect };
         let t0 = Instant::now();
         let mut tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
@@ -78,13 +90,21 @@ impl Endpoint {
         let connect = t1 - t0;
         // The client's Finished and the request must leave at once, not after an ACK.
         let _ = tcp.set_nodelay(true);
-        let mut session = ClientConnection::new(self.config.clone(), self.server_name.clone())
-            .map_err(|e| failed(Failure::Handshake(io::Error::other(e)), Some(connect)))?;
-        match timeout_at(deadline, handshake(&mut tcp, &mut session)).await {
-            Ok(Ok(())) => {}
+        // The engine flushes a partial batch once every handshake in flight waits on it.
+        let _in_flight = engine.map(Engine::handshake_started);
+        let (config, name) = (self.config.clone(), self.server_name.clone());
+        let session = match timeout_at(deadline, async {
+            let session = on_bridge(engine, move || ClientConnection::new(config, name))
+                .await
+                .map_err(io::Error::other)?;
+            handshake(&mut tcp, Box::new(session), engine).await
+        })
+        .await
+        {
+            Ok(Ok(session)) => *session,
             Ok(Err(e)) => return Err(failed(Failure::Handshake(e), Some(connect))),
             Err(_) => return Err(failed(Failure::HandshakeTimeout, Some(connect))),
-        }
+        };
         let handshake = t1.elapsed();
         let resumed = session.handshake_kind() == Some(HandshakeKind::Resumed);
         let negotiated = describe(&session);
@@ -173,9 +193,22 @@ impl Conn {
     }
 }
 
+/// Runs `f` on the engine's coroutine bridge, so the key exchanges rustls computes in it
+/// are submitted to `engine`; without an engine, directly.
+async fn on_bridge<T: 'static>(engine: Option<&Engine>, f: impl FnOnce() -> T + 'static) -> T {
+    match engine {
+        Some(engine) => bridge::run(f, |op| engine.submit(op)).await,
+        None => f(),
+    }
+}
+
 /// Drives the handshake until rustls has the server's last flight. What the client must
 /// still send (TLS 1.3: Finished) stays queued for the first request's write.
-async fn handshake(tcp: &mut TcpStream, session: &mut ClientConnection) -> io::Result<()> {
+async fn handshake(
+    tcp: &mut TcpStream,
+    mut session: Box<ClientConnection>,
+    engine: Option<&Engine>,
+) -> io::Result<Box<ClientConnection>> {
     loop {
         while session.wants_write() {
             match session.write_tls(&mut SocketIo(tcp)) {
@@ -193,13 +226,19 @@ async fn handshake(tcp: &mut TcpStream, session: &mut ClientConnection) -> io::R
             }
             Err(e) => return Err(e),
         }
-        if let Err(e) = session.process_new_packets() {
+        let (returned, processed) = on_bridge(engine, move || {
+            let processed = session.process_new_packets().map(|_| ());
+            (session, processed)
+        })
+        .await;
+        session = returned;
+        if let Err(e) = processed {
             // Tell the server why (the alert rustls queued), then give up.
             let _ = session.write_tls(&mut SocketIo(tcp));
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
         if !session.is_handshaking() {
-            return Ok(());
+            return Ok(session);
         }
     }
 }

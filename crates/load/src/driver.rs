@@ -14,6 +14,9 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use terminus_engine::{
+    Backend, BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend, ScalarBackend,
+};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -31,6 +34,8 @@ pub struct ThreadPlan {
     pub timeout: Duration,
     pub new_connection: bool,
     pub stats: Arc<Mutex<Stats>>,
+    /// `--batch-kx`: this thread's engine counts into these metrics, with their backend.
+    pub kx_engine: Option<Arc<EngineMetrics>>,
 }
 
 pub enum ThreadLoad {
@@ -62,6 +67,7 @@ pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
             timeout: plan.timeout,
             new_connection: plan.new_connection,
             stats: plan.stats,
+            engine: plan.kx_engine.map(thread_engine),
         });
         match plan.load {
             ThreadLoad::Open {
@@ -99,6 +105,18 @@ pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
         }
     });
     Ok(std::time::Instant::now())
+}
+
+/// One engine per thread, as a server worker has, with the server's flush policy.
+fn thread_engine(metrics: Arc<EngineMetrics>) -> Engine {
+    let backend: Box<dyn Backend> = match metrics.backend() {
+        BackendKind::Multibuffer => Box::new(
+            MultibufferBackend::new(metrics.clone())
+                .expect("multibuffer is only chosen where crypto_mb runs"),
+        ),
+        _ => Box::new(ScalarBackend),
+    };
+    Engine::new(backend, FlushPolicy::default(), metrics)
 }
 
 /// Requests waiting for a connection task, and the tasks waiting for requests.
@@ -158,6 +176,7 @@ struct Worker {
     timeout: Duration,
     new_connection: bool,
     stats: Arc<Mutex<Stats>>,
+    engine: Option<Engine>,
 }
 
 impl Worker {
@@ -205,7 +224,7 @@ impl Worker {
         deadline: Instant,
     ) -> Result<(Instant, crate::http1::Response), Attempt> {
         if conn.is_none() {
-            match self.endpoint.open(deadline).await {
+            match self.endpoint.open(deadline, self.engine.as_ref()).await {
                 Ok(opened) => {
                     let mut stats = self.stats.lock().unwrap();
                     stats.record(Phase::Connect, opened.connect);

@@ -26,8 +26,10 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use terminus_engine::{BackendKind, EngineMetrics};
+
 use crate::driver::{ThreadLoad, ThreadPlan};
-use crate::report::{Report, RunInfo};
+use crate::report::{KxEngineReport, Report, RunInfo};
 use crate::stats::Stats;
 use crate::target::Target;
 pub use crate::tls::{TlsChoice, Trust};
@@ -168,6 +170,15 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     raise_fd_limit(connections + 64);
 
     terminus_engine::warm_up_csprng();
+    // `--batch-kx`: crypto_mb where this CPU runs it, else the engine computes scalar.
+    let kx_engine = options.tls.batch_kx.then(|| {
+        let backend = if terminus_engine::multibuffer::applicable() {
+            BackendKind::Multibuffer
+        } else {
+            BackendKind::Scalar
+        };
+        Arc::new(EngineMetrics::new(backend))
+    });
     let cpu_before = cpu_seconds();
     // Threads start together a little after they are all created.
     let start = Instant::now() + Duration::from_millis(20);
@@ -205,6 +216,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
             timeout: options.timeout,
             new_connection: options.new_connection,
             stats,
+            kx_engine: kx_engine.clone(),
         };
         let cpu = (!options.pin.is_empty()).then(|| options.pin[i % options.pin.len()]);
         let handle = std::thread::Builder::new()
@@ -274,7 +286,9 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
         resume: options.tls.resume,
         http2: options.tls.http2,
     };
-    Ok(Report::new(info, &stats, duration_s, client_cpu_s))
+    let mut report = Report::new(info, &stats, duration_s, client_cpu_s);
+    report.kx_engine = kx_engine.as_deref().map(KxEngineReport::new);
+    Ok(report)
 }
 
 fn merge(all: &[Arc<Mutex<Stats>>]) -> Stats {

@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use serde::Serialize;
+use terminus_engine::{EngineMetrics, OpCounters, OpKind};
 
 use crate::stats::{Percentiles, Phase, Stats};
 
@@ -34,6 +37,42 @@ pub struct Report {
     pub client_cpu_s: f64,
     /// Client CPU per request (and so per handshake with --new-connection), µs.
     pub client_cpu_us_per_request: f64,
+    /// `--batch-kx`: what the client's crypto engine did (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kx_engine: Option<KxEngineReport>,
+}
+
+/// The client's key exchanges through the engine, over every load thread.
+#[derive(Debug, Clone, Serialize)]
+pub struct KxEngineReport {
+    /// `multibuffer` (crypto_mb, AVX-512 IFMA) or `scalar`.
+    pub backend: &'static str,
+    /// Key generations and shared secrets submitted.
+    pub requests: u64,
+    /// Batches the engine flushed, and the requests in them.
+    pub batches: u64,
+    pub mean_batch: f64,
+    /// Requests the multibuffer backend computed one by one (batch below its crossover).
+    pub scalar_computed: u64,
+}
+
+impl KxEngineReport {
+    pub fn new(metrics: &EngineMetrics) -> Self {
+        let sum = |f: fn(&OpCounters) -> &AtomicU64| -> u64 {
+            [OpKind::X25519, OpKind::P256, OpKind::P384]
+                .into_iter()
+                .map(|k| f(metrics.op(k)).load(Ordering::Relaxed))
+                .sum()
+        };
+        let batches = sum(|c| &c.batches);
+        KxEngineReport {
+            backend: metrics.backend().name(),
+            requests: sum(|c| &c.requests),
+            batches,
+            mean_batch: sum(|c| &c.batched_requests) as f64 / batches.max(1) as f64,
+            scalar_computed: sum(|c| &c.scalar_computed),
+        }
+    }
 }
 
 impl Report {
@@ -65,6 +104,7 @@ impl Report {
             } else {
                 0.0
             },
+            kx_engine: None,
         }
     }
 
@@ -109,6 +149,13 @@ impl Report {
         );
         for (what, n) in &self.negotiated {
             let _ = writeln!(out, "    {what}: {n}");
+        }
+        if let Some(kx) = &self.kx_engine {
+            let _ = writeln!(
+                out,
+                "  key exchanges through the {} engine: {} in {} batches (mean {:.1}), {} computed one by one",
+                kx.backend, kx.requests, kx.batches, kx.mean_batch, kx.scalar_computed
+            );
         }
         let _ = writeln!(
             out,

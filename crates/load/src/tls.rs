@@ -11,6 +11,7 @@ use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup, WebPkiSupporte
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use terminus_engine::KxGroup;
+use terminus_tls::handshake::EngineKxGroup;
 use terminus_tls::TlsSettings;
 
 use crate::LoadError;
@@ -46,6 +47,9 @@ pub struct TlsChoice {
     /// Offer the session from the previous connection (tickets or IDs).
     pub resume: bool,
     pub http2: bool,
+    /// Key exchanges through terminus's crypto engine (`--batch-kx`) instead of aws-lc
+    /// directly; the connections must then run them on the engine's bridge.
+    pub batch_kx: bool,
 }
 
 /// Builds the shared client configuration.
@@ -80,14 +84,19 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
             "no --cipher belongs to a --tls version".into(),
         ));
     }
+    let group_impl = if choice.batch_kx {
+        engine_group
+    } else {
+        aws_lc_group
+    };
     let kx_groups: Vec<&'static dyn SupportedKxGroup> = if choice.groups.is_empty() {
-        KxGroup::ALL.into_iter().map(aws_lc_group).collect()
+        KxGroup::ALL.into_iter().map(group_impl).collect()
     } else {
         choice
             .groups
             .iter()
             // The same names the server's `tls.groups` takes.
-            .map(|g| TlsSettings::group_from_name(g).map(aws_lc_group))
+            .map(|g| TlsSettings::group_from_name(g).map(group_impl))
             .collect::<Result<_, _>>()
             .map_err(setting)?
     };
@@ -135,13 +144,20 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
     Ok(Arc::new(config))
 }
 
-/// The client computes its key exchanges with aws-lc directly, not through the engine.
+/// By default the client computes its key exchanges with aws-lc directly: the engine's
+/// batching would add its wait to the handshake latency the client measures.
 fn aws_lc_group(group: KxGroup) -> &'static dyn SupportedKxGroup {
     match group {
         KxGroup::X25519 => aws_lc_rs::kx_group::X25519,
         KxGroup::Secp256r1 => aws_lc_rs::kx_group::SECP256R1,
         KxGroup::Secp384r1 => aws_lc_rs::kx_group::SECP384R1,
     }
+}
+
+/// `--batch-kx`: key shares and shared secrets from the engine, 8 per crypto_mb call
+/// where the CPU has AVX-512 IFMA.
+fn engine_group(group: KxGroup) -> &'static dyn SupportedKxGroup {
+    EngineKxGroup::for_group(group)
 }
 
 /// Keeps only the `--sigalg` schemes, so the ClientHello's signature_algorithms offers

@@ -62,6 +62,12 @@ pub struct LoadArgs {
     /// Speak HTTP/2 (ALPN h2); one request at a time per connection.
     #[arg(long)]
     http2: bool,
+    /// Compute the client's key exchanges in terminus's crypto engine, batched 8 per
+    /// crypto_mb call where the CPU has AVX-512 IFMA (scalar otherwise). For measuring
+    /// capacity: a request may wait for its batch, and that wait counts in the handshake
+    /// latency.
+    #[arg(long)]
+    batch_kx: bool,
     /// Open loop: the most connections open at once; further requests wait for one,
     /// their latency clock running.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -118,6 +124,7 @@ pub fn run(args: LoadArgs) -> ExitCode {
             trust,
             resume: args.resume,
             http2: args.http2,
+            batch_kx: args.batch_kx,
         },
         max_connections: args.max_connections,
         timeout: args.timeout,

@@ -390,6 +390,63 @@ fn tls_choices_reach_the_server() {
 }
 
 #[test]
+fn batch_kx_computes_the_clients_key_exchanges_in_the_engine() {
+    let server = Server::start(&["--workers", "1", "--no-resumption"]);
+    let backend = if terminus_engine::multibuffer::applicable() {
+        "multibuffer"
+    } else {
+        "scalar"
+    };
+    for (tls, group, negotiated) in [
+        ("1.3", "x25519", "X25519"),
+        ("1.3", "secp256r1", "secp256r1"),
+        ("1.2", "x25519", "X25519"),
+        ("1.2", "secp384r1", "secp384r1"),
+    ] {
+        let r = load(&[
+            &url(&server, "/"),
+            "-c",
+            "16",
+            "-d",
+            "1s",
+            "--new-connection",
+            "-k",
+            "--batch-kx",
+            "--tls",
+            tls,
+            "--group",
+            group,
+        ]);
+        // The server checks the client's Finished, which a wrong shared secret breaks.
+        assert_eq!(n(&r, "errors_total"), 0.0, "{tls} {group}: {r:#}");
+        let handshakes = n(&r, "handshakes");
+        assert!(handshakes >= 20.0, "{tls} {group}: {r:#}");
+        let (version, count) = r["negotiated"]
+            .as_object()
+            .and_then(|m| m.iter().next())
+            .expect("negotiated");
+        assert!(
+            version.starts_with(&format!("TLSv{tls} ")) && version.ends_with(negotiated),
+            "{version}"
+        );
+        assert_eq!(count.as_f64(), Some(handshakes));
+        let kx = &r["kx_engine"];
+        assert_eq!(kx["backend"], backend, "{r:#}");
+        // A key share and a shared secret per handshake, each through the engine.
+        assert_eq!(n(kx, "requests"), 2.0 * handshakes, "{tls} {group}: {r:#}");
+        assert!(
+            n(kx, "batches") >= 1.0 && n(kx, "mean_batch") >= 1.0,
+            "{r:#}"
+        );
+    }
+    let r = load(&[&url(&server, "/"), "-c", "1", "-d", "200ms", "-k"]);
+    assert!(
+        r.get("kx_engine").is_none(),
+        "no engine without --batch-kx: {r:#}"
+    );
+}
+
+#[test]
 fn open_loop_counts_a_stalled_server_as_latency() {
     // The server is frozen (SIGSTOP) for 700 ms in the middle of a 100 req/s run. An
     // open-loop generator keeps to its schedule: every request is still issued, and the

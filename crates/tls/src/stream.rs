@@ -3,7 +3,7 @@
 //! Used after the handshake when the kernel does not take over the record layer, and by
 //! `terminus load` for its client connections (hence generic over the rustls side).
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::ops::DerefMut;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -205,11 +205,19 @@ where
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         loop {
-            match this.conn.reader().read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    // n == 0: the peer sent close_notify.
-                    buf.advance(n);
+            // Copied from rustls's own buffer: `Read::read` would need the caller's
+            // unfilled bytes zeroed first, on every call.
+            let mut reader = this.conn.reader();
+            match reader.fill_buf() {
+                Ok(plaintext) => {
+                    // Empty: the peer sent close_notify.
+                    let n = plaintext.len().min(buf.remaining());
+                    buf.put_slice(&plaintext[..n]);
+                    reader.consume(n);
                     return Poll::Ready(Ok(()));
                 }
                 // The socket closed without close_notify: end of stream all the same.
