@@ -91,7 +91,7 @@ impl Endpoint {
         // The client's Finished and the request must leave at once, not after an ACK.
         let _ = tcp.set_nodelay(true);
         // The engine flushes a partial batch once every handshake in flight waits on it.
-        let _in_flight = engine.map(Engine::handshake_started);
+        let in_flight = engine.map(Engine::handshake_started);
         let (config, name) = (self.config.clone(), self.server_name.clone());
         let session = match timeout_at(deadline, async {
             let session = on_bridge(engine, move || ClientConnection::new(config, name))
@@ -105,6 +105,7 @@ impl Endpoint {
             Ok(Err(e)) => return Err(failed(Failure::Handshake(e), Some(connect))),
             Err(_) => return Err(failed(Failure::HandshakeTimeout, Some(connect))),
         };
+        drop(in_flight);
         let handshake = t1.elapsed();
         let resumed = session.handshake_kind() == Some(HandshakeKind::Resumed);
         let negotiated = describe(&session);

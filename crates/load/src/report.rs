@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
