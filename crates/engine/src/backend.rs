@@ -2,11 +2,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::metrics::EngineMetrics;
+use crate::multibuffer::MultibufferBackend;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput};
+use crate::scalar::ScalarBackend;
+use crate::speed::Crossovers;
+use crate::threads::{ThreadPool, ThreadPoolBackend};
 
 /// Which backend computes the operations (`crypto.backend` in the config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,6 +39,35 @@ impl BackendKind {
 
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// What `auto` means on this CPU: crypto_mb where it runs (AVX-512 IFMA), else scalar.
+    pub fn auto() -> Self {
+        if crate::multibuffer::applicable() {
+            BackendKind::Multibuffer
+        } else {
+            BackendKind::Scalar
+        }
+    }
+
+    /// One worker's backend of this kind. `Threads` computes on `pool` (scalar without
+    /// one); `Multibuffer` decides small batches by `crossovers`, and is only chosen where
+    /// crypto_mb runs.
+    pub fn backend(
+        self,
+        metrics: Arc<EngineMetrics>,
+        crossovers: Arc<Crossovers>,
+        pool: Option<&Arc<ThreadPool>>,
+    ) -> Box<dyn Backend> {
+        match (self, pool) {
+            (BackendKind::Threads, Some(pool)) => Box::new(ThreadPoolBackend::new(pool.clone())),
+            (BackendKind::Multibuffer, _) => Box::new(
+                MultibufferBackend::new(metrics)
+                    .expect("multibuffer is only chosen where crypto_mb runs")
+                    .with_crossovers(crossovers),
+            ),
+            _ => Box::new(ScalarBackend),
+        }
     }
 }
 

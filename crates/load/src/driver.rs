@@ -14,9 +14,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_engine::{
-    Backend, BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend, ScalarBackend,
-};
+use terminus_engine::{Engine, EngineMetrics, FlushPolicy};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -107,15 +105,12 @@ pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
     Ok(std::time::Instant::now())
 }
 
-/// One engine per thread, as a server worker has, with the server's flush policy.
+/// One engine per thread, as a server worker has, with the server's flush policy and the
+/// multibuffer backend's default crossovers.
 fn thread_engine(metrics: Arc<EngineMetrics>) -> Engine {
-    let backend: Box<dyn Backend> = match metrics.backend() {
-        BackendKind::Multibuffer => Box::new(
-            MultibufferBackend::new(metrics.clone())
-                .expect("multibuffer is only chosen where crypto_mb runs"),
-        ),
-        _ => Box::new(ScalarBackend),
-    };
+    let backend = metrics
+        .backend()
+        .backend(metrics.clone(), Arc::default(), None);
     Engine::new(backend, FlushPolicy::default(), metrics)
 }
 

@@ -171,14 +171,10 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
 
     terminus_engine::warm_up_csprng();
     // `--batch-kx`: crypto_mb where this CPU runs it, else the engine computes scalar.
-    let kx_engine = options.tls.batch_kx.then(|| {
-        let backend = if terminus_engine::multibuffer::applicable() {
-            BackendKind::Multibuffer
-        } else {
-            BackendKind::Scalar
-        };
-        Arc::new(EngineMetrics::new(backend))
-    });
+    let kx_engine = options
+        .tls
+        .batch_kx
+        .then(|| Arc::new(EngineMetrics::new(BackendKind::auto())));
     let cpu_before = cpu_seconds();
     // Threads start together a little after they are all created.
     let start = Instant::now() + Duration::from_millis(20);

@@ -297,14 +297,17 @@ fn probe_kernel_tls(config: &Config) -> KernelSupport {
 
 /// The backend `crypto.backend` names, with `auto` decided by the CPU's features.
 fn resolve_backend(name: &str) -> Result<BackendKind, StartError> {
-    let applicable = terminus_engine::multibuffer::applicable();
     match name {
-        "auto" if applicable => Ok(BackendKind::Multibuffer),
         "auto" => {
-            tracing::info!("crypto backend auto: crypto_mb cannot run on this CPU (no AVX-512 IFMA), computing handshake crypto scalar");
-            Ok(BackendKind::Scalar)
+            let kind = BackendKind::auto();
+            if kind == BackendKind::Scalar {
+                tracing::info!("crypto backend auto: crypto_mb cannot run on this CPU (no AVX-512 IFMA), computing handshake crypto scalar");
+            }
+            Ok(kind)
         }
-        "multibuffer" if !applicable => Err(StartError::MultibufferUnavailable),
+        "multibuffer" if BackendKind::auto() != BackendKind::Multibuffer => {
+            Err(StartError::MultibufferUnavailable)
+        }
         other => Ok(BackendKind::from_name(other).unwrap_or(BackendKind::Scalar)),
     }
 }

@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 
 use rustls::ServerConnection;
 use terminus_engine::speed::Crossovers;
-use terminus_engine::{
-    Backend, BackendKind, Engine, EngineMetrics, FlushPolicy, MultibufferBackend, ScalarBackend,
-    ThreadPool, ThreadPoolBackend,
-};
+use terminus_engine::{BackendKind, Engine, EngineMetrics, FlushPolicy, ThreadPool};
 use terminus_tls::{handshake, FallbackCause, HandshakeError, KernelSupport, Offload, TlsStream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -88,14 +85,11 @@ pub fn run(
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let metrics: Arc<EngineMetrics> = shared.metrics.engine.clone();
-        let backend: Box<dyn Backend> = match (shared.backend, &shared.pool) {
-            (BackendKind::Threads, Some(pool)) => Box::new(ThreadPoolBackend::new(pool.clone())),
-            (BackendKind::Multibuffer, _) => match MultibufferBackend::new(metrics.clone()) {
-                Some(b) => Box::new(b.with_crossovers(shared.crossovers.clone())),
-                None => unreachable!("multibuffer is only chosen where crypto_mb runs"),
-            },
-            _ => Box::new(ScalarBackend),
-        };
+        let backend = shared.backend.backend(
+            metrics.clone(),
+            shared.crossovers.clone(),
+            shared.pool.as_ref(),
+        );
         let worker = Rc::new(Worker {
             engine: Engine::new(backend, shared.flush_policy, metrics),
             shared,

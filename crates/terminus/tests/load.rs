@@ -329,44 +329,41 @@ fn tls_choices_reach_the_server() {
     }
 
     // --tls, --cipher and --group show in what was negotiated.
-    let r = load(&[
-        &base,
-        "--rate",
-        "10",
-        "-d",
-        "1s",
-        "-k",
-        "--new-connection",
-        "--tls",
-        "1.2",
-        "--cipher",
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-        "--group",
-        "secp384r1",
-    ]);
-    assert_eq!(
-        r["negotiated"]["TLSv1.2 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 secp384r1"].as_f64(),
-        Some(10.0),
-        "{r:#}"
-    );
-    let r = load(&[
-        &base,
-        "--rate",
-        "10",
-        "-d",
-        "1s",
-        "-k",
-        "--new-connection",
-        "--cipher",
-        "TLS13_AES_128_GCM_SHA256",
-        "--group",
-        "secp256r1",
-    ]);
-    assert_eq!(
-        r["negotiated"]["TLSv1.3 TLS13_AES_128_GCM_SHA256 secp256r1"].as_f64(),
-        Some(10.0),
-        "{r:#}"
-    );
+    for (choice, negotiated) in [
+        (
+            &[
+                "--tls",
+                "1.2",
+                "--cipher",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+                "--group",
+                "secp384r1",
+            ][..],
+            "TLSv1.2 TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 secp384r1",
+        ),
+        (
+            &[
+                "--cipher",
+                "TLS13_AES_128_GCM_SHA256",
+                "--group",
+                "secp256r1",
+            ][..],
+            "TLSv1.3 TLS13_AES_128_GCM_SHA256 secp256r1",
+        ),
+    ] {
+        let mut args = vec![
+            base.as_str(),
+            "--rate",
+            "10",
+            "-d",
+            "1s",
+            "-k",
+            "--new-connection",
+        ];
+        args.extend_from_slice(choice);
+        let r = load(&args);
+        assert_eq!(r["negotiated"][negotiated].as_f64(), Some(10.0), "{r:#}");
+    }
 
     // --resume: after the first full handshake, tickets.
     let r = load(&[
