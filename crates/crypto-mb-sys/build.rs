@@ -45,6 +45,11 @@ fn main() {
     // `_ssl_` functions we do not call); they reference libcrypto, so link the system's.
     println!("cargo:rustc-link-lib=dylib:+verbatim=libcrypto.so.3");
     println!("cargo:include={}", root.join("include").display());
+    // For this crate's ABI test, which compiles the headers against our declarations.
+    println!(
+        "cargo:rustc-env=CRYPTO_MB_INCLUDE_DIR={}",
+        root.join("include").display()
+    );
 }
 
 fn sha256_hex(path: &Path) -> Option<String> {

@@ -5,6 +5,10 @@
 //! - byte strings (RSA input/output, X25519 keys, shared secrets) are per-lane buffers;
 //! - big numbers passed as `int64u*` are little-endian 64-bit limbs;
 //! - every function returns an `mbx_status` with 4 status bits per lane ([`lane_status`]).
+//!
+//! Each declaration is the header's prototype spelled in Rust (`int8u* a[8]` is
+//! `*mut *mut int8u`, `int8u* const a[8]` is `*const *mut int8u`); `tests/abi.rs` has a C
+//! compiler check them against crypto_mb's headers.
 #![allow(non_camel_case_types)]
 
 use std::os::raw::c_int;
@@ -77,8 +81,8 @@ extern "C" {
     /// ECDSA P-384 signatures: as [`mbx_nistp256_ecdsa_sign_mb8`] with 48-byte digests and
     /// outputs and 6-limb keys.
     pub fn mbx_nistp384_ecdsa_sign_mb8(
-        pa_sign_r: *const *mut int8u,
-        pa_sign_s: *const *mut int8u,
+        pa_sign_r: *mut *mut int8u,
+        pa_sign_s: *mut *mut int8u,
         pa_msg: *const *const int8u,
         pa_eph_skey: *const *const int64u,
         pa_reg_skey: *const *const int64u,
@@ -88,9 +92,9 @@ extern "C" {
     /// Public keys of P-256 private keys (4 limbs each). With `pa_pubz` null the outputs
     /// are affine x and y (4 limbs each); otherwise Jacobian X:Y:Z.
     pub fn mbx_nistp256_ecpublic_key_mb8(
-        pa_pubx: *const *mut int64u,
-        pa_puby: *const *mut int64u,
-        pa_pubz: *const *mut int64u,
+        pa_pubx: *mut *mut int64u,
+        pa_puby: *mut *mut int64u,
+        pa_pubz: *mut *mut int64u,
         pa_skey: *const *const int64u,
         p_buffer: *mut int8u,
     ) -> mbx_status;
@@ -98,7 +102,7 @@ extern "C" {
     /// P-256 ECDH: the affine x coordinate of [skey]·peer as 32 big-endian bytes. With
     /// `pa_pubz` null the peer points are affine; a point off the curve fails its lane.
     pub fn mbx_nistp256_ecdh_mb8(
-        pa_shared_key: *const *mut int8u,
+        pa_shared_key: *mut *mut int8u,
         pa_skey: *const *const int64u,
         pa_pubx: *const *const int64u,
         pa_puby: *const *const int64u,
@@ -108,16 +112,16 @@ extern "C" {
 
     /// As [`mbx_nistp256_ecpublic_key_mb8`] for P-384 (6 limbs).
     pub fn mbx_nistp384_ecpublic_key_mb8(
-        pa_pubx: *const *mut int64u,
-        pa_puby: *const *mut int64u,
-        pa_pubz: *const *mut int64u,
+        pa_pubx: *mut *mut int64u,
+        pa_puby: *mut *mut int64u,
+        pa_pubz: *mut *mut int64u,
         pa_skey: *const *const int64u,
         p_buffer: *mut int8u,
     ) -> mbx_status;
 
     /// As [`mbx_nistp256_ecdh_mb8`] for P-384 (6 limbs, 48-byte secrets).
     pub fn mbx_nistp384_ecdh_mb8(
-        pa_shared_key: *const *mut int8u,
+        pa_shared_key: *mut *mut int8u,
         pa_skey: *const *const int64u,
         pa_pubx: *const *const int64u,
         pa_puby: *const *const int64u,
@@ -128,8 +132,8 @@ extern "C" {
     /// ECDSA P-256 signatures. `pa_msg`: 32-byte digests; keys: 4 little-endian limbs;
     /// `pa_sign_r`/`pa_sign_s`: 32-byte outputs. `p_buffer` is unused by the library.
     pub fn mbx_nistp256_ecdsa_sign_mb8(
-        pa_sign_r: *const *mut int8u,
-        pa_sign_s: *const *mut int8u,
+        pa_sign_r: *mut *mut int8u,
+        pa_sign_s: *mut *mut int8u,
         pa_msg: *const *const int8u,
         pa_eph_skey: *const *const int64u,
         pa_reg_skey: *const *const int64u,

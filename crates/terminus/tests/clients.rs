@@ -122,9 +122,7 @@ fn s_client_each_version_and_key_type() {
 
 #[test]
 fn s_client_each_version_and_key_type_multibuffer() {
-    if !terminus_engine::multibuffer::applicable() {
-        println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-        eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
+    if !common::ifma() {
         return;
     }
     each_version_and_key_type("multibuffer");

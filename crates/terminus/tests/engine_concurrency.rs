@@ -199,18 +199,9 @@ fn five_hundred_concurrent_ecdsa_handshakes_through_threads_backend() {
     run_storm("threads", KeyKind::EcdsaP256, "ecdsa_sign", "x25519", 500);
 }
 
-fn ifma() -> bool {
-    let ok = terminus_engine::multibuffer::applicable();
-    if !ok {
-        println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-        eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    }
-    ok
-}
-
 #[test]
 fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
-    if !ifma() {
+    if !common::ifma() {
         return;
     }
     let m = run_storm("multibuffer", KeyKind::Rsa(2048), "rsa_sign", "x25519", 600);
@@ -264,7 +255,7 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
 
 #[test]
 fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
-    if !ifma() {
+    if !common::ifma() {
         return;
     }
     let m = run_storm(
@@ -284,7 +275,7 @@ fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
 
 #[test]
 fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_fill_batches() {
-    if !ifma() {
+    if !common::ifma() {
         return;
     }
     let m = run_storm("multibuffer", KeyKind::EcdsaP384, "ecdsa_sign", "p256", 600);

@@ -225,3 +225,44 @@ fn example_config_in_the_repo_is_valid() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--crypto-backend multibuffer` asks for crypto_mb outright: where it cannot run, serve
+/// refuses to start and says why and what to use instead (never a silent scalar); where it
+/// runs, the server starts and its handshakes go through the multibuffer backend. Both
+/// branches assert, so the test means something on every CPU.
+#[test]
+fn multibuffer_backend_starts_exactly_where_crypto_mb_runs() {
+    if terminus_engine::multibuffer::applicable() {
+        let server = Server::start(&["--crypto-backend", "multibuffer", "--admin", "127.0.0.1:0"]);
+        let out = curl(
+            &server,
+            &["-k", "-o", "/dev/null", "-w", "%{http_code}"],
+            "/",
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
+        let requests = server.metric(
+            "terminus_crypto_requests_total",
+            &["backend=\"multibuffer\""],
+        );
+        assert!(requests >= 1.0, "{}", server.metrics());
+        return;
+    }
+    let out = run(Command::new(terminus_bin())
+        .args([
+            "serve",
+            "--crypto-backend",
+            "multibuffer",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for fragment in [
+        "crypto backend multibuffer",
+        "AVX-512 IFMA",
+        "crypto.backend = \"auto\" or \"scalar\"",
+    ] {
+        assert!(err.contains(fragment), "expected {fragment:?} in:\n{err}");
+    }
+}

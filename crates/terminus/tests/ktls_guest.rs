@@ -1,42 +1,25 @@
 //! The kTLS guest harness (`tests/ktls-guest/run`): it boots a kernel with kTLS, runs a
-//! command there and returns its exit status. Where no guest can start, the harness and
-//! these tests print a loud SKIPPED line.
+//! command there and returns its exit status. Where no guest can start, these tests are
+//! counted as skipped, or fail where `TERMINUS_REQUIRE` names `ktls-guest` (see
+//! terminus_testkit).
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use common::{curl, Server};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn in_guest(args: &[&str]) -> Output {
-    Command::new(repo().join("tests/ktls-guest/run"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run the kTLS guest harness")
-}
-
-/// None (after a loud line) when the harness could not start a guest here.
-fn guest_ran(out: &Output) -> Option<()> {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if stderr.contains("SKIPPED: kTLS guest tests") {
-        println!("SKIPPED: kTLS guest tests: {stderr}");
-        return None;
-    }
-    Some(())
+/// `args` run inside the guest from the repository's root; None (a counted skip, or a
+/// failure where the guest is required) when no guest starts here.
+fn in_guest(args: &[&str]) -> Option<Output> {
+    terminus_testkit::in_ktls_guest(args[0], &args[1..], &terminus_testkit::repo())
 }
 
 #[test]
 fn guest_kernel_offers_ktls() {
-    let out = in_guest(&["python3", "tests/ktls-guest/probe.py"]);
-    if guest_ran(&out).is_none() {
+    let Some(out) = in_guest(&["python3", "tests/ktls-guest/probe.py"]) else {
         return;
-    }
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("kTLS probe: ok"),
@@ -47,10 +30,9 @@ fn guest_kernel_offers_ktls() {
 
 #[test]
 fn the_command_exit_status_comes_back() {
-    let out = in_guest(&["sh", "-c", "echo from the guest; exit 7"]);
-    if guest_ran(&out).is_none() {
+    let Some(out) = in_guest(&["sh", "-c", "echo from the guest; exit 7"]) else {
         return;
-    }
+    };
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from the guest\n");
 }
@@ -60,14 +42,13 @@ fn the_command_exit_status_comes_back() {
 /// KeyUpdate, a corrupted record, nonces across the hand-off, tls_stat and metrics.
 #[test]
 fn terminus_serves_over_kernel_tls() {
-    let out = in_guest(&[
+    let Some(out) = in_guest(&[
         "python3",
         "tests/ktls-guest/terminus_ktls.py",
         env!("CARGO_BIN_EXE_terminus"),
-    ]);
-    if guest_ran(&out).is_none() {
+    ]) else {
         return;
-    }
+    };
     assert_all_checks_passed(&out);
 }
 
@@ -92,7 +73,7 @@ fn auto_serves_every_check_on_the_host_kernel() {
             env!("CARGO_BIN_EXE_terminus"),
             "auto",
         ])
-        .current_dir(repo())
+        .current_dir(terminus_testkit::repo())
         .output()
         .expect("run terminus_ktls.py");
     assert_all_checks_passed(&out);

@@ -3,12 +3,11 @@
 //! an echo server and back, and the client checks that what came back is what it sent.
 //!
 //! kTLS needs a kernel with `tls`; the outer test runs the inner one inside the guest
-//! kernel of `tests/ktls-guest/run` (which prints a loud SKIPPED where none can start).
+//! kernel of `tests/ktls-guest/run` (a counted skip where none can start, a failure where the guest is required).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,20 +20,16 @@ use tokio::io::AsyncWriteExt;
 
 #[test]
 fn splice_moves_100_mb_through_kernel_tls_in_the_guest() {
-    let harness = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/ktls-guest/run");
     let me = std::env::current_exe().unwrap();
-    let out = Command::new(harness)
-        .arg(me)
-        .args(["--ignored", "--exact", "--nocapture", "inside_guest_splice"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run the kTLS guest harness");
+    let Some(out) = terminus_testkit::in_ktls_guest(
+        me,
+        &["--ignored", "--exact", "--nocapture", "inside_guest_splice"],
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    ) else {
+        return;
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    if stderr.contains("SKIPPED: kTLS guest tests") {
-        println!("SKIPPED: kTLS guest tests: {stderr}");
-        return;
-    }
     println!("{stdout}");
     assert!(
         out.status.success() && stdout.contains("spliced intact"),

@@ -13,6 +13,7 @@ use crate::backend::{Backend, BackendKind, Job, Reply};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::ecdsa::{self, EcKey};
 use crate::multibuffer::emsa::Encoding;
+use crate::multibuffer::kernel::{CryptoMb, Kernels};
 use crate::multibuffer::kx;
 use crate::multibuffer::rsa::{self, RsaCrtKey};
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
@@ -23,15 +24,23 @@ use crate::speed::{Crossovers, Operation};
 pub struct MultibufferBackend {
     metrics: Arc<EngineMetrics>,
     crossovers: Arc<Crossovers>,
+    kernels: Box<dyn Kernels>,
 }
 
 impl MultibufferBackend {
     /// None when this CPU cannot run crypto_mb.
     pub fn new(metrics: Arc<EngineMetrics>) -> Option<Self> {
-        super::applicable().then(|| Self {
+        super::applicable().then(|| Self::on(Box::new(CryptoMb), metrics))
+    }
+
+    /// The backend computing its batches on `kernels` (crypto_mb, or in tests a reference
+    /// implementation that runs on any CPU).
+    pub(crate) fn on(kernels: Box<dyn Kernels>, metrics: Arc<EngineMetrics>) -> Self {
+        Self {
             metrics,
             crossovers: Arc::default(),
-        })
+            kernels,
+        }
     }
 
     /// Decides small batches by `crossovers` (measured on this CPU) instead of defaults.
@@ -112,7 +121,7 @@ impl MultibufferBackend {
             .iter()
             .map(|l| (l.key(), l.encoded.as_slice()))
             .collect();
-        let results = rsa::private_crt(bits, &inputs);
+        let results = rsa::private_crt_on(&*self.kernels, bits, &inputs);
         for (lane, result) in lanes.into_iter().zip(results) {
             lane.reply.complete(
                 result
@@ -162,7 +171,10 @@ impl MultibufferBackend {
         let generating: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].generate).collect();
         for chunk in generating.chunks(crypto_mb_sys::LANES) {
             let keys: Vec<&[u8]> = chunk.iter().map(|&i| lanes[i].private.as_slice()).collect();
-            for (&i, public) in chunk.iter().zip(kx::public_keys(group, &keys)) {
+            for (&i, public) in chunk
+                .iter()
+                .zip(kx::public_keys_on(&*self.kernels, group, &keys))
+            {
                 publics[i] = Some(public);
             }
         }
@@ -178,7 +190,11 @@ impl MultibufferBackend {
                     (lanes[i].private.as_slice(), peer)
                 })
                 .collect();
-            for (&i, secret) in chunk.iter().zip(kx::shared_secrets(group, &pairs)) {
+            for (&i, secret) in
+                chunk
+                    .iter()
+                    .zip(kx::shared_secrets_on(&*self.kernels, group, &pairs))
+            {
                 shared[i] = Some(secret);
             }
         }
@@ -223,7 +239,10 @@ impl MultibufferBackend {
                 _ => unreachable!("grouped signatures"),
             })
             .collect();
-        for (reply, result) in replies.into_iter().zip(ecdsa::sign(&inputs)) {
+        for (reply, result) in replies
+            .into_iter()
+            .zip(ecdsa::sign_on(&*self.kernels, &inputs))
+        {
             reply.complete(
                 result
                     .map(CryptoOutput::Signature)

@@ -95,9 +95,17 @@ fn pkcs1(der: &[u8]) -> Option<RsaComponents> {
 
 const EC_PUBLIC_KEY_OID: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
 
-/// The private scalar (big-endian) of an EC key in SEC1 `ECPrivateKey` DER (RFC 5915),
-/// or the PKCS#8 `PrivateKeyInfo` that wraps one.
-pub fn ec_private_key(der: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+/// An EC private key as DER carries it.
+pub struct EcPrivateKey {
+    /// The named curve's OID, where the encoding names one (PKCS#8 always does; SEC1 may).
+    pub curve: Option<Vec<u8>>,
+    /// The private scalar, big-endian.
+    pub scalar: Zeroizing<Vec<u8>>,
+}
+
+/// An EC key in SEC1 `ECPrivateKey` DER (RFC 5915), or the PKCS#8 `PrivateKeyInfo` that
+/// wraps one.
+pub fn ec_private_key(der: &[u8]) -> Option<EcPrivateKey> {
     sec1(der).or_else(|| {
         let mut outer = Reader(der);
         let mut info = Reader(outer.take(0x30)?);
@@ -106,17 +114,29 @@ pub fn ec_private_key(der: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
         if alg.take(0x06)? != EC_PUBLIC_KEY_OID {
             return None;
         }
-        sec1(info.take(0x04)?)
+        let named = alg.take(0x06)?.to_vec();
+        let mut key = sec1(info.take(0x04)?)?;
+        if key.curve.as_ref().is_some_and(|inner| *inner != named) {
+            return None;
+        }
+        key.curve = Some(named);
+        Some(key)
     })
 }
 
-fn sec1(der: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+fn sec1(der: &[u8]) -> Option<EcPrivateKey> {
     let mut outer = Reader(der);
     let mut seq = Reader(outer.take(0x30)?);
     if seq.integer()? != [1] {
         return None;
     }
-    Some(Zeroizing::new(seq.take(0x04)?.to_vec()))
+    let scalar = Zeroizing::new(seq.take(0x04)?.to_vec());
+    // parameters [0] EXPLICIT ECParameters: a namedCurve OID.
+    let curve = match seq.take(0xa0) {
+        Some(params) => Some(Reader(params).take(0x06)?.to_vec()),
+        None => None,
+    };
+    Some(EcPrivateKey { curve, scalar })
 }
 
 /// Big-endian bytes to `limbs` little-endian 64-bit limbs (zero-padded); None if too big.

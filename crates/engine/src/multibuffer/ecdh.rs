@@ -7,36 +7,23 @@
 use crypto_mb_sys as mb;
 use zeroize::Zeroizing;
 
+use super::kernel::{split_lanes, CryptoMb, Kernels};
 use super::nist::{limbs_to_be, Curve};
 use super::pick;
 use super::rsa::LaneError;
 
-type PublicKeyFn = unsafe extern "C" fn(
-    *const *mut u64,
-    *const *mut u64,
-    *const *mut u64,
-    *const *const u64,
-    *mut u8,
-) -> mb::mbx_status;
-type EcdhFn = unsafe extern "C" fn(
-    *const *mut u8,
-    *const *const u64,
-    *const *const u64,
-    *const *const u64,
-    *const *const u64,
-    *mut u8,
-) -> mb::mbx_status;
-
-fn kernels(curve: Curve) -> (PublicKeyFn, EcdhFn) {
-    match curve {
-        Curve::P256 => (mb::mbx_nistp256_ecpublic_key_mb8, mb::mbx_nistp256_ecdh_mb8),
-        Curve::P384 => (mb::mbx_nistp384_ecpublic_key_mb8, mb::mbx_nistp384_ecdh_mb8),
-    }
-}
-
 /// The uncompressed public points (0x04 || x || y) of up to 8 private scalars
 /// (big-endian, in [1, n-1]).
 pub fn public_keys(curve: Curve, private_keys: &[&[u8]]) -> Vec<Result<Vec<u8>, LaneError>> {
+    public_keys_on(&CryptoMb, curve, private_keys)
+}
+
+/// [`public_keys`] on `kernels`.
+pub(crate) fn public_keys_on(
+    kernels: &dyn Kernels,
+    curve: Curve,
+    private_keys: &[&[u8]],
+) -> Vec<Result<Vec<u8>, LaneError>> {
     assert!(
         !private_keys.is_empty() && private_keys.len() <= mb::LANES,
         "1..=8 lanes"
@@ -60,29 +47,17 @@ pub fn public_keys(curve: Curve, private_keys: &[&[u8]]) -> Vec<Result<Vec<u8>, 
     let limbs = curve.limbs();
     let mut x = vec![0u64; mb::LANES * limbs];
     let mut y = vec![0u64; mb::LANES * limbs];
-    let (x_base, y_base) = (x.as_mut_ptr(), y.as_mut_ptr());
-    let x_out: [*mut u64; mb::LANES] = std::array::from_fn(|i| x_base.wrapping_add(i * limbs));
-    let y_out: [*mut u64; mb::LANES] = std::array::from_fn(|i| y_base.wrapping_add(i * limbs));
-    let skey: [*const u64; mb::LANES] = std::array::from_fn(|i| {
-        scalars[pick(&valid, filler, i)]
-            .as_ref()
-            .expect("picked lanes are valid")
-            .as_ptr()
-    });
-    let (public_key_mb8, _) = kernels(curve);
-    // SAFETY: 8 pointers each to scalars of the curve's limb count (made by `limbs_of`)
-    // and to `limbs`-limb outputs inside `x`/`y`. A null `pa_pubz` asks for affine
-    // coordinates; the scratch buffer is unused by the NIST curve code. Nothing is
-    // retained.
-    let status = unsafe {
-        public_key_mb8(
-            x_out.as_ptr(),
-            y_out.as_ptr(),
-            std::ptr::null(),
-            skey.as_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
+    let status = kernels.ec_public_key(
+        curve,
+        std::array::from_fn(|i| {
+            scalars[pick(&valid, filler, i)]
+                .as_ref()
+                .expect("picked lanes are valid")
+                .as_slice()
+        }),
+        split_lanes(&mut x, limbs),
+        split_lanes(&mut y, limbs),
+    );
     (0..private_keys.len())
         .map(|i| {
             if !valid[i] {
@@ -130,6 +105,15 @@ pub fn shared_secrets(
     curve: Curve,
     pairs: &[(&[u8], &[u8])],
 ) -> Vec<Result<Zeroizing<Vec<u8>>, LaneError>> {
+    shared_secrets_on(&CryptoMb, curve, pairs)
+}
+
+/// [`shared_secrets`] on `kernels`.
+pub(crate) fn shared_secrets_on(
+    kernels: &dyn Kernels,
+    curve: Curve,
+    pairs: &[(&[u8], &[u8])],
+) -> Vec<Result<Zeroizing<Vec<u8>>, LaneError>> {
     assert!(!pairs.is_empty() && pairs.len() <= mb::LANES, "1..=8 lanes");
     type Lane = (Limbs, (Limbs, Limbs));
     let inputs: Vec<Option<Lane>> = pairs
@@ -153,25 +137,13 @@ pub fn shared_secrets(
     };
     let len = curve.byte_len();
     let mut out = Zeroizing::new(vec![0u8; mb::LANES * len]);
-    let base = out.as_mut_ptr();
-    let to: [*mut u8; mb::LANES] = std::array::from_fn(|i| base.wrapping_add(i * len));
-    let skey: [*const u64; mb::LANES] = std::array::from_fn(|i| input(i).0.as_ptr());
-    let px: [*const u64; mb::LANES] = std::array::from_fn(|i| input(i).1 .0.as_ptr());
-    let py: [*const u64; mb::LANES] = std::array::from_fn(|i| input(i).1 .1.as_ptr());
-    let (_, ecdh_mb8) = kernels(curve);
-    // SAFETY: 8 pointers each to a scalar and affine peer coordinates of the curve's limb
-    // count (made by `limbs_of`) and to `len`-byte outputs inside `out`. A null `pa_pubz`
-    // means affine input; the scratch buffer is unused. Nothing is retained.
-    let status = unsafe {
-        ecdh_mb8(
-            to.as_ptr(),
-            skey.as_ptr(),
-            px.as_ptr(),
-            py.as_ptr(),
-            std::ptr::null(),
-            std::ptr::null_mut(),
-        )
-    };
+    let status = kernels.ecdh(
+        curve,
+        std::array::from_fn(|i| input(i).0.as_slice()),
+        std::array::from_fn(|i| input(i).1 .0.as_slice()),
+        std::array::from_fn(|i| input(i).1 .1.as_slice()),
+        split_lanes(&mut out, len),
+    );
     (0..pairs.len())
         .map(|i| {
             if !valid[i] {

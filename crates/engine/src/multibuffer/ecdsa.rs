@@ -8,7 +8,9 @@ use crypto_mb_sys as mb;
 use zeroize::Zeroizing;
 
 use super::der::ec_private_key;
+use super::kernel::{split_lanes, CryptoMb, Kernels};
 use super::nist::Curve;
+use super::pick;
 use super::rsa::LaneError;
 
 /// An ECDSA private scalar as crypto_mb takes it: little-endian limbs.
@@ -18,21 +20,20 @@ pub struct EcKey {
 }
 
 impl EcKey {
-    /// From PKCS#8 or SEC1 DER of a key on `curve`.
+    /// From PKCS#8 or SEC1 DER of a key on `curve`. A key that names another curve, or
+    /// whose scalar is not the curve's length (RFC 5915 fixes it), is refused: a shorter
+    /// curve's scalar is also a valid scalar of a longer one, and would sign wrongly.
     pub fn from_der(curve: Curve, der: &[u8]) -> Option<Self> {
-        let private = ec_private_key(der)?;
-        let start = private.len().saturating_sub(curve.byte_len());
-        if private[..start].iter().any(|&b| b != 0) {
-            return None;
-        }
-        let mut padded = Zeroizing::new(vec![0u8; curve.byte_len()]);
-        padded[curve.byte_len() - (private.len() - start)..].copy_from_slice(&private[start..]);
-        if !curve.is_valid_scalar(&padded) {
+        let key = ec_private_key(der)?;
+        if key.curve.is_some_and(|oid| oid != curve.oid())
+            || key.scalar.len() != curve.byte_len()
+            || !curve.is_valid_scalar(&key.scalar)
+        {
             return None;
         }
         Some(Self {
             curve,
-            scalar: curve.limbs_of(&padded)?,
+            scalar: curve.limbs_of(&key.scalar)?,
         })
     }
 
@@ -59,6 +60,14 @@ fn digest_algorithm(curve: Curve) -> &'static digest::Algorithm {
 /// ECDSA signatures of `messages` (unhashed; SHA-256 on P-256, SHA-384 on P-384),
 /// DER-encoded as TLS sends them. All keys must be on one curve.
 pub fn sign(lanes: &[(&EcKey, &[u8])]) -> Vec<Result<Vec<u8>, LaneError>> {
+    sign_on(&CryptoMb, lanes)
+}
+
+/// [`sign`] on `kernels`.
+pub(crate) fn sign_on(
+    kernels: &dyn Kernels,
+    lanes: &[(&EcKey, &[u8])],
+) -> Vec<Result<Vec<u8>, LaneError>> {
     assert!(!lanes.is_empty() && lanes.len() <= mb::LANES, "1..=8 lanes");
     let curve = lanes[0].0.curve;
     assert!(
@@ -75,47 +84,26 @@ pub fn sign(lanes: &[(&EcKey, &[u8])]) -> Vec<Result<Vec<u8>, LaneError>> {
         .iter()
         .map(|_| curve.random_scalar(&rng).and_then(|k| curve.limbs_of(&k)))
         .collect();
-    let Some(filler) = nonces.iter().position(Option::is_some) else {
+    let valid: Vec<bool> = nonces.iter().map(Option::is_some).collect();
+    let Some(filler) = valid.iter().position(|&v| v) else {
         return lanes.iter().map(|_| Err(LaneError::BadInput)).collect();
     };
-    let pick = |i: usize| {
-        if i < lanes.len() && nonces[i].is_some() {
-            i
-        } else {
-            filler
-        }
-    };
+    let lane = |i: usize| pick(&valid, filler, i);
     let mut r = vec![0u8; mb::LANES * len];
     let mut s = vec![0u8; mb::LANES * len];
-    let (r_base, s_base) = (r.as_mut_ptr(), s.as_mut_ptr());
-    let r_out: [*mut u8; mb::LANES] = std::array::from_fn(|i| r_base.wrapping_add(i * len));
-    let s_out: [*mut u8; mb::LANES] = std::array::from_fn(|i| s_base.wrapping_add(i * len));
-    let msg: [*const u8; mb::LANES] = std::array::from_fn(|i| digests[pick(i)].as_ref().as_ptr());
-    let eph: [*const u64; mb::LANES] = std::array::from_fn(|i| {
-        nonces[pick(i)]
-            .as_ref()
-            .expect("picked lanes have a nonce")
-            .as_ptr()
-    });
-    let reg: [*const u64; mb::LANES] = std::array::from_fn(|i| lanes[pick(i)].0.scalar.as_ptr());
-    let sign_mb8 = match curve {
-        Curve::P256 => mb::mbx_nistp256_ecdsa_sign_mb8,
-        Curve::P384 => mb::mbx_nistp384_ecdsa_sign_mb8,
-    };
-    // SAFETY: 8 pointers each to digests of the curve's length (SHA-256 for P-256,
-    // SHA-384 for P-384), nonces and keys of its limb count (made by `limbs_of`) and
-    // `len`-byte outputs inside `r`/`s`; the scratch buffer is unused by crypto_mb's NIST
-    // curve code, so null is allowed. Nothing is retained.
-    let status = unsafe {
-        sign_mb8(
-            r_out.as_ptr(),
-            s_out.as_ptr(),
-            msg.as_ptr(),
-            eph.as_ptr(),
-            reg.as_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
+    let status = kernels.ecdsa_sign(
+        curve,
+        std::array::from_fn(|i| digests[lane(i)].as_ref()),
+        std::array::from_fn(|i| {
+            nonces[lane(i)]
+                .as_ref()
+                .expect("picked lanes have a nonce")
+                .as_slice()
+        }),
+        std::array::from_fn(|i| lanes[lane(i)].0.scalar.as_slice()),
+        split_lanes(&mut r, len),
+        split_lanes(&mut s, len),
+    );
     (0..lanes.len())
         .map(|i| {
             if nonces[i].is_none() {

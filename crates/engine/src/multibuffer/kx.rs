@@ -6,6 +6,7 @@ use aws_lc_rs::encoding::{AsBigEndian, Curve25519SeedBin, EcPrivateKeyBin};
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use zeroize::Zeroizing;
 
+use super::kernel::{CryptoMb, Kernels};
 use super::nist::Curve;
 use super::rsa::LaneError;
 use super::{ecdh, x25519};
@@ -56,22 +57,40 @@ pub fn raw_private(group: KxGroup, key: &agreement::PrivateKey) -> Option<Zeroiz
     Some(padded)
 }
 
-/// Public keys of up to 8 private keys of `group`, one kernel call.
+/// Public keys of up to 8 private keys of `group`, one crypto_mb call.
 pub fn public_keys(group: KxGroup, private_keys: &[&[u8]]) -> Vec<Result<Vec<u8>, LaneError>> {
+    public_keys_on(&CryptoMb, group, private_keys)
+}
+
+/// [`public_keys`] on `kernels`.
+pub(crate) fn public_keys_on(
+    kernels: &dyn Kernels,
+    group: KxGroup,
+    private_keys: &[&[u8]],
+) -> Vec<Result<Vec<u8>, LaneError>> {
     match curve(group) {
-        None => x25519::public_keys(private_keys),
-        Some(c) => ecdh::public_keys(c, private_keys),
+        None => x25519::public_keys_on(kernels, private_keys),
+        Some(c) => ecdh::public_keys_on(kernels, c, private_keys),
     }
 }
 
-/// Shared secrets of up to 8 (private key, peer public key) pairs of `group`, one kernel
-/// call.
+/// Shared secrets of up to 8 (private key, peer public key) pairs of `group`, one
+/// crypto_mb call.
 pub fn shared_secrets(
     group: KxGroup,
     pairs: &[(&[u8], &[u8])],
 ) -> Vec<Result<Zeroizing<Vec<u8>>, LaneError>> {
+    shared_secrets_on(&CryptoMb, group, pairs)
+}
+
+/// [`shared_secrets`] on `kernels`.
+pub(crate) fn shared_secrets_on(
+    kernels: &dyn Kernels,
+    group: KxGroup,
+    pairs: &[(&[u8], &[u8])],
+) -> Vec<Result<Zeroizing<Vec<u8>>, LaneError>> {
     match curve(group) {
-        None => x25519::shared_secrets(pairs),
-        Some(c) => ecdh::shared_secrets(c, pairs),
+        None => x25519::shared_secrets_on(kernels, pairs),
+        Some(c) => ecdh::shared_secrets_on(kernels, c, pairs),
     }
 }

@@ -7,6 +7,7 @@ mod der;
 pub mod ecdh;
 pub mod ecdsa;
 pub mod emsa;
+pub(crate) mod kernel;
 pub mod kx;
 pub mod nist;
 pub mod rsa;
@@ -19,6 +20,11 @@ pub fn applicable() -> bool {
     // SAFETY: a pure CPU-feature query with no pointers.
     unsafe { crypto_mb_sys::mbx_is_crypto_mb_applicable(0) != 0 }
 }
+
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
 
 /// Lane `i`'s index into the request list: the kernels always compute 8 lanes, so unused
 /// and invalid lanes repeat a valid one (`filler`), whose results are then discarded.

@@ -64,6 +64,15 @@ impl Curve {
         }
     }
 
+    /// The DER contents of the curve's OID (SEC 2: secp256r1 1.2.840.10045.3.1.7,
+    /// secp384r1 1.3.132.0.34).
+    pub fn oid(self) -> &'static [u8] {
+        match self {
+            Curve::P256 => &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07],
+            Curve::P384 => &[0x2b, 0x81, 0x04, 0x00, 0x22],
+        }
+    }
+
     /// The group order n, big-endian.
     pub fn order(self) -> &'static [u8] {
         match self {

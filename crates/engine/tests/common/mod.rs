@@ -1,5 +1,5 @@
 //! Shared helpers for the engine's tests: the OpenSSL command line as the independent
-//! implementation, temporary directories, the loud skip on CPUs without IFMA, and a
+//! implementation, temporary directories, the counted skip on CPUs without IFMA, and a
 //! multibuffer engine on a worker-like runtime.
 #![allow(dead_code)]
 
@@ -53,14 +53,14 @@ impl Drop for TempDir {
     }
 }
 
-/// True (after a loud SKIPPED line) when crypto_mb cannot run on this CPU.
+/// True when crypto_mb cannot run on this CPU: the caller returns, and the skip is shown
+/// and counted (or fails the test where IFMA is required; see terminus_testkit).
 pub fn skip_without_ifma() -> bool {
-    if terminus_engine::multibuffer::applicable() {
-        return false;
-    }
-    println!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    eprintln!("SKIPPED: crypto_mb is not applicable on this CPU (no AVX-512 IFMA)");
-    true
+    !terminus_testkit::runs_here(
+        terminus_testkit::Need::Ifma,
+        terminus_engine::multibuffer::applicable(),
+        "crypto_mb is not applicable on this CPU (no AVX-512 IFMA)",
+    )
 }
 
 /// Runs `test` with a multibuffer engine deciding small batches by `crossovers`, on a

@@ -1,0 +1,108 @@
+//! Test support shared by the workspace's suites.
+//!
+//! The machines this project is tested on differ: some CPUs run crypto_mb (AVX-512 IFMA),
+//! some do not, and the kTLS tests need a guest kernel that may fail to boot. A test that
+//! cannot run must neither fail (the machine is not broken) nor pass silently (cargo hides
+//! a passing test's output, so a `println!("SKIPPED")` is invisible and the test counts
+//! as passed). [`runs_here`] is the one place that decides, and it makes a skip:
+//! - **visible**: one line written to the process's stderr file descriptor, which libtest's
+//!   output capture does not intercept (it captures the `print!` macros only);
+//! - **countable**: the same line appended to the file named by `TERMINUS_SKIP_LOG`, from
+//!   which `.ci/run` prints "N tests skipped" with every test's name and reason, and takes
+//!   the skipped tests out of the passed count;
+//! - **enforceable**: when `TERMINUS_REQUIRE` (a comma-separated list of [`Need`] names)
+//!   names what is missing, the test fails instead. `.ci/run` always requires the kTLS
+//!   guest and requires IFMA whenever `/proc/cpuinfo` shows `avx512ifma`.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// What a test may need that some machines lack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// A CPU on which crypto_mb runs (AVX-512 IFMA).
+    Ifma,
+    /// A guest kernel with kernel TLS (`tests/ktls-guest/run`).
+    KtlsGuest,
+}
+
+impl Need {
+    /// The name `TERMINUS_REQUIRE` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Need::Ifma => "ifma",
+            Need::KtlsGuest => "ktls-guest",
+        }
+    }
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// True when the calling test can go on (`available`). Otherwise the skip is reported and
+/// recorded and the caller should return, unless `TERMINUS_REQUIRE` names `need`: then
+/// this panics, failing the test with `reason`.
+pub fn runs_here(need: Need, available: bool, reason: impl fmt::Display) -> bool {
+    if available {
+        return true;
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed test>")
+        .to_owned();
+    if required(need) {
+        panic!("{test} needs {need} (TERMINUS_REQUIRE names it) but cannot run here: {reason}");
+    }
+    let line = format!("SKIPPED {test} [{need}]: {reason}\n");
+    // Straight to the file descriptor: `eprintln!` would be captured and hidden.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("TERMINUS_SKIP_LOG") {
+        // One short O_APPEND write per skip: lines from parallel tests and test binaries
+        // do not interleave.
+        let logged = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = logged {
+            panic!("cannot record a skip in TERMINUS_SKIP_LOG={path:?}: {e}");
+        }
+    }
+    false
+}
+
+/// True when `TERMINUS_REQUIRE` names `need`.
+pub fn required(need: Need) -> bool {
+    std::env::var("TERMINUS_REQUIRE")
+        .map(|list| list.split(',').any(|n| n.trim() == need.name()))
+        .unwrap_or(false)
+}
+
+/// The repository's root directory.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// What the guest harness prints, instead of running the command, where no guest starts.
+const GUEST_SKIP_MARKER: &str = "SKIPPED: kTLS guest tests";
+
+/// Runs `program args` in `dir` inside the kTLS guest kernel (`tests/ktls-guest/run`) and
+/// returns its output; None when no guest could start here (a skip, see [`runs_here`]).
+pub fn in_ktls_guest(program: impl AsRef<OsStr>, args: &[&str], dir: &Path) -> Option<Output> {
+    let out = Command::new(repo().join("tests/ktls-guest/run"))
+        .arg(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run the kTLS guest harness");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let booted = !stderr.contains(GUEST_SKIP_MARKER);
+    runs_here(Need::KtlsGuest, booted, stderr.trim()).then_some(out)
+}
