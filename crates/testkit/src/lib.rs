@@ -79,10 +79,21 @@ pub fn runs_here(need: Need, available: bool, reason: impl fmt::Display) -> bool
 }
 
 /// True when `TERMINUS_REQUIRE` names `need`.
-pub fn required(need: Need) -> bool {
+fn required(need: Need) -> bool {
     std::env::var("TERMINUS_REQUIRE")
         .map(|list| list.split(',').any(|n| n.trim() == need.name()))
         .unwrap_or(false)
+}
+
+/// [`runs_here`] for a test that calls crypto_mb: `applicable` is
+/// `terminus_engine::multibuffer::applicable()` (passed in: this crate is a dependency of
+/// the engine's own tests, so it cannot depend on the engine).
+pub fn runs_with_ifma(applicable: bool) -> bool {
+    runs_here(
+        Need::Ifma,
+        applicable,
+        "crypto_mb is not applicable on this CPU (no AVX-512 IFMA)",
+    )
 }
 
 /// The repository's root directory.

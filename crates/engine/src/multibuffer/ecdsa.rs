@@ -20,20 +20,29 @@ pub struct EcKey {
 }
 
 impl EcKey {
-    /// From PKCS#8 or SEC1 DER of a key on `curve`. A key that names another curve, or
-    /// whose scalar is not the curve's length (RFC 5915 fixes it), is refused: a shorter
-    /// curve's scalar is also a valid scalar of a longer one, and would sign wrongly.
+    /// From PKCS#8 or SEC1 DER of a key on `curve`. A key that names another curve is
+    /// refused. A key that names none (SEC1 without parameters) must have a scalar of the
+    /// curve's length (RFC 5915), since a shorter curve's scalar is also a valid scalar of
+    /// a longer one and would sign wrongly; one that names `curve` may have dropped leading
+    /// zero bytes, as some encoders do.
     pub fn from_der(curve: Curve, der: &[u8]) -> Option<Self> {
         let key = ec_private_key(der)?;
-        if key.curve.is_some_and(|oid| oid != curve.oid())
-            || key.scalar.len() != curve.byte_len()
-            || !curve.is_valid_scalar(&key.scalar)
-        {
+        let len = key.scalar.len();
+        let fits = match key.curve {
+            Some(oid) => oid == curve.oid() && len <= curve.byte_len(),
+            None => len == curve.byte_len(),
+        };
+        if !fits {
+            return None;
+        }
+        let mut padded = Zeroizing::new(vec![0u8; curve.byte_len()]);
+        padded[curve.byte_len() - len..].copy_from_slice(&key.scalar);
+        if !curve.is_valid_scalar(&padded) {
             return None;
         }
         Some(Self {
             curve,
-            scalar: curve.limbs_of(&key.scalar)?,
+            scalar: curve.limbs_of(&padded)?,
         })
     }
 

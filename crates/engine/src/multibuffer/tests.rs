@@ -412,6 +412,48 @@ fn ec_keys_are_parsed_from_pkcs8_and_sec1_and_the_wrong_curve_refused() {
     );
 }
 
+/// SEC1 `ECPrivateKey` DER with `scalar`, naming `oid` as its curve if given.
+fn sec1_der(scalar: &[u8], oid: Option<&[u8]>) -> Vec<u8> {
+    fn tlv(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag, body.len() as u8];
+        out.extend_from_slice(body);
+        out
+    }
+    let mut body = tlv(0x02, &[1]);
+    body.extend(tlv(0x04, scalar));
+    if let Some(oid) = oid {
+        body.extend(tlv(0xa0, &tlv(0x06, oid)));
+    }
+    tlv(0x30, &body)
+}
+
+/// A scalar with its leading zero byte dropped (some encoders write them so) is the same
+/// key when the DER names the curve; with no curve named, only the exact length is
+/// accepted, so a P-256 scalar is never taken for a P-384 one.
+#[test]
+fn short_ec_scalars_are_padded_only_when_the_curve_is_named() {
+    let mut scalar = [0u8; 32];
+    aws_lc_rs::rand::SecureRandom::fill(&SystemRandom::new(), &mut scalar[1..]).unwrap();
+    scalar[1] |= 1;
+    let named = EcKey::from_der(
+        Curve::P256,
+        &sec1_der(&scalar[1..], Some(Curve::P256.oid())),
+    )
+    .expect("a short scalar that names P-256");
+    let public = aws_public(KxGroup::Secp256r1, &scalar);
+    let sig = ecdsa::sign_on(&Reference::default(), &[(&named, b"m")])
+        .remove(0)
+        .unwrap();
+    UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_ASN1, &public)
+        .verify(b"m", &sig)
+        .expect("the padded scalar is the same key");
+    assert!(EcKey::from_der(Curve::P256, &sec1_der(&scalar[1..], None)).is_none());
+    assert!(EcKey::from_der(Curve::P256, &sec1_der(&scalar, None)).is_some());
+    assert!(EcKey::from_der(Curve::P384, &sec1_der(&scalar, None)).is_none());
+    let other = Some(Curve::P384.oid());
+    assert!(EcKey::from_der(Curve::P256, &sec1_der(&scalar, other)).is_none());
+}
+
 #[test]
 fn der_signatures_use_minimal_integers() {
     // Through the reference kernel, an r or s with high bit set gets a leading zero and

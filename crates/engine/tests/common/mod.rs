@@ -56,11 +56,7 @@ impl Drop for TempDir {
 /// True when crypto_mb cannot run on this CPU: the caller returns, and the skip is shown
 /// and counted (or fails the test where IFMA is required; see terminus_testkit).
 pub fn skip_without_ifma() -> bool {
-    !terminus_testkit::runs_here(
-        terminus_testkit::Need::Ifma,
-        terminus_engine::multibuffer::applicable(),
-        "crypto_mb is not applicable on this CPU (no AVX-512 IFMA)",
-    )
+    !terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable())
 }
 
 /// Runs `test` with a multibuffer engine deciding small batches by `crossovers`, on a

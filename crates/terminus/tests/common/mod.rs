@@ -13,11 +13,7 @@ use std::time::{Duration, Instant};
 /// True when crypto_mb runs on this CPU; otherwise the skip is shown and counted (or
 /// fails the test where IFMA is required; see terminus_testkit) and the caller returns.
 pub fn ifma() -> bool {
-    terminus_testkit::runs_here(
-        terminus_testkit::Need::Ifma,
-        terminus_engine::multibuffer::applicable(),
-        "crypto_mb is not applicable on this CPU (no AVX-512 IFMA)",
-    )
+    terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable())
 }
 
 /// A fresh directory under the target dir, removed on drop.
