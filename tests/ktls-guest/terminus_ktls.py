@@ -10,7 +10,8 @@ without kTLS every connection must fall back to userspace TLS and pass the same 
 then checks with curl, openssl s_client
 and Python's ssl: TLS 1.2 and 1.3 x AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305; a 100 MB
 file's sha256; Range requests; keep-alive; close_notify from the client; a client
-KeyUpdate (s_client's `k`); a corrupted record; explicit nonces of a TLS 1.2 AES-GCM
+KeyUpdate (s_client's `k`); a corrupted record; sessions resumed from tickets sent as the
+kernel took over; explicit nonces of a TLS 1.2 AES-GCM
 connection never repeat across the hand-off; and /proc/net/tls_stat and terminus's
 metrics prove the kernel carried every connection. Prints one line per check; exits 1 if
 any failed.
@@ -139,10 +140,10 @@ def request(path, extra=""):
 class MemoryTls:
     """A Python ssl client over a raw socket that keeps every byte the server sent."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, session=None):
         self.sock = socket.create_connection(("127.0.0.1", PORT), timeout=20)
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.obj = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost")
+        self.obj = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost", session=session)
         self.wire = bytearray()
         self.pump(self.obj.do_handshake)
 
@@ -298,6 +299,23 @@ def main(terminus, mode):
                 clean = str(e)
             check(f"close_notify from the client ({version.name}) answered with close_notify",
                   body == small and clean is True, f"{clean}")
+
+        # Resumption across the hand-off: the session (TLS 1.3: the NewSessionTicket rustls
+        # queued as the handshake ended, before the kernel took the connection) resumes.
+        for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+            ctx = insecure_context(version)
+            c = MemoryTls(ctx)
+            c.send(request("/small.bin"))
+            c.read_response()
+            session = c.obj.session
+            d = MemoryTls(ctx, session=session)
+            d.send(request("/small.bin"))
+            _, body = d.read_response()
+            connections += 2
+            check(f"a session from a {'kernel' if kernel else 'userspace'} TLS connection resumes ({version.name})",
+                  session is not None and (session.has_ticket or version == ssl.TLSVersion.TLSv1_2)
+                  and d.obj.session_reused and body == small,
+                  f"ticket {session is not None and session.has_ticket}, reused {d.obj.session_reused}")
 
         # Explicit nonces: rustls sent the Finished, the kernel every record after it.
         c = MemoryTls(insecure_context(ssl.TLSVersion.TLSv1_2, "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256"))

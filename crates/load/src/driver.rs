@@ -178,7 +178,8 @@ impl Worker {
     /// One request: on `conn` if it is open, else on a new connection. `scheduled` is
     /// the open-loop send time the request latency counts from.
     async fn serve(&self, conn: &mut Option<Conn>, scheduled: Option<Instant>) {
-        let deadline = Instant::now() + self.timeout;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
         let outcome = match self.attempt(conn, deadline).await {
             // A kept-alive connection the server had closed: one retry on a new one, as
             // browsers and wrk do. The failure is real only if that one fails too.
@@ -205,6 +206,7 @@ impl Worker {
                 }
             }
             Err(Attempt { failure, .. }) => {
+                stats.record(Phase::Failed, scheduled.unwrap_or(started).elapsed());
                 stats.error(failure.kind());
                 *conn = None;
             }

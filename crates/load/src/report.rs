@@ -30,7 +30,8 @@ pub struct Report {
     pub resumed_handshakes: u64,
     /// "TLSv1.3 TLS13_AES_256_GCM_SHA384 X25519" -> handshakes.
     pub negotiated: BTreeMap<String, u64>,
-    /// `connect`, `handshake`, `request`: count, mean, p50, p90, p99, p999, max (ms).
+    /// `connect`, `handshake`, `request` (answered), `failed` (until the failure): count,
+    /// mean, p50, p90, p99, p999, max (ms).
     pub latency_ms: BTreeMap<&'static str, Percentiles>,
     /// user+system CPU of the load generator over the run.
     pub client_cpu_s: f64,
@@ -162,6 +163,9 @@ impl Report {
         );
         for phase in Phase::ALL {
             let p = self.latency_ms[phase.name()];
+            if phase == Phase::Failed && p.count == 0 {
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  {:<10} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9}",

@@ -14,20 +14,30 @@ pub enum Phase {
     Connect,
     /// TLS handshake: ClientHello written to handshake complete.
     Handshake,
-    /// The request: open loop, from its scheduled send time to the last response byte
-    /// (so waiting for a connection, and with `--new-connection` the connect and
-    /// handshake, count, as in wrk2); closed loop, from the request write.
+    /// An answered request (any status): open loop, from its scheduled send time to the
+    /// last response byte (so waiting for a connection, and with `--new-connection` the
+    /// connect and handshake, count, as in wrk2); closed loop, from the request write.
     Request,
+    /// A request that got no answer (refused, reset, timed out...): from its scheduled
+    /// send time (open loop) or its start (closed loop) until it failed. Kept apart so
+    /// that failures neither vanish from the latency report nor pass for fast answers.
+    Failed,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 3] = [Phase::Connect, Phase::Handshake, Phase::Request];
+    pub const ALL: [Phase; 4] = [
+        Phase::Connect,
+        Phase::Handshake,
+        Phase::Request,
+        Phase::Failed,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Phase::Connect => "connect",
             Phase::Handshake => "handshake",
             Phase::Request => "request",
+            Phase::Failed => "failed",
         }
     }
 }
@@ -101,6 +111,7 @@ pub struct Stats {
     pub connect: Latency,
     pub handshake: Latency,
     pub request: Latency,
+    pub failed: Latency,
     /// Requests answered with 1xx-3xx.
     pub ok: u64,
     pub errors: BTreeMap<String, u64>,
@@ -119,6 +130,7 @@ impl Stats {
             Phase::Connect => &self.connect,
             Phase::Handshake => &self.handshake,
             Phase::Request => &self.request,
+            Phase::Failed => &self.failed,
         }
     }
 
@@ -127,6 +139,7 @@ impl Stats {
             Phase::Connect => self.connect.record(d),
             Phase::Handshake => self.handshake.record(d),
             Phase::Request => self.request.record(d),
+            Phase::Failed => self.failed.record(d),
         }
     }
 
@@ -142,6 +155,7 @@ impl Stats {
         self.connect.merge(&other.connect);
         self.handshake.merge(&other.handshake);
         self.request.merge(&other.request);
+        self.failed.merge(&other.failed);
         self.ok += other.ok;
         for (k, v) in &other.errors {
             *self.errors.entry(k.clone()).or_default() += v;

@@ -70,9 +70,16 @@ fn embedded_default_serves_builtin_page_with_self_signed_certs() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("terminus is serving HTTPS"));
     assert_eq!(status(&server, &[], "/nope"), 404);
     // The served certificates are the ones whose fingerprints were printed.
-    for sigalg in ["ecdsa_secp256r1_sha256", "rsa_pss_rsae_sha256"] {
-        let text = s_client(&server, &["-sigalgs", sigalg, "-showcerts"]);
-        assert!(text.contains("CN = localhost"), "{text}");
+    for (sigalg, kind) in [
+        ("ecdsa_secp256r1_sha256", " ecdsa "),
+        ("rsa_pss_rsae_sha256", " rsa "),
+    ] {
+        let printed = fps.iter().find(|l| l.contains(kind)).unwrap();
+        let served = served_fingerprint(&server, &["-sigalgs", sigalg]);
+        assert!(
+            printed.ends_with(&format!("SHA256 Fingerprint={served}")),
+            "{kind}: served {served}, printed {printed}"
+        );
     }
 }
 
@@ -395,24 +402,26 @@ fn resumption_is_on_by_default_and_off_on_request() {
     let sess_s = sess.to_str().unwrap();
     for (flags, expect_reuse) in [(&[][..], true), (&["--no-resumption"][..], false)] {
         let server = both_certs_server(flags);
-        let _ = std::fs::remove_file(&sess);
         for version in ["-tls1_2", "-tls1_3"] {
-            // TLS 1.3 tickets arrive after the handshake: give s_client a moment to read them.
+            let _ = std::fs::remove_file(&sess);
+            // TLS 1.3 tickets arrive after the handshake and before the answer to a
+            // request: s_client stays (-ign_eof) until the server closes after answering.
             let first = run(Command::new("sh").arg("-c").arg(format!(
-                "sleep 0.5 | openssl s_client -connect {} {version} -sess_out {sess_s} 2>&1",
+                "printf 'GET /index.html HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' | openssl s_client -connect {} {version} -ign_eof -sess_out {sess_s} 2>&1",
                 server.addr
             )));
-            assert!(String::from_utf8_lossy(&first.stdout).contains("CONNECTED"));
+            assert!(String::from_utf8_lossy(&first.stdout).contains("HTTP/1.1 200"));
+            if !expect_reuse && !sess.exists() {
+                // Nothing was offered to resume (s_client saves only resumable sessions).
+                continue;
+            }
             let plain = run(Command::new("sh").arg("-c").arg(format!(
                 "openssl s_client -connect {} {version} -sess_in {sess_s} < /dev/null 2>&1 | grep -E '^(Reused|New),'",
                 server.addr
             )));
             let line = String::from_utf8_lossy(&plain.stdout);
-            assert_eq!(
-                line.starts_with("Reused"),
-                expect_reuse,
-                "{flags:?} {version}: {line}"
-            );
+            let expected = if expect_reuse { "Reused," } else { "New," };
+            assert!(line.starts_with(expected), "{flags:?} {version}: {line:?}");
         }
     }
 }
@@ -437,6 +446,55 @@ fn tls_versions_can_be_restricted() {
         "TLS 1.2 accepted: {text}"
     );
     assert!(text.contains("alert protocol version"), "{text}");
+}
+
+#[test]
+fn cipher_suites_can_be_restricted() {
+    let f = fixture();
+    let dir = TestDir::new("suites");
+    let conf = dir.write(
+        "t.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n[tls]\ncipher_suites = [\"TLS13_AES_256_GCM_SHA384\", \"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\"]\n[[server]]\nnames = [\"localhost\"]\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            f.ecdsa.cert.display(),
+            f.ecdsa.key.display()
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    // (client options, suite the server must choose or None to refuse)
+    let cases: [(&[&str], Option<&str>); 6] = [
+        (&["-tls1_3"], Some("TLS_AES_256_GCM_SHA384")),
+        (
+            &["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"],
+            None,
+        ),
+        (
+            &["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"],
+            None,
+        ),
+        (&["-tls1_2"], Some("ECDHE-ECDSA-AES256-GCM-SHA384")),
+        (
+            &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+            None,
+        ),
+        (
+            &["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"],
+            None,
+        ),
+    ];
+    for (args, expect) in cases {
+        let text = s_client(&server, args);
+        match expect {
+            Some(suite) => assert!(
+                text.contains(&format!("Ciphersuite: {suite}")),
+                "{args:?}: {text}"
+            ),
+            None => {
+                assert!(!text.contains("Ciphersuite:"), "{args:?} accepted: {text}");
+                assert!(text.contains("alert handshake failure"), "{args:?}: {text}");
+            }
+        }
+    }
 }
 
 #[test]

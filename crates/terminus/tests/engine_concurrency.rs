@@ -215,7 +215,13 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
             "terminus_crypto_crossover",
             &[&format!("op=\"{op}\""), "measured=\"1\""],
         );
-        assert!((1.0..=9.0).contains(&crossover), "{op} measured\n{m}");
+        // 9 is "never": RSA-2048 and X25519 must batch where IFMA runs.
+        let most = if ["rsa2048", "x25519"].contains(&op) {
+            8.0
+        } else {
+            9.0
+        };
+        assert!(crossover >= 1.0 && crossover <= most, "{op} measured\n{m}");
     }
     assert!(
         rsa >= 4.0,

@@ -266,3 +266,28 @@ fn multibuffer_backend_starts_exactly_where_crypto_mb_runs() {
         assert!(err.contains(fragment), "expected {fragment:?} in:\n{err}");
     }
 }
+
+#[test]
+fn a_port_already_in_use_is_refused_at_start() {
+    // SO_REUSEPORT (which the workers' sockets use) would let a second server share the
+    // port without a word: whoever holds it, a plain listener or another terminus,
+    // terminus must refuse to start and say where.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let running = Server::start(&[]);
+    for taken in [plain.local_addr().unwrap(), running.addr] {
+        // A server that wrongly starts would serve forever: `timeout` turns that into
+        // exit status 124 and a failure instead of a hung test.
+        let out = run(Command::new("timeout")
+            .arg("20")
+            .arg(terminus_bin())
+            .args(["serve", "--listen", &taken.to_string()])
+            .stdin(Stdio::null()));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "started on {taken}: {err}");
+        assert!(
+            err.contains(&taken.to_string()) && err.contains("in use"),
+            "{err}"
+        );
+    }
+    assert_eq!(status(&running, &[], "/"), 200);
+}

@@ -9,28 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn config(dir: &TestDir, pair: &CertPair, extra: &str) -> std::path::PathBuf {
-    dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 2
-{extra}
-[[server]]
-names = ["localhost"]
-root = "{}"
-[[server.certificate]]
-cert = "{}"
-key = "{}"
-"#,
-            dir.path("www").display(),
-            pair.cert.display(),
-            pair.key.display()
-        ),
-    )
-}
-
 #[test]
 fn sigterm_finishes_in_flight_request_then_exits_zero() {
     let dir = TestDir::new("shutdown");
@@ -59,12 +37,21 @@ fn sigterm_finishes_in_flight_request_then_exits_zero() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let received = || std::fs::metadata(&out_file).map_or(0, |m| m.len());
+    eventually(Duration::from_secs(20), "the download started", || {
+        received() > 0
+    });
     server.signal("TERM");
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        received() < big.len() as u64,
+        "the download was over before the signal: the test proves nothing"
+    );
     // No new connections once shutdown started.
-    let refused = TcpStream::connect_timeout(&server.addr, Duration::from_secs(2));
-    assert!(refused.is_err(), "listener still accepting after SIGTERM");
+    eventually(
+        Duration::from_secs(10),
+        "listener closed after SIGTERM",
+        || TcpStream::connect_timeout(&server.addr, Duration::from_secs(2)).is_err(),
+    );
     let out = download.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
     assert!(out.status.success());
@@ -75,6 +62,64 @@ fn sigterm_finishes_in_flight_request_then_exits_zero() {
     );
     let status = server.wait_exit(Duration::from_secs(20));
     assert!(status.success(), "exit status {status:?}");
+}
+
+#[test]
+fn shutdown_grace_cuts_off_a_request_that_outlives_it() {
+    let dir = TestDir::new("grace");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    // Far more than the socket buffers hold: the response cannot be handed to the
+    // kernel whole and finish behind the server's back.
+    let big = vec![7u8; 50_000_000];
+    dir.write("www/big.bin", &big);
+    let conf = config(&dir, &pair, "[timeouts]\nshutdown_grace = \"1s\"\n");
+    let mut server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    // 50 s at 1 MB/s: far longer than the grace period.
+    let out_file = dir.path("download.bin");
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let download = Command::new("curl")
+        .args([
+            "-sS",
+            "-k",
+            "--limit-rate",
+            "1M",
+            "--resolve",
+            &resolve,
+            "-o",
+        ])
+        .arg(&out_file)
+        .arg(server.url("/big.bin"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let received = || std::fs::metadata(&out_file).map_or(0, |m| m.len());
+    eventually(Duration::from_secs(20), "the download started", || {
+        received() > 0
+    });
+    let signalled = Instant::now();
+    server.signal("TERM");
+    let status = server.wait_exit(Duration::from_secs(20));
+    let took = signalled.elapsed();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "exited {took:?} after SIGTERM: the request was not given its grace"
+    );
+    let out = download.wait_with_output().unwrap();
+    assert!(
+        !out.status.success() && received() < big.len() as u64,
+        "the download was not cut: curl {:?}, {} of {} bytes",
+        out.status,
+        received(),
+        big.len()
+    );
+    assert!(
+        server
+            .stderr()
+            .contains("still open after the shutdown grace period"),
+        "{}",
+        server.stderr()
+    );
 }
 
 #[test]
@@ -92,23 +137,7 @@ fn sighup_swaps_certificate_and_rejects_broken_config() {
     std::fs::copy(&first.key, &live.key).unwrap();
     let conf = config(&dir, &live, "");
     let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
-    let served = |server: &Server| {
-        let out = run(Command::new("openssl")
-            .args([
-                "s_client",
-                "-connect",
-                &server.addr.to_string(),
-                "-showcerts",
-            ])
-            .stdin(Stdio::null()));
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let pem_start = text
-            .find("-----BEGIN CERTIFICATE-----")
-            .expect("certificate in output");
-        let pem_end = text.find("-----END CERTIFICATE-----").unwrap() + 25;
-        let p = dir.write("served.pem", &text[pem_start..pem_end]);
-        fingerprint(&p)
-    };
+    let served = |server: &Server| served_fingerprint(server, &[]);
     assert_eq!(served(&server), fingerprint(&first.cert));
 
     // An established keep-alive connection: one request before the reload, one after.
@@ -195,11 +224,7 @@ fn slow_clients_are_cut_off_without_hurting_others() {
     let dir = TestDir::new("slowloris");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let conf = config(
-        &dir,
-        &pair,
-        "[timeouts]\nhandshake = \"1s\"\nrequest_header = \"1s\"\nkeepalive = \"2s\"\n",
-    );
+    let conf = config(&dir, &pair, "[timeouts]\nhandshake = \"1s\"\n");
     let server = Server::start_with(
         &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
         false,
@@ -213,79 +238,16 @@ fn slow_clients_are_cut_off_without_hurting_others() {
     for _ in 0..5 {
         assert_eq!(status(&server, &[], "/index.html"), 200);
     }
-    let started = Instant::now();
+    // Closed by the handshake timeout (1 s): within 20 s, when nothing else would ever
+    // close them. (Timeouts after the handshake are tested in http1.rs.)
     for mut sock in idle {
-        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
         let mut buf = [0u8; 16];
         let n = sock.read(&mut buf).unwrap_or(usize::MAX);
         assert_eq!(n, 0, "silent connection closed by the handshake timeout");
     }
-    assert!(started.elapsed() < Duration::from_secs(4));
     assert!(server.metric("terminus_handshake_failures_total", &["reason=\"timeout\""]) >= 20.0);
-
-    // After the handshake: a header dribbled and abandoned is cut off by the header
-    // timeout; an idle keep-alive connection by the keep-alive timeout.
-    let (closed_after, reply) = python_client(&server, b"GET / HTTP/1.1\r\nHost: loc");
-    assert!(
-        closed_after < 4.0,
-        "header dribbler kept for {closed_after}s"
-    );
-    assert!(!reply.contains("200 OK"), "{reply}");
-    let (closed_after, reply) = python_client(
-        &server,
-        b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n",
-    );
-    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
-    assert!(
-        (1.5..5.0).contains(&closed_after),
-        "keep-alive connection closed after {closed_after}s (timeout 2s)"
-    );
-    assert_eq!(status(&server, &[], "/index.html"), 200);
-}
-
-/// Sends `request` over TLS and reports how long until the server closed, and what it said.
-fn python_client(server: &Server, request: &[u8]) -> (f64, String) {
-    let script = r#"
-import socket, ssl, sys, time
-ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
-ctx.set_alpn_protocols(["http/1.1"])
-s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
-s.settimeout(20)
-s.sendall(sys.argv[2].encode().decode("unicode_escape").encode("latin1"))
-t = time.time(); data = b""
-try:
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-except (ssl.SSLError, ConnectionError):
-    pass
-print(round(time.time() - t, 3))
-sys.stdout.write(data.decode("latin1"))
-"#;
-    let escaped: String = request
-        .iter()
-        .map(|&b| {
-            if b == b'\r' {
-                "\\r".to_owned()
-            } else if b == b'\n' {
-                "\\n".to_owned()
-            } else {
-                (b as char).to_string()
-            }
-        })
-        .collect();
-    let out =
-        run(Command::new("python3").args(["-c", script, &server.port().to_string(), &escaped]));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (secs, reply) = text.split_once('\n').unwrap_or((&text, ""));
-    (secs.trim().parse().unwrap(), reply.to_owned())
 }
 
 #[test]
@@ -306,7 +268,9 @@ fn at_max_connections_new_clients_wait_instead_of_spinning() {
     let clients: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    eventually(Duration::from_secs(10), "two connections taken", || {
+        server.metric("terminus_connections_open", &[]) == 2.0
+    });
     let before = server.cpu_ticks();
     for _ in 0..5 {
         assert_eq!(
@@ -380,4 +344,50 @@ fn out_of_file_descriptors_backs_off_and_recovers() {
         "{}",
         server.stderr()
     );
+}
+
+#[test]
+fn reload_measures_the_crossover_of_a_new_key_size() {
+    if !ifma() {
+        return;
+    }
+    let dir = TestDir::new("remeasure");
+    let first = make_cert(&dir.0, "rsa2048", KeyKind::Rsa(2048), &["localhost"]);
+    let second = make_cert(&dir.0, "rsa3072", KeyKind::Rsa(3072), &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let live = CertPair {
+        cert: dir.path("live.pem"),
+        key: dir.path("live.key"),
+    };
+    std::fs::copy(&first.cert, &live.cert).unwrap();
+    std::fs::copy(&first.key, &live.key).unwrap();
+    let conf = config(&dir, &live, "[crypto]\nbackend = \"multibuffer\"\n");
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let measured = |op: &str| {
+        let m = server.metrics();
+        m.contains(&format!(
+            "terminus_crypto_crossover{{op=\"{op}\",measured=\"1\"}}"
+        ))
+    };
+    assert!(measured("rsa2048"), "{}", server.metrics());
+    assert!(!measured("rsa3072"), "measured a key size nobody uses");
+
+    std::fs::copy(&second.cert, &live.cert).unwrap();
+    std::fs::copy(&second.key, &live.key).unwrap();
+    server.signal("HUP");
+    eventually(
+        Duration::from_secs(20),
+        "the RSA-3072 certificate served",
+        || served_fingerprint(&server, &[]) == fingerprint(&second.cert),
+    );
+    assert!(
+        measured("rsa3072"),
+        "the new key size's crossover was not measured on reload:\n{}",
+        server.metrics()
+    );
+    assert!(server.stderr().contains("rsa3072"), "{}", server.stderr());
+    assert_eq!(status(&server, &[], "/index.html"), 200);
 }

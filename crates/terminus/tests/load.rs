@@ -1,5 +1,6 @@
 //! `terminus load` against a spawned terminus: rates, error kinds, TLS choices, open-loop
-//! latency under a stalled server, and the loopback guard.
+//! latency under a stalled server, and the loopback guard. The tests run one at a time
+//! (`exclusive`): most measure rates or saturate a CPU.
 
 mod common;
 
@@ -41,6 +42,7 @@ fn url(server: &Server, path: &str) -> String {
 
 #[test]
 fn open_loop_rate_is_honoured_and_every_phase_is_timed() {
+    let _alone = exclusive();
     let server = Server::start(&["--workers", "1", "--no-resumption"]);
     // New connection per request: every request is a full handshake.
     let r = load(&[
@@ -97,6 +99,7 @@ fn open_loop_rate_is_honoured_and_every_phase_is_timed() {
 
 #[test]
 fn closed_loop_keeps_its_connections_busy() {
+    let _alone = exclusive();
     let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
     // Two threads pinned to CPU 0 (every machine has one), two connections each.
     let r = load(&[
@@ -121,6 +124,7 @@ fn closed_loop_keeps_its_connections_busy() {
 
 #[test]
 fn errors_are_classified_by_kind() {
+    let _alone = exclusive();
     // A port nobody listens on.
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -138,6 +142,36 @@ fn errors_are_classified_by_kind() {
     assert_eq!(n(&r, "requests"), 0.0);
     assert_eq!(errors(&r, "connect_refused"), 20.0, "{r:#}");
     assert_eq!(n(&r, "errors_total"), 20.0, "{r:#}");
+    // Failed requests have their own latency line; the answered ones' is empty.
+    assert_eq!(
+        r["latency_ms"]["failed"]["count"].as_f64(),
+        Some(20.0),
+        "{r:#}"
+    );
+    assert_eq!(
+        r["latency_ms"]["request"]["count"].as_f64(),
+        Some(0.0),
+        "{r:#}"
+    );
+
+    // A server that takes the connection and never answers: each request fails at the
+    // timeout, and the failed line says how long they waited.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let r = load(&[
+        &format!("https://127.0.0.1:{}/", silent.local_addr().unwrap().port()),
+        "--rate",
+        "10",
+        "-d",
+        "1s",
+        "--timeout",
+        "500ms",
+        "-k",
+    ]);
+    assert_eq!(errors(&r, "handshake_timeout"), 10.0, "{r:#}");
+    let failed = &r["latency_ms"]["failed"];
+    assert_eq!(failed["count"].as_f64(), Some(10.0), "{r:#}");
+    assert!(failed["p50"].as_f64().unwrap() >= 500.0, "{failed}");
+    drop(silent);
 
     let server = Server::start(&["--workers", "1"]);
     // 404 is an answered request, counted as an error by its status.
@@ -194,6 +228,7 @@ fn errors_are_classified_by_kind() {
 
 #[test]
 fn verifies_a_chain_from_its_ca() {
+    let _alone = exclusive();
     let dir = TestDir::new("load-chain");
     let ca_key = dir.path("ca.key");
     let ca = dir.path("ca.pem");
@@ -301,6 +336,7 @@ fn verifies_a_chain_from_its_ca() {
 
 #[test]
 fn tls_choices_reach_the_server() {
+    let _alone = exclusive();
     let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
     let base = url(&server, "/");
     // --sigalg picks the certificate: the server counts handshakes by key type.
@@ -388,6 +424,7 @@ fn tls_choices_reach_the_server() {
 
 #[test]
 fn batch_kx_computes_the_clients_key_exchanges_in_the_engine() {
+    let _alone = exclusive();
     let server = Server::start(&["--workers", "1", "--no-resumption"]);
     let backend = if terminus_engine::multibuffer::applicable() {
         "multibuffer"
@@ -445,6 +482,7 @@ fn batch_kx_computes_the_clients_key_exchanges_in_the_engine() {
 
 #[test]
 fn open_loop_counts_a_stalled_server_as_latency() {
+    let _alone = exclusive();
     // The server is frozen (SIGSTOP) for 700 ms in the middle of a 100 req/s run. An
     // open-loop generator keeps to its schedule: every request is still issued, and the
     // ones scheduled during the stall wait for it, so the tail latency shows the stall.
@@ -472,6 +510,7 @@ fn open_loop_counts_a_stalled_server_as_latency() {
 
 #[test]
 fn refuses_remote_targets_and_bad_arguments() {
+    let _alone = exclusive();
     let started = Instant::now();
     for args in [
         vec!["https://192.0.2.1/", "--rate", "10", "-d", "1s", "-k"],

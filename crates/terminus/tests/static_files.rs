@@ -227,14 +227,18 @@ fn nothing_outside_the_root_is_served() {
         "/etc-link/passwd",
         "/etc-link/",
     ];
-    for path in attempts {
-        let (code, _, body) = headers(&s.server, &["--path-as-is"], path);
-        let body = String::from_utf8_lossy(&body);
-        assert!(
-            !body.contains("TOP SECRET") && !body.contains("root:x:0:0"),
-            "{path} leaked: {body}"
-        );
-        assert!([400, 403, 404].contains(&code), "{path}: {code}");
+    // Through terminus's own HTTP/1.1 parser and through hyper's HTTP/2.
+    for (protocol, answer) in [("--http1.1", "HTTP/1.1 "), ("--http2", "HTTP/2 ")] {
+        for path in attempts {
+            let (code, head, body) = headers(&s.server, &["--path-as-is", protocol], path);
+            assert!(head.starts_with(answer), "{protocol} {path}: {head}");
+            let body = String::from_utf8_lossy(&body);
+            assert!(
+                !body.contains("TOP SECRET") && !body.contains("root:x:0:0"),
+                "{protocol} {path} leaked: {body}"
+            );
+            assert!([400, 403, 404].contains(&code), "{protocol} {path}: {code}");
+        }
     }
     let (code, _, _) = headers(&s.server, &["--path-as-is"], "/../secret.txt");
     assert_eq!(code, 400, "above the root is a bad request, as in nginx");

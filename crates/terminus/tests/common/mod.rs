@@ -10,10 +10,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod raw;
+
 /// True when crypto_mb runs on this CPU; otherwise the skip is shown and counted (or
 /// fails the test where IFMA is required; see terminus_testkit) and the caller returns.
 pub fn ifma() -> bool {
     terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable())
+}
+
+/// Polls `done` until it holds; fails the test with `what` if it does not within `within`.
+/// Tests wait for the event they need, never for a guessed time.
+pub fn eventually(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Held by the tests of one binary that measure rates or time, or that saturate a CPU:
+/// they run one at a time, so that no test's load can fail another's measurement.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A fresh directory under the target dir, removed on drop.
@@ -161,6 +180,50 @@ pub fn fingerprint(cert: &Path) -> String {
         .next()
         .unwrap()
         .to_owned()
+}
+
+/// A config file for one server of `pair` on a loopback port, two workers, files from
+/// `dir/www`; `extra` goes before the server block (`[timeouts]`, `[tls]`...).
+pub fn config(dir: &TestDir, pair: &CertPair, extra: &str) -> PathBuf {
+    dir.write(
+        "terminus.toml",
+        format!(
+            r#"
+listen = ["127.0.0.1:0"]
+workers = 2
+{extra}
+[[server]]
+names = ["localhost"]
+root = "{}"
+[[server.certificate]]
+cert = "{}"
+key = "{}"
+"#,
+            dir.path("www").display(),
+            pair.cert.display(),
+            pair.key.display()
+        ),
+    )
+}
+
+/// SHA-256 fingerprint of the certificate the server presents to `openssl s_client ARGS`.
+pub fn served_fingerprint(server: &Server, args: &[&str]) -> String {
+    let out = run(Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &server.addr.to_string(),
+            "-showcerts",
+        ])
+        .args(args)
+        .stdin(Stdio::null()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start = text
+        .find("-----BEGIN CERTIFICATE-----")
+        .unwrap_or_else(|| panic!("no certificate served to {args:?}: {text}"));
+    let end = text.find("-----END CERTIFICATE-----").unwrap() + 25;
+    let dir = TestDir::new("served");
+    fingerprint(&dir.write("served.pem", &text[start..end]))
 }
 
 /// A running terminus, killed on drop if the test has not stopped it.

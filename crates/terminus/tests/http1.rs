@@ -1,0 +1,226 @@
+//! terminus's own HTTP/1.1 parser against hostile clients: headers dribbled a byte at a
+//! time, request smuggling, pipelining behind refused requests, bodies that must be
+//! skipped exactly, path traversal, and clients that stop reading. Bytes are written by a
+//! rustls client exactly as the test spells them (see common/raw.rs).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::raw::{statuses, Ended, Raw};
+use common::*;
+
+/// A server whose timeouts are `request_header`, `keepalive` (also the stall timeout of
+/// a response) and a long handshake timeout, with a few files; `/smuggled.txt` must never
+/// be served to a test that did not ask for it in plain sight.
+fn start(request_header: &str, keepalive: &str) -> (TestDir, Server) {
+    let dir = TestDir::new("http1");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    dir.write("www/digits.txt", "0123456789");
+    dir.write("www/smuggled.txt", "SMUGGLED\n");
+    let big: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
+    dir.write("www/big.bin", big);
+    let conf = config(
+        &dir,
+        &pair,
+        &format!(
+            "[timeouts]\nhandshake = \"30s\"\nrequest_header = \"{request_header}\"\nkeepalive = \"{keepalive}\"\n"
+        ),
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    (dir, server)
+}
+
+/// Sends a header one byte every 0.5 s; returns how long after its first byte the
+/// server closed, and how many bytes it had taken, or `None` if it was still open after
+/// `give_up`.
+fn dribble(server: &Server, give_up: Duration) -> Option<(Duration, usize)> {
+    let mut c = Raw::connect(server);
+    let header = b"GET /index.html HTTP/1.1\r\nHost: localhost\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let first = Instant::now();
+    for (sent, byte) in header.iter().enumerate() {
+        if c.send(std::slice::from_ref(byte)).is_err() {
+            return Some((first.elapsed(), sent));
+        }
+        let (reply, ended) = c.read_for(Duration::from_millis(500));
+        assert!(
+            !String::from_utf8_lossy(&reply).contains("200 OK"),
+            "an incomplete header was answered"
+        );
+        if ended == Ended::Closed {
+            return Some((first.elapsed(), sent + 1));
+        }
+        if first.elapsed() > give_up {
+            return None;
+        }
+    }
+    panic!("the whole header was dribbled without the server closing or the test giving up");
+}
+
+#[test]
+fn a_dribbled_header_is_cut_at_the_request_header_timeout() {
+    // The header timeout counts from the first byte, however steadily bytes arrive: a
+    // timer that restarted on every read would never fire here.
+    let (_dir, server) = start("2s", "60s");
+    let (after, bytes) = dribble(&server, Duration::from_secs(40))
+        .expect("a dribbling client kept for 40 s with request_header = 2s");
+    assert!(
+        bytes >= 3,
+        "closed after {bytes} bytes: the dribble never started"
+    );
+    assert!(
+        after >= Duration::from_secs(2) && after < Duration::from_secs(30),
+        "closed {after:?} after the first byte (request_header 2s, keepalive 60s)"
+    );
+    // The mirror image: with a long header timeout and a short keep-alive timeout, the
+    // same client is still being read well past the keep-alive timeout.
+    let (_dir, server) = start("60s", "1s");
+    assert_eq!(
+        dribble(&server, Duration::from_secs(4)),
+        None,
+        "a header in progress was cut by the keep-alive timeout"
+    );
+    // ...while a connection with nothing in progress goes at the keep-alive timeout.
+    let mut c = Raw::connect(&server);
+    c.send(b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let started = Instant::now();
+    let reply = c.read_to_close(Duration::from_secs(30));
+    assert_eq!(statuses(&reply), [200]);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(status(&server, &["--http1.1"], "/index.html"), 200);
+}
+
+#[test]
+fn smuggling_attempts_are_refused_and_nothing_behind_them_is_served() {
+    let (_dir, server) = start("10s", "10s");
+    let behind = "GET /smuggled.txt HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let attempts = [
+        // Both framings: a proxy in front may honour either.
+        "POST /index.html HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "POST /index.html HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        // Two lengths that disagree, or one that is not a plain number.
+        "POST /index.html HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nContent-Length: 0\r\n\r\nhello",
+        "POST /index.html HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5, 0\r\n\r\nhello",
+        "POST /index.html HTTP/1.1\r\nHost: localhost\r\nContent-Length: +5\r\n\r\nhello",
+        // Whitespace before the colon, and obsolete line folding.
+        "POST /index.html HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+        "GET /index.html HTTP/1.1\r\nHost: localhost\r\nX-A: 1\r\n folded\r\n\r\n",
+    ];
+    for attempt in attempts {
+        let mut c = Raw::connect(&server);
+        c.send(format!("{attempt}{behind}").as_bytes()).unwrap();
+        let reply = c.read_to_close(Duration::from_secs(20));
+        let text = String::from_utf8_lossy(&reply);
+        assert_eq!(statuses(&reply), [400], "{attempt:?} got:\n{text}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("SMUGGLED"),
+            "{attempt:?} let through:\n{text}"
+        );
+    }
+    assert_eq!(status(&server, &["--http1.1"], "/index.html"), 200);
+}
+
+#[test]
+fn a_skipped_body_lines_up_with_the_next_request() {
+    let (_dir, server) = start("10s", "10s");
+    // The body looks like a request; it must be skipped as bytes, never parsed.
+    let body = "GET /smuggled.txt HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let post = format!(
+        "POST /digits.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let get = "GET /digits.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    // All in one write (the body comes out of the header buffer), and the body arriving
+    // later, split across records (it is read from the connection).
+    for split in [false, true] {
+        let mut c = Raw::connect(&server);
+        if split {
+            c.send(post.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            c.send(&body.as_bytes()[..10]).unwrap();
+            c.send(format!("{}{get}", &body[10..]).as_bytes()).unwrap();
+        } else {
+            c.send(format!("{post}{body}{get}").as_bytes()).unwrap();
+        }
+        let reply = c.read_to_close(Duration::from_secs(20));
+        let text = String::from_utf8_lossy(&reply);
+        assert_eq!(statuses(&reply), [405, 200], "split {split}:\n{text}");
+        assert!(text.ends_with("0123456789"), "{text}");
+        assert!(!text.contains("SMUGGLED"), "{text}");
+    }
+    // A chunked body is not read: the answer closes the connection, and what followed
+    // the body is not served.
+    let mut c = Raw::connect(&server);
+    c.send(
+        format!(
+            "POST /digits.txt HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let reply = c.read_to_close(Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&reply);
+    assert_eq!(statuses(&reply), [405], "{text}");
+    assert!(!text.contains("SMUGGLED"), "{text}");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let (_dir, server) = start("10s", "10s");
+    let mut c = Raw::connect(&server);
+    c.send(
+        b"GET /digits.txt HTTP/1.1\r\nHost: localhost\r\n\r\n\
+          GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n\
+          HEAD /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n\
+          GET /index.html HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let reply = c.read_to_close(Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&reply);
+    assert_eq!(statuses(&reply), [200, 404, 200, 200], "{text}");
+    assert!(text.ends_with("\r\n\r\nhi\n"), "{text}");
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_at_the_stall_timeout() {
+    let (_dir, server) = start("10s", "2s");
+    let mut c = Raw::connect(&server);
+    // Every step of the response starts after this, so none can be cut before +2 s.
+    let sent = Instant::now();
+    c.send(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let first = c.read_some();
+    assert!(
+        String::from_utf8_lossy(&first).starts_with("HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&first[..first.len().min(200)])
+    );
+    // The client reads nothing more; the response cannot progress.
+    assert_eq!(server.metric("terminus_connections_open", &[]), 1.0);
+    eventually(Duration::from_secs(30), "a stalled response closed", || {
+        server.metric("terminus_connections_open", &[]) == 0.0
+    });
+    assert!(
+        sent.elapsed() >= Duration::from_secs(2),
+        "cut {:?} after the request (stall timeout 2s)",
+        sent.elapsed()
+    );
+    // What had been sent before the cut is all the client gets.
+    let (rest, ended) = c.read_for(Duration::from_secs(20));
+    assert_eq!(ended, Ended::Closed);
+    assert!(
+        first.len() + rest.len() < 32 << 20,
+        "the whole file arrived"
+    );
+    assert_eq!(status(&server, &["--http1.1"], "/index.html"), 200);
+}
