@@ -19,28 +19,8 @@ fn sigterm_finishes_in_flight_request_then_exits_zero() {
     let mut server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
     let out_file = dir.path("download.bin");
     // ~3 s at 1 MB/s: still running when the signal arrives.
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let download = Command::new("curl")
-        .args([
-            "-sS",
-            "-k",
-            "--limit-rate",
-            "1M",
-            "--resolve",
-            &resolve,
-            "-o",
-            out_file.to_str().unwrap(),
-            "-w",
-            "%{http_code}",
-        ])
-        .arg(server.url("/big.bin"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let download = slow_download(&server, &out_file);
     let received = || std::fs::metadata(&out_file).map_or(0, |m| m.len());
-    eventually(Duration::from_secs(20), "the download started", || {
-        received() > 0
-    });
     server.signal("TERM");
     assert!(
         received() < big.len() as u64,
@@ -76,26 +56,8 @@ fn shutdown_grace_cuts_off_a_request_that_outlives_it() {
     let mut server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
     // 50 s at 1 MB/s: far longer than the grace period.
     let out_file = dir.path("download.bin");
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let download = Command::new("curl")
-        .args([
-            "-sS",
-            "-k",
-            "--limit-rate",
-            "1M",
-            "--resolve",
-            &resolve,
-            "-o",
-        ])
-        .arg(&out_file)
-        .arg(server.url("/big.bin"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let download = slow_download(&server, &out_file);
     let received = || std::fs::metadata(&out_file).map_or(0, |m| m.len());
-    eventually(Duration::from_secs(20), "the download started", || {
-        received() > 0
-    });
     let signalled = Instant::now();
     server.signal("TERM");
     let status = server.wait_exit(Duration::from_secs(20));
@@ -128,13 +90,7 @@ fn sighup_swaps_certificate_and_rejects_broken_config() {
     let first = make_cert(&dir.0, "first", KeyKind::EcdsaP256, &["localhost"]);
     let second = make_cert(&dir.0, "second", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    // The config names live.pem/live.key; the test swaps their contents.
-    let live = CertPair {
-        cert: dir.path("live.pem"),
-        key: dir.path("live.key"),
-    };
-    std::fs::copy(&first.cert, &live.cert).unwrap();
-    std::fs::copy(&first.key, &live.key).unwrap();
+    let live = live_pair(&dir, &first);
     let conf = config(&dir, &live, "");
     let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
     let served = |server: &Server| served_fingerprint(server, &[]);
@@ -355,12 +311,7 @@ fn reload_measures_the_crossover_of_a_new_key_size() {
     let first = make_cert(&dir.0, "rsa2048", KeyKind::Rsa(2048), &["localhost"]);
     let second = make_cert(&dir.0, "rsa3072", KeyKind::Rsa(3072), &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let live = CertPair {
-        cert: dir.path("live.pem"),
-        key: dir.path("live.key"),
-    };
-    std::fs::copy(&first.cert, &live.cert).unwrap();
-    std::fs::copy(&first.key, &live.key).unwrap();
+    let live = live_pair(&dir, &first);
     let conf = config(&dir, &live, "[crypto]\nbackend = \"multibuffer\"\n");
     let server = Server::start_with(
         &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
@@ -390,4 +341,35 @@ fn reload_measures_the_crossover_of_a_new_key_size() {
     );
     assert!(server.stderr().contains("rsa3072"), "{}", server.stderr());
     assert_eq!(status(&server, &[], "/index.html"), 200);
+}
+
+/// curl fetching `/big.bin` at 1 MB/s into `out_file`, returned once the first bytes
+/// have arrived; its stdout is the status code, its stderr piped.
+fn slow_download(server: &Server, out_file: &std::path::Path) -> std::process::Child {
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let download = Command::new("curl")
+        .args(["-sS", "-k", "--limit-rate", "1M", "--resolve", &resolve])
+        .args(["-w", "%{http_code}", "-o"])
+        .arg(out_file)
+        .arg(server.url("/big.bin"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(20), "the download started", || {
+        std::fs::metadata(out_file).is_ok_and(|m| m.len() > 0)
+    });
+    download
+}
+
+/// live.pem/live.key, a copy of `first`: the config names these files, and a reload test
+/// swaps their contents.
+fn live_pair(dir: &TestDir, first: &CertPair) -> CertPair {
+    let live = CertPair {
+        cert: dir.path("live.pem"),
+        key: dir.path("live.key"),
+    };
+    std::fs::copy(&first.cert, &live.cert).unwrap();
+    std::fs::copy(&first.key, &live.key).unwrap();
+    live
 }

@@ -4,63 +4,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, StreamOwned};
+use terminus_load::{tls::client_config, TlsChoice, Trust};
 
 use super::Server;
-
-/// The test servers' certificates are self-signed: signatures are checked, trust is not.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// How a read ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -78,17 +28,15 @@ pub struct Raw {
 
 impl Raw {
     pub fn connect(server: &Server) -> Raw {
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // The load generator's client: the test servers' certificates are self-signed,
+        // so trust is not checked, the handshake signature still is.
+        let config = client_config(&TlsChoice {
+            trust: Trust::Insecure,
+            ..TlsChoice::default()
+        })
+        .unwrap();
         let conn =
-            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-                .unwrap();
+            ClientConnection::new(config, ServerName::try_from("localhost").unwrap()).unwrap();
         let tcp = TcpStream::connect(server.addr).unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut tls = StreamOwned::new(conn, tcp);
