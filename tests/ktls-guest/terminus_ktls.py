@@ -50,6 +50,10 @@ MATRIX = [
     ("1.3", "TLS_CHACHA20_POLY1305_SHA256", "CHACHA20-POLY1305"),
 ]
 
+# Files whose responses are measured in records: one byte, 1 KiB, a response of exactly
+# one full record with terminus's head (16,384 bytes), and 1 MiB.
+RECORD_FILES = {"one.bin": 1, "1k.bin": 1024, "record.bin": 16384 - 228, "1m.bin": 1 << 20}
+
 failures = []
 
 
@@ -215,6 +219,10 @@ def main(terminus, mode):
         for i in range(BIG >> 20):
             f.write(hashlib.sha256(block + bytes([i % 256])).digest() * (1 << 15))
     big_sha = hashlib.sha256(open(f"{root}/big.bin", "rb").read()).hexdigest()
+    sized = {name: os.urandom(size) for name, size in RECORD_FILES.items()}
+    for name, data in sized.items():
+        with open(f"{root}/{name}", "wb") as f:
+            f.write(data)
     log = open(f"{root}/terminus.log", "w")
     server = subprocess.Popen(
         [terminus, "serve", "--listen", f"127.0.0.1:{PORT}", "--admin", f"127.0.0.1:{ADMIN}",
@@ -316,6 +324,30 @@ def main(terminus, mode):
                   session is not None and (session.has_ticket or version == ssl.TLSVersion.TLSv1_2)
                   and d.obj.session_reused and body == small,
                   f"ticket {session is not None and session.has_ticket}, reused {d.obj.session_reused}")
+
+        # Records: a response of up to one record's plaintext (head and body) is one
+        # record; a larger one fills every record but one, the last (userspace) or, with
+        # sendfile on kernel TLS, the one where the kernel's first 64 KiB splice of the
+        # file ends (the head sent with MSG_MORE shifted the file by its length there).
+        for version, overhead in ((ssl.TLSVersion.TLSv1_2, 24), (ssl.TLSVersion.TLSv1_3, 17)):
+            c = MemoryTls(insecure_context(version, "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256"))
+            connections += 1
+            c.send(request("/small.bin"))  # tickets and the first response out of the way
+            c.read_response()
+            for name, data in sized.items():
+                mark = len(c.wire)
+                c.send(request(f"/{name}"))
+                head, body = c.read_response()
+                records = server_records(c.wire[mark:])
+                sizes = [len(frag) - overhead for _, frag in records]
+                plaintext = len(head) + 4 + len(body)
+                full = plaintext // 16384
+                expected = [16384] * full + ([plaintext % 16384] if plaintext % 16384 else [])
+                check(f"{name} ({plaintext} bytes with its head, {version.name}) in {len(expected)} record(s)",
+                      body == data and all(t == 23 for t, _ in records)
+                      and (sorted(sizes, reverse=True) if kernel else sizes) == expected,
+                      f"{len(sizes)} records, those not full (index: plaintext bytes): "
+                      f"{[(i, n) for i, n in enumerate(sizes) if n != 16384]}")
 
         # Explicit nonces: rustls sent the Finished, the kernel every record after it.
         c = MemoryTls(insecure_context(ssl.TLSVersion.TLSv1_2, "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES128-GCM-SHA256"))

@@ -97,12 +97,16 @@ struct ServeArgs {
     ktls: Option<String>,
 }
 
-/// Logs to stderr at `level`, unless RUST_LOG says otherwise.
+/// Logs to stderr at `level`, unless RUST_LOG says otherwise. Colour only on a terminal
+/// (and not under `NO_COLOR`): escapes would litter a log file or the journal.
 fn init_logging(level: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();

@@ -1,9 +1,11 @@
 //! Bad configuration and bad certificates/keys: terminus refuses to start and says which
-//! file, which line and why; `terminus check` says the same and exits non-zero.
+//! file, which line and why; `terminus check` says the same and exits non-zero. Logs are
+//! plain text unless stderr is a terminal.
 
 mod common;
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 
@@ -290,4 +292,34 @@ fn a_port_already_in_use_is_refused_at_start() {
         );
     }
     assert_eq!(status(&running, &[], "/"), 200);
+}
+
+#[test]
+fn log_colours_only_on_a_terminal() {
+    // To a file (journald and log shippers see the same): plain text.
+    let server = Server::start(&[]);
+    eventually(Duration::from_secs(10), "a log line", || {
+        server.stderr().contains("INFO")
+    });
+    assert!(!server.stderr().contains('\x1b'), "{:?}", server.stderr());
+    // On a terminal (script(1) gives it one): coloured, unless NO_COLOR is set.
+    let on_tty = |no_color: bool| {
+        let mut cmd = Command::new("script");
+        let serve = format!("timeout 2 {} serve --listen 127.0.0.1:0", terminus_bin());
+        cmd.args(["-qec", &serve, "/dev/null"]).stdin(Stdio::null());
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&run(&mut cmd).stdout).into_owned()
+    };
+    let coloured = on_tty(false);
+    assert!(
+        coloured.contains("INFO") && coloured.contains('\x1b'),
+        "{coloured:?}"
+    );
+    let plain = on_tty(true);
+    assert!(
+        plain.contains("INFO") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
 }

@@ -2,13 +2,22 @@
 //!
 //! Used after the handshake when the kernel does not take over the record layer, and by
 //! `terminus load` for its client connections (hence generic over the rustls side).
+//!
+//! Writes are coalesced into full records, as nginx's `ssl_buffer_size 16k` does: rustls
+//! seals every `write` call as records of its own, so a response head written before its
+//! body would leave as two records (two seals, two record headers, often two segments),
+//! and a strict client expecting one record per small response would stumble. Plaintext
+//! waits here until a full 16 KiB record can be sealed or the caller flushes; a flush
+//! seals what is left as one record. Full records are sealed straight from the caller's
+//! buffers (rustls fragments a vectored write across its slices), so only the tail of a
+//! write shorter than a record is copied.
 
 use std::io::{self, BufRead, Read, Write};
 use std::ops::DerefMut;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use rustls::{ConnectionCommon, ServerConnection, SideData};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -77,11 +86,19 @@ impl TrafficCounters {
     }
 }
 
+/// Largest TLS plaintext record (rustls's default fragment size).
+const RECORD: usize = 16 * 1024;
+/// Records sealed at once, and then only when the earlier ones have left: what rustls
+/// holds for a connection stays below this many records.
+const SEAL_AHEAD: usize = 4;
+
 /// A TLS connection after its handshake: a [`ServerConnection`] by default, or a rustls
 /// client connection.
 pub struct TlsStream<C = ServerConnection> {
     io: TcpStream,
     conn: C,
+    /// Plaintext accepted but not yet sealed: always less than one record.
+    unsealed: Vec<u8>,
     counters: Arc<TrafficCounters>,
     /// The socket returned end-of-file.
     io_eof: bool,
@@ -101,6 +118,8 @@ where
         pending: &[u8],
         counters: Arc<TrafficCounters>,
     ) -> io::Result<Self> {
+        // Bounded by SEAL_AHEAD instead: rustls's own limit could accept part of a record.
+        conn.set_buffer_limit(None);
         let mut rest = pending;
         while !rest.is_empty() {
             if conn.read_tls(&mut rest)? == 0 {
@@ -110,6 +129,7 @@ where
         Ok(Self {
             io,
             conn,
+            unsealed: Vec::new(),
             counters,
             io_eof: false,
             close_notify_sent: false,
@@ -154,6 +174,83 @@ where
             }
         }
         Poll::Ready(Ok(()))
+    }
+}
+
+impl<C, D> TlsStream<C>
+where
+    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    D: SideData,
+{
+    /// Takes `bufs` into whole records: below one record they only join `unsealed`; from
+    /// one record on, once rustls has sent what it held, up to [`SEAL_AHEAD`] full
+    /// records are sealed and the tail (less than a record) joins `unsealed`.
+    fn poll_write_coalesced(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if self.unsealed.len() + total < RECORD {
+            bufs.iter().for_each(|b| self.unsealed.extend_from_slice(b));
+            self.counters.sent(SendMethod::Userspace, total);
+            return Poll::Ready(Ok(total));
+        }
+        ready!(self.poll_flush_tls(cx))?;
+        let held = self.unsealed.len();
+        let seal = ((held + total) / RECORD).min(SEAL_AHEAD) * RECORD;
+        let mut slices = Vec::with_capacity(bufs.len() + 1);
+        slices.push(io::IoSlice::new(&self.unsealed));
+        let mut left = seal - held;
+        for b in bufs {
+            if left == 0 {
+                break;
+            }
+            let n = b.len().min(left);
+            slices.push(io::IoSlice::new(&b[..n]));
+            left -= n;
+        }
+        let sealed = self.conn.writer().write_vectored(&slices)?;
+        if sealed < seal {
+            // rustls stops only when the traffic keys are spent and it has closed.
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "TLS write keys exhausted",
+            )));
+        }
+        self.unsealed.clear();
+        let mut taken = seal - held;
+        if total - taken < RECORD {
+            let mut skip = taken;
+            for b in bufs {
+                let from = skip.min(b.len());
+                self.unsealed.extend_from_slice(&b[from..]);
+                skip -= from;
+            }
+            taken = total;
+        }
+        self.counters.sent(SendMethod::Userspace, taken);
+        // Start sending; what the socket does not take now goes at the next call.
+        if let Poll::Ready(Err(e)) = self.poll_flush_tls(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    /// Seals what waits in `unsealed` as one record.
+    fn seal_unsealed(&mut self) -> io::Result<()> {
+        if self.unsealed.is_empty() {
+            return Ok(());
+        }
+        let sealed = self.conn.writer().write(&self.unsealed)?;
+        if sealed < self.unsealed.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "TLS write keys exhausted",
+            ));
+        }
+        self.unsealed.clear();
+        Ok(())
     }
 }
 
@@ -252,23 +349,7 @@ where
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        loop {
-            let accepted = this.conn.writer().write(buf)?;
-            this.counters.sent(SendMethod::Userspace, accepted);
-            let blocked = match this.poll_flush_tls(cx) {
-                Poll::Ready(Ok(())) => false,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => true,
-            };
-            if accepted > 0 || buf.is_empty() {
-                return Poll::Ready(Ok(accepted));
-            }
-            if blocked {
-                return Poll::Pending;
-            }
-            // rustls's buffer was full and has drained completely: try again.
-        }
+        self.poll_write_coalesced(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -276,23 +357,7 @@ where
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        loop {
-            let accepted = this.conn.writer().write_vectored(bufs)?;
-            this.counters.sent(SendMethod::Userspace, accepted);
-            let blocked = match this.poll_flush_tls(cx) {
-                Poll::Ready(Ok(())) => false,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => true,
-            };
-            if accepted > 0 || total == 0 {
-                return Poll::Ready(Ok(accepted));
-            }
-            if blocked {
-                return Poll::Pending;
-            }
-        }
+        self.poll_write_coalesced(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -301,7 +366,7 @@ where
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        this.conn.writer().flush()?;
+        this.seal_unsealed()?;
         match this.poll_flush_tls(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.io).poll_flush(cx),
             other => other,
@@ -311,6 +376,7 @@ where
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if !this.close_notify_sent {
+            this.seal_unsealed()?;
             this.conn.send_close_notify();
             this.close_notify_sent = true;
         }

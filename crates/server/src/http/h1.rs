@@ -39,9 +39,12 @@ const INLINE_BODY: usize = 16 * 1024;
 
 /// A connection's byte stream that can also send a range of a file.
 pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin {
-    /// Sends `len` bytes of `file` from `offset`; `scratch` is the connection's buffer.
+    /// Sends `head` (the response head, or nothing) and then `len` (> 0) bytes of `file`
+    /// from `offset`, in as few TLS records as they fit; `scratch` is the connection's
+    /// buffer.
     fn send_file(
         &mut self,
+        head: &[u8],
         file: &File,
         offset: u64,
         len: u64,
@@ -53,24 +56,28 @@ impl Transport for KtlsStream {
     /// sendfile(2): the kernel reads the page cache and encrypts; no user-space copy.
     async fn send_file(
         &mut self,
+        head: &[u8],
         file: &File,
         offset: u64,
         len: u64,
         _scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
-        KtlsStream::send_file(self, file, offset, len).await
+        KtlsStream::send_file(self, head, file, offset, len).await
     }
 }
 
 impl Transport for TlsStream {
-    /// Reads into the connection's one buffer and lets rustls encrypt from it.
+    /// Reads into the connection's one buffer and lets rustls encrypt from it; the
+    /// stream packs head and body into full records.
     async fn send_file(
         &mut self,
+        head: &[u8],
         file: &File,
         mut offset: u64,
         len: u64,
         scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
+        self.write_all(head).await?;
         scratch.resize(FILE_CHUNK, 0);
         let end = offset + len;
         while offset < end {
@@ -351,7 +358,8 @@ async fn discard<S: Transport>(
     Ok(())
 }
 
-/// Writes the response: head (and a small body) in one write, a file by `send_file`.
+/// Writes the response: head and a small body in one write, a file by `send_file` with
+/// the head before it.
 /// Each step must progress within `stall`.
 async fn respond<S: Transport>(
     io: &mut S,
@@ -414,12 +422,15 @@ async fn respond<S: Transport>(
             offset,
             remaining,
         } => {
-            write_all(io, &head, stall).await?;
             let end = offset + remaining;
             let mut at = offset;
+            if remaining == 0 {
+                write_all(io, &head, stall).await?;
+            }
             while at < end {
                 let step = (end - at).min(SEND_STEP);
-                tokio::time::timeout(stall, io.send_file(&file, at, step, scratch))
+                let first = if at == offset { &head[..] } else { &[] };
+                tokio::time::timeout(stall, io.send_file(first, &file, at, step, scratch))
                     .await
                     .map_err(|_| stalled())??;
                 at += step;

@@ -173,9 +173,34 @@ impl KtlsStream {
         }
     }
 
-    /// Sends `len` bytes of `file` from `offset` with sendfile(2): the kernel reads the
-    /// page cache and encrypts, nothing is copied through user space.
-    pub async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> io::Result<()> {
+    /// Sends `head` and then `len` bytes of `file` from `offset` with sendfile(2): the
+    /// kernel reads the page cache and encrypts, nothing is copied through user space.
+    /// `head` goes with MSG_MORE, so it shares the file's first record (a small response
+    /// is one record, as from the userspace path); `len` must then not be zero, or the
+    /// record would wait for data that never comes.
+    pub async fn send_file(
+        &mut self,
+        mut head: &[u8],
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        debug_assert!(len > 0 || head.is_empty());
+        while !head.is_empty() {
+            self.may_send()?;
+            self.io.writable().await?;
+            match self
+                .io
+                .try_io(Interest::WRITABLE, || sys::send_more(self.fd(), head))
+            {
+                Ok(n) => {
+                    self.charge(SendMethod::KernelTls, n as u64, 1);
+                    head = &head[n..];
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut at = offset as i64;
         let end = offset + len;
         while (at as u64) < end {

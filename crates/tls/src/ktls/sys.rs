@@ -166,6 +166,20 @@ pub fn send_record(fd: RawFd, record_type: u8, data: &[u8]) -> io::Result<usize>
     cvt_size(unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) })
 }
 
+/// send(2) with MSG_MORE: on a kernel TLS socket the record stays open, so what is sent
+/// next (a sendfile) continues it instead of starting a record of its own.
+pub fn send_more(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` is valid for reads of its length for the call; fd is the caller's.
+    cvt_size(unsafe {
+        libc::send(
+            fd,
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_MORE | libc::MSG_NOSIGNAL,
+        )
+    })
+}
+
 /// sendfile(2) from `file` at `*offset` (advanced by the kernel) to socket `out`.
 pub fn sendfile(out: RawFd, file: RawFd, offset: &mut i64, count: usize) -> io::Result<usize> {
     // SAFETY: `offset` is a valid, exclusive pointer for the call; the fds are the
