@@ -9,8 +9,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use toml::Spanned;
+
+use crate::http::files::CacheSettings;
 
 /// A configuration problem: where it is and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +58,8 @@ pub struct ConfigFile {
     pub log: LogSection,
     #[serde(default)]
     pub admin: AdminSection,
+    #[serde(default)]
+    pub files: CacheSettings,
     #[serde(default)]
     pub server: Vec<ServerSection>,
 }
@@ -237,6 +241,7 @@ pub struct Config {
     pub access_log: AccessLogTarget,
     pub log_level: String,
     pub admin: Option<SocketAddr>,
+    pub files: CacheSettings,
     pub servers: Vec<ServerConfig>,
 }
 
@@ -287,6 +292,21 @@ impl Ctx<'_> {
             message: message.into(),
             hint: hint.into(),
         }
+    }
+}
+
+/// A duration in a typed section, checked as the file is read (so its error has a line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(ConfigDuration).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{text:?} is not a duration; write it like \"10s\", \"500ms\" or \"2m\""
+            ))
+        })
     }
 }
 
@@ -569,6 +589,7 @@ impl Config {
                 .as_ref()
                 .map(|a| addr(a, "admin"))
                 .transpose()?,
+            files: raw.files.clone(),
             servers,
         };
         for (name, d) in [

@@ -10,7 +10,7 @@ use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
 use crate::config::{Config, ConfigError};
-use crate::http::files::DocRoot;
+use crate::http::files::{CacheSettings, DocRoot};
 
 /// What a virtual host serves.
 #[derive(Debug)]
@@ -40,6 +40,8 @@ pub struct Site {
     pub hosts: Vec<Host>,
     pub timeouts: Timeouts,
     pub access_log: Option<AccessLog>,
+    /// The open-file cache's settings (each worker keeps its own cache).
+    pub files: CacheSettings,
     /// (names, key type, SHA-256 fingerprint) of every certificate, for the start-up log.
     pub certificates: Vec<(String, &'static str, String)>,
     /// Every certificate's private key, for measuring what signing with it costs.
@@ -140,6 +142,7 @@ impl Site {
                 keepalive: config.keepalive_timeout,
             },
             access_log,
+            files: config.files.clone(),
             certificates,
             signing_keys,
         })

@@ -48,6 +48,7 @@ struct Worker {
     ktls_causes_logged: Cell<u32>,
     /// When a `ktls = "required"` refusal was last logged, and how many since.
     ktls_refusal_log: Cell<(Option<Instant>, u64)>,
+    files: Rc<http::files::FileCache>,
 }
 
 /// Runs worker `id` on the calling thread until shutdown has drained its connections.
@@ -97,6 +98,7 @@ pub fn run(
             drained: Notify::new(),
             ktls_causes_logged: Cell::new(0),
             ktls_refusal_log: Cell::new((None, 0)),
+            files: Rc::default(),
         });
         for (listener, ktls) in listeners {
             let listener = TcpListener::from_std(listener)?;
@@ -323,6 +325,7 @@ async fn connection(
         sni_host,
         peer,
         metrics: metrics.clone(),
+        files: worker.files.clone(),
     };
     let shutdown = worker.shared.shutdown.clone();
     let (socket, conn, pending) = if ktls == KtlsMode::Off {

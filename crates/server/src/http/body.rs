@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -20,7 +21,8 @@ pub enum Body {
     /// Files are read synchronously on the worker, as nginx does without `aio`: page-cache
     /// hits cost less than a hand-off to a blocking pool.
     File {
-        file: File,
+        /// Shared with the worker's open-file cache.
+        file: Rc<File>,
         offset: u64,
         remaining: u64,
     },
@@ -31,7 +33,7 @@ impl Body {
         Body::Bytes(Some(b.into()))
     }
 
-    pub fn file_range(file: File, offset: u64, len: u64) -> Self {
+    pub fn file_range(file: Rc<File>, offset: u64, len: u64) -> Self {
         Body::File {
             file,
             offset,

@@ -85,6 +85,8 @@ pub struct ConnectionInfo {
     pub sni_host: Option<usize>,
     pub peer: SocketAddr,
     pub metrics: Arc<Metrics>,
+    /// The worker's open-file cache.
+    pub files: Rc<files::FileCache>,
 }
 
 fn handle<B>(req: &Request<B>, info: &ConnectionInfo) -> Response<Body> {
@@ -106,7 +108,14 @@ fn handle<B>(req: &Request<B>, info: &ConnectionInfo) -> Response<Body> {
     });
     let path = req.uri().path();
     match &info.site.hosts[index].content {
-        Content::Files(root) => files::serve(root, method, path, req.headers()),
+        Content::Files(root) => files::serve(
+            root,
+            &info.files,
+            &info.site.files,
+            method,
+            path,
+            req.headers(),
+        ),
         Content::BuiltinPage => builtin_page(method, path),
     }
 }

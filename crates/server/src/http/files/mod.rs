@@ -1,18 +1,13 @@
-//! Static files from a docroot, with the semantics nginx users expect.
+//! Static files from a docroot, with the semantics nginx users expect: conditional
+//! requests, single ranges, index files, 301 for a directory without its slash, 403 for
+//! one without an index.
 //!
-//! Confinement is the kernel's job: every file is opened with `openat2(RESOLVE_BENEATH)`
-//! relative to the docroot's directory handle, so neither `..` nor a symlink can reach
-//! outside it, whatever the path spelling. Paths are percent-decoded once, then
-//! normalised; NUL bytes and paths above the root are refused before any system call.
+//! Paths are percent-decoded once, then normalised; NUL bytes and paths above the root
+//! are refused before any system call. Every file is then opened through [`docroot`]
+//! (the kernel confines it beneath the root) by way of the worker's [`cache`].
 
-use std::ffi::{CString, OsStr};
-use std::fs::{File, Metadata};
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+mod cache;
+mod docroot;
 
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Response, StatusCode};
@@ -20,75 +15,15 @@ use hyper::{Method, Response, StatusCode};
 use super::body::Body;
 use super::mime::content_type;
 use super::{error_response, with_common_headers};
-
-/// An open docroot directory.
-#[derive(Debug)]
-pub struct DocRoot {
-    path: PathBuf,
-    dir: OwnedFd,
-}
-
-impl DocRoot {
-    pub fn open(path: &Path) -> io::Result<Self> {
-        let dir = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(path)?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            dir: dir.into(),
-        })
-    }
-
-    /// Opens `rel` (no leading slash, already normalised) strictly beneath the root.
-    fn open_beneath(&self, rel: &[u8]) -> io::Result<File> {
-        let rel = if rel.is_empty() { b".".as_slice() } else { rel };
-        let c_path = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mut how: libc::open_how = zeroed_open_how();
-        how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
-        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: openat2 reads `how` (a fully initialised open_how of the size we pass)
-        // and the NUL-terminated path; the directory fd stays open for the call.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                self.dir.as_raw_fd(),
-                c_path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::ENOSYS) {
-                return self.open_beneath_by_canonical_path(rel);
-            }
-            return Err(err);
-        }
-        // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-        Ok(unsafe { File::from_raw_fd(fd as i32) })
-    }
-
-    /// For kernels before 5.6: resolve symlinks and check the result stays under the root.
-    fn open_beneath_by_canonical_path(&self, rel: &[u8]) -> io::Result<File> {
-        let root = self.path.canonicalize()?;
-        let target = root.join(OsStr::from_bytes(rel)).canonicalize()?;
-        if !target.starts_with(&root) {
-            return Err(io::Error::from_raw_os_error(libc::EXDEV));
-        }
-        File::open(target)
-    }
-}
-
-fn zeroed_open_how() -> libc::open_how {
-    // SAFETY: open_how is a plain C struct of integers; all-zero is its documented
-    // "no flags" value.
-    unsafe { std::mem::zeroed() }
-}
+pub use cache::{CacheSettings, FileCache};
+use cache::{Content, Kind, Opened};
+pub use docroot::DocRoot;
 
 /// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `root`.
 pub fn serve(
     root: &DocRoot,
+    cache: &FileCache,
+    settings: &CacheSettings,
     method: &Method,
     raw_path: &str,
     headers: &HeaderMap,
@@ -96,54 +31,44 @@ pub fn serve(
     let Some((rel, wants_dir)) = normalise(raw_path) else {
         return error_response(StatusCode::BAD_REQUEST, method);
     };
-    let file = match root.open_beneath(&rel) {
+    let found = match cache.open(root, &rel, settings) {
         Ok(f) => f,
-        Err(e) => return error_response(status_for(&e), method),
+        Err(errno) => return error_response(status_for(errno), method),
     };
-    let Ok(meta) = file.metadata() else {
-        return error_response(StatusCode::INTERNAL_SERVER_ERROR, method);
-    };
-    if meta.is_dir() {
-        if !wants_dir {
+    match found.kind {
+        Kind::Dir if !wants_dir => {
             let mut resp = error_response(StatusCode::MOVED_PERMANENTLY, method);
             let location = format!("{raw_path}/");
             if let Ok(v) = HeaderValue::from_str(&location) {
                 resp.headers_mut().insert(header::LOCATION, v);
             }
-            return resp;
+            resp
         }
-        let mut index = rel.clone();
-        if !index.is_empty() {
-            index.push(b'/');
-        }
-        index.extend_from_slice(b"index.html");
-        return match root.open_beneath(&index) {
-            Ok(f) => match f.metadata() {
-                Ok(m) if m.is_file() => file_response(f, &m, &index, method, headers),
-                _ => error_response(StatusCode::FORBIDDEN, method),
-            },
-            // nginx without autoindex: a directory without index is forbidden.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                error_response(StatusCode::FORBIDDEN, method)
+        Kind::Dir => {
+            let mut index = rel;
+            if !index.is_empty() {
+                index.push(b'/');
             }
-            Err(e) => error_response(status_for(&e), method),
-        };
-    }
-    if !meta.is_file() {
-        return error_response(StatusCode::FORBIDDEN, method);
-    }
-    if wants_dir {
+            index.extend_from_slice(b"index.html");
+            match cache.open(root, &index, settings) {
+                Ok(f) if f.kind == Kind::File => file_response(&f, &index, method, headers),
+                // nginx without autoindex: a directory without index is forbidden.
+                Ok(_) | Err(libc::ENOENT) => error_response(StatusCode::FORBIDDEN, method),
+                Err(errno) => error_response(status_for(errno), method),
+            }
+        }
+        Kind::Other => error_response(StatusCode::FORBIDDEN, method),
         // "/file.txt/": the kernel would say ENOTDIR.
-        return error_response(StatusCode::NOT_FOUND, method);
+        Kind::File if wants_dir => error_response(StatusCode::NOT_FOUND, method),
+        Kind::File => file_response(&found, &rel, method, headers),
     }
-    file_response(file, &meta, &rel, method, headers)
 }
 
-fn status_for(e: &io::Error) -> StatusCode {
-    match e.raw_os_error() {
-        Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => StatusCode::NOT_FOUND,
+fn status_for(errno: i32) -> StatusCode {
+    match errno {
+        libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG => StatusCode::NOT_FOUND,
         // EXDEV: RESOLVE_BENEATH refused a path that leaves the root; ELOOP: a magic link.
-        Some(libc::EACCES | libc::EPERM | libc::EXDEV | libc::ELOOP) => StatusCode::FORBIDDEN,
+        libc::EACCES | libc::EPERM | libc::EXDEV | libc::ELOOP => StatusCode::FORBIDDEN,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -170,10 +95,6 @@ fn normalise(raw_path: &str) -> Option<(Vec<u8>, bool)> {
         }
     }
     Some((segments.join(&b'/'), wants_dir))
-}
-
-fn etag(meta: &Metadata) -> String {
-    format!("\"{:x}-{:x}\"", meta.mtime().max(0), meta.len())
 }
 
 /// The byte range a `Range` header asks for, if it is one we honour.
@@ -229,27 +150,25 @@ fn etag_matches(list: &str, tag: &str) -> bool {
 }
 
 fn file_response(
-    file: File,
-    meta: &Metadata,
+    file: &Opened,
     name: &[u8],
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<Body> {
-    let len = meta.len();
-    let tag = etag(meta);
-    let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.mtime().max(0) as u64);
-    let last_modified = httpdate::fmt_http_date(mtime);
+    let len = file.len;
+    let tag = &file.etag;
+    let last_modified = &file.last_modified;
     let header_str = |h: header::HeaderName| headers.get(h).and_then(|v| v.to_str().ok());
 
     let not_modified = match header_str(header::IF_NONE_MATCH) {
-        Some(list) => etag_matches(list, &tag),
+        Some(list) => etag_matches(list, tag),
         None => header_str(header::IF_MODIFIED_SINCE)
             .and_then(|d| httpdate::parse_http_date(d).ok())
-            .is_some_and(|since| mtime <= since),
+            .is_some_and(|since| file.mtime <= since),
     };
     let mut builder = Response::builder()
-        .header(header::LAST_MODIFIED, &last_modified)
-        .header(header::ETAG, &tag);
+        .header(header::LAST_MODIFIED, last_modified)
+        .header(header::ETAG, tag);
     if not_modified {
         return with_common_headers(
             builder
@@ -283,10 +202,13 @@ fn file_response(
         }
     };
     builder = builder.status(status).header(header::CONTENT_LENGTH, count);
-    let body = if method == Method::HEAD || count == 0 {
-        Body::Empty
-    } else {
-        Body::file_range(file, start, count)
+    let body = match &file.content {
+        _ if method == Method::HEAD || count == 0 => Body::Empty,
+        Content::Memory(bytes) => {
+            Body::bytes(bytes.slice(start as usize..(start + count) as usize))
+        }
+        Content::Fd(fd) => Body::file_range(fd.clone(), start, count),
+        Content::None => unreachable!("only files get a file response"),
     };
     with_common_headers(builder.body(body).expect("valid response"))
 }
