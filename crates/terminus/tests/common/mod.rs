@@ -465,3 +465,26 @@ pub fn s_client(server: &Server, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// curl's status, response head and body.
+pub fn headers(server: &Server, extra: &[&str], path: &str) -> (u16, String, Vec<u8>) {
+    let mut args = vec!["-D", "-", "-o", "/dev/stderr"];
+    args.extend_from_slice(extra);
+    let out = curl(server, &args, path);
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    assert!(code != 0, "curl {extra:?} {path}: {out:?}");
+    (code, head, out.stderr)
+}
+
+/// The value of header `name` (lower case) in a header block.
+pub fn header_value(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
