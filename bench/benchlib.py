@@ -91,6 +91,15 @@ def versions_list(version):
     return ["1.2", "1.3"] if version is None else [version]
 
 
+# Small files every server serves from www/ (HAProxy from memory, one rule each).
+SMALL_FILES = {"0kb.bin": 0, "1kb.bin": 1024, "16kb.bin": 16384}
+
+
+def write_small_files(www: Path):
+    for name, size in SMALL_FILES.items():
+        (www / name).write_bytes(os.urandom(size))
+
+
 def terminus_config(work: Path, port: int, key: str, backend: str, version=None, resumption=False) -> str:
     versions = ", ".join(f'"{v}"' for v in versions_list(version))
     tickets = "true" if resumption else "false"
@@ -128,8 +137,13 @@ http {{
     access_log off;
     sendfile on;
     keepalive_requests 100000;
+    # The fair setting for small files: descriptors and metadata cached, as terminus's
+    # [files] cache does by default.
+    open_file_cache max=1000 inactive=60s;
+    open_file_cache_valid 1s;
+    open_file_cache_errors on;
     server {{
-        listen 127.0.0.1:{port} ssl;
+        listen 127.0.0.1:{port} ssl http2;
         ssl_certificate {work / (key + '.pem')};
         ssl_certificate_key {work / (key + '.key')};
         ssl_protocols {protocols};
@@ -148,6 +162,8 @@ def haproxy_config(work: Path, port: int, key: str, version=None, resumption=Fal
     nbthread 1
     cpu-map 1/1 0
     maxconn 8000
+    # return file answers from one buffer: room for a 16 KiB file and its head.
+    tune.bufsize 32768
 {cache}    log stderr format raw local0 err
 
 defaults
@@ -158,9 +174,11 @@ defaults
     timeout http-keep-alive 30s
 
 frontend bench
-    bind 127.0.0.1:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} prefer-client-ciphers alpn http/1.1
-    # HAProxy serves no files: it answers every request with the same 0-byte body.
-    http-request return status 200 file {work / 'www' / '0kb.bin'}
+    bind 127.0.0.1:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} prefer-client-ciphers alpn h2,http/1.1
+    # HAProxy serves no files: each small file is read into memory at start and returned
+    # for its path; anything else gets the 0-byte one.
+""" + "".join(f"    http-request return status 200 content-type application/octet-stream file {work / 'www' / name} if {{ path /{name} }}\n"
+              for name in SMALL_FILES if (work / 'www' / name).exists()) + f"""    http-request return status 200 content-type application/octet-stream file {work / 'www' / '0kb.bin'}
 """
 
 
