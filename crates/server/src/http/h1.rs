@@ -100,6 +100,30 @@ fn truncated() -> io::Error {
     )
 }
 
+thread_local! {
+    /// The `date` header of this second, formatted once per second per worker.
+    static DATE: std::cell::RefCell<Date> = const { std::cell::RefCell::new(Date { second: 0, text: Vec::new() }) };
+}
+
+struct Date {
+    second: u64,
+    text: Vec<u8>,
+}
+
+impl Date {
+    fn now(&mut self) -> &[u8] {
+        let now = std::time::SystemTime::now();
+        let second = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if second != self.second || self.text.is_empty() {
+            self.second = second;
+            self.text = httpdate::fmt_http_date(now).into_bytes();
+        }
+        &self.text
+    }
+}
+
 /// What reading the next request gave.
 enum Next {
     Request(Box<Request<()>>),
@@ -385,7 +409,7 @@ async fn respond<S: Transport>(
     }
     if !parts.headers.contains_key(header::DATE) {
         head.extend_from_slice(b"date: ");
-        head.extend_from_slice(httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes());
+        DATE.with_borrow_mut(|date| head.extend_from_slice(date.now()));
         head.extend_from_slice(b"\r\n");
     }
     let bodiless = status.is_informational()

@@ -26,6 +26,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use hyper::header::HeaderValue;
 use serde::Deserialize;
 
 use super::docroot::DocRoot;
@@ -82,8 +83,9 @@ pub struct Opened {
     pub kind: Kind,
     pub len: u64,
     pub mtime: SystemTime,
-    pub etag: String,
-    pub last_modified: String,
+    /// Ready-made header values: a cached response copies no strings.
+    pub etag: HeaderValue,
+    pub last_modified: HeaderValue,
     pub content: Content,
     /// Device, inode, size and modification time in nanoseconds: the same file.
     identity: (u64, u64, u64, i64, i64),
@@ -120,12 +122,16 @@ impl Opened {
             kind,
             len,
             mtime,
-            etag: format!("\"{:x}-{:x}\"", meta.mtime().max(0), len),
-            last_modified: httpdate::fmt_http_date(mtime),
+            etag: ascii_value(format!("\"{:x}-{:x}\"", meta.mtime().max(0), len)),
+            last_modified: ascii_value(httpdate::fmt_http_date(mtime)),
             content,
             identity: (meta.dev(), meta.ino(), len, meta.mtime(), meta.mtime_nsec()),
         }
     }
+}
+
+fn ascii_value(text: String) -> HeaderValue {
+    HeaderValue::try_from(text).expect("hex digits, quotes and an HTTP date are valid")
 }
 
 /// The file's `len` bytes, or None if it is not that long any more (then it is read

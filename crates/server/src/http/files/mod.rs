@@ -156,8 +156,8 @@ fn file_response(
     headers: &HeaderMap,
 ) -> Response<Body> {
     let len = file.len;
-    let tag = &file.etag;
-    let last_modified = &file.last_modified;
+    let tag = file.etag.to_str().unwrap_or_default();
+    let last_modified = file.last_modified.to_str().unwrap_or_default();
     let header_str = |h: header::HeaderName| headers.get(h).and_then(|v| v.to_str().ok());
 
     let not_modified = match header_str(header::IF_NONE_MATCH) {
@@ -167,8 +167,8 @@ fn file_response(
             .is_some_and(|since| file.mtime <= since),
     };
     let mut builder = Response::builder()
-        .header(header::LAST_MODIFIED, last_modified)
-        .header(header::ETAG, tag);
+        .header(header::LAST_MODIFIED, file.last_modified.clone())
+        .header(header::ETAG, file.etag.clone());
     if not_modified {
         return with_common_headers(
             builder
@@ -178,7 +178,10 @@ fn file_response(
         );
     }
     builder = builder
-        .header(header::CONTENT_TYPE, content_type(name))
+        .header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(content_type(name)),
+        )
         .header(header::ACCEPT_RANGES, "bytes");
 
     let range_applies = header_str(header::IF_RANGE).is_none_or(|v| v == tag || v == last_modified);
