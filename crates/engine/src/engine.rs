@@ -5,7 +5,7 @@
 //! batch), or when its oldest request has waited `max_batch_delay`. With a backend whose
 //! batch size is 1 every request is flushed at once.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendKind, Job};
+use crate::context::{CryptoEvent, HandshakeContext};
 use crate::metrics::EngineMetrics;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, OpKind};
 
@@ -44,9 +45,14 @@ struct Inner {
     state: RefCell<State>,
 }
 
+/// When a request's batch was dispatched and how large it was: written by the flush,
+/// read by the submitter for its handshake's timeline. The job itself goes to the
+/// backend (possibly another thread); this stays on the worker.
+type Dispatched = Rc<Cell<Option<(Instant, usize)>>>;
+
 #[derive(Default)]
 struct State {
-    queues: [VecDeque<Job>; OpKind::COUNT],
+    queues: [VecDeque<(Job, Dispatched)>; OpKind::COUNT],
     deadline_armed: [bool; OpKind::COUNT],
     /// Handshakes running on this worker, and how many of them wait on the engine.
     in_flight: usize,
@@ -93,18 +99,28 @@ impl Engine {
         }
     }
 
-    /// Queues `op` and waits for its result.
-    pub async fn submit(&self, op: CryptoOp) -> Result<CryptoOutput, CryptoError> {
+    /// Queues `op`, a request of the handshake `ctx`, and waits for its result; the
+    /// request's queue, dispatch and answer times go into `ctx`'s timeline.
+    pub async fn submit(
+        &self,
+        op: CryptoOp,
+        ctx: &HandshakeContext,
+    ) -> Result<CryptoOutput, CryptoError> {
         let kind = op.kind();
+        let key = match &op {
+            CryptoOp::Sign { key, .. } => Some(key.algorithm()),
+            _ => None,
+        };
         let counters = self.inner.metrics.op(kind);
         EngineMetrics::add(&counters.requests, 1);
         counters.in_queue.fetch_add(1, Ordering::Relaxed);
         let (job, answer) = Job::new(op);
         let started = job.queued_at;
+        let dispatched = Dispatched::default();
         let parked = Parked::new(self, kind);
         let (queue_full, everyone_parked) = {
             let mut st = self.inner.state.borrow_mut();
-            st.queues[kind.index()].push_back(job);
+            st.queues[kind.index()].push_back((job, dispatched.clone()));
             (
                 st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind),
                 st.everyone_parked(),
@@ -123,13 +139,22 @@ impl Engine {
             .await
             .unwrap_or(Err(CryptoError::BackendGone(self.backend_kind().name())));
         drop(parked);
+        let answered = Instant::now();
         EngineMetrics::add(
             &counters.latency_us_sum,
-            started.elapsed().as_micros() as u64,
+            answered.duration_since(started).as_micros() as u64,
         );
         if result.is_err() {
             EngineMetrics::add(&counters.errors, 1);
         }
+        ctx.crypto(CryptoEvent {
+            kind,
+            key,
+            queued: started,
+            dispatched: dispatched.get(),
+            answered,
+            ok: result.is_ok(),
+        });
         result
     }
 
@@ -143,11 +168,17 @@ impl Engine {
     async fn flush(&self, kind: OpKind) {
         let max = self.inner.backend.max_batch(kind).max(1);
         loop {
+            let now = Instant::now();
             let batch: Vec<Job> = {
                 let mut st = self.inner.state.borrow_mut();
                 let q = &mut st.queues[kind.index()];
                 let n = q.len().min(max);
-                q.drain(..n).collect()
+                q.drain(..n)
+                    .map(|(job, dispatched)| {
+                        dispatched.set(Some((now, n)));
+                        job
+                    })
+                    .collect()
             };
             if batch.is_empty() {
                 return;
@@ -156,7 +187,6 @@ impl Engine {
             EngineMetrics::add(&counters.batches, 1);
             EngineMetrics::add(&counters.batched_requests, batch.len() as u64);
             counters.batch(batch.len());
-            let now = Instant::now();
             for job in &batch {
                 counters
                     .queue_wait
@@ -181,7 +211,7 @@ impl Engine {
             loop {
                 let oldest = engine.inner.state.borrow().queues[kind.index()]
                     .front()
-                    .map(|j| j.queued_at);
+                    .map(|(j, _)| j.queued_at);
                 let Some(oldest) = oldest else { break };
                 let due = oldest + engine.inner.policy.max_batch_delay;
                 if Instant::now() < due {

@@ -11,8 +11,12 @@
 //!
 //! - [`MultibufferBackend`] batches up to 8 operations into one crypto_mb (AVX-512 IFMA)
 //!   call, computing batches below the crossover scalar.
+//!
+//! Each request comes with its handshake's [`HandshakeContext`]: the tenant it is charged
+//! to and the [`Timeline`] the engine records its queueing and batching in.
 
 mod backend;
+pub mod context;
 mod engine;
 mod metrics;
 pub mod multibuffer;
@@ -23,6 +27,7 @@ pub mod speed;
 mod threads;
 
 pub use backend::{Backend, BackendKind, Job, Reply};
+pub use context::{HandshakeContext, Tenant, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use metrics::{EngineMetrics, Histogram, OpCounters};
 pub use multibuffer::MultibufferBackend;

@@ -171,6 +171,8 @@ pub enum CryptoError {
     BadPeerKey(&'static str),
     #[error("the {0} crypto backend shut down before answering")]
     BackendGone(&'static str),
+    #[error("the engine answered a {} request with a result of another kind", .0.name())]
+    WrongOutput(OpKind),
 }
 
 /// Operation classes: each has its own queue, batch size and metrics.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{on_multibuffer_engine, skip_without_ifma};
 use terminus_engine::speed::{Cost, Crossovers, Operation, Workload};
-use terminus_engine::{CryptoOp, CryptoOutput, KxGroup};
+use terminus_engine::{CryptoOp, CryptoOutput, HandshakeContext, KxGroup};
 
 #[test]
 fn crossovers_are_measured_for_each_workload_once() {
@@ -69,9 +69,12 @@ fn generate_batch(crossovers: Arc<Crossovers>, n: usize) -> (u64, u64) {
             .map(|_| {
                 let e = engine.clone();
                 tokio::task::spawn_local(async move {
-                    e.submit(CryptoOp::KxGenerate {
-                        group: KxGroup::X25519,
-                    })
+                    e.submit(
+                        CryptoOp::KxGenerate {
+                            group: KxGroup::X25519,
+                        },
+                        &HandshakeContext::starting_now(),
+                    )
                     .await
                 })
             })

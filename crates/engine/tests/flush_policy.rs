@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use terminus_engine::{
     scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,
-    FlushPolicy, Job, KxGroup, OpKind,
+    FlushPolicy, HandshakeContext, Job, KxGroup, OpKind,
 };
 
 /// Computes batches of up to `size` (1 for signatures, as a backend without a batched
@@ -82,7 +82,9 @@ async fn submit_many(engine: &Engine, n: usize) -> Vec<Result<CryptoOutput, Cryp
     let handles: Vec<_> = (0..n)
         .map(|_| {
             let e = engine.clone();
-            tokio::task::spawn_local(async move { e.submit(kx()).await })
+            tokio::task::spawn_local(async move {
+                e.submit(kx(), &HandshakeContext::starting_now()).await
+            })
         })
         .collect();
     let mut out = Vec::new();
@@ -128,7 +130,10 @@ fn lone_request_waits_at_most_the_deadline() {
         let _asking = engine.handshake_started();
         let _busy = engine.handshake_started(); // still reading from its socket
         let start = tokio::time::Instant::now();
-        assert!(engine.submit(kx()).await.is_ok());
+        assert!(engine
+            .submit(kx(), &HandshakeContext::starting_now())
+            .await
+            .is_ok());
         assert_eq!(*batches.borrow(), vec![1]);
         let waited = start.elapsed();
         assert!(waited >= DELAY && waited < DELAY * 2, "waited {waited:?}");
@@ -142,7 +147,9 @@ fn finishing_handshake_releases_the_waiting_batch() {
         let _asking = engine.handshake_started();
         let other = engine.handshake_started();
         let e = engine.clone();
-        let waiter = tokio::task::spawn_local(async move { e.submit(kx()).await });
+        let waiter = tokio::task::spawn_local(async move {
+            e.submit(kx(), &HandshakeContext::starting_now()).await
+        });
         tokio::task::yield_now().await;
         assert!(
             batches.borrow().is_empty(),
@@ -164,7 +171,9 @@ fn a_full_queue_does_not_flush_the_others() {
         let _guards: Vec<_> = (0..4).map(|_| engine.handshake_started()).collect();
         // One key exchange waits for company...
         let e = engine.clone();
-        let waiting = tokio::task::spawn_local(async move { e.submit(kx()).await });
+        let waiting = tokio::task::spawn_local(async move {
+            e.submit(kx(), &HandshakeContext::starting_now()).await
+        });
         tokio::task::yield_now().await;
         // ...while a signature, whose queue is full at one, goes at once.
         let dir = std::env::temp_dir().join(format!("terminus-flush-{}", std::process::id()));
@@ -194,7 +203,10 @@ fn a_full_queue_does_not_flush_the_others() {
             scheme: rustls::SignatureScheme::ECDSA_NISTP256_SHA256,
             message: b"m".to_vec(),
         };
-        assert!(engine.submit(sign).await.is_ok());
+        assert!(engine
+            .submit(sign, &HandshakeContext::starting_now())
+            .await
+            .is_ok());
         assert_eq!(
             *batches.borrow(),
             vec![1],
@@ -222,7 +234,10 @@ fn scalar_backend_never_queues() {
         // this request for company until the deadline (the paused clock would jump to it).
         let _g = (engine.handshake_started(), engine.handshake_started());
         let start = tokio::time::Instant::now();
-        assert!(engine.submit(kx()).await.is_ok());
+        assert!(engine
+            .submit(kx(), &HandshakeContext::starting_now())
+            .await
+            .is_ok());
         assert_eq!(
             start.elapsed(),
             Duration::ZERO,

@@ -11,7 +11,9 @@ use aws_lc_rs::agreement::{self, UnparsedPublicKey};
 use aws_lc_rs::rand::SystemRandom;
 use common::{on_multibuffer_engine, skip_without_ifma};
 use terminus_engine::multibuffer::kx;
-use terminus_engine::{scalar, CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey};
+use terminus_engine::{
+    scalar, CryptoError, CryptoOp, CryptoOutput, HandshakeContext, KxGroup, KxPrivateKey,
+};
 
 fn random_private(group: KxGroup) -> Vec<u8> {
     kx::random_private(group, &SystemRandom::new())
@@ -203,7 +205,9 @@ fn mixed_batch(group: KxGroup) {
             .into_iter()
             .map(|op| {
                 let e = engine.clone();
-                tokio::task::spawn_local(async move { e.submit(op).await })
+                tokio::task::spawn_local(async move {
+                    e.submit(op, &HandshakeContext::starting_now()).await
+                })
             })
             .collect();
         let mut results = Vec::new();

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use common::{openssl, skip_without_ifma, TempDir};
 use terminus_engine::multibuffer::rsa;
+use terminus_engine::HandshakeContext;
 
 struct Key {
     pem: PathBuf,
@@ -184,11 +185,14 @@ fn backend_signatures_verify_independently() {
                     (
                         scheme,
                         message.clone(),
-                        e.submit(CryptoOp::Sign {
-                            key,
-                            scheme,
-                            message,
-                        })
+                        e.submit(
+                            CryptoOp::Sign {
+                                key,
+                                scheme,
+                                message,
+                            },
+                            &HandshakeContext::starting_now(),
+                        )
                         .await,
                     )
                 })

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, HandshakeKind, ProtocolVersion};
-use terminus_engine::Engine;
+use terminus_engine::{Engine, HandshakeContext};
 use terminus_tls::handshake::bridge;
 use terminus_tls::{TlsStream, TrafficCounters};
 use tokio::net::TcpStream;
@@ -198,7 +198,10 @@ impl Conn {
 /// are submitted to `engine`; without an engine, directly.
 async fn on_bridge<T: 'static>(engine: Option<&Engine>, f: impl FnOnce() -> T + 'static) -> T {
     match engine {
-        Some(engine) => bridge::run(f, |op| engine.submit(op)).await,
+        Some(engine) => {
+            let ctx = HandshakeContext::starting_now();
+            bridge::run(f, |op| engine.submit(op, &ctx)).await
+        }
         None => f(),
     }
 }

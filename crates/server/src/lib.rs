@@ -7,6 +7,7 @@
 pub mod access_log;
 mod admin;
 pub mod config;
+mod connection;
 pub mod http;
 mod listener;
 pub mod metrics;

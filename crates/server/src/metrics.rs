@@ -8,23 +8,45 @@ use std::time::Duration;
 
 use terminus_engine::speed::Crossovers;
 use terminus_engine::{EngineMetrics, Histogram, OpKind, ThreadPool};
-use terminus_tls::{FallbackCause, SendMethod, TrafficCounters};
+use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, SendMethod, TrafficCounters};
 
 const HANDSHAKE_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
-/// Why a handshake failed (label values of `terminus_handshake_failures_total`).
+/// Why a handshake failed (label values of `terminus_handshake_failures_total`), each
+/// with whose fault it is.
 #[derive(Debug, Clone, Copy)]
 pub enum HandshakeFailure {
     Timeout,
     ClientClosed,
     Tls,
     Io,
+    /// The crypto backend could not compute an operation.
+    Crypto,
+    /// terminus's own fault.
+    Internal,
 }
 
 impl HandshakeFailure {
-    const ALL: [HandshakeFailure; 4] = [Self::Timeout, Self::ClientClosed, Self::Tls, Self::Io];
+    const ALL: [HandshakeFailure; 6] = [
+        Self::Timeout,
+        Self::ClientClosed,
+        Self::Tls,
+        Self::Io,
+        Self::Crypto,
+        Self::Internal,
+    ];
+
+    pub fn of(e: &HandshakeError) -> Self {
+        match (e.source(), e) {
+            (ErrorSource::CryptoBackend, _) => Self::Crypto,
+            (ErrorSource::Internal, _) => Self::Internal,
+            (ErrorSource::Client, HandshakeError::Eof) => Self::ClientClosed,
+            (ErrorSource::Client, HandshakeError::Io(_)) => Self::Io,
+            (ErrorSource::Client, _) => Self::Tls,
+        }
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -32,6 +54,16 @@ impl HandshakeFailure {
             Self::ClientClosed => "client_closed",
             Self::Tls => "tls_error",
             Self::Io => "io_error",
+            Self::Crypto => "crypto_error",
+            Self::Internal => "internal_error",
+        }
+    }
+
+    fn source(self) -> ErrorSource {
+        match self {
+            Self::Crypto => ErrorSource::CryptoBackend,
+            Self::Internal => ErrorSource::Internal,
+            _ => ErrorSource::Client,
         }
     }
 }
@@ -57,7 +89,7 @@ pub struct Metrics {
     pub connections_total: AtomicU64,
     pub accept_errors: AtomicU64,
     handshakes: Mutex<BTreeMap<HandshakeLabels, u64>>,
-    handshake_failures: [AtomicU64; 4],
+    handshake_failures: [AtomicU64; HandshakeFailure::ALL.len()],
     pub handshake_duration: Histogram,
     responses: [AtomicU64; 5],
     data_paths: [AtomicU64; 2],
@@ -186,12 +218,13 @@ impl Metrics {
             o,
             "terminus_handshake_failures_total",
             "counter",
-            "TLS handshakes that did not complete, by reason.",
+            "TLS handshakes that did not complete, by whose fault (client, crypto_backend, internal) and reason.",
         );
         for why in HandshakeFailure::ALL {
             let _ = writeln!(
                 o,
-                "terminus_handshake_failures_total{{reason=\"{}\"}} {}",
+                "terminus_handshake_failures_total{{source=\"{}\",reason=\"{}\"}} {}",
+                why.source().name(),
                 why.name(),
                 load(&self.handshake_failures[why as usize])
             );

@@ -9,16 +9,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use rustls::ServerConnection;
 use terminus_engine::speed::Crossovers;
 use terminus_engine::{BackendKind, Engine, EngineMetrics, FlushPolicy, ThreadPool};
-use terminus_tls::{handshake, FallbackCause, HandshakeError, KernelSupport, Offload, TlsStream};
-use tokio::net::{TcpListener, TcpStream};
+use terminus_tls::{FallbackCause, KernelSupport};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::KtlsMode;
-use crate::http::{self, ConnectionInfo};
-use crate::metrics::{DataPath, HandshakeFailure, HandshakeLabels, Metrics};
+use crate::connection;
+use crate::http;
+use crate::metrics::Metrics;
 use crate::site::SiteHandle;
 
 /// What every worker shares with the others and with the main thread.
@@ -39,16 +39,16 @@ pub struct Shared {
     pub kernel_tls: Arc<KernelSupport>,
 }
 
-struct Worker {
-    shared: Shared,
-    engine: Engine,
+pub(crate) struct Worker {
+    pub(crate) shared: Shared,
+    pub(crate) engine: Engine,
     open: Cell<usize>,
     drained: Notify,
     /// Fallback causes already logged by this worker: one debug line per cause.
     ktls_causes_logged: Cell<u32>,
     /// When a `ktls = "required"` refusal was last logged, and how many since.
     ktls_refusal_log: Cell<(Option<Instant>, u64)>,
-    files: Rc<http::files::FileCache>,
+    pub(crate) files: Rc<http::files::FileCache>,
 }
 
 /// Runs worker `id` on the calling thread until shutdown has drained its connections.
@@ -167,7 +167,8 @@ async fn accept_loop(listener: TcpListener, ktls: KtlsMode, worker: Rc<Worker>) 
         };
         match accepted {
             Ok(((socket, peer), permit)) => {
-                tokio::task::spawn_local(connection(socket, peer, permit, ktls, worker.clone()));
+                let open = OpenConnection::new(worker.clone(), permit);
+                tokio::task::spawn_local(connection::run(socket, peer, open, ktls, worker.clone()));
                 // One accept per scheduler pass, like nginx without multi_accept:
                 // connections already in progress finish before the backlog is drained,
                 // which keeps latency bounded under overload at the same throughput.
@@ -194,13 +195,13 @@ async fn accept_loop(listener: TcpListener, ktls: KtlsMode, worker: Rc<Worker>) 
 }
 
 /// Counts a connection open on this worker and in the metrics.
-struct OpenConnection {
+pub(crate) struct OpenConnection {
     worker: Rc<Worker>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl OpenConnection {
-    fn new(worker: Rc<Worker>, permit: OwnedSemaphorePermit) -> Self {
+    pub(crate) fn new(worker: Rc<Worker>, permit: OwnedSemaphorePermit) -> Self {
         worker.open.set(worker.open.get() + 1);
         let m = &worker.shared.metrics;
         m.connections_open.fetch_add(1, Ordering::Relaxed);
@@ -226,16 +227,13 @@ impl Drop for OpenConnection {
     }
 }
 
-fn version_label(conn: &ServerConnection) -> &'static str {
-    match conn.protocol_version() {
-        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
-        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-        _ => "other",
-    }
-}
-
 impl Worker {
-    fn log_fallback(&self, cause: FallbackCause, peer: SocketAddr, why: &dyn std::fmt::Display) {
+    pub(crate) fn log_fallback(
+        &self,
+        cause: FallbackCause,
+        peer: SocketAddr,
+        why: &dyn std::fmt::Display,
+    ) {
         let bit = 1 << cause as u32;
         if self.ktls_causes_logged.get() & bit == 0 {
             self.ktls_causes_logged
@@ -246,7 +244,7 @@ impl Worker {
 
     /// `ktls = "required"` refusals are logged at once, then at most every 10 s with a
     /// count, so a misconfigured listener cannot flood the log.
-    fn log_refusal(&self, peer: SocketAddr, why: &dyn std::fmt::Display) {
+    pub(crate) fn log_refusal(&self, peer: SocketAddr, why: &dyn std::fmt::Display) {
         let (last, suppressed) = self.ktls_refusal_log.get();
         if last.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
             self.ktls_refusal_log.set((last, suppressed + 1));
@@ -259,121 +257,5 @@ impl Worker {
         };
         tracing::warn!(%peer, "ktls = \"required\": closing the connection, kernel TLS cannot take it: {why}{more}");
         self.ktls_refusal_log.set((Some(Instant::now()), 0));
-    }
-}
-
-async fn connection(
-    socket: TcpStream,
-    peer: SocketAddr,
-    permit: OwnedSemaphorePermit,
-    ktls: KtlsMode,
-    worker: Rc<Worker>,
-) {
-    let _open = OpenConnection::new(worker.clone(), permit);
-    let metrics = &worker.shared.metrics;
-    let _ = socket.set_nodelay(true);
-    let site = worker.shared.site.current();
-    let started = Instant::now();
-    let tls = match ServerConnection::new(site.tls.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("cannot create a TLS connection: {e}");
-            return;
-        }
-    };
-    let outcome = tokio::time::timeout(
-        site.timeouts.handshake,
-        handshake(&socket, tls, &worker.engine, &metrics.traffic),
-    )
-    .await;
-    let done = match outcome {
-        Ok(Ok(done)) => done,
-        Ok(Err(e)) => {
-            let why = match &e {
-                HandshakeError::Eof => HandshakeFailure::ClientClosed,
-                HandshakeError::Tls(_) => HandshakeFailure::Tls,
-                HandshakeError::Io(_) => HandshakeFailure::Io,
-            };
-            metrics.handshake_failed(why);
-            tracing::debug!(%peer, "{e}");
-            return;
-        }
-        Err(_) => {
-            metrics.handshake_failed(HandshakeFailure::Timeout);
-            tracing::debug!(%peer, "handshake timed out after {:?}", site.timeouts.handshake);
-            return;
-        }
-    };
-    let (conn, pending) = (done.conn, done.pending);
-    metrics.handshake_completed(
-        HandshakeLabels {
-            version: version_label(&conn),
-            cipher_suite: conn
-                .negotiated_cipher_suite()
-                .and_then(|s| s.suite().as_str())
-                .unwrap_or("unknown"),
-            key_type: done.signed_with.map_or("none", |k| k.label()),
-        },
-        started.elapsed(),
-    );
-    let h2 = conn.alpn_protocol() == Some(b"h2");
-    let sni = conn.server_name().map(str::to_owned);
-    let sni_host = sni.as_deref().map(|name| site.resolver.lookup(Some(name)));
-    let info = ConnectionInfo {
-        site,
-        sni,
-        sni_host,
-        peer,
-        metrics: metrics.clone(),
-        files: worker.files.clone(),
-    };
-    let shutdown = worker.shared.shutdown.clone();
-    let (socket, conn, pending) = if ktls == KtlsMode::Off {
-        (socket, Box::new(conn), pending)
-    } else {
-        let traffic = metrics.traffic.clone();
-        match terminus_tls::ktls::offload(&worker.shared.kernel_tls, socket, conn, pending, traffic)
-            .await
-        {
-            Offload::Kernel(stream) => {
-                metrics.data_path(DataPath::Kernel);
-                return http::serve(stream, h2, info, shutdown).await;
-            }
-            Offload::Userspace {
-                why,
-                socket,
-                conn,
-                pending,
-            } => {
-                metrics.ktls_fallback(why.cause());
-                if ktls == KtlsMode::Required {
-                    metrics.ktls_refused.fetch_add(1, Ordering::Relaxed);
-                    worker.log_refusal(peer, &why);
-                    // A close_notify, so the client sees an orderly close, not a reset.
-                    if let Ok(mut stream) =
-                        TlsStream::new(socket, *conn, &pending, metrics.traffic.clone())
-                    {
-                        let _ = tokio::time::timeout(
-                            Duration::from_secs(1),
-                            tokio::io::AsyncWriteExt::shutdown(&mut stream),
-                        )
-                        .await;
-                    }
-                    return;
-                }
-                worker.log_fallback(why.cause(), peer, &why);
-                (socket, conn, pending)
-            }
-            Offload::Failed(e) => {
-                metrics.ktls_fallback(e.cause());
-                tracing::warn!(%peer, "kernel TLS hand-off failed, connection closed: {e}");
-                return;
-            }
-        }
-    };
-    metrics.data_path(DataPath::Userspace);
-    match TlsStream::new(socket, *conn, &pending, metrics.traffic.clone()) {
-        Ok(stream) => http::serve(stream, h2, info, shutdown).await,
-        Err(e) => tracing::debug!(%peer, "{e}"),
     }
 }

@@ -7,19 +7,23 @@
 //! - [`handshake`] holds the driver, the coroutine [`handshake::bridge`], and the
 //!   engine-backed signer and key-exchange groups rustls calls into;
 //! - [`ktls`] hands the record layer to the kernel after the handshake (sendfile, splice);
-//! - [`stream`] is the userspace record layer, where the kernel cannot take over.
+//! - [`stream`] is the userspace record layer, where the kernel cannot take over;
+//! - [`record`] frames whole records before rustls or the kernel sees them.
 
 pub mod certs;
 pub mod config;
 pub mod handshake;
 pub mod ktls;
+pub mod record;
 pub mod resolver;
 pub mod selfsigned;
 pub mod stream;
 
 pub use certs::{CertError, LoadedCert};
 pub use config::{TlsSettings, TlsSettingsError};
-pub use handshake::{handshake, Handshake, HandshakeError};
+pub use handshake::{
+    handshake, read_client_hello, ClientHelloRead, ErrorSource, Handshake, HandshakeError,
+};
 pub use ktls::{FallbackCause, KernelSupport, KtlsStream, Offload};
 pub use resolver::{SniResolver, VirtualHostCerts};
 pub use stream::{SendMethod, TlsStream, TrafficCounters};

@@ -19,6 +19,7 @@ use super::nist::Curve;
 use super::reference::Reference;
 use super::rsa::{self, LaneError, RsaCrtKey};
 use super::{der, ecdh, kx, pick, x25519, MultibufferBackend};
+use crate::HandshakeContext;
 use crate::{
     BackendKind, CryptoOp, CryptoOutput, Engine, EngineMetrics, FlushPolicy, KxGroup,
     SigningKeyPair,
@@ -672,7 +673,12 @@ fn the_backend_answers_every_request_with_its_own_result() {
                         scheme,
                         message: message.clone(),
                     };
-                    (i, scheme, message, e.submit(op).await)
+                    (
+                        i,
+                        scheme,
+                        message,
+                        e.submit(op, &HandshakeContext::starting_now()).await,
+                    )
                 })
             })
             .collect();

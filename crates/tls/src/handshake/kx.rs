@@ -1,10 +1,11 @@
 //! Key-exchange groups whose key generation and shared secrets come from the engine.
 
 use rustls::crypto::{ActiveKeyExchange, CompletedKeyExchange, SharedSecret, SupportedKxGroup};
-use rustls::{NamedGroup, PeerMisbehaved};
-use terminus_engine::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey};
+use rustls::NamedGroup;
+use terminus_engine::{CryptoOp, CryptoOutput, KxGroup, KxPrivateKey};
 
 use super::bridge;
+use super::error::{to_rustls, wrong_output};
 
 /// A rustls [`SupportedKxGroup`] backed by the crypto engine.
 #[derive(Debug)]
@@ -24,19 +25,6 @@ impl EngineKxGroup {
     }
 }
 
-fn to_rustls(e: CryptoError) -> rustls::Error {
-    match e {
-        CryptoError::BadPeerKey(_) => PeerMisbehaved::InvalidKeyShare.into(),
-        other => rustls::Error::General(other.to_string()),
-    }
-}
-
-fn unexpected(what: &CryptoOutput) -> rustls::Error {
-    rustls::Error::General(format!(
-        "crypto engine answered a key exchange with {what:?}"
-    ))
-}
-
 impl SupportedKxGroup for EngineKxGroup {
     fn start(&self) -> Result<Box<dyn ActiveKeyExchange>, rustls::Error> {
         match bridge::call(CryptoOp::KxGenerate { group: self.0 }).map_err(to_rustls)? {
@@ -48,7 +36,7 @@ impl SupportedKxGroup for EngineKxGroup {
                 private_key,
                 public,
             })),
-            other => Err(unexpected(&other)),
+            other => Err(wrong_output(self.0.op_kind(), &other)),
         }
     }
 
@@ -67,7 +55,7 @@ impl SupportedKxGroup for EngineKxGroup {
                 pub_key: public,
                 secret: SharedSecret::from(&shared[..]),
             }),
-            other => Err(unexpected(&other)),
+            other => Err(wrong_output(self.0.op_kind(), &other)),
         }
     }
 
@@ -91,7 +79,7 @@ impl ActiveKeyExchange for EngineActiveKx {
         };
         match bridge::call(op).map_err(to_rustls)? {
             CryptoOutput::Shared(shared) => Ok(SharedSecret::from(&shared[..])),
-            other => Err(unexpected(&other)),
+            other => Err(wrong_output(self.group.op_kind(), &other)),
         }
     }
 

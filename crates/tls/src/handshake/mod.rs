@@ -1,15 +1,22 @@
-//! The handshake path.
+//! The handshake path, in two stages.
 //!
-//! [`driver`] moves TLS bytes between the socket and rustls and runs every
-//! `process_new_packets()` inside a coroutine ([`bridge`]). When rustls calls into
-//! [`signer`] or [`kx`] from there, the call suspends the coroutine with a crypto request;
-//! the driver awaits the worker's engine and resumes the coroutine with the result.
+//! [`hello`] reads the ClientHello with rustls's `Acceptor`, before any configuration is
+//! chosen, so the caller can route by SNI. [`driver`] then completes the handshake: it
+//! moves TLS bytes between the socket and rustls and runs every step of rustls inside a
+//! coroutine ([`bridge`]). When rustls calls into [`signer`] or [`kx`] from there, the call
+//! suspends the coroutine with a crypto request; the driver awaits the worker's engine
+//! and resumes the coroutine with the result. [`error`] keeps a failure's source across
+//! rustls.
 
 pub mod bridge;
 mod driver;
+mod error;
+mod hello;
 mod kx;
 mod signer;
 
-pub use driver::{handshake, Handshake, HandshakeError};
+pub use driver::{handshake, Handshake};
+pub use error::{ErrorSource, HandshakeError};
+pub use hello::{read_client_hello, ClientHelloRead};
 pub use kx::EngineKxGroup;
 pub use signer::EngineSigningKey;

@@ -8,6 +8,7 @@ use rustls::{SignatureAlgorithm, SignatureScheme};
 use terminus_engine::{CryptoOp, CryptoOutput, KeyAlgorithm, SigningKeyPair};
 
 use super::bridge;
+use super::error::{to_rustls, wrong_output};
 
 /// A rustls [`SigningKey`] whose signatures are computed by the worker's crypto engine.
 #[derive(Debug)]
@@ -62,12 +63,10 @@ impl Signer for EngineSigner {
             scheme: self.scheme,
             message: message.to_vec(),
         };
-        match bridge::call(op) {
-            Ok(CryptoOutput::Signature(sig)) => Ok(sig),
-            Ok(other) => Err(rustls::Error::General(format!(
-                "crypto engine answered a signature request with {other:?}"
-            ))),
-            Err(e) => Err(rustls::Error::General(e.to_string())),
+        let kind = op.kind();
+        match bridge::call(op).map_err(to_rustls)? {
+            CryptoOutput::Signature(sig) => Ok(sig),
+            other => Err(wrong_output(kind, &other)),
         }
     }
 

@@ -39,6 +39,7 @@ use tokio::net::TcpStream;
 pub use splice::splice_bidirectional;
 pub use stream::KtlsStream;
 
+use crate::record::whole_records;
 use crate::stream::TrafficCounters;
 use sys::CryptoInfo;
 
@@ -264,26 +265,6 @@ fn loopback_pair() -> io::Result<(std::net::TcpStream, std::net::TcpStream)> {
     Ok((client, server))
 }
 
-/// Length of the longest prefix of `buf` made of whole TLS records. A header that no
-/// valid record has (unknown type, not version 3.x, longer than any record) counts as
-/// whole, so rustls sees it and rejects it at once instead of us waiting for bytes that
-/// will never be valid (plain HTTP sent to the TLS port, say).
-pub(crate) fn whole_records(buf: &[u8]) -> usize {
-    const MAX_CIPHERTEXT: usize = 16384 + 2048;
-    let mut at = 0;
-    while let Some(header) = buf.get(at..at + 5) {
-        let len = u16::from_be_bytes([header[3], header[4]]) as usize;
-        if !(20..=24).contains(&header[0]) || header[1] != 3 || len > MAX_CIPHERTEXT {
-            return buf.len();
-        }
-        if at + 5 + len > buf.len() {
-            break;
-        }
-        at += 5 + len;
-    }
-    at
-}
-
 /// Hands a finished handshake to the kernel, or returns it untouched when the kernel
 /// cannot take it. `pending` is the head of a record rustls has not seen (see the module
 /// documentation).
@@ -467,18 +448,6 @@ fn kernel_tls12_gcm_nonce_start(base: u64, sent: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn whole_records_stops_at_a_partial_record() {
-        let mut buf = vec![23, 3, 3, 0, 2, 9, 9, 23, 3, 3, 0, 4, 1];
-        assert_eq!(whole_records(&buf), 7);
-        buf.extend_from_slice(&[2, 3, 4]);
-        assert_eq!(whole_records(&buf), 16);
-        assert_eq!(whole_records(&buf[..3]), 0);
-        // An impossible length is handed on for rustls to reject.
-        assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
-        assert_eq!(whole_records(b"GET / HTTP/1.1\r\n"), 16);
-    }
 
     #[test]
     fn kernel_gcm_nonces_never_meet_the_ones_rustls_used() {

@@ -1,0 +1,143 @@
+//! The handshake a crypto request belongs to, as the engine sees it.
+//!
+//! Every request reaches [`Engine::submit`](crate::Engine::submit) with the
+//! [`HandshakeContext`] of its handshake: which host and tenant it serves (what per-tenant
+//! quotas will schedule by) and a [`Timeline`] the engine writes each request's queue,
+//! dispatch and answer times into (what per-phase latency is computed from). The context
+//! is made when the connection is accepted and travels with it until the handshake ends;
+//! it lives on the worker's thread and is never shared with another.
+
+use std::cell::{Ref, RefCell};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::op::OpKind;
+use crate::signing_key::KeyAlgorithm;
+
+/// Whose capacity a handshake uses. A placeholder until crypto quotas exist: today every
+/// handshake is the default tenant's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Tenant(Option<Arc<str>>);
+
+impl Tenant {
+    pub fn named(name: impl Into<Arc<str>>) -> Self {
+        Tenant(Some(name.into()))
+    }
+
+    /// The tenant's name, `None` for the default tenant.
+    pub fn name(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+/// One crypto request of a handshake, from queueing to its answer.
+#[derive(Debug, Clone)]
+pub struct CryptoEvent {
+    pub kind: OpKind,
+    /// The key that signed, for signatures.
+    pub key: Option<KeyAlgorithm>,
+    pub queued: Instant,
+    /// When its batch went to the backend, and how many requests that batch held; `None`
+    /// when the request was answered without being dispatched (the backend went away).
+    pub dispatched: Option<(Instant, usize)>,
+    pub answered: Instant,
+    pub ok: bool,
+}
+
+/// One flight of handshake records written to the client.
+#[derive(Debug, Clone, Copy)]
+pub struct Flight {
+    pub at: Instant,
+    pub bytes: usize,
+}
+
+/// Timestamps of one handshake, in the order they happen.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    pub accepted: Instant,
+    /// The whole ClientHello was read and parsed.
+    pub client_hello: Option<Instant>,
+    pub crypto: Vec<CryptoEvent>,
+    pub flights: Vec<Flight>,
+    /// The handshake completed.
+    pub finished: Option<Instant>,
+}
+
+impl Timeline {
+    fn new(accepted: Instant) -> Self {
+        Self {
+            accepted,
+            client_hello: None,
+            crypto: Vec::new(),
+            flights: Vec::new(),
+            finished: None,
+        }
+    }
+}
+
+/// What travels with a connection from accept to the end of its handshake.
+#[derive(Debug)]
+pub struct HandshakeContext {
+    host: Option<Arc<str>>,
+    tenant: Tenant,
+    timeline: RefCell<Timeline>,
+}
+
+impl HandshakeContext {
+    /// A context for a connection accepted at `accepted`; host and tenant are known once
+    /// the ClientHello has been read ([`HandshakeContext::hello`]).
+    pub fn new(accepted: Instant) -> Self {
+        Self {
+            host: None,
+            tenant: Tenant::default(),
+            timeline: RefCell::new(Timeline::new(accepted)),
+        }
+    }
+
+    /// A context for a handshake starting now, outside a server connection (the load
+    /// generator's own handshakes).
+    pub fn starting_now() -> Self {
+        Self::new(Instant::now())
+    }
+
+    /// Records the parsed ClientHello and what it resolved to.
+    pub fn hello(&mut self, host: Option<Arc<str>>, tenant: Tenant) {
+        self.host = host;
+        self.tenant = tenant;
+        self.timeline.get_mut().client_hello = Some(Instant::now());
+    }
+
+    /// The server name the client asked for (SNI), if any.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
+    pub fn timeline(&self) -> Ref<'_, Timeline> {
+        self.timeline.borrow()
+    }
+
+    pub fn flight(&self, bytes: usize) {
+        self.timeline.borrow_mut().flights.push(Flight {
+            at: Instant::now(),
+            bytes,
+        });
+    }
+
+    pub fn finished(&self) {
+        self.timeline.borrow_mut().finished = Some(Instant::now());
+    }
+
+    pub(crate) fn crypto(&self, event: CryptoEvent) {
+        self.timeline.borrow_mut().crypto.push(event);
+    }
+
+    /// The key type that signed for this handshake; `None` when nothing was signed
+    /// (a resumed handshake).
+    pub fn signed_with(&self) -> Option<KeyAlgorithm> {
+        self.timeline.borrow().crypto.iter().find_map(|e| e.key)
+    }
+}

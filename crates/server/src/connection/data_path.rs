@@ -1,0 +1,133 @@
+//! Stage 3: who carries the records from here on, the kernel (kTLS, with sendfile and
+//! splice) or rustls in userspace, and then the application.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use terminus_tls::{KtlsStream, Offload, TlsStream};
+
+use super::{Accepted, Closed, Established};
+use crate::config::KtlsMode;
+use crate::http::{self, ConnectionInfo};
+use crate::metrics::DataPath;
+use crate::worker::{OpenConnection, Worker};
+
+/// The record layer of an established connection.
+enum Records {
+    Kernel(KtlsStream),
+    /// Boxed: rustls's connection state is large, and this enum is moved stage to stage.
+    Userspace(Box<TlsStream>),
+}
+
+/// Stage 3: a connection ready for its application.
+pub(crate) struct Secured {
+    records: Records,
+    h2: bool,
+    info: ConnectionInfo,
+    /// Held to the end: the connection counts as open until the application is done.
+    _open: OpenConnection,
+}
+
+impl Established {
+    /// Offers the connection to the kernel as `ktls` allows, and falls back to userspace
+    /// TLS where the kernel cannot take it (or refuses the connection where `ktls` is
+    /// `required`).
+    pub(super) async fn secure(
+        self,
+        ktls: KtlsMode,
+        worker: &Rc<Worker>,
+    ) -> Result<Secured, Closed> {
+        let Established {
+            accepted,
+            sni,
+            host,
+            conn,
+            pending,
+        } = self;
+        let Accepted {
+            socket,
+            peer,
+            site,
+            _open,
+            ..
+        } = accepted;
+        let metrics = &worker.shared.metrics;
+        let h2 = conn.alpn_protocol() == Some(b"h2");
+        let info = ConnectionInfo {
+            site,
+            sni_host: sni.as_ref().map(|_| host),
+            sni,
+            peer,
+            metrics: metrics.clone(),
+            files: worker.files.clone(),
+        };
+        let secured = |records| Secured {
+            records,
+            h2,
+            info,
+            _open,
+        };
+        let (socket, conn, pending) = if ktls == KtlsMode::Off {
+            (socket, Box::new(conn), pending)
+        } else {
+            let traffic = metrics.traffic.clone();
+            match terminus_tls::ktls::offload(
+                &worker.shared.kernel_tls,
+                socket,
+                conn,
+                pending,
+                traffic,
+            )
+            .await
+            {
+                Offload::Kernel(stream) => {
+                    metrics.data_path(DataPath::Kernel);
+                    return Ok(secured(Records::Kernel(stream)));
+                }
+                Offload::Userspace {
+                    why,
+                    socket,
+                    conn,
+                    pending,
+                } => {
+                    metrics.ktls_fallback(why.cause());
+                    if ktls == KtlsMode::Required {
+                        metrics
+                            .ktls_refused
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        worker.log_refusal(peer, &why);
+                        // A close_notify, so the client sees an orderly close, not a reset.
+                        if let Ok(mut stream) =
+                            TlsStream::new(socket, *conn, &pending, metrics.traffic.clone())
+                        {
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(1),
+                                tokio::io::AsyncWriteExt::shutdown(&mut stream),
+                            )
+                            .await;
+                        }
+                        return Err(Closed::KtlsRefused);
+                    }
+                    worker.log_fallback(why.cause(), peer, &why);
+                    (socket, conn, pending)
+                }
+                Offload::Failed(e) => return Err(Closed::KtlsFailed(e)),
+            }
+        };
+        metrics.data_path(DataPath::Userspace);
+        let stream = TlsStream::new(socket, *conn, &pending, metrics.traffic.clone())
+            .map_err(Closed::Userspace)?;
+        Ok(secured(Records::Userspace(Box::new(stream))))
+    }
+}
+
+impl Secured {
+    /// Runs the application (HTTP) until the connection ends.
+    pub(super) async fn serve(self, worker: &Worker) {
+        let shutdown = worker.shared.shutdown.clone();
+        match self.records {
+            Records::Kernel(stream) => http::serve(stream, self.h2, self.info, shutdown).await,
+            Records::Userspace(stream) => http::serve(*stream, self.h2, self.info, shutdown).await,
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Stage 2: the TLS handshake, its crypto in the worker's engine.
+
+use std::rc::Rc;
+
+use rustls::ServerConnection;
+use terminus_tls::handshake;
+use tokio::time::timeout_at;
+
+use super::{Accepted, Closed, Hello};
+use crate::metrics::HandshakeLabels;
+use crate::worker::Worker;
+
+/// Stage 2: the handshake is complete; the record layer is not chosen yet.
+pub(crate) struct Established {
+    pub(super) accepted: Accepted,
+    pub(super) sni: Option<String>,
+    pub(super) host: usize,
+    pub(super) conn: ServerConnection,
+    /// The head of a record received after the handshake, not yet given to rustls.
+    pub(super) pending: Vec<u8>,
+}
+
+impl Hello {
+    /// Completes the handshake with the site's TLS configuration, by the deadline set
+    /// at accept.
+    pub(super) async fn handshake(self, worker: &Rc<Worker>) -> Result<Established, Closed> {
+        let Hello {
+            accepted,
+            read,
+            sni,
+            host,
+            route: _,
+        } = self;
+        let metrics = &worker.shared.metrics;
+        let done = timeout_at(
+            accepted.handshake_deadline,
+            handshake(
+                &accepted.socket,
+                read,
+                accepted.site.tls.clone(),
+                &worker.engine,
+                &accepted.ctx,
+                &metrics.traffic,
+            ),
+        )
+        .await
+        .map_err(|_| Closed::HandshakeTimeout(accepted.site.timeouts.handshake))?
+        .map_err(Closed::Handshake)?;
+        let conn = done.conn;
+        let timeline = accepted.ctx.timeline();
+        metrics.handshake_completed(
+            HandshakeLabels {
+                version: version_label(&conn),
+                cipher_suite: conn
+                    .negotiated_cipher_suite()
+                    .and_then(|s| s.suite().as_str())
+                    .unwrap_or("unknown"),
+                key_type: accepted.ctx.signed_with().map_or("none", |k| k.label()),
+            },
+            timeline
+                .finished
+                .unwrap_or_else(std::time::Instant::now)
+                .duration_since(timeline.accepted),
+        );
+        drop(timeline);
+        Ok(Established {
+            accepted,
+            sni,
+            host,
+            conn,
+            pending: done.pending,
+        })
+    }
+}
+
+fn version_label(conn: &ServerConnection) -> &'static str {
+    match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "other",
+    }
+}

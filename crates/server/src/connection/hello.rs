@@ -1,0 +1,59 @@
+//! Stage 1: the ClientHello, and what it decides.
+//!
+//! The server block (virtual host) and the tenant are resolved from SNI here, before the
+//! handshake, so that every crypto request of the handshake is charged to its tenant and
+//! so that a route other than terminating TLS here (passthrough) can be chosen.
+
+use std::rc::Rc;
+
+use terminus_engine::Tenant;
+use terminus_tls::{read_client_hello, ClientHelloRead};
+use tokio::time::timeout_at;
+
+use super::{Accepted, Closed};
+use crate::worker::Worker;
+
+/// What to do with a connection once its ClientHello is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Complete the handshake here and serve the application.
+    Terminate,
+}
+
+/// Stage 1: the ClientHello has been read; nothing has been answered yet.
+pub(crate) struct Hello {
+    pub(super) accepted: Accepted,
+    pub(super) read: ClientHelloRead,
+    /// The name the client asked for.
+    pub(super) sni: Option<String>,
+    /// The virtual host SNI chose (the default one without SNI).
+    pub(super) host: usize,
+    pub(crate) route: Route,
+}
+
+impl Accepted {
+    /// Reads the ClientHello and resolves host, tenant and route from it.
+    pub(super) async fn hello(mut self, worker: &Rc<Worker>) -> Result<Hello, Closed> {
+        let counters = &worker.shared.metrics.traffic;
+        let read = match timeout_at(
+            self.handshake_deadline,
+            read_client_hello(&self.socket, &worker.engine, counters),
+        )
+        .await
+        {
+            Ok(read) => read.map_err(Closed::Handshake)?,
+            Err(_) => return Err(Closed::HandshakeTimeout(self.site.timeouts.handshake)),
+        };
+        let sni = read.client_hello().server_name().map(str::to_owned);
+        let host = self.site.resolver.lookup(sni.as_deref());
+        self.ctx
+            .hello(sni.as_deref().map(Into::into), Tenant::default());
+        Ok(Hello {
+            accepted: self,
+            read,
+            sni,
+            host,
+            route: Route::Terminate,
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! A connection's life as a pipeline of typed stages, each consuming the one before:
+//!
+//! ```text
+//! Accepted --hello()--> Hello --handshake()--> Established --secure()--> Secured --serve()
+//!  TCP, site,          ClientHello read,      rustls done,            kernel TLS or
+//!  context, deadline   host, tenant, route    timeline finished       userspace records
+//! ```
+//!
+//! A stage that cannot go on returns [`Closed`], which says why once, in the metrics and
+//! the log. The [`HandshakeContext`](terminus_engine::HandshakeContext) made at accept
+//! travels through the stages: the engine charges every crypto request to it and writes
+//! its timeline.
+
+mod data_path;
+mod handshake;
+mod hello;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use terminus_engine::HandshakeContext;
+use terminus_tls::HandshakeError;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::config::KtlsMode;
+use crate::metrics::HandshakeFailure;
+use crate::site::Site;
+use crate::worker::{OpenConnection, Worker};
+
+use handshake::Established;
+use hello::{Hello, Route};
+
+/// Serves one accepted connection to its end.
+pub(crate) async fn run(
+    socket: TcpStream,
+    peer: SocketAddr,
+    open: OpenConnection,
+    ktls: KtlsMode,
+    worker: Rc<Worker>,
+) {
+    let accepted = Accepted::new(socket, peer, open, &worker);
+    let served = async {
+        let hello = accepted.hello(&worker).await?;
+        let established = match hello.route {
+            Route::Terminate => hello.handshake(&worker).await?,
+        };
+        established.secure(ktls, &worker).await
+    };
+    match served.await {
+        Ok(secured) => secured.serve(&worker).await,
+        Err(closed) => closed.record(&worker, peer),
+    }
+}
+
+/// Stage 0: a TCP connection just accepted, counted open until it is dropped.
+pub(crate) struct Accepted {
+    socket: TcpStream,
+    peer: SocketAddr,
+    /// The configuration the connection keeps for its lifetime, reloads notwithstanding.
+    site: Arc<Site>,
+    ctx: HandshakeContext,
+    /// The ClientHello and the handshake must both be done by then.
+    handshake_deadline: Instant,
+    _open: OpenConnection,
+}
+
+impl Accepted {
+    fn new(socket: TcpStream, peer: SocketAddr, open: OpenConnection, worker: &Worker) -> Self {
+        let _ = socket.set_nodelay(true);
+        let site = worker.shared.site.current();
+        let now = Instant::now();
+        Self {
+            socket,
+            peer,
+            handshake_deadline: now + site.timeouts.handshake,
+            site,
+            ctx: HandshakeContext::new(now.into_std()),
+            _open: open,
+        }
+    }
+}
+
+/// Why a connection ended before reaching its application.
+pub(crate) enum Closed {
+    Handshake(HandshakeError),
+    HandshakeTimeout(Duration),
+    /// `ktls = "required"` and the kernel could not take the connection (logged).
+    KtlsRefused,
+    /// The kernel took part of the connection and failed: it cannot go on either way.
+    KtlsFailed(terminus_tls::ktls::OffloadError),
+    /// The userspace record layer could not be built.
+    Userspace(std::io::Error),
+}
+
+impl Closed {
+    fn record(self, worker: &Worker, peer: SocketAddr) {
+        let metrics = &worker.shared.metrics;
+        match self {
+            Closed::Handshake(e) => {
+                metrics.handshake_failed(HandshakeFailure::of(&e));
+                match e.source() {
+                    terminus_tls::ErrorSource::Client => tracing::debug!(%peer, "{e}"),
+                    _ => tracing::warn!(%peer, "{e}"),
+                }
+            }
+            Closed::HandshakeTimeout(after) => {
+                metrics.handshake_failed(HandshakeFailure::Timeout);
+                tracing::debug!(%peer, "handshake timed out after {after:?}");
+            }
+            Closed::KtlsRefused => {}
+            Closed::KtlsFailed(e) => {
+                metrics.ktls_fallback(e.cause());
+                tracing::warn!(%peer, "kernel TLS hand-off failed, connection closed: {e}");
+            }
+            Closed::Userspace(e) => tracing::debug!(%peer, "{e}"),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Handshake errors that remember whose fault they are.
+//!
+//! rustls's `Signer` and key-exchange traits can only return a `rustls::Error`, so a
+//! crypto engine failure crosses rustls as `Error::Other` carrying the [`CryptoError`],
+//! and the driver unwraps it again: a failing backend is not counted as a client's TLS
+//! error (Pingora's `ErrorSource` makes the same distinction).
+
+use std::io;
+use std::sync::Arc;
+
+use rustls::{OtherError, PeerMisbehaved};
+use terminus_engine::{CryptoError, CryptoOutput, OpKind};
+
+/// Who caused a failed handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// The client or its network: bad TLS, a closed or reset connection, a timeout.
+    Client,
+    /// The crypto backend could not compute an operation.
+    CryptoBackend,
+    /// terminus itself: a configuration rustls refused, an engine answer of the wrong kind.
+    Internal,
+}
+
+impl ErrorSource {
+    pub const ALL: [ErrorSource; 3] = [Self::Client, Self::CryptoBackend, Self::Internal];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::CryptoBackend => "crypto_backend",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+/// Why a handshake did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("i/o error during handshake: {0}")]
+    Io(#[from] io::Error),
+    #[error("client closed the connection during the handshake")]
+    Eof,
+    #[error("TLS handshake failed: {0}")]
+    Tls(rustls::Error),
+    #[error("crypto engine failed during the handshake: {0}")]
+    Crypto(CryptoError),
+}
+
+impl HandshakeError {
+    pub fn source(&self) -> ErrorSource {
+        match self {
+            Self::Io(_) | Self::Eof | Self::Tls(_) => ErrorSource::Client,
+            Self::Crypto(e) => crypto_source(e),
+        }
+    }
+}
+
+fn crypto_source(e: &CryptoError) -> ErrorSource {
+    match e {
+        CryptoError::BadPeerKey(_) => ErrorSource::Client,
+        CryptoError::SignFailed | CryptoError::KeyGenFailed(_) | CryptoError::BackendGone(_) => {
+            ErrorSource::CryptoBackend
+        }
+        CryptoError::SchemeMismatch(_) | CryptoError::WrongOutput(_) => ErrorSource::Internal,
+    }
+}
+
+impl From<rustls::Error> for HandshakeError {
+    /// Recovers an engine error that crossed rustls (see [`to_rustls`]).
+    fn from(e: rustls::Error) -> Self {
+        if let rustls::Error::Other(OtherError(inner)) = &e {
+            if let Some(crypto) = inner.downcast_ref::<CryptoError>() {
+                return Self::Crypto(crypto.clone());
+            }
+        }
+        Self::Tls(e)
+    }
+}
+
+/// An engine error as rustls can carry it. An invalid peer key share is the client's
+/// protocol error and gets rustls's own error (and alert); everything else travels as
+/// `Error::Other` for [`HandshakeError`] to recover.
+pub(crate) fn to_rustls(e: CryptoError) -> rustls::Error {
+    match e {
+        CryptoError::BadPeerKey(_) => PeerMisbehaved::InvalidKeyShare.into(),
+        other => rustls::Error::Other(OtherError(Arc::new(other))),
+    }
+}
+
+/// The engine answered `asked` with a result of another kind: a bug, reported as one.
+pub(crate) fn wrong_output(asked: OpKind, got: &CryptoOutput) -> rustls::Error {
+    tracing::error!(
+        "crypto engine answered a {} request with {got:?}",
+        asked.name()
+    );
+    to_rustls(CryptoError::WrongOutput(asked))
+}

@@ -1,0 +1,42 @@
+//! TLS record framing, as far as terminus needs it before rustls sees the bytes.
+//!
+//! The handshake gives rustls whole records only, so that when it ends no record is half
+//! inside rustls: the kernel (kTLS) can take over the connection only at a record
+//! boundary, with the rest of the bytes still in terminus's hands.
+
+/// Length of the longest prefix of `buf` made of whole TLS records. A header that no
+/// valid record has (unknown type, not version 3.x, longer than any record) counts as
+/// whole, so rustls sees it and rejects it at once instead of us waiting for bytes that
+/// will never be valid (plain HTTP sent to the TLS port, say).
+pub fn whole_records(buf: &[u8]) -> usize {
+    const MAX_CIPHERTEXT: usize = 16384 + 2048;
+    let mut at = 0;
+    while let Some(header) = buf.get(at..at + 5) {
+        let len = u16::from_be_bytes([header[3], header[4]]) as usize;
+        if !(20..=24).contains(&header[0]) || header[1] != 3 || len > MAX_CIPHERTEXT {
+            return buf.len();
+        }
+        if at + 5 + len > buf.len() {
+            break;
+        }
+        at += 5 + len;
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_records_stops_at_a_partial_record() {
+        let mut buf = vec![23, 3, 3, 0, 2, 9, 9, 23, 3, 3, 0, 4, 1];
+        assert_eq!(whole_records(&buf), 7);
+        buf.extend_from_slice(&[2, 3, 4]);
+        assert_eq!(whole_records(&buf), 16);
+        assert_eq!(whole_records(&buf[..3]), 0);
+        // An impossible length is handed on for rustls to reject.
+        assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
+        assert_eq!(whole_records(b"GET / HTTP/1.1\r\n"), 16);
+    }
+}
