@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark scripts: certificates, the servers under test (terminus,
 Debian's nginx and HAProxy, one worker each pinned to CPU 0), their CPU time from /proc,
-and the CPU-quota cgroup of ../shared/DESIGN.md section 5."""
+and the CPU-quota cgroup (one server worker capped so one client thread saturates it)."""
 
 import os
 import socket

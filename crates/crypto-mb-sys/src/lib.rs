@@ -10,6 +10,8 @@
 //! `*mut *mut int8u`, `int8u* const a[8]` is `*const *mut int8u`); `tests/abi.rs` has a C
 //! compiler check them against crypto_mb's headers.
 #![allow(non_camel_case_types)]
+// The FFI boundary: the declarations of crypto_mb's C functions.
+#![allow(unsafe_code)]
 
 use std::os::raw::c_int;
 

@@ -7,11 +7,12 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::cost::Crossovers;
+use crate::engine::{Engine, FlushPolicy};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::MultibufferBackend;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput};
 use crate::scalar::ScalarBackend;
-use crate::speed::Crossovers;
 use crate::threads::{ThreadPool, ThreadPoolBackend};
 
 /// Which backend computes the operations (`crypto.backend` in the config).
@@ -50,10 +51,10 @@ impl BackendKind {
         }
     }
 
-    /// One worker's backend of this kind. `Threads` computes on `pool` (scalar without
+    /// One worker's backend of this kind (see [`EngineSpec`]). `Threads` computes on `pool` (scalar without
     /// one); `Multibuffer` decides small batches by `crossovers`, and is only chosen where
     /// crypto_mb runs.
-    pub fn backend(
+    fn backend(
         self,
         metrics: Arc<EngineMetrics>,
         crossovers: Arc<Crossovers>,
@@ -68,6 +69,39 @@ impl BackendKind {
             ),
             _ => Box::new(ScalarBackend),
         }
+    }
+}
+
+/// How a thread's engine is built: one per server worker, one per `terminus load
+/// --batch-kx` thread, from the same description so the two cannot drift apart.
+#[derive(Clone)]
+pub struct EngineSpec {
+    pub backend: BackendKind,
+    pub policy: FlushPolicy,
+    /// The multibuffer backend's crossovers (measured at start-up by the server; the
+    /// defaults elsewhere).
+    pub crossovers: Arc<Crossovers>,
+    /// The crypto threads of the `threads` backend.
+    pub pool: Option<Arc<ThreadPool>>,
+}
+
+impl EngineSpec {
+    /// `backend` with the default flush policy and crossovers and no thread pool.
+    pub fn new(backend: BackendKind) -> Self {
+        Self {
+            backend,
+            policy: FlushPolicy::default(),
+            crossovers: Arc::default(),
+            pool: None,
+        }
+    }
+
+    /// A new engine for the calling thread, counting into `metrics`.
+    pub fn build(&self, metrics: Arc<EngineMetrics>) -> Engine {
+        let backend =
+            self.backend
+                .backend(metrics.clone(), self.crossovers.clone(), self.pool.as_ref());
+        Engine::new(backend, self.policy, metrics)
     }
 }
 

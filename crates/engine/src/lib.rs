@@ -17,8 +17,11 @@
 
 mod backend;
 pub mod context;
+pub mod cost;
 mod engine;
 mod metrics;
+// The FFI boundary: crypto_mb's 8-lane calls.
+#[allow(unsafe_code)]
 pub mod multibuffer;
 mod op;
 pub mod scalar;
@@ -26,7 +29,7 @@ mod signing_key;
 pub mod speed;
 mod threads;
 
-pub use backend::{Backend, BackendKind, Job, Reply};
+pub use backend::{Backend, BackendKind, EngineSpec, Job, Reply};
 pub use context::{HandshakeContext, Tenant, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use metrics::{EngineMetrics, Histogram, OpCounters};

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use common::{on_multibuffer_engine, skip_without_ifma};
-use terminus_engine::speed::{Cost, Crossovers, Operation, Workload};
+use terminus_engine::cost::{Cost, Crossovers, Operation, Workload};
 use terminus_engine::{CryptoOp, CryptoOutput, HandshakeContext, KxGroup};
 
 #[test]

@@ -6,9 +6,10 @@ mod common;
 use aws_lc_rs::signature::{
     EcdsaVerificationAlgorithm, UnparsedPublicKey, ECDSA_P256_SHA256_ASN1, ECDSA_P384_SHA384_ASN1,
 };
-use common::{openssl, skip_without_ifma, TempDir};
+use common::skip_without_ifma;
 use terminus_engine::multibuffer::ecdsa::{self, EcKey};
 use terminus_engine::multibuffer::nist::Curve;
+use terminus_testkit::{openssl_stdout as openssl, TestDir};
 
 const CURVES: [Curve; 2] = [Curve::P256, Curve::P384];
 
@@ -22,8 +23,8 @@ fn verifier(curve: Curve) -> &'static EcdsaVerificationAlgorithm {
 /// (key in the batched form, uncompressed public point); alternately parsed from PKCS#8
 /// and from SEC1 DER.
 fn keys(curve: Curve, n: usize) -> Vec<(EcKey, Vec<u8>)> {
-    let tmp = TempDir::new("mb-ecdsa");
-    let dir = tmp.path();
+    let tmp = TestDir::new("mb-ecdsa");
+    let dir = tmp.root();
     let out = (0..n)
         .map(|i| {
             let pem = dir.join(format!("k{i}.pem"));
@@ -124,8 +125,8 @@ fn nonces_are_fresh(curve: Curve) {
 
 #[test]
 fn a_key_on_the_other_curve_is_refused() {
-    let tmp = TempDir::new("mb-ecdsa-wrong-curve");
-    let pem = tmp.path().join("k.pem");
+    let tmp = TestDir::new("mb-ecdsa-wrong-curve");
+    let pem = tmp.root().join("k.pem");
     openssl(&[
         "genpkey",
         "-algorithm",

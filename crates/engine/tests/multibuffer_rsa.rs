@@ -6,9 +6,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use common::{openssl, skip_without_ifma, TempDir};
+use common::skip_without_ifma;
 use terminus_engine::multibuffer::rsa;
 use terminus_engine::HandshakeContext;
+use terminus_testkit::{openssl_stdout as openssl, TestDir};
 
 struct Key {
     pem: PathBuf,
@@ -68,8 +69,8 @@ fn every_lane_count_and_mixed_keys_match_openssl() {
     if skip_without_ifma() {
         return;
     }
-    let tmp = TempDir::new("mb-rsa");
-    let dir = tmp.path();
+    let tmp = TestDir::new("mb-rsa");
+    let dir = tmp.root();
     for bits in [2048, 3072, 4096] {
         let keys: Vec<Key> = (0..3)
             .map(|i| key(dir, &format!("k{bits}-{i}"), bits))
@@ -97,8 +98,8 @@ fn a_bad_lane_fails_alone() {
     if skip_without_ifma() {
         return;
     }
-    let tmp = TempDir::new("mb-rsa-bad");
-    let dir = tmp.path();
+    let tmp = TestDir::new("mb-rsa-bad");
+    let dir = tmp.root();
     let k = key(dir, "k", 2048);
     let good: Vec<Vec<u8>> = (0..8).map(|_| random_below_modulus(256)).collect();
     let too_big = vec![0xffu8; 256]; // not below the modulus
@@ -139,8 +140,8 @@ fn backend_signatures_verify_independently() {
     if skip_without_ifma() {
         return;
     }
-    let tmp = TempDir::new("mb-rsa-backend");
-    let dir = tmp.path();
+    let tmp = TestDir::new("mb-rsa-backend");
+    let dir = tmp.root();
     let pem = dir.join("k.pem");
     openssl(&[
         "genpkey",

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{openssl, TempDir};
 use rustls::SignatureScheme;
 use terminus_engine::{scalar, CryptoError, CryptoOp, CryptoOutput, KxGroup, SigningKeyPair};
+use terminus_testkit::{openssl_stdout as openssl, TestDir};
 
 fn keygen(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, Arc<SigningKeyPair>) {
     let pem = dir.join(format!("{name}.pem"));
@@ -83,7 +83,7 @@ fn openssl_verify(
 
 #[test]
 fn rsa_signatures_match_openssl() {
-    let dir = TempDir::new("rsa");
+    let dir = TestDir::new("rsa");
     for bits in [2048, 3072, 4096] {
         let (pem, key) = keygen(
             &dir.0,
@@ -146,7 +146,7 @@ fn rsa_signatures_match_openssl() {
 
 #[test]
 fn ecdsa_signatures_verify_with_openssl_and_never_repeat() {
-    let dir = TempDir::new("ecdsa");
+    let dir = TestDir::new("ecdsa");
     for (curve, scheme, digest) in [
         ("P-256", SignatureScheme::ECDSA_NISTP256_SHA256, "-sha256"),
         ("P-384", SignatureScheme::ECDSA_NISTP384_SHA384, "-sha384"),
@@ -242,7 +242,7 @@ fn key_exchange_both_sides_agree() {
 
 #[test]
 fn x25519_matches_openssl() {
-    let dir = TempDir::new("x25519");
+    let dir = TestDir::new("x25519");
     let theirs = dir.0.join("peer.pem");
     openssl(&[
         "genpkey",

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_engine::{Engine, EngineMetrics, FlushPolicy};
+use terminus_engine::{Engine, EngineMetrics, EngineSpec};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -108,10 +108,7 @@ pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
 /// One engine per thread, as a server worker has, with the server's flush policy and the
 /// multibuffer backend's default crossovers.
 fn thread_engine(metrics: Arc<EngineMetrics>) -> Engine {
-    let backend = metrics
-        .backend()
-        .backend(metrics.clone(), Arc::default(), None);
-    Engine::new(backend, FlushPolicy::default(), metrics)
+    EngineSpec::new(metrics.backend()).build(metrics)
 }
 
 /// Requests waiting for a connection task, and the tasks waiting for requests.

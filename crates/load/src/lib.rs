@@ -140,8 +140,7 @@ impl LoadOptions {
         }
         // Not available_parallelism: that counts only the CPUs this process may use now,
         // and `taskset -c 1 terminus load --pin 1` is fine.
-        // SAFETY: sysconf only reads a system setting.
-        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize;
+        let cpus = terminus_sys::configured_cpus();
         if let Some(cpu) = self.pin.iter().find(|c| **c >= cpus) {
             return bad(format!(
                 "--pin: CPU {cpu} does not exist (this machine has CPUs 0-{})",
@@ -167,7 +166,14 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
         Mode::Connections(c) => c,
         Mode::Rate(_) => options.max_connections,
     };
-    raise_fd_limit(connections + 64);
+    let wanted = connections as u64 + 64;
+    match terminus_sys::raise_open_file_limit(wanted) {
+        Ok(limit) if limit >= wanted => {}
+        Ok(limit) => eprintln!(
+            "warning: open-file limit {limit} is below the {wanted} this load needs (raise the hard limit: ulimit -Hn)"
+        ),
+        Err(e) => eprintln!("warning: cannot raise the open-file limit: {e}"),
+    }
 
     terminus_engine::warm_up_csprng();
     // `--batch-kx`: crypto_mb where this CPU runs it, else the engine computes scalar.
@@ -219,7 +225,9 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
             .name(format!("load-{i}"))
             .spawn(move || {
                 if let Some(cpu) = cpu {
-                    pin_current_thread(cpu);
+                    if let Err(e) = terminus_sys::pin_current_thread(cpu) {
+                        eprintln!("warning: load thread {i} cannot pin to CPU {cpu}: {e}");
+                    }
                 }
                 // This thread's generator, seeded from the process's before the start.
                 terminus_engine::warm_up_csprng();
@@ -297,37 +305,7 @@ fn merge(all: &[Arc<Mutex<Stats>>]) -> Stats {
 
 /// user+system CPU seconds of this process so far.
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes only into the zeroed struct we pass.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// Lifts the soft open-file limit toward `wanted` (up to the hard limit): a load of
-/// thousands of connections must not fail on the default 1024.
-fn raise_fd_limit(wanted: usize) {
-    // SAFETY: getrlimit/setrlimit read and write only the struct we pass.
-    unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && (lim.rlim_cur as usize) < wanted {
-            lim.rlim_cur = (wanted as libc::rlim_t).min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
-
-fn pin_current_thread(cpu: usize) {
-    // SAFETY: the cpu_set_t is zeroed and filled by the libc macros; sched_setaffinity
-    // reads it for the calling thread (pid 0).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    terminus_sys::process_cpu_time().map_or(0.0, |t| t.as_secs_f64())
 }
 
 /// Parses `--pin` lists: `1`, `0,2`, `2-3`.

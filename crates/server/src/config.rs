@@ -783,4 +783,86 @@ mod tests {
         assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
         assert_eq!(parse_duration("5 parsecs"), None);
     }
+
+    mod properties {
+        use super::parse;
+        use proptest::prelude::*;
+
+        /// Lines a config file could hold: known sections and keys with values of every
+        /// type, plus junk.
+        fn line() -> impl Strategy<Value = String> {
+            let section = prop::sample::select(vec![
+                "[tls]",
+                "[crypto]",
+                "[timeouts]",
+                "[limits]",
+                "[log]",
+                "[files]",
+                "[admin]",
+                "[[server]]",
+                "[[server.certificate]]",
+                "[nonsense]",
+            ]);
+            let key = prop::sample::select(vec![
+                "workers",
+                "listen",
+                "versions",
+                "cipher_suites",
+                "groups",
+                "backend",
+                "handshake",
+                "keepalive",
+                "max_connections",
+                "level",
+                "cache",
+                "cache_valid",
+                "cache_entries",
+                "names",
+                "root",
+                "cert",
+                "key",
+                "default",
+                "bogus",
+            ]);
+            let value = prop::sample::select(vec![
+                "1",
+                "0",
+                "-3",
+                "99999999999",
+                "true",
+                "\"1s\"",
+                "\"10 s\"",
+                "\"ten\"",
+                "\"1.3\"",
+                "[\"1.2\", \"1.3\"]",
+                "[]",
+                "\"127.0.0.1:0\"",
+                "\"x\"",
+                "{ a = 1 }",
+                "\"",
+                "[1, \"a\"]",
+            ]);
+            prop_oneof![
+                section.prop_map(str::to_owned),
+                (key, value).prop_map(|(k, v)| format!("{k} = {v}")),
+                "[ -~]{0,20}",
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Whatever the file holds, parsing ends in a config or an error that names a
+            /// line of the file; it never panics.
+            #[test]
+            fn errors_name_a_line_of_the_file(lines in prop::collection::vec(line(), 0..12)) {
+                let text = lines.join("\n");
+                if let Err(e) = parse(&text) {
+                    if let Some(line) = e.line {
+                        prop_assert!(line >= 1 && line <= lines.len().max(1), "line {} of {}: {}", line, lines.len(), e);
+                    }
+                }
+            }
+        }
+    }
 }

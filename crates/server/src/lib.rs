@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use terminus_engine::speed::{crossover_label, Crossovers, Workload};
-use terminus_engine::{BackendKind, EngineMetrics, FlushPolicy, KxGroup, ThreadPool};
+use terminus_engine::cost::{crossover_label, Crossovers, Workload};
+use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, KxGroup, ThreadPool};
 use terminus_tls::selfsigned;
 use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
@@ -142,12 +142,14 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         connection_limit: Arc::new(Semaphore::new(config.max_connections)),
         shutdown: shutdown_rx.clone(),
         shutdown_grace: config.shutdown_grace,
-        backend,
-        pool,
-        flush_policy: FlushPolicy {
-            max_batch_delay: config.max_batch_delay,
+        engine: EngineSpec {
+            backend,
+            policy: FlushPolicy {
+                max_batch_delay: config.max_batch_delay,
+            },
+            crossovers: crossovers.clone(),
+            pool,
         },
-        crossovers: crossovers.clone(),
         kernel_tls,
     };
     // Everything start-up needs is acquired before any worker accepts: a connection

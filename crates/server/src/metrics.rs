@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_engine::speed::Crossovers;
+use terminus_engine::cost::Crossovers;
 use terminus_engine::{EngineMetrics, Histogram, OpKind, ThreadPool};
 use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, SendMethod, TrafficCounters};
 

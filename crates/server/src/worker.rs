@@ -9,8 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use terminus_engine::speed::Crossovers;
-use terminus_engine::{BackendKind, Engine, EngineMetrics, FlushPolicy, ThreadPool};
+use terminus_engine::{Engine, EngineSpec};
 use terminus_tls::{FallbackCause, KernelSupport};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -29,12 +28,8 @@ pub struct Shared {
     pub connection_limit: Arc<Semaphore>,
     pub shutdown: watch::Receiver<bool>,
     pub shutdown_grace: Duration,
-    pub backend: BackendKind,
-    /// The crypto threads, for the `threads` backend.
-    pub pool: Option<Arc<ThreadPool>>,
-    pub flush_policy: FlushPolicy,
-    /// The multibuffer backend's crossovers, measured at start-up.
-    pub crossovers: Arc<Crossovers>,
+    /// Each worker's crypto engine.
+    pub engine: EngineSpec,
     /// What the kernel's TLS can take, probed at start-up.
     pub kernel_tls: Arc<KernelSupport>,
 }
@@ -64,7 +59,7 @@ pub fn run(
     start: Arc<Barrier>,
 ) -> io::Result<()> {
     if let Some(cpu) = pin_cpu {
-        if let Err(e) = pin_to_cpu(cpu) {
+        if let Err(e) = terminus_sys::pin_current_thread(cpu) {
             tracing::warn!("worker {id}: cannot pin to CPU {cpu}: {e}");
         }
     }
@@ -85,14 +80,8 @@ pub fn run(
     }
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let metrics: Arc<EngineMetrics> = shared.metrics.engine.clone();
-        let backend = shared.backend.backend(
-            metrics.clone(),
-            shared.crossovers.clone(),
-            shared.pool.as_ref(),
-        );
         let worker = Rc::new(Worker {
-            engine: Engine::new(backend, shared.flush_policy, metrics),
+            engine: shared.engine.build(shared.metrics.engine.clone()),
             shared,
             open: Cell::new(0),
             drained: Notify::new(),
@@ -119,20 +108,6 @@ pub fn run(
         }
         Ok(())
     })
-}
-
-fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is a plain bitmask; CPU_ZERO/CPU_SET only write inside it, and
-    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes from it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// accept() failures that mean "out of resources": back off instead of spinning.

@@ -4,8 +4,9 @@
 use std::io::Write;
 use std::time::Duration;
 
+use terminus_engine::cost::{crossover_label, Cost, Operation, Workload};
 use terminus_engine::multibuffer;
-use terminus_engine::speed::{crossover_label, throughput, Cost, Operation, Workload};
+use terminus_engine::speed::throughput;
 
 pub struct SpeedArgs {
     pub ops: Vec<String>,

@@ -13,6 +13,13 @@
 //! - **enforceable**: when `TERMINUS_REQUIRE` (a comma-separated list of [`Need`] names)
 //!   names what is missing, the test fails instead. `.ci/run` always requires the kTLS
 //!   guest and requires IFMA whenever `/proc/cpuinfo` shows `avx512ifma`.
+//!
+//! [`support`] has what every suite needs besides: scratch directories, the openssl
+//! command line, and waiting for an event.
+
+mod support;
+
+pub use support::{eventually, openssl, openssl_stdout, run, TestDir};
 
 use std::ffi::OsStr;
 use std::fmt;

@@ -39,4 +39,42 @@ mod tests {
         assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
         assert_eq!(whole_records(b"GET / HTTP/1.1\r\n"), 16);
     }
+
+    mod properties {
+        use super::super::whole_records;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        proptest! {
+            // A bounded number of cases, so CI time stays predictable.
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn never_more_than_the_buffer(buf in prop::collection::vec(any::<u8>(), 0..2048)) {
+                prop_assert!(whole_records(&buf) <= buf.len());
+            }
+
+            /// Valid records cut anywhere: exactly the records before the cut are whole.
+            #[test]
+            fn stops_at_the_last_record_boundary(
+                records in prop::collection::vec(
+                    (20u8..=24, 0u8..=4, prop::collection::vec(any::<u8>(), 0..600)),
+                    1..6,
+                ),
+                cut in any::<Index>(),
+            ) {
+                let mut buf = Vec::new();
+                let mut bounds = vec![0];
+                for (kind, minor, body) in &records {
+                    buf.extend_from_slice(&[*kind, 3, *minor]);
+                    buf.extend_from_slice(&(body.len() as u16).to_be_bytes());
+                    buf.extend_from_slice(body);
+                    bounds.push(buf.len());
+                }
+                let k = cut.index(buf.len() + 1);
+                let expected = bounds.iter().copied().filter(|&b| b <= k).max().unwrap();
+                prop_assert_eq!(whole_records(&buf[..k]), expected);
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ use aws_lc_rs::rand::SystemRandom;
 use zeroize::Zeroizing;
 
 use crate::backend::{Backend, BackendKind, Job, Reply};
+use crate::cost::{Crossovers, Operation};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::ecdsa::{self, EcKey};
 use crate::multibuffer::emsa::Encoding;
@@ -19,7 +20,6 @@ use crate::multibuffer::rsa::{self, RsaCrtKey};
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 use crate::scalar;
 use crate::signing_key::BatchKey;
-use crate::speed::{Crossovers, Operation};
 
 pub struct MultibufferBackend {
     metrics: Arc<EngineMetrics>,

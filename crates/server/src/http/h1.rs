@@ -569,4 +569,59 @@ mod tests {
         assert!(!wants_keep_alive(&req("1.0", None)));
         assert!(wants_keep_alive(&req("1.0", Some("keep-alive"))));
     }
+
+    mod properties {
+        use super::super::parse;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        /// A well-formed request head: method, target, headers.
+        fn request() -> impl Strategy<Value = (&'static str, String, Vec<(String, String)>)> {
+            (
+                prop::sample::select(vec!["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"]),
+                "/[a-zA-Z0-9._~/-]{0,24}(\\?[a-z0-9=&]{0,12})?",
+                prop::collection::vec(("[a-z][a-z0-9-]{0,12}", "[!-~]([ -~]{0,20}[!-~])?"), 0..8),
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Any bytes: a request, "need more", or a 4xx; the buffer is consumed only
+            /// by a complete head.
+            #[test]
+            fn any_bytes_are_answered_without_panicking(buf in prop::collection::vec(any::<u8>(), 0..512)) {
+                let mut b = buf.clone();
+                match parse(&mut b) {
+                    Ok(Some(_)) => prop_assert!(b.len() < buf.len()),
+                    Ok(None) => prop_assert_eq!(&b, &buf),
+                    Err(status) => {
+                        prop_assert!(status.is_client_error());
+                        prop_assert_eq!(&b, &buf);
+                    }
+                }
+            }
+
+            /// A head split across reads is never refused, and parses whole to what was sent,
+            /// leaving the next request's bytes in the buffer.
+            #[test]
+            fn a_head_split_anywhere_parses_to_what_was_sent(
+                (method, target, headers) in request(),
+                cut in any::<Index>(),
+            ) {
+                let head: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+                let text = format!("{method} {target} HTTP/1.1\r\n{head}\r\n");
+                let prefix = &text.as_bytes()[..cut.index(text.len())];
+                prop_assert!(matches!(parse(&mut prefix.to_vec()), Ok(None)), "prefix {:?}", String::from_utf8_lossy(prefix));
+                let mut all = format!("{text}GET /next").into_bytes();
+                let req = parse(&mut all).unwrap().unwrap();
+                prop_assert_eq!(req.method().as_str(), method);
+                prop_assert_eq!(req.uri().path_and_query().map(|p| p.as_str()), Some(target.as_str()));
+                for (name, value) in &headers {
+                    prop_assert!(req.headers().get_all(name.as_str()).iter().any(|v| v.as_bytes() == value.as_bytes()));
+                }
+                prop_assert_eq!(all, b"GET /next".to_vec());
+            }
+        }
+    }
 }

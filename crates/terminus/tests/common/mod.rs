@@ -6,11 +6,13 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub mod raw;
+
+#[allow(unused_imports)] // each test binary uses some of them
+pub use terminus_testkit::{eventually, openssl, run, TestDir};
 
 /// True when crypto_mb runs on this CPU; otherwise the skip is shown and counted (or
 /// fails the test where IFMA is required; see terminus_testkit) and the caller returns.
@@ -18,73 +20,11 @@ pub fn ifma() -> bool {
     terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable())
 }
 
-/// Polls `done` until it holds; fails the test with `what` if it does not within `within`.
-/// Tests wait for the event they need, never for a guessed time.
-pub fn eventually(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Held by the tests of one binary that measure rates or time, or that saturate a CPU:
 /// they run one at a time, so that no test's load can fail another's measurement.
 pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A fresh directory under the target dir, removed on drop.
-pub struct TestDir(pub PathBuf);
-
-impl TestDir {
-    pub fn new(name: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "terminus-test-{}-{}-{}",
-            std::process::id(),
-            name,
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TestDir(dir)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.path(name);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).unwrap();
-        }
-        std::fs::write(&p, contents).unwrap();
-        p
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn run(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
-}
-
-pub fn openssl(args: &[&str]) -> Output {
-    let out = run(Command::new("openssl").args(args));
-    assert!(
-        out.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// A self-signed certificate and key made by the openssl CLI.

@@ -3,6 +3,7 @@
 use std::io;
 use std::sync::Arc;
 
+use rustls::server::AcceptedAlert;
 use rustls::{ServerConfig, ServerConnection};
 use terminus_engine::{Engine, HandshakeContext};
 use tokio::net::TcpStream;
@@ -39,7 +40,7 @@ pub async fn handshake(
 ) -> Result<Handshake, HandshakeError> {
     let ClientHelloRead {
         accepted,
-        mut received,
+        mut inbox,
         _in_flight,
     } = hello;
     let mut out = Vec::with_capacity(4096);
@@ -61,10 +62,8 @@ pub async fn handshake(
     let mut conn = match answered {
         Ok(conn) => conn,
         Err(failed) => {
-            let (e, mut alert) = *failed;
-            alert.write_all(&mut out)?;
-            counters.add_out(out.len());
-            let _ = write_all(stream, &out).await;
+            let (e, alert) = *failed;
+            send_alert(stream, alert, counters).await;
             return Err(e.into());
         }
     };
@@ -74,27 +73,11 @@ pub async fn handshake(
             ctx.finished();
             return Ok(Handshake {
                 conn: *conn,
-                pending: received,
+                pending: inbox.into_rest(),
             });
         }
-        if whole_records(&received) == 0 {
-            let n = receive(&mut received, stream).await?;
-            if n == 0 {
-                return Err(HandshakeError::Eof);
-            }
-            counters.add_in(n);
-            continue;
-        }
-        let whole = whole_records(&received);
-        let mut rest = &received[..whole];
-        while !rest.is_empty() {
-            // rustls takes less when its buffer is full; the rest waits for the next pass.
-            if conn.read_tls(&mut rest)? == 0 {
-                break;
-            }
-        }
-        let fed = whole - rest.len();
-        received.drain(..fed);
+        inbox.fill(stream, counters).await?;
+        inbox.feed(|records| conn.read_tls(records))?;
         let (returned, result) = bridge::run(
             move || {
                 let result = conn.process_new_packets().map(|_| ());
@@ -111,15 +94,69 @@ pub async fn handshake(
     }
 }
 
-/// Appends what the socket has to `buf`; 0 is end of file.
-pub(super) async fn receive(buf: &mut Vec<u8>, stream: &TcpStream) -> io::Result<usize> {
-    buf.reserve(4096);
-    loop {
-        stream.readable().await?;
-        match stream.try_read_buf(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            other => return other,
+/// Bytes read from the socket during the handshake, handed to rustls a whole record at a
+/// time (see [`crate::record`]).
+#[derive(Default)]
+pub(super) struct Inbox {
+    buf: Vec<u8>,
+}
+
+impl Inbox {
+    /// Returns once at least one whole record is buffered; `Eof` if the client closes
+    /// first.
+    pub(super) async fn fill(
+        &mut self,
+        stream: &TcpStream,
+        counters: &TrafficCounters,
+    ) -> Result<(), HandshakeError> {
+        while whole_records(&self.buf) == 0 {
+            self.buf.reserve(4096);
+            stream.readable().await?;
+            match stream.try_read_buf(&mut self.buf) {
+                Ok(0) => return Err(HandshakeError::Eof),
+                Ok(n) => counters.add_in(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        Ok(())
+    }
+
+    /// Gives `read_tls` (rustls's) the whole records buffered. rustls takes less when its
+    /// own buffer is full; the rest waits for the next pass.
+    pub(super) fn feed(
+        &mut self,
+        mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        let whole = whole_records(&self.buf);
+        let mut rest = &self.buf[..whole];
+        while !rest.is_empty() {
+            if read_tls(&mut rest)? == 0 {
+                break;
+            }
+        }
+        let fed = whole - rest.len();
+        self.buf.drain(..fed);
+        Ok(())
+    }
+
+    /// What rustls was not given: the head of one record at most.
+    pub(super) fn into_rest(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+/// Sends the alert rustls chose when it refused a ClientHello; the connection is closing,
+/// so a failure to send is not reported.
+pub(super) async fn send_alert(
+    stream: &TcpStream,
+    mut alert: AcceptedAlert,
+    counters: &TrafficCounters,
+) {
+    let mut out = Vec::new();
+    if alert.write_all(&mut out).is_ok() {
+        counters.add_out(out.len());
+        let _ = write_all(stream, &out).await;
     }
 }
 

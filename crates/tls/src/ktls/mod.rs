@@ -24,6 +24,8 @@
 
 mod splice;
 mod stream;
+// The kernel's TLS socket options and sendfile/splice: the kTLS system-call boundary.
+#[allow(unsafe_code)]
 pub mod sys;
 
 use std::io;

@@ -4,10 +4,10 @@
 //! relative to the docroot's directory handle, so neither `..` nor a symlink can reach
 //! outside it, whatever the path spelling.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -43,30 +43,12 @@ impl DocRoot {
     /// Opens `rel` (no leading slash, already normalised) strictly beneath the root.
     pub(super) fn open_beneath(&self, rel: &[u8]) -> io::Result<File> {
         let rel = if rel.is_empty() { b".".as_slice() } else { rel };
-        let c_path = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mut how: libc::open_how = zeroed_open_how();
-        how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
-        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: openat2 reads `how` (a fully initialised open_how of the size we pass)
-        // and the NUL-terminated path; the directory fd stays open for the call.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                self.dir.as_raw_fd(),
-                c_path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd < 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::ENOSYS) {
-                return self.open_beneath_by_canonical_path(rel);
+        match terminus_sys::open_beneath(&self.dir, rel) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                self.open_beneath_by_canonical_path(rel)
             }
-            return Err(err);
+            other => other,
         }
-        // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-        Ok(unsafe { File::from_raw_fd(fd as i32) })
     }
 
     /// For kernels before 5.6: resolve symlinks and check the result stays under the root.
@@ -78,10 +60,4 @@ impl DocRoot {
         }
         File::open(target)
     }
-}
-
-fn zeroed_open_how() -> libc::open_how {
-    // SAFETY: open_how is a plain C struct of integers; all-zero is its documented
-    // "no flags" value.
-    unsafe { std::mem::zeroed() }
 }

@@ -1,0 +1,374 @@
+//! What each batchable operation costs on this CPU, computed scalar (aws-lc) and as one
+//! full 8-lane crypto_mb call, and the crossover batch sizes the multibuffer backend
+//! decides by ([`Crossovers`], measured at start-up; `terminus speed` prints the same).
+//!
+//! A crossover is the smallest batch for which one mb8 call costs no more than computing
+//! its requests one by one: `ceil(batch call time / scalar time)`. An mb8 call costs the
+//! same whatever its lane count, so below the crossover the backend runs scalar.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::rsa::{KeyPair as RsaKeyPair, KeySize};
+use aws_lc_rs::signature::{
+    EcdsaKeyPair, EcdsaSigningAlgorithm, ECDSA_P256_SHA256_ASN1_SIGNING,
+    ECDSA_P384_SHA384_ASN1_SIGNING,
+};
+use rustls::SignatureScheme;
+
+use crate::multibuffer::emsa::Encoding;
+use crate::multibuffer::{ecdsa, kx, rsa};
+use crate::op::{CryptoOp, CryptoOutput, KxGroup};
+use crate::scalar;
+use crate::signing_key::{BatchKey, KeyAlgorithm, SigningKeyPair};
+use crypto_mb_sys::LANES;
+
+/// The operations crypto_mb batches, as `terminus speed` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    Rsa2048,
+    Rsa3072,
+    Rsa4096,
+    EcdsaP256,
+    EcdsaP384,
+    X25519,
+    EcdhP256,
+    EcdhP384,
+}
+
+impl Operation {
+    pub const COUNT: usize = 8;
+    pub const ALL: [Operation; Self::COUNT] = [
+        Operation::Rsa2048,
+        Operation::Rsa3072,
+        Operation::Rsa4096,
+        Operation::EcdsaP256,
+        Operation::EcdsaP384,
+        Operation::X25519,
+        Operation::EcdhP256,
+        Operation::EcdhP384,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Rsa2048 => "rsa2048",
+            Operation::Rsa3072 => "rsa3072",
+            Operation::Rsa4096 => "rsa4096",
+            Operation::EcdsaP256 => "ecdsap256",
+            Operation::EcdsaP384 => "ecdsap384",
+            Operation::X25519 => "x25519",
+            Operation::EcdhP256 => "ecdhp256",
+            Operation::EcdhP384 => "ecdhp384",
+        }
+    }
+
+    /// What one operation is, for people reading `terminus speed`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Operation::Rsa2048 | Operation::Rsa3072 | Operation::Rsa4096 => {
+                "RSA-PSS-SHA256 signature"
+            }
+            Operation::EcdsaP256 => "ECDSA-SHA256 signature",
+            Operation::EcdsaP384 => "ECDSA-SHA384 signature",
+            Operation::X25519 | Operation::EcdhP256 | Operation::EcdhP384 => {
+                "key pair + shared secret"
+            }
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|op| op.name().eq_ignore_ascii_case(name))
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The operation a batched signature with `key` is, if the kernels take the key.
+    pub fn for_key(key: &SigningKeyPair) -> Option<Self> {
+        key.batch_key()?;
+        match key.algorithm() {
+            KeyAlgorithm::Rsa { bits: 2048 } => Some(Operation::Rsa2048),
+            KeyAlgorithm::Rsa { bits: 3072 } => Some(Operation::Rsa3072),
+            KeyAlgorithm::Rsa { bits: 4096 } => Some(Operation::Rsa4096),
+            KeyAlgorithm::Rsa { .. } => None,
+            KeyAlgorithm::EcdsaP256 => Some(Operation::EcdsaP256),
+            KeyAlgorithm::EcdsaP384 => Some(Operation::EcdsaP384),
+        }
+    }
+
+    pub fn for_group(group: KxGroup) -> Self {
+        match group {
+            KxGroup::X25519 => Operation::X25519,
+            KxGroup::Secp256r1 => Operation::EcdhP256,
+            KxGroup::Secp384r1 => Operation::EcdhP384,
+        }
+    }
+
+    /// The crossover used until one is measured: what `terminus speed` measured on the
+    /// development machines (AMD EPYC with AVX-512 IFMA, bench/README.md).
+    fn default_crossover(self) -> usize {
+        match self {
+            Operation::Rsa2048 => 3,
+            Operation::Rsa3072 => 7,
+            Operation::Rsa4096 => 5,
+            Operation::EcdsaP256 => 3,
+            Operation::EcdsaP384 => 2,
+            Operation::X25519 | Operation::EcdhP256 | Operation::EcdhP384 => 3,
+        }
+    }
+}
+
+/// The inputs to time one operation with: a signing key, or a key-exchange group and a
+/// peer's public key.
+pub struct Workload {
+    pub op: Operation,
+    input: Input,
+}
+
+enum Input {
+    Sign {
+        key: Arc<SigningKeyPair>,
+        scheme: SignatureScheme,
+    },
+    Kx {
+        group: KxGroup,
+        peer_public: Vec<u8>,
+    },
+}
+
+/// As long as what a TLS 1.3 server signs: 64 spaces, the 33-byte context string, a zero
+/// byte and a SHA-256 transcript hash.
+const MESSAGE: &[u8] = &[0x20; 130];
+
+impl Workload {
+    /// A workload signing with `key` (a certificate's key), if the kernels take it.
+    pub fn for_key(key: Arc<SigningKeyPair>) -> Option<Self> {
+        let op = Operation::for_key(&key)?;
+        // The first scheme is what TLS 1.3 uses: RSA-PSS-SHA256, or the curve's ECDSA.
+        let scheme = key.algorithm().schemes()[0];
+        Some(Self {
+            op,
+            input: Input::Sign { key, scheme },
+        })
+    }
+
+    /// A workload for `op` with freshly generated keys (RSA key generation takes a while).
+    pub fn generate(op: Operation) -> Result<Self, String> {
+        let failed = |what: &str| format!("{}: cannot generate {what}", op.name());
+        let rsa = |size: KeySize| -> Result<Vec<u8>, String> {
+            let pair = RsaKeyPair::generate(size).map_err(|_| failed("an RSA key"))?;
+            let der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&pair)
+                .map_err(|_| failed("the RSA key's PKCS#8"))?;
+            Ok(der.as_ref().to_vec())
+        };
+        let ec = |alg: &'static EcdsaSigningAlgorithm| -> Result<Vec<u8>, String> {
+            let pair = EcdsaKeyPair::generate(alg).map_err(|_| failed("an ECDSA key"))?;
+            let der = pair
+                .to_pkcs8v1()
+                .map_err(|_| failed("the ECDSA key's PKCS#8"))?;
+            Ok(der.as_ref().to_vec())
+        };
+        let der = match op {
+            Operation::Rsa2048 => rsa(KeySize::Rsa2048)?,
+            Operation::Rsa3072 => rsa(KeySize::Rsa3072)?,
+            Operation::Rsa4096 => rsa(KeySize::Rsa4096)?,
+            Operation::EcdsaP256 => ec(&ECDSA_P256_SHA256_ASN1_SIGNING)?,
+            Operation::EcdsaP384 => ec(&ECDSA_P384_SHA384_ASN1_SIGNING)?,
+            Operation::X25519 => return Self::for_group(KxGroup::X25519),
+            Operation::EcdhP256 => return Self::for_group(KxGroup::Secp256r1),
+            Operation::EcdhP384 => return Self::for_group(KxGroup::Secp384r1),
+        };
+        let key = SigningKeyPair::from_der(&der).map_err(|e| format!("{}: {e}", op.name()))?;
+        Self::for_key(Arc::new(key)).ok_or_else(|| failed("a key crypto_mb takes"))
+    }
+
+    /// A workload for the key exchange of `group` against a fresh peer key (made by aws-lc,
+    /// so that scalar figures can be taken on a CPU crypto_mb cannot run on).
+    pub fn for_group(group: KxGroup) -> Result<Self, String> {
+        let peer_public = match scalar::compute(CryptoOp::KxGenerate { group }) {
+            Ok(CryptoOutput::KeyPair { public, .. }) => public,
+            _ => return Err(format!("{}: cannot make a peer key", group.name())),
+        };
+        Ok(Self {
+            op: Operation::for_group(group),
+            input: Input::Kx { group, peer_public },
+        })
+    }
+
+    /// One operation on aws-lc. False if it failed.
+    pub fn run_scalar(&self) -> bool {
+        let op = match &self.input {
+            Input::Sign { key, scheme } => CryptoOp::Sign {
+                key: key.clone(),
+                scheme: *scheme,
+                message: MESSAGE.to_vec(),
+            },
+            Input::Kx { group, peer_public } => CryptoOp::KxGenerateAgree {
+                group: *group,
+                peer_public: peer_public.clone(),
+            },
+        };
+        scalar::compute(op).is_ok()
+    }
+
+    /// Eight operations in one crypto_mb call (two for a key exchange: public keys, then
+    /// secrets), with everything the backend does around it (encoding, the RSA result
+    /// check, fresh nonces and keys). False if any lane failed.
+    pub fn run_batch(&self) -> bool {
+        match &self.input {
+            Input::Sign { key, scheme } => match key.batch_key() {
+                Some(BatchKey::Rsa(k)) => {
+                    let Some(encoding) = Encoding::for_scheme(*scheme) else {
+                        return false;
+                    };
+                    let Some(encoded) = (0..LANES)
+                        .map(|_| encoding.encode(MESSAGE, k.bits()))
+                        .collect::<Option<Vec<_>>>()
+                    else {
+                        return false;
+                    };
+                    let lanes: Vec<_> = encoded.iter().map(|m| (k, m.as_slice())).collect();
+                    rsa::private_crt(k.bits(), &lanes).iter().all(Result::is_ok)
+                }
+                Some(BatchKey::Ecdsa(k)) => {
+                    let lanes: Vec<_> = (0..LANES).map(|_| (k, MESSAGE)).collect();
+                    ecdsa::sign(&lanes).iter().all(Result::is_ok)
+                }
+                None => false,
+            },
+            Input::Kx { group, peer_public } => {
+                let rng = SystemRandom::new();
+                let Some(privates) = (0..LANES)
+                    .map(|_| kx::random_private(*group, &rng))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    return false;
+                };
+                let keys: Vec<&[u8]> = privates.iter().map(|k| k.as_slice()).collect();
+                let pairs: Vec<(&[u8], &[u8])> =
+                    keys.iter().map(|&k| (k, peer_public.as_slice())).collect();
+                kx::public_keys(*group, &keys).iter().all(Result::is_ok)
+                    && kx::shared_secrets(*group, &pairs).iter().all(Result::is_ok)
+            }
+        }
+    }
+}
+
+/// The cheapest of `samples` timed calls of `f`, after one untimed warm-up call: the
+/// minimum is what the CPU can do, free of preemption and throttling noise.
+fn best_time(samples: usize, f: impl Fn() -> bool) -> Option<Duration> {
+    if !f() {
+        return None;
+    }
+    (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            f().then(|| start.elapsed())
+        })
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .min()
+}
+
+/// What one operation costs, scalar and per 8-lane call.
+#[derive(Clone, Copy, Debug)]
+pub struct Cost {
+    pub scalar: Duration,
+    pub batch: Duration,
+}
+
+impl Cost {
+    /// Times `workload` (the best of a few calls each way).
+    pub fn measure(workload: &Workload) -> Option<Self> {
+        Some(Self {
+            scalar: best_time(5, || workload.run_scalar())?,
+            batch: best_time(5, || workload.run_batch())?,
+        })
+    }
+
+    /// From throughputs: operations per second one by one and in full 8-lane calls.
+    pub fn from_rates(scalar_per_s: f64, batched_per_s: f64) -> Self {
+        Self {
+            scalar: Duration::from_secs_f64(1.0 / scalar_per_s),
+            batch: Duration::from_secs_f64(LANES as f64 / batched_per_s),
+        }
+    }
+
+    /// The smallest batch worth an mb8 call; `LANES + 1` when none is.
+    pub fn crossover(&self) -> usize {
+        let ratio = self.batch.as_secs_f64() / self.scalar.as_secs_f64().max(1e-9);
+        (ratio.ceil() as usize).clamp(1, LANES + 1)
+    }
+}
+
+/// A crossover as people read it: "never" when no batch is worth a call.
+pub fn crossover_label(crossover: usize) -> String {
+    if crossover > LANES {
+        "never".to_owned()
+    } else {
+        crossover.to_string()
+    }
+}
+
+/// The crossover of every operation: measured on this CPU where [`Crossovers::measure`]
+/// ran, a default otherwise. Shared by all workers.
+#[derive(Debug)]
+pub struct Crossovers {
+    /// 0 until measured.
+    measured: [AtomicUsize; Operation::COUNT],
+}
+
+impl Default for Crossovers {
+    fn default() -> Self {
+        Self {
+            measured: std::array::from_fn(|_| AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl Crossovers {
+    /// The smallest batch of `op` the multibuffer backend computes in one call.
+    pub fn get(&self, op: Operation) -> usize {
+        match self.measured[op.index()].load(Ordering::Relaxed) {
+            0 => op.default_crossover(),
+            n => n,
+        }
+    }
+
+    /// Fixes the crossover of `op` to `batch` (clamped to 1..=9), as if measured.
+    pub fn set(&self, op: Operation, batch: usize) {
+        self.measured[op.index()].store(batch.clamp(1, LANES + 1), Ordering::Relaxed);
+    }
+
+    pub fn is_measured(&self, op: Operation) -> bool {
+        self.measured[op.index()].load(Ordering::Relaxed) != 0
+    }
+
+    /// Measures each workload not measured yet and records its crossover.
+    pub fn measure(&self, workloads: &[Workload]) -> Vec<(Operation, Cost)> {
+        let mut done = Vec::new();
+        for w in workloads {
+            if self.is_measured(w.op) || done.iter().any(|(op, _)| *op == w.op) {
+                continue;
+            }
+            if let Some(cost) = Cost::measure(w) {
+                self.measured[w.op.index()].store(cost.crossover(), Ordering::Relaxed);
+                done.push((w.op, cost));
+            }
+        }
+        done
+    }
+
+    /// (operation, crossover, measured?) for every operation.
+    pub fn all(&self) -> impl Iterator<Item = (Operation, usize, bool)> + '_ {
+        Operation::ALL
+            .into_iter()
+            .map(|op| (op, self.get(op), self.is_measured(op)))
+    }
+}

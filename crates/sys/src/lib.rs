@@ -1,0 +1,138 @@
+//! The Linux system calls terminus makes outside std and tokio, each behind one safe
+//! function, so that `unsafe` lives here (and at the crypto FFI, the kTLS socket options
+//! and the coroutine bridge) and nowhere else.
+//!
+//! Every function returns the OS error instead of ignoring it: the caller decides
+//! whether failing to pin a thread or raise a limit matters.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+use std::time::Duration;
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: cpu_set_t is a plain bitmask for which all-zero is the empty set; CPU_SET
+    // writes inside it (cpu was bounds-checked above), and sched_setaffinity reads exactly
+    // size_of::<cpu_set_t>() bytes of it for the calling thread (pid 0).
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// CPUs configured on the machine, whether or not this process may run on them (a
+/// `taskset`-restricted process can still name the others).
+pub fn configured_cpus() -> usize {
+    // SAFETY: sysconf only reads a system setting.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    n.max(1) as usize
+}
+
+/// User plus system CPU time of the whole process so far.
+pub fn process_cpu_time() -> io::Result<Duration> {
+    // SAFETY: rusage is a plain C struct for which all-zero is valid; getrusage writes
+    // only into the one we pass.
+    let (rc, usage) = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        let rc = libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        (rc, usage)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    Ok(tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
+/// Raises the soft open-file limit toward `wanted`, up to the hard limit, and returns the
+/// soft limit now in force.
+pub fn raise_open_file_limit(wanted: u64) -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur >= wanted {
+        return Ok(lim.rlim_cur);
+    }
+    lim.rlim_cur = wanted.min(lim.rlim_max);
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// Opens `path` (relative) read-only strictly beneath the directory `dir` with
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`: neither `..`, nor an absolute
+/// symlink, nor a `/proc` magic link can leave `dir`. `ENOSYS` (kernels before 5.6) is
+/// returned as is, for the caller to choose a fallback.
+pub fn open_beneath(dir: impl AsFd, path: &[u8]) -> io::Result<File> {
+    let c_path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is a plain C struct of integers (non-exhaustive in libc, so it
+    // cannot be built field by field); all-zero is its documented "nothing set" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 reads `how` (fully initialised, of the size we pass) and the
+    // NUL-terminated path; the directory fd is borrowed for the duration of the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_fd().as_raw_fd(),
+            c_path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_beneath_refuses_to_leave_the_directory() {
+        let dir = std::env::temp_dir().join(format!("terminus-sys-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/file"), b"x").unwrap();
+        let _ = std::fs::remove_file(dir.join("sub/out"));
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("sub/out")).unwrap();
+        let root = File::open(dir.join("sub")).unwrap();
+        assert!(open_beneath(&root, b"file").is_ok());
+        for escape in [b"../sub/file".as_slice(), b"/etc/passwd", b"out"] {
+            let e = open_beneath(&root, escape).expect_err("escaped the directory");
+            assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{escape:?}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pinning_to_a_missing_cpu_is_an_error() {
+        assert!(pin_current_thread(libc::CPU_SETSIZE as usize).is_err());
+        assert!(process_cpu_time().is_ok());
+        assert!(configured_cpus() >= 1);
+    }
+}
