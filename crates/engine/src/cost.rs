@@ -18,6 +18,7 @@ use aws_lc_rs::signature::{
     ECDSA_P384_SHA384_ASN1_SIGNING,
 };
 use rustls::SignatureScheme;
+use terminus_metrics::{Exposition, Kind, Render};
 
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::{ecdsa, kx, rsa};
@@ -370,5 +371,16 @@ impl Crossovers {
         Operation::ALL
             .into_iter()
             .map(|op| (op, self.get(op), self.is_measured(op)))
+    }
+}
+
+impl Render for Crossovers {
+    fn render(&self, out: &mut Exposition) {
+        const NAME: &str = "terminus_crypto_crossover";
+        out.header(NAME, Kind::Gauge, "Smallest batch the multibuffer backend computes in one call (9: never); measured=\"1\" when measured on this CPU at start-up.");
+        for (op, crossover, measured) in self.all() {
+            let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
+            out.sample(NAME, &labels, crossover);
+        }
     }
 }

@@ -8,7 +8,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,9 +110,7 @@ impl Engine {
             CryptoOp::Sign { key, .. } => Some(key.algorithm()),
             _ => None,
         };
-        let counters = self.inner.metrics.op(kind);
-        EngineMetrics::add(&counters.requests, 1);
-        counters.in_queue.fetch_add(1, Ordering::Relaxed);
+        self.inner.metrics.submitted(kind);
         let (job, answer) = Job::new(op);
         let started = job.queued_at;
         let dispatched = Dispatched::default();
@@ -140,13 +137,9 @@ impl Engine {
             .unwrap_or(Err(CryptoError::BackendGone(self.backend_kind().name())));
         drop(parked);
         let answered = Instant::now();
-        EngineMetrics::add(
-            &counters.latency_us_sum,
-            answered.duration_since(started).as_micros() as u64,
-        );
-        if result.is_err() {
-            EngineMetrics::add(&counters.errors, 1);
-        }
+        self.inner
+            .metrics
+            .answered(kind, answered.duration_since(started), result.is_ok());
         ctx.crypto(CryptoEvent {
             kind,
             key,
@@ -183,17 +176,13 @@ impl Engine {
             if batch.is_empty() {
                 return;
             }
-            let counters = self.inner.metrics.op(kind);
-            EngineMetrics::add(&counters.batches, 1);
-            EngineMetrics::add(&counters.batched_requests, batch.len() as u64);
-            counters.batch(batch.len());
-            for job in &batch {
-                counters
-                    .queue_wait
-                    .observe(now.duration_since(job.queued_at));
-            }
+            let metrics = &self.inner.metrics;
+            metrics.batch(
+                kind,
+                batch.iter().map(|job| now.duration_since(job.queued_at)),
+            );
             self.inner.backend.dispatch(batch).await;
-            counters.dispatch.observe(now.elapsed());
+            metrics.dispatched(kind, now.elapsed());
         }
     }
 
@@ -241,12 +230,7 @@ impl<'a> Parked<'a> {
 impl Drop for Parked<'_> {
     fn drop(&mut self) {
         self.engine.inner.state.borrow_mut().parked -= 1;
-        self.engine
-            .inner
-            .metrics
-            .op(self.kind)
-            .in_queue
-            .fetch_sub(1, Ordering::Relaxed);
+        self.engine.inner.metrics.left(self.kind);
     }
 }
 

@@ -32,7 +32,7 @@ mod threads;
 pub use backend::{Backend, BackendKind, EngineSpec, Job, Reply};
 pub use context::{HandshakeContext, Tenant, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
-pub use metrics::{EngineMetrics, Histogram, OpCounters};
+pub use metrics::EngineMetrics;
 pub use multibuffer::MultibufferBackend;
 pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 pub use scalar::{warm_up_csprng, ScalarBackend};

@@ -1,134 +1,105 @@
-//! Engine counters, shared by the workers of one process and read by the admin endpoint.
+//! The engine's series, shared by the workers of one process: per operation kind and
+//! backend, what was asked, how it was batched, how long it waited. The engine updates
+//! them through the methods here and renders them itself.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
+
+use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Render};
 
 use crate::backend::BackendKind;
 use crate::op::OpKind;
-
-/// A fixed-bucket histogram of durations (seconds), lock-free.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    buckets: Vec<AtomicU64>,
-    count: AtomicU64,
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
-            sum_us: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = self.bounds.iter().position(|&b| secs <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    /// Appends the Prometheus text lines of this histogram (no HELP/TYPE header).
-    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(
-            out,
-            "{name}_sum{braces} {}",
-            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{name}_count{braces} {count}");
-    }
-}
 
 /// Queue-wait and compute-time buckets: 10 µs to 50 ms.
 const ENGINE_BOUNDS: &[f64] = &[
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05,
 ];
+/// Batch sizes: one bucket per lane count.
+const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
 
-/// Counters for one operation kind.
-#[derive(Debug)]
-pub struct OpCounters {
-    /// Requests submitted to the engine.
-    pub requests: AtomicU64,
-    /// Requests that ended in an error.
-    pub errors: AtomicU64,
-    /// Requests submitted and not yet answered.
-    pub in_queue: AtomicI64,
-    /// Batches handed to the backend, and the requests in them.
-    pub batches: AtomicU64,
-    pub batched_requests: AtomicU64,
-    /// Requests a batching backend computed one by one: their batch was below the
-    /// operation's crossover, or the request has no batched form.
-    pub scalar_computed: AtomicU64,
-    /// Summed microseconds from submit to answer.
-    pub latency_us_sum: AtomicU64,
-    /// Batches by size: `batch_sizes[n - 1]` counts batches of n requests (n <= 8; larger
-    /// batches, from backends without lanes, count as 8).
-    pub batch_sizes: [AtomicU64; 8],
-    /// Submit to hand-over to the backend, per request.
-    pub queue_wait: Histogram,
-    /// One backend dispatch (compute, for backends that compute on the worker).
-    pub dispatch: Histogram,
-}
+const OPS: usize = OpKind::COUNT;
 
-impl Default for OpCounters {
-    fn default() -> Self {
-        Self {
-            requests: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            in_queue: AtomicI64::new(0),
-            batches: AtomicU64::new(0),
-            batched_requests: AtomicU64::new(0),
-            scalar_computed: AtomicU64::new(0),
-            latency_us_sum: AtomicU64::new(0),
-            batch_sizes: Default::default(),
-            queue_wait: Histogram::new(ENGINE_BOUNDS),
-            dispatch: Histogram::new(ENGINE_BOUNDS),
-        }
-    }
-}
-
-impl OpCounters {
-    pub fn batch(&self, size: usize) {
-        self.batch_sizes[size.clamp(1, 8) - 1].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// All engine counters of the process for one backend.
+/// All engine series of the process for one backend.
 #[derive(Debug)]
 pub struct EngineMetrics {
     backend: BackendKind,
-    ops: [OpCounters; OpKind::COUNT],
+    requests: Labelled<OPS>,
+    errors: Labelled<OPS>,
+    in_queue: Labelled<OPS>,
+    batches: Labelled<OPS>,
+    batched_requests: Labelled<OPS>,
+    scalar_computed: Labelled<OPS>,
+    /// Submit to answer, summed in µs.
+    latency: Labelled<OPS>,
+    batch_size: Histograms<OPS>,
+    queue_wait: Histograms<OPS>,
+    dispatch: Histograms<OPS>,
 }
 
 impl EngineMetrics {
     pub fn new(backend: BackendKind) -> Self {
+        let labels = || {
+            label_values(
+                "op",
+                OpKind::ALL.map(OpKind::name),
+                &format!("backend=\"{}\"", backend.name()),
+            )
+        };
         Self {
             backend,
-            ops: std::array::from_fn(|_| OpCounters::default()),
+            requests: Labelled::counter(
+                "terminus_crypto_requests_total",
+                "Operations submitted to the crypto engine.",
+                labels(),
+            ),
+            errors: Labelled::counter(
+                "terminus_crypto_errors_total",
+                "Engine operations that failed.",
+                labels(),
+            ),
+            in_queue: Labelled::gauge(
+                "terminus_crypto_queue_depth",
+                "Engine operations submitted and not yet answered.",
+                labels(),
+            ),
+            batches: Labelled::counter(
+                "terminus_crypto_batches_total",
+                "Batches handed to the backend.",
+                labels(),
+            ),
+            batched_requests: Labelled::counter(
+                "terminus_crypto_batched_requests_total",
+                "Operations in those batches.",
+                labels(),
+            ),
+            scalar_computed: Labelled::counter(
+                "terminus_crypto_scalar_computed_total",
+                "Operations a batching backend computed one by one: their batch was below the crossover, or they have no batched form.",
+                labels(),
+            ),
+            latency: Labelled::counter(
+                "terminus_crypto_latency_seconds_sum",
+                "Summed submit-to-answer time.",
+                labels(),
+            )
+            .scaled(1e6),
+            batch_size: Histograms::new(
+                "terminus_crypto_batch_size",
+                "Requests per batch handed to the backend.",
+                BATCH_BOUNDS,
+                labels(),
+            ),
+            queue_wait: Histograms::new(
+                "terminus_crypto_queue_wait_seconds",
+                "Submit to hand-over to the backend, per request.",
+                ENGINE_BOUNDS,
+                labels(),
+            ),
+            dispatch: Histograms::new(
+                "terminus_crypto_dispatch_seconds",
+                "One backend dispatch: compute time for backends that compute on the worker, hand-over for threads.",
+                ENGINE_BOUNDS,
+                labels(),
+            ),
         }
     }
 
@@ -136,11 +107,74 @@ impl EngineMetrics {
         self.backend
     }
 
-    pub fn op(&self, kind: OpKind) -> &OpCounters {
-        &self.ops[kind.index()]
+    pub(crate) fn submitted(&self, kind: OpKind) {
+        self.requests.inc(kind.index());
+        self.in_queue.add(kind.index(), 1);
     }
 
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    /// The request left the engine (answered, or its handshake went away).
+    pub(crate) fn left(&self, kind: OpKind) {
+        self.in_queue.add(kind.index(), -1);
+    }
+
+    pub(crate) fn answered(&self, kind: OpKind, took: Duration, ok: bool) {
+        self.latency.add(kind.index(), took.as_micros() as i64);
+        if !ok {
+            self.errors.inc(kind.index());
+        }
+    }
+
+    /// A batch of requests that waited `waits` goes to the backend.
+    pub(crate) fn batch(&self, kind: OpKind, waits: impl ExactSizeIterator<Item = Duration>) {
+        let i = kind.index();
+        self.batches.inc(i);
+        self.batched_requests.add(i, waits.len() as i64);
+        self.batch_size.get(i).observe(waits.len() as u64);
+        for wait in waits {
+            self.queue_wait.get(i).observe_duration(wait);
+        }
+    }
+
+    pub(crate) fn dispatched(&self, kind: OpKind, took: Duration) {
+        self.dispatch.get(kind.index()).observe_duration(took);
+    }
+
+    pub(crate) fn computed_scalar(&self, kind: OpKind) {
+        self.scalar_computed.inc(kind.index());
+    }
+
+    /// Requests of `kind` submitted so far.
+    pub fn requests(&self, kind: OpKind) -> u64 {
+        self.requests.get(kind.index()) as u64
+    }
+
+    /// Batches of `kind` handed to the backend so far.
+    pub fn batches(&self, kind: OpKind) -> u64 {
+        self.batches.get(kind.index()) as u64
+    }
+
+    /// Requests of `kind` in those batches.
+    pub fn batched_requests(&self, kind: OpKind) -> u64 {
+        self.batched_requests.get(kind.index()) as u64
+    }
+
+    /// Requests of `kind` a batching backend computed one by one.
+    pub fn scalar_computed(&self, kind: OpKind) -> u64 {
+        self.scalar_computed.get(kind.index()) as u64
+    }
+}
+
+impl Render for EngineMetrics {
+    fn render(&self, out: &mut Exposition) {
+        self.requests.render(out);
+        self.errors.render(out);
+        self.in_queue.render(out);
+        self.batches.render(out);
+        self.batched_requests.render(out);
+        self.scalar_computed.render(out);
+        self.latency.render(out);
+        self.batch_size.render(out);
+        self.queue_wait.render(out);
+        self.dispatch.render(out);
     }
 }

@@ -6,9 +6,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
+
+use terminus_metrics::{Counter, Exposition, Kind, Render};
 
 use crate::backend::{Backend, BackendKind, Job};
 use crate::op::{CryptoError, OpKind};
@@ -18,7 +19,7 @@ use crate::scalar;
 pub struct ThreadPool {
     tx: flume::Sender<Job>,
     /// Times a dispatch found the queue full and had to wait.
-    pub backpressure_waits: AtomicU64,
+    backpressure_waits: Counter,
     threads: usize,
     capacity: usize,
 }
@@ -50,7 +51,10 @@ impl ThreadPool {
         }
         Ok(Arc::new(Self {
             tx,
-            backpressure_waits: AtomicU64::new(0),
+            backpressure_waits: Counter::new(
+                "terminus_crypto_offload_backpressure_total",
+                "Dispatches that waited for room in the full offload queue.",
+            ),
             threads: threads.max(1),
             capacity: capacity.max(1),
         }))
@@ -59,6 +63,18 @@ impl ThreadPool {
     /// Operations waiting for a crypto thread right now.
     pub fn queued(&self) -> usize {
         self.tx.len()
+    }
+}
+
+impl Render for ThreadPool {
+    fn render(&self, out: &mut Exposition) {
+        out.header(
+            "terminus_crypto_offload_queued",
+            Kind::Gauge,
+            "Operations waiting for a crypto thread.",
+        );
+        out.sample("terminus_crypto_offload_queued", "", self.queued());
+        self.backpressure_waits.render(out);
     }
 }
 
@@ -95,7 +111,7 @@ impl Backend for ThreadPoolBackend {
                         continue;
                     }
                 };
-                self.pool.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+                self.pool.backpressure_waits.inc();
                 if let Err(flume::SendError(job)) = self.pool.tx.send_async(job).await {
                     let (_, reply) = job.into_parts();
                     reply.complete(Err(CryptoError::BackendGone("threads")));

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use common::{on_multibuffer_engine, skip_without_ifma};
@@ -82,8 +81,8 @@ fn generate_batch(crossovers: Arc<Crossovers>, n: usize) -> (u64, u64) {
         for t in tasks {
             assert!(matches!(t.await.unwrap(), Ok(CryptoOutput::KeyPair { .. })));
         }
-        let c = metrics.op(KxGroup::X25519.op_kind());
-        (c.batches.load(Relaxed), c.scalar_computed.load(Relaxed))
+        let kind = KxGroup::X25519.op_kind();
+        (metrics.batches(kind), metrics.scalar_computed(kind))
     })
 }
 

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use aws_lc_rs::agreement::{self, UnparsedPublicKey};
@@ -214,13 +213,13 @@ fn mixed_batch(group: KxGroup) {
         for t in tasks {
             results.push(t.await.unwrap());
         }
-        let c = metrics.op(group.op_kind());
+        let kind = group.op_kind();
         assert_eq!(
-            c.batches.load(Relaxed),
+            metrics.batches(kind),
             1,
             "{group:?}: all eight in one batch"
         );
-        assert_eq!(c.scalar_computed.load(Relaxed), 0, "{group:?}");
+        assert_eq!(metrics.scalar_computed(kind), 0, "{group:?}");
         // The scalar-made key completed in the batch equals the scalar computation.
         match &results[0] {
             Ok(CryptoOutput::Shared(s)) => {

@@ -2,10 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
-use terminus_engine::{EngineMetrics, OpCounters, OpKind};
+use terminus_engine::{EngineMetrics, OpKind};
 
 use crate::stats::{Percentiles, Phase, Stats};
 
@@ -58,19 +57,19 @@ pub struct KxEngineReport {
 
 impl KxEngineReport {
     pub fn new(metrics: &EngineMetrics) -> Self {
-        let sum = |f: fn(&OpCounters) -> &AtomicU64| -> u64 {
+        let sum = |f: fn(&EngineMetrics, OpKind) -> u64| -> u64 {
             [OpKind::X25519, OpKind::P256, OpKind::P384]
                 .into_iter()
-                .map(|k| f(metrics.op(k)).load(Ordering::Relaxed))
+                .map(|k| f(metrics, k))
                 .sum()
         };
-        let batches = sum(|c| &c.batches);
+        let batches = sum(EngineMetrics::batches);
         KxEngineReport {
             backend: metrics.backend().name(),
-            requests: sum(|c| &c.requests),
+            requests: sum(EngineMetrics::requests),
             batches,
-            mean_batch: sum(|c| &c.batched_requests) as f64 / batches.max(1) as f64,
-            scalar_computed: sum(|c| &c.scalar_computed),
+            mean_batch: sum(EngineMetrics::batched_requests) as f64 / batches.max(1) as f64,
+            scalar_computed: sum(EngineMetrics::scalar_computed),
         }
     }
 }

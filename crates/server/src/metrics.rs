@@ -1,14 +1,17 @@
-//! Process-wide counters and their Prometheus text rendering for `GET /metrics`.
+//! The server's series (connections, handshakes, responses, data paths) and the
+//! exposition `GET /metrics` serves, with every crate's series in it.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use terminus_engine::cost::Crossovers;
-use terminus_engine::{EngineMetrics, Histogram, OpKind, ThreadPool};
-use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, SendMethod, TrafficCounters};
+use terminus_engine::{EngineMetrics, ThreadPool};
+use terminus_metrics::{
+    label_values, Counter, Exposition, Gauge, Histograms, Kind, Labelled, Render,
+};
+use terminus_tls::handshake::bridge::BridgeMetrics;
+use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
 
 const HANDSHAKE_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -83,23 +86,46 @@ pub struct HandshakeLabels {
     pub key_type: &'static str,
 }
 
+/// The server's own series, and the engine's, the TLS crate's and the crypto pool's,
+/// rendered together for `GET /metrics`.
 #[derive(Debug)]
 pub struct Metrics {
-    pub connections_open: AtomicI64,
-    pub connections_total: AtomicU64,
-    pub accept_errors: AtomicU64,
-    handshakes: Mutex<BTreeMap<HandshakeLabels, u64>>,
-    handshake_failures: [AtomicU64; HandshakeFailure::ALL.len()],
-    pub handshake_duration: Histogram,
-    responses: [AtomicU64; 5],
-    data_paths: [AtomicU64; 2],
-    ktls_fallbacks: [AtomicU64; FallbackCause::ALL.len()],
-    pub ktls_refused: AtomicU64,
+    connections_open: Gauge,
+    connections_total: Counter,
+    accept_errors: Counter,
+    handshakes: Handshakes,
+    handshake_failures: Labelled<{ HandshakeFailure::ALL.len() }>,
+    handshake_duration: Histograms<1>,
+    responses: Labelled<5>,
+    data_paths: Labelled<2>,
+    ktls_fallbacks: Labelled<{ FallbackCause::ALL.len() }>,
+    ktls_refused: Counter,
+    /// Shared with every connection's record layer.
     pub traffic: Arc<TrafficCounters>,
+    /// Shared with every worker's engine.
     pub engine: Arc<EngineMetrics>,
-    pub pool: Option<Arc<ThreadPool>>,
+    pool: Option<Arc<ThreadPool>>,
     /// The multibuffer backend's crossovers; `None` on other backends.
-    pub crossovers: Option<Arc<Crossovers>>,
+    crossovers: Option<Arc<Crossovers>>,
+}
+
+/// Completed handshakes by version, suite and key type: label values seen at run time
+/// (a handful: the configured versions, suites and key types).
+#[derive(Debug, Default)]
+struct Handshakes(Mutex<BTreeMap<HandshakeLabels, u64>>);
+
+impl Render for Handshakes {
+    fn render(&self, out: &mut Exposition) {
+        const NAME: &str = "terminus_handshakes_total";
+        out.header(NAME, Kind::Counter, "Completed TLS handshakes.");
+        for (l, n) in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let labels = format!(
+                "version=\"{}\",cipher_suite=\"{}\",key_type=\"{}\"",
+                l.version, l.cipher_suite, l.key_type
+            );
+            out.sample(NAME, &labels, n);
+        }
+    }
 }
 
 impl Metrics {
@@ -109,16 +135,50 @@ impl Metrics {
         crossovers: Option<Arc<Crossovers>>,
     ) -> Self {
         Self {
-            connections_open: AtomicI64::new(0),
-            connections_total: AtomicU64::new(0),
-            accept_errors: AtomicU64::new(0),
-            handshakes: Mutex::new(BTreeMap::new()),
-            handshake_failures: Default::default(),
-            handshake_duration: Histogram::new(HANDSHAKE_BOUNDS),
-            responses: Default::default(),
-            data_paths: Default::default(),
-            ktls_fallbacks: Default::default(),
-            ktls_refused: AtomicU64::new(0),
+            connections_open: Gauge::new(
+                "terminus_connections_open",
+                "Client connections open now.",
+            ),
+            connections_total: Counter::new(
+                "terminus_connections_total",
+                "Client connections accepted.",
+            ),
+            accept_errors: Counter::new(
+                "terminus_accept_errors_total",
+                "accept() failures (EMFILE and the like).",
+            ),
+            handshakes: Handshakes::default(),
+            handshake_failures: Labelled::counter(
+                "terminus_handshake_failures_total",
+                "TLS handshakes that did not complete, by whose fault (client, crypto_backend, internal) and reason.",
+                HandshakeFailure::ALL.map(|why| {
+                    format!("source=\"{}\",reason=\"{}\"", why.source().name(), why.name())
+                }),
+            ),
+            handshake_duration: Histograms::single(
+                "terminus_handshake_duration_seconds",
+                "Accept to handshake completion.",
+                HANDSHAKE_BOUNDS,
+            ),
+            responses: Labelled::counter(
+                "terminus_http_responses_total",
+                "HTTP responses by status class.",
+                label_values("code", ["1xx", "2xx", "3xx", "4xx", "5xx"], ""),
+            ),
+            data_paths: Labelled::counter(
+                "terminus_connections_by_data_path_total",
+                "Connections after their handshake, by record layer (kernel TLS or rustls).",
+                label_values("path", ["ktls", "userspace"], ""),
+            ),
+            ktls_fallbacks: Labelled::counter(
+                "terminus_ktls_fallbacks_total",
+                "Connections of ktls = auto/required listeners that kernel TLS did not take, by cause.",
+                label_values("cause", FallbackCause::ALL.map(FallbackCause::name), ""),
+            ),
+            ktls_refused: Counter::new(
+                "terminus_ktls_refused_total",
+                "Connections closed because their ktls = required listener could not hand them to the kernel.",
+            ),
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
@@ -126,382 +186,78 @@ impl Metrics {
         }
     }
 
+    pub fn connection_opened(&self) {
+        self.connections_open.add(1);
+        self.connections_total.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections_open.add(-1);
+    }
+
+    pub fn accept_failed(&self) {
+        self.accept_errors.inc();
+    }
+
     pub fn handshake_completed(&self, labels: HandshakeLabels, took: Duration) {
         *self
             .handshakes
+            .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(labels)
             .or_default() += 1;
-        self.handshake_duration.observe(took);
+        self.handshake_duration.get(0).observe_duration(took);
     }
 
     pub fn handshake_failed(&self, why: HandshakeFailure) {
-        self.handshake_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+        self.handshake_failures.inc(why as usize);
     }
 
     pub fn data_path(&self, path: DataPath) {
-        self.data_paths[path as usize].fetch_add(1, Ordering::Relaxed);
+        self.data_paths.inc(path as usize);
     }
 
     pub fn ktls_fallback(&self, cause: FallbackCause) {
-        self.ktls_fallbacks[cause as usize].fetch_add(1, Ordering::Relaxed);
+        self.ktls_fallbacks.inc(cause as usize);
+    }
+
+    pub fn ktls_refused(&self) {
+        self.ktls_refused.inc();
     }
 
     pub fn response(&self, status: u16) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
-        self.responses[class].fetch_add(1, Ordering::Relaxed);
+        self.responses.inc(class);
     }
 
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(8192);
-        let o = &mut out;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let header = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-
-        header(
-            o,
-            "terminus_connections_open",
-            "gauge",
-            "Client connections open now.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_connections_open {}",
-            self.connections_open.load(Ordering::Relaxed)
-        );
-        header(
-            o,
-            "terminus_connections_total",
-            "counter",
-            "Client connections accepted.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_connections_total {}",
-            load(&self.connections_total)
-        );
-        header(
-            o,
-            "terminus_accept_errors_total",
-            "counter",
-            "accept() failures (EMFILE and the like).",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_accept_errors_total {}",
-            load(&self.accept_errors)
-        );
-
-        header(
-            o,
-            "terminus_handshakes_total",
-            "counter",
-            "Completed TLS handshakes.",
-        );
-        for (l, n) in self
-            .handshakes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                o,
-                "terminus_handshakes_total{{version=\"{}\",cipher_suite=\"{}\",key_type=\"{}\"}} {n}",
-                l.version, l.cipher_suite, l.key_type
-            );
+        let mut out = Exposition::new();
+        let own: [&dyn Render; 10] = [
+            &self.connections_open,
+            &self.connections_total,
+            &self.accept_errors,
+            &self.handshakes,
+            &self.handshake_failures,
+            &self.handshake_duration,
+            &self.responses,
+            &self.data_paths,
+            &self.ktls_fallbacks,
+            &self.ktls_refused,
+        ];
+        for series in own {
+            series.render(&mut out);
         }
-        header(
-            o,
-            "terminus_handshake_failures_total",
-            "counter",
-            "TLS handshakes that did not complete, by whose fault (client, crypto_backend, internal) and reason.",
-        );
-        for why in HandshakeFailure::ALL {
-            let _ = writeln!(
-                o,
-                "terminus_handshake_failures_total{{source=\"{}\",reason=\"{}\"}} {}",
-                why.source().name(),
-                why.name(),
-                load(&self.handshake_failures[why as usize])
-            );
-        }
-        header(
-            o,
-            "terminus_handshake_duration_seconds",
-            "histogram",
-            "Accept to handshake completion.",
-        );
-        self.handshake_duration
-            .render(o, "terminus_handshake_duration_seconds", "");
-
-        header(
-            o,
-            "terminus_http_responses_total",
-            "counter",
-            "HTTP responses by status class.",
-        );
-        for (i, n) in self.responses.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "terminus_http_responses_total{{code=\"{}xx\"}} {}",
-                i + 1,
-                load(n)
-            );
-        }
-        header(
-            o,
-            "terminus_bytes_received_total",
-            "counter",
-            "Bytes read from client sockets.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_bytes_received_total {}",
-            load(&self.traffic.bytes_in)
-        );
-        header(
-            o,
-            "terminus_bytes_sent_total",
-            "counter",
-            "Bytes written to client sockets.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_bytes_sent_total {}",
-            load(&self.traffic.bytes_out)
-        );
-
-        header(
-            o,
-            "terminus_connections_by_data_path_total",
-            "counter",
-            "Connections after their handshake, by record layer (kernel TLS or rustls).",
-        );
-        for (path, n) in ["ktls", "userspace"].iter().zip(&self.data_paths) {
-            let _ = writeln!(
-                o,
-                "terminus_connections_by_data_path_total{{path=\"{path}\"}} {}",
-                load(n)
-            );
-        }
-        header(
-            o,
-            "terminus_ktls_fallbacks_total",
-            "counter",
-            "Connections of ktls = auto/required listeners that kernel TLS did not take, by cause.",
-        );
-        for cause in FallbackCause::ALL {
-            let _ = writeln!(
-                o,
-                "terminus_ktls_fallbacks_total{{cause=\"{}\"}} {}",
-                cause.name(),
-                load(&self.ktls_fallbacks[cause as usize])
-            );
-        }
-        header(
-            o,
-            "terminus_ktls_refused_total",
-            "counter",
-            "Connections closed because their ktls = required listener could not hand them to the kernel.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_ktls_refused_total {}",
-            load(&self.ktls_refused)
-        );
-        header(
-            o,
-            "terminus_ktls_key_update_closes_total",
-            "counter",
-            "Kernel TLS connections closed cleanly after a client KeyUpdate the kernel cannot follow.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_ktls_key_update_closes_total {}",
-            load(&self.traffic.key_update_closes)
-        );
-        header(
-            o,
-            "terminus_response_bytes_total",
-            "counter",
-            "Application bytes sent to clients, by how: rustls (userspace), write/sendfile/splice to a kernel TLS socket.",
-        );
-        for method in SendMethod::ALL {
-            let _ = writeln!(
-                o,
-                "terminus_response_bytes_total{{method=\"{}\"}} {}",
-                method.name(),
-                self.traffic.sent_by(method)
-            );
-        }
-
-        let backend = self.engine.backend().name();
-        let per_op = |o: &mut String,
-                      name: &str,
-                      kind: &str,
-                      help: &str,
-                      value: &dyn Fn(OpKind) -> String| {
-            header(o, name, kind, help);
-            for op in OpKind::ALL {
-                let _ = writeln!(
-                    o,
-                    "{name}{{op=\"{}\",backend=\"{backend}\"}} {}",
-                    op.name(),
-                    value(op)
-                );
-            }
-        };
-        let e = &self.engine;
-        per_op(
-            o,
-            "terminus_crypto_requests_total",
-            "counter",
-            "Operations submitted to the crypto engine.",
-            &|op| load(&e.op(op).requests).to_string(),
-        );
-        per_op(
-            o,
-            "terminus_crypto_errors_total",
-            "counter",
-            "Engine operations that failed.",
-            &|op| load(&e.op(op).errors).to_string(),
-        );
-        per_op(
-            o,
-            "terminus_crypto_queue_depth",
-            "gauge",
-            "Engine operations submitted and not yet answered.",
-            &|op| e.op(op).in_queue.load(Ordering::Relaxed).to_string(),
-        );
-        per_op(
-            o,
-            "terminus_crypto_batches_total",
-            "counter",
-            "Batches handed to the backend.",
-            &|op| load(&e.op(op).batches).to_string(),
-        );
-        per_op(
-            o,
-            "terminus_crypto_batched_requests_total",
-            "counter",
-            "Operations in those batches.",
-            &|op| load(&e.op(op).batched_requests).to_string(),
-        );
-        per_op(
-            o,
-            "terminus_crypto_latency_seconds_sum",
-            "counter",
-            "Summed submit-to-answer time.",
-            &|op| format!("{}", load(&e.op(op).latency_us_sum) as f64 / 1e6),
-        );
-        header(
-            o,
-            "terminus_crypto_batch_size",
-            "histogram",
-            "Requests per batch handed to the backend.",
-        );
-        for op in OpKind::ALL {
-            let c = e.op(op);
-            let labels = format!("op=\"{}\",backend=\"{backend}\"", op.name());
-            let mut cumulative = 0;
-            for (i, n) in c.batch_sizes.iter().enumerate() {
-                cumulative += load(n);
-                let _ = writeln!(
-                    o,
-                    "terminus_crypto_batch_size_bucket{{{labels},le=\"{}\"}} {cumulative}",
-                    i + 1
-                );
-            }
-            let _ = writeln!(
-                o,
-                "terminus_crypto_batch_size_bucket{{{labels},le=\"+Inf\"}} {cumulative}"
-            );
-            let _ = writeln!(
-                o,
-                "terminus_crypto_batch_size_sum{{{labels}}} {}",
-                load(&c.batched_requests)
-            );
-            let _ = writeln!(
-                o,
-                "terminus_crypto_batch_size_count{{{labels}}} {}",
-                load(&c.batches)
-            );
-        }
-        header(
-            o,
-            "terminus_crypto_queue_wait_seconds",
-            "histogram",
-            "Submit to hand-over to the backend, per request.",
-        );
-        for op in OpKind::ALL {
-            let labels = format!("op=\"{}\",backend=\"{backend}\"", op.name());
-            e.op(op)
-                .queue_wait
-                .render(o, "terminus_crypto_queue_wait_seconds", &labels);
-        }
-        header(
-            o,
-            "terminus_crypto_dispatch_seconds",
-            "histogram",
-            "One backend dispatch: compute time for backends that compute on the worker, hand-over for threads.",
-        );
-        for op in OpKind::ALL {
-            let labels = format!("op=\"{}\",backend=\"{backend}\"", op.name());
-            e.op(op)
-                .dispatch
-                .render(o, "terminus_crypto_dispatch_seconds", &labels);
-        }
+        self.traffic.render(&mut out);
+        self.engine.render(&mut out);
         if let Some(crossovers) = &self.crossovers {
-            header(
-                o,
-                "terminus_crypto_crossover",
-                "gauge",
-                "Smallest batch the multibuffer backend computes in one call (9: never); measured=\"1\" when measured on this CPU at start-up.",
-            );
-            for (op, crossover, measured) in crossovers.all() {
-                let _ = writeln!(
-                    o,
-                    "terminus_crypto_crossover{{op=\"{}\",measured=\"{}\"}} {crossover}",
-                    op.name(),
-                    u8::from(measured)
-                );
-            }
+            crossovers.render(&mut out);
         }
-        header(
-            o,
-            "terminus_crypto_sync_fallbacks_total",
-            "counter",
-            "Operations computed synchronously outside a handshake coroutine.",
-        );
-        let _ = writeln!(
-            o,
-            "terminus_crypto_sync_fallbacks_total {}",
-            terminus_tls::handshake::bridge::SYNC_FALLBACKS.load(Ordering::Relaxed)
-        );
+        BridgeMetrics.render(&mut out);
         if let Some(pool) = &self.pool {
-            header(
-                o,
-                "terminus_crypto_offload_queued",
-                "gauge",
-                "Operations waiting for a crypto thread.",
-            );
-            let _ = writeln!(o, "terminus_crypto_offload_queued {}", pool.queued());
-            header(
-                o,
-                "terminus_crypto_offload_backpressure_total",
-                "counter",
-                "Dispatches that waited for room in the full offload queue.",
-            );
-            let _ = writeln!(
-                o,
-                "terminus_crypto_offload_backpressure_total {}",
-                load(&pool.backpressure_waits)
-            );
+            pool.render(&mut out);
         }
-        out
+        out.into_text()
     }
 }

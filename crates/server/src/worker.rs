@@ -5,7 +5,6 @@ use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -150,11 +149,7 @@ async fn accept_loop(listener: TcpListener, ktls: KtlsMode, worker: Rc<Worker>) 
                 tokio::task::yield_now().await;
             }
             Err(e) => {
-                worker
-                    .shared
-                    .metrics
-                    .accept_errors
-                    .fetch_add(1, Ordering::Relaxed);
+                worker.shared.metrics.accept_failed();
                 if is_resource_exhaustion(&e) {
                     if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
                         tracing::warn!("accept failed: {e}; backing off (raise the open-file limit or lower limits.max_connections)");
@@ -178,9 +173,7 @@ pub(crate) struct OpenConnection {
 impl OpenConnection {
     pub(crate) fn new(worker: Rc<Worker>, permit: OwnedSemaphorePermit) -> Self {
         worker.open.set(worker.open.get() + 1);
-        let m = &worker.shared.metrics;
-        m.connections_open.fetch_add(1, Ordering::Relaxed);
-        m.connections_total.fetch_add(1, Ordering::Relaxed);
+        worker.shared.metrics.connection_opened();
         Self {
             worker,
             _permit: permit,
@@ -191,11 +184,7 @@ impl OpenConnection {
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.worker.open.set(self.worker.open.get() - 1);
-        self.worker
-            .shared
-            .metrics
-            .connections_open
-            .fetch_sub(1, Ordering::Relaxed);
+        self.worker.shared.metrics.connection_closed();
         if self.worker.open.get() == 0 {
             self.worker.drained.notify_waiters();
         }

@@ -15,11 +15,11 @@
 use std::io::{self, BufRead, Read, Write};
 use std::ops::DerefMut;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use rustls::{ConnectionCommon, ServerConnection, SideData};
+use terminus_metrics::{label_values, Counter, Exposition, Labelled, Render};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -55,34 +55,71 @@ impl SendMethod {
 }
 
 /// Bytes moved, shared by all connections of the process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TrafficCounters {
     /// TLS bytes read from client sockets by rustls (kernel TLS reads are not counted:
     /// the kernel hides the record overhead).
-    pub bytes_in: AtomicU64,
+    bytes_in: Counter,
     /// TLS bytes written to client sockets by rustls.
-    pub bytes_out: AtomicU64,
+    bytes_out: Counter,
     /// Application bytes sent, by [`SendMethod`].
-    plaintext_sent: [AtomicU64; 4],
+    plaintext_sent: Labelled<4>,
     /// Kernel TLS connections closed because the client sent a KeyUpdate.
-    pub key_update_closes: AtomicU64,
+    key_update_closes: Counter,
+}
+
+impl Default for TrafficCounters {
+    fn default() -> Self {
+        Self {
+            bytes_in: Counter::new(
+                "terminus_bytes_received_total",
+                "Bytes read from client sockets.",
+            ),
+            bytes_out: Counter::new(
+                "terminus_bytes_sent_total",
+                "Bytes written to client sockets.",
+            ),
+            plaintext_sent: Labelled::counter(
+                "terminus_response_bytes_total",
+                "Application bytes sent to clients, by how: rustls (userspace), write/sendfile/splice to a kernel TLS socket.",
+                label_values("method", SendMethod::ALL.map(SendMethod::name), ""),
+            ),
+            key_update_closes: Counter::new(
+                "terminus_ktls_key_update_closes_total",
+                "Kernel TLS connections closed cleanly after a client KeyUpdate the kernel cannot follow.",
+            ),
+        }
+    }
 }
 
 impl TrafficCounters {
     pub fn sent(&self, method: SendMethod, n: usize) {
-        self.plaintext_sent[method as usize].fetch_add(n as u64, Ordering::Relaxed);
+        self.plaintext_sent.add(method as usize, n as i64);
     }
 
     pub fn sent_by(&self, method: SendMethod) -> u64 {
-        self.plaintext_sent[method as usize].load(Ordering::Relaxed)
+        self.plaintext_sent.get(method as usize) as u64
     }
 
     pub fn add_in(&self, n: usize) {
-        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        self.bytes_in.add(n as u64);
     }
 
     pub fn add_out(&self, n: usize) {
-        self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+        self.bytes_out.add(n as u64);
+    }
+
+    pub fn key_update_closed(&self) {
+        self.key_update_closes.inc();
+    }
+}
+
+impl Render for TrafficCounters {
+    fn render(&self, out: &mut Exposition) {
+        self.bytes_in.render(out);
+        self.bytes_out.render(out);
+        self.key_update_closes.render(out);
+        self.plaintext_sent.render(out);
     }
 }
 

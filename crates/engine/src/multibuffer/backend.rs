@@ -50,7 +50,7 @@ impl MultibufferBackend {
     }
 
     fn scalar(&self, op: CryptoOp, reply: Reply) {
-        EngineMetrics::add(&self.metrics.op(op.kind()).scalar_computed, 1);
+        self.metrics.computed_scalar(op.kind());
         reply.complete(scalar::compute(op));
     }
 

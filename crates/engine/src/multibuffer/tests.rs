@@ -692,9 +692,12 @@ fn the_backend_answers_every_request_with_its_own_result() {
                 .verify(&message, &sig)
                 .unwrap_or_else(|_| panic!("request {i} got another request's signature"));
         }
-        let c = metrics.op(crate::OpKind::RsaSign);
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(load(&c.batches), 1, "one batch of eight");
-        assert_eq!(load(&c.scalar_computed), 0, "all eight in the 8-lane call");
+        let rsa = crate::OpKind::RsaSign;
+        assert_eq!(metrics.batches(rsa), 1, "one batch of eight");
+        assert_eq!(
+            metrics.scalar_computed(rsa),
+            0,
+            "all eight in the 8-lane call"
+        );
     });
 }

@@ -92,9 +92,7 @@ impl Established {
                 } => {
                     metrics.ktls_fallback(why.cause());
                     if ktls == KtlsMode::Required {
-                        metrics
-                            .ktls_refused
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        metrics.ktls_refused();
                         worker.log_refusal(peer, &why);
                         // A close_notify, so the client sees an orderly close, not a reset.
                         if let Ok(mut stream) =

@@ -8,11 +8,11 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use terminus_engine::{scalar, CryptoError, CryptoOp, CryptoOutput};
+use terminus_metrics::{Counter, Exposition, Render};
 
 type Answer = Result<CryptoOutput, CryptoError>;
 type BridgeYielder = Yielder<Option<Answer>, CryptoOp>;
@@ -29,15 +29,28 @@ thread_local! {
     static STACKS: RefCell<Vec<DefaultStack>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Operations computed synchronously because [`call`] ran outside any coroutine.
-pub static SYNC_FALLBACKS: AtomicU64 = AtomicU64::new(0);
+/// Operations computed synchronously because [`call`] ran outside any coroutine: a
+/// process-wide count, rendered by [`BridgeMetrics`].
+static SYNC_FALLBACKS: Counter = Counter::new(
+    "terminus_crypto_sync_fallbacks_total",
+    "Operations computed synchronously outside a handshake coroutine.",
+);
+
+/// The bridge's series.
+pub struct BridgeMetrics;
+
+impl Render for BridgeMetrics {
+    fn render(&self, out: &mut Exposition) {
+        SYNC_FALLBACKS.render(out);
+    }
+}
 
 /// Performs `op`: suspends the running coroutine until its driver supplies the answer, or
 /// computes it on the spot when no coroutine is running.
 pub fn call(op: CryptoOp) -> Answer {
     let yielder = ACTIVE.with(|a| a.replace(ptr::null()));
     if yielder.is_null() {
-        SYNC_FALLBACKS.fetch_add(1, Ordering::Relaxed);
+        SYNC_FALLBACKS.inc();
         return scalar::compute(op);
     }
     // SAFETY: ACTIVE is non-null only between `ActiveYielder::enter` and its drop (or a
@@ -119,9 +132,9 @@ mod tests {
 
     #[test]
     fn call_outside_coroutine_computes_synchronously() {
-        let before = SYNC_FALLBACKS.load(Ordering::Relaxed);
+        let before = SYNC_FALLBACKS.get();
         assert!(matches!(call(kx()), Ok(CryptoOutput::KeyPair { .. })));
-        assert!(SYNC_FALLBACKS.load(Ordering::Relaxed) > before);
+        assert!(SYNC_FALLBACKS.get() > before);
     }
 
     #[test]

@@ -152,9 +152,7 @@ impl KtlsStream {
                 // The records after it are under keys we cannot give the kernel: answer
                 // with close_notify (still under our valid key) and read no further.
                 tracing::debug!("client KeyUpdate on a kernel TLS connection: closing cleanly (kernel TLS cannot rekey it)");
-                self.counters
-                    .key_update_closes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.counters.key_update_closed();
                 self.send_close_notify();
                 Control::EndOfStream
             }

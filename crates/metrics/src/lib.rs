@@ -1,0 +1,387 @@
+//! Prometheus series that carry their own name and help and render themselves.
+//!
+//! Each crate owns its series: the engine its per-operation counters, the TLS crate its
+//! byte counters, the server its connection counters. A series is declared once with
+//! its name, help and label values, updated through methods (never a public atomic), and
+//! written by [`Render::render`] into an [`Exposition`], the text format `GET /metrics`
+//! serves. Label values are fixed when the series is made, so rendering allocates
+//! nothing per sample and the label set cannot grow without bound.
+
+use std::fmt::{Display, Write as _};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The Prometheus text exposition being written.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    pub fn new() -> Self {
+        Self {
+            text: String::with_capacity(16 * 1024),
+        }
+    }
+
+    /// The `# HELP` and `# TYPE` lines of a series.
+    pub fn header(&mut self, name: &str, kind: Kind, help: &str) {
+        let _ = writeln!(
+            self.text,
+            "# HELP {name} {help}\n# TYPE {name} {}",
+            kind.name()
+        );
+    }
+
+    /// One sample; `labels` is the text between the braces (`a="x",b="y"`), or empty.
+    pub fn sample(&mut self, name: &str, labels: &str, value: impl Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.text, "{name} {value}");
+        } else {
+            let _ = writeln!(self.text, "{name}{{{labels}}} {value}");
+        }
+    }
+
+    pub fn into_text(self) -> String {
+        self.text
+    }
+}
+
+/// What a series is, for its `# TYPE` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Anything that writes series into an exposition.
+pub trait Render {
+    fn render(&self, out: &mut Exposition);
+}
+
+/// The name and help of a series.
+#[derive(Debug, Clone, Copy)]
+pub struct Desc {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// A count that only goes up.
+#[derive(Debug)]
+pub struct Counter {
+    desc: Desc,
+    value: AtomicU64,
+}
+
+impl Counter {
+    pub const fn new(name: &'static str, help: &'static str) -> Self {
+        Self {
+            desc: Desc { name, help },
+            value: AtomicU64::new(0),
+        }
+    }
+
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    pub fn add(&self, n: u64) {
+        self.value.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+impl Render for Counter {
+    fn render(&self, out: &mut Exposition) {
+        out.header(self.desc.name, Kind::Counter, self.desc.help);
+        out.sample(self.desc.name, "", self.get());
+    }
+}
+
+/// A value that goes up and down.
+#[derive(Debug)]
+pub struct Gauge {
+    desc: Desc,
+    value: AtomicI64,
+}
+
+impl Gauge {
+    pub const fn new(name: &'static str, help: &'static str) -> Self {
+        Self {
+            desc: Desc { name, help },
+            value: AtomicI64::new(0),
+        }
+    }
+
+    pub fn add(&self, n: i64) {
+        self.value.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> i64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+impl Render for Gauge {
+    fn render(&self, out: &mut Exposition) {
+        out.header(self.desc.name, Kind::Gauge, self.desc.help);
+        out.sample(self.desc.name, "", self.get());
+    }
+}
+
+/// One series per value of a label, the values fixed when it is made: a counter
+/// (`Kind::Counter`) or a gauge (`Kind::Gauge`). `scale` divides what is shown (1e6 for a
+/// sum kept in microseconds and shown in seconds).
+#[derive(Debug)]
+pub struct Labelled<const N: usize> {
+    desc: Desc,
+    kind: Kind,
+    /// `label="value"` (and any constant labels after it) per series.
+    labels: [String; N],
+    values: [AtomicI64; N],
+    scale: f64,
+}
+
+impl<const N: usize> Labelled<N> {
+    /// A counter per entry of `labels`, each the text between the braces.
+    pub fn counter(name: &'static str, help: &'static str, labels: [String; N]) -> Self {
+        Self::new(Desc { name, help }, Kind::Counter, labels)
+    }
+
+    pub fn gauge(name: &'static str, help: &'static str, labels: [String; N]) -> Self {
+        Self::new(Desc { name, help }, Kind::Gauge, labels)
+    }
+
+    fn new(desc: Desc, kind: Kind, labels: [String; N]) -> Self {
+        Self {
+            desc,
+            kind,
+            labels,
+            values: std::array::from_fn(|_| AtomicI64::new(0)),
+            scale: 1.0,
+        }
+    }
+
+    /// Shows each value divided by `scale`.
+    pub fn scaled(mut self, scale: f64) -> Self {
+        self.scale = scale;
+        self
+    }
+
+    pub fn inc(&self, i: usize) {
+        self.add(i, 1);
+    }
+
+    pub fn add(&self, i: usize, n: i64) {
+        self.values[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self, i: usize) -> i64 {
+        self.values[i].load(Ordering::Relaxed)
+    }
+}
+
+impl<const N: usize> Render for Labelled<N> {
+    fn render(&self, out: &mut Exposition) {
+        out.header(self.desc.name, self.kind, self.desc.help);
+        for (labels, value) in self.labels.iter().zip(&self.values) {
+            let value = value.load(Ordering::Relaxed);
+            if self.scale == 1.0 {
+                out.sample(self.desc.name, labels, value);
+            } else {
+                out.sample(self.desc.name, labels, value as f64 / self.scale);
+            }
+        }
+    }
+}
+
+/// `label="value"` for each value: the label sets of a [`Labelled`] series.
+pub fn label_values<const N: usize>(label: &str, values: [&str; N], rest: &str) -> [String; N] {
+    values.map(|v| {
+        if rest.is_empty() {
+            format!("{label}=\"{v}\"")
+        } else {
+            format!("{label}=\"{v}\",{rest}")
+        }
+    })
+}
+
+/// The buckets of one histogram, lock-free; observations in seconds (durations) or plain
+/// numbers (sizes), as the bounds say.
+#[derive(Debug)]
+pub struct Buckets {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// The sum, in millionths of the observed unit (µs for durations).
+    sum_micros: AtomicU64,
+}
+
+impl Buckets {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe_duration(&self, d: Duration) {
+        self.observe_micros(d.as_secs_f64(), d.as_micros() as u64);
+    }
+
+    pub fn observe(&self, value: u64) {
+        self.observe_micros(value as f64, value.saturating_mul(1_000_000));
+    }
+
+    fn observe_micros(&self, value: f64, micros: u64) {
+        if let Some(i) = self.bounds.iter().position(|&b| value <= b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut Exposition, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0;
+        for (bound, n) in self.bounds.iter().zip(&self.counts) {
+            cumulative += n.load(Ordering::Relaxed);
+            out.sample(&bucket, &format!("{labels}{sep}le=\"{bound}\""), cumulative);
+        }
+        out.sample(&bucket, &format!("{labels}{sep}le=\"+Inf\""), self.count());
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        out.sample(&format!("{name}_sum"), labels, sum);
+        out.sample(&format!("{name}_count"), labels, self.count());
+    }
+}
+
+/// A histogram per label set (one, unlabelled, for `N = 1` and an empty label).
+#[derive(Debug)]
+pub struct Histograms<const N: usize> {
+    desc: Desc,
+    labels: [String; N],
+    buckets: [Buckets; N],
+}
+
+impl<const N: usize> Histograms<N> {
+    pub fn new(
+        name: &'static str,
+        help: &'static str,
+        bounds: &'static [f64],
+        labels: [String; N],
+    ) -> Self {
+        Self {
+            desc: Desc { name, help },
+            labels,
+            buckets: std::array::from_fn(|_| Buckets::new(bounds)),
+        }
+    }
+
+    pub fn get(&self, i: usize) -> &Buckets {
+        &self.buckets[i]
+    }
+}
+
+impl Histograms<1> {
+    /// One unlabelled histogram.
+    pub fn single(name: &'static str, help: &'static str, bounds: &'static [f64]) -> Self {
+        Self::new(name, help, bounds, [String::new()])
+    }
+}
+
+impl<const N: usize> Render for Histograms<N> {
+    fn render(&self, out: &mut Exposition) {
+        out.header(self.desc.name, Kind::Histogram, self.desc.help);
+        for (labels, buckets) in self.labels.iter().zip(&self.buckets) {
+            buckets.render(out, self.desc.name, labels);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(r: &dyn Render) -> String {
+        let mut out = Exposition::new();
+        r.render(&mut out);
+        out.into_text()
+    }
+
+    #[test]
+    fn counters_and_gauges_render_their_header_and_value() {
+        let c = Counter::new("t_total", "Things.");
+        c.add(3);
+        c.inc();
+        assert_eq!(
+            text(&c),
+            "# HELP t_total Things.\n# TYPE t_total counter\nt_total 4\n"
+        );
+        let g = Gauge::new("t_open", "Open.");
+        g.add(2);
+        g.add(-1);
+        assert!(text(&g).ends_with("# TYPE t_open gauge\nt_open 1\n"));
+    }
+
+    #[test]
+    fn labelled_series_render_every_label_value() {
+        let l = Labelled::counter(
+            "t_total",
+            "T.",
+            label_values("op", ["a", "b"], "backend=\"x\""),
+        );
+        l.inc(1);
+        let t = text(&l);
+        assert!(t.contains("t_total{op=\"a\",backend=\"x\"} 0\n"), "{t}");
+        assert!(t.contains("t_total{op=\"b\",backend=\"x\"} 1\n"), "{t}");
+        let s = Labelled::counter("t_seconds_sum", "S.", label_values("op", ["a"], "")).scaled(1e6);
+        s.add(0, 1_500_000);
+        assert!(text(&s).contains("t_seconds_sum{op=\"a\"} 1.5\n"));
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_sum_and_count() {
+        static BOUNDS: &[f64] = &[0.001, 0.01];
+        let h = Histograms::single("t_seconds", "T.", BOUNDS);
+        h.get(0).observe_duration(Duration::from_micros(500));
+        h.get(0).observe_duration(Duration::from_millis(5));
+        h.get(0).observe_duration(Duration::from_secs(1));
+        let t = text(&h);
+        for line in [
+            "t_seconds_bucket{le=\"0.001\"} 1\n",
+            "t_seconds_bucket{le=\"0.01\"} 2\n",
+            "t_seconds_bucket{le=\"+Inf\"} 3\n",
+            "t_seconds_sum 1.0055\n",
+            "t_seconds_count 3\n",
+        ] {
+            assert!(t.contains(line), "{line} in {t}");
+        }
+        static SIZES: &[f64] = &[1.0, 2.0];
+        let sizes = Histograms::new("t_size", "S.", SIZES, label_values("op", ["a"], ""));
+        sizes.get(0).observe(2);
+        let t = text(&sizes);
+        assert!(t.contains("t_size_bucket{op=\"a\",le=\"1\"} 0\n"), "{t}");
+        assert!(t.contains("t_size_sum{op=\"a\"} 2\n"), "{t}");
+    }
+}
