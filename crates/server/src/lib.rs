@@ -25,7 +25,7 @@ use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
-pub use config::{Config, ConfigError, KtlsMode, Overrides};
+pub use config::{BackendChoice, Config, ConfigError, KtlsMode, Overrides};
 use metrics::Metrics;
 use site::{Site, SiteHandle};
 
@@ -100,7 +100,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("certificate {names} {key}{origin} SHA256 Fingerprint={fp}");
     }
 
-    let backend = resolve_backend(&config.crypto_backend)?;
+    let backend = resolve_backend(config.crypto_backend)?;
     let pool = match backend {
         BackendKind::Threads => Some(ThreadPool::start(
             config.crypto_threads,
@@ -298,20 +298,22 @@ fn probe_kernel_tls(config: &Config) -> KernelSupport {
     support
 }
 
-/// The backend `crypto.backend` names, with `auto` decided by the CPU's features.
-fn resolve_backend(name: &str) -> Result<BackendKind, StartError> {
-    match name {
-        "auto" => {
+/// The backend `crypto.backend` chose, with `auto` decided by the CPU's features.
+fn resolve_backend(choice: BackendChoice) -> Result<BackendKind, StartError> {
+    match choice {
+        BackendChoice::Auto => {
             let kind = BackendKind::auto();
             if kind == BackendKind::Scalar {
                 tracing::info!("crypto backend auto: crypto_mb cannot run on this CPU (no AVX-512 IFMA), computing handshake crypto scalar");
             }
             Ok(kind)
         }
-        "multibuffer" if BackendKind::auto() != BackendKind::Multibuffer => {
+        BackendChoice::Use(BackendKind::Multibuffer)
+            if BackendKind::auto() != BackendKind::Multibuffer =>
+        {
             Err(StartError::MultibufferUnavailable)
         }
-        other => Ok(BackendKind::from_name(other).unwrap_or(BackendKind::Scalar)),
+        BackendChoice::Use(kind) => Ok(kind),
     }
 }
 

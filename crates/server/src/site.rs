@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use terminus_engine::SigningKeyPair;
-use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
+use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
 use crate::config::{Config, ConfigError};
@@ -122,8 +122,9 @@ impl Site {
             resolver_hosts,
             config.default_server_index(),
         ));
-        let tls = tls_settings(config)
-            .and_then(|s| s.server_config(resolver.clone()))
+        let tls = config
+            .tls
+            .server_config(resolver.clone())
             .map_err(|e| err(None, format!("[tls]: {e}"), None))?;
         let access_log = AccessLog::open(&config.access_log).map_err(|e| {
             err(
@@ -147,31 +148,6 @@ impl Site {
             signing_keys,
         })
     }
-}
-
-fn tls_settings(config: &Config) -> Result<TlsSettings, terminus_tls::TlsSettingsError> {
-    let mut settings = TlsSettings {
-        versions: config
-            .tls_versions
-            .iter()
-            .map(|v| TlsSettings::version_from_name(v))
-            .collect::<Result<_, _>>()?,
-        groups: config
-            .groups
-            .iter()
-            .map(|g| TlsSettings::group_from_name(g))
-            .collect::<Result<_, _>>()?,
-        session_tickets: config.session_tickets,
-        session_cache: config.session_cache,
-        ..TlsSettings::default()
-    };
-    if let Some(suites) = &config.cipher_suites {
-        settings.cipher_suites = suites
-            .iter()
-            .map(|s| TlsSettings::suite_from_name(s))
-            .collect::<Result<_, _>>()?;
-    }
-    Ok(settings)
 }
 
 /// The current [`Site`], swapped on reload.

@@ -11,7 +11,7 @@ use crate::handshake::EngineKxGroup;
 use crate::resolver::SniResolver;
 
 /// What the `[tls]` config section asks for, resolved to rustls values.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsSettings {
     pub versions: Vec<&'static SupportedProtocolVersion>,
     pub cipher_suites: Vec<SupportedCipherSuite>,

@@ -1,0 +1,105 @@
+//! Command-line flags, applied over the file: each names itself in its error.
+
+use std::path::PathBuf;
+
+use super::{BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen, KTLS_HINT};
+
+/// Command-line flags that override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Vec<String>,
+    pub certs: Vec<(PathBuf, PathBuf)>,
+    pub root: Option<PathBuf>,
+    pub workers: Option<usize>,
+    pub pin: bool,
+    pub crypto_backend: Option<String>,
+    pub no_resumption: bool,
+    pub admin: Option<String>,
+    /// `--ktls MODE`: every listener's `ktls`.
+    pub ktls: Option<String>,
+}
+
+impl Config {
+    pub(super) fn apply(&mut self, o: &Overrides, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+        let flag_err = |flag: &str, msg: String, hint: &str| ConfigError {
+            file: format!("{} (command line {flag})", ctx.file),
+            line: None,
+            message: msg,
+            hint: Some(hint.to_owned()),
+        };
+        if !o.listen.is_empty() {
+            let ktls = self.listen.first().map_or(KtlsMode::Auto, |l| l.ktls);
+            self.listen = o
+                .listen
+                .iter()
+                .map(|l| {
+                    let addr = l.parse().map_err(|_| {
+                        flag_err(
+                            "--listen",
+                            format!("{l:?} is not IP:PORT"),
+                            "e.g. --listen 0.0.0.0:443",
+                        )
+                    })?;
+                    Ok(Listen { addr, ktls })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(k) = &o.ktls {
+            let mode = KtlsMode::from_name(k)
+                .ok_or_else(|| flag_err("--ktls", format!("unknown mode {k:?}"), KTLS_HINT))?;
+            for l in &mut self.listen {
+                l.ktls = mode;
+            }
+        }
+        if let Some(w) = o.workers {
+            if w == 0 || w > 1024 {
+                return Err(flag_err(
+                    "--workers",
+                    format!("{w} workers"),
+                    "use 1 to 1024",
+                ));
+            }
+            self.workers = w;
+        }
+        self.pin |= o.pin;
+        if let Some(b) = &o.crypto_backend {
+            self.crypto_backend = BackendChoice::from_name(b).ok_or_else(|| {
+                flag_err(
+                    "--crypto-backend",
+                    format!("unknown backend {b:?}"),
+                    "use auto, multibuffer, scalar or threads",
+                )
+            })?;
+        }
+        if o.no_resumption {
+            self.tls.session_tickets = false;
+            self.tls.session_cache = 0;
+        }
+        if let Some(a) = &o.admin {
+            self.admin = Some(a.parse().map_err(|_| {
+                flag_err(
+                    "--admin",
+                    format!("{a:?} is not IP:PORT"),
+                    "e.g. --admin 127.0.0.1:9100",
+                )
+            })?);
+        }
+        let default = self.default_server_index();
+        if !o.certs.is_empty() {
+            self.servers[default].certificates = o
+                .certs
+                .iter()
+                .map(|(cert, key)| CertPaths {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    line: None,
+                })
+                .collect();
+        }
+        if let Some(root) = &o.root {
+            self.servers[default].root = Some(root.clone());
+            self.servers[default].root_line = None;
+        }
+        Ok(())
+    }
+}

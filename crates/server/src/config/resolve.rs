@@ -1,0 +1,337 @@
+//! From the file as written to a [`Config`]: every default filled in and every setting
+//! resolved to its type (addresses, durations, TLS versions, suites and groups, the crypto
+//! backend, the log level) while its line is known, so nothing is checked later without
+//! one.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use terminus_tls::{TlsSettings, TlsSettingsError};
+use toml::Spanned;
+
+use super::schema::{parse_duration, ConfigFile, ListenEntry};
+use super::{
+    AccessLogTarget, BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen,
+    ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
+};
+
+pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
+    let file = ctx.file;
+    let base = Path::new(file)
+        .parent()
+        .filter(|_| file != EMBEDDED)
+        .map(Path::to_path_buf);
+    let resolve_path = |p: &str| -> PathBuf {
+        let p = PathBuf::from(p);
+        match (&base, p.is_relative()) {
+            (Some(b), true) => b.join(p),
+            _ => p,
+        }
+    };
+    let duration = |v: &Option<Spanned<String>>,
+                    name: &str,
+                    default: Duration|
+     -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) => parse_duration(s.get_ref()).ok_or_else(|| {
+                ctx.err(
+                    Some(s.span()),
+                    format!("{name} = {:?} is not a duration", s.get_ref()),
+                    Some("write it like \"10s\", \"500ms\" or \"2m\"".to_owned()),
+                )
+            }),
+        }
+    };
+    let addr = |s: &Spanned<String>, what: &str| -> Result<SocketAddr, ConfigError> {
+        s.get_ref().parse().map_err(|_| {
+            ctx.err(
+                Some(s.span()),
+                format!("{what} address {:?} is not IP:PORT", s.get_ref()),
+                Some("e.g. \"0.0.0.0:443\", \"127.0.0.1:8443\" or \"[::]:443\"".to_owned()),
+            )
+        })
+    };
+
+    let workers = match &raw.workers {
+        Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
+            return Err(ctx.err(Some(w.span()), "workers must be between 1 and 1024", None))
+        }
+        Some(w) => *w.get_ref(),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let ktls_mode = |name: &str, span: Range<usize>| {
+        KtlsMode::from_name(name).ok_or_else(|| {
+            ctx.err(
+                Some(span),
+                format!("ktls = {name:?} is not a kTLS mode"),
+                Some(KTLS_HINT.to_owned()),
+            )
+        })
+    };
+    let default_ktls = match &raw.tls.ktls {
+        Some(k) => ktls_mode(k.get_ref(), k.span())?,
+        None => KtlsMode::Auto,
+    };
+    let mut listen = Vec::new();
+    for entry in &raw.listen {
+        let (address, ktls) = match entry.get_ref() {
+            ListenEntry::Address(a) => (a, None),
+            ListenEntry::Options(o) => (&o.address, o.ktls.as_deref()),
+        };
+        let spanned = Spanned::new(entry.span(), address.clone());
+        listen.push(Listen {
+            addr: addr(&spanned, "listen")?,
+            ktls: match ktls {
+                Some(k) => ktls_mode(k, entry.span())?,
+                None => default_ktls,
+            },
+        });
+    }
+    if listen.is_empty() {
+        listen.push(Listen {
+            addr: DEFAULT_LISTEN.parse().expect("valid default"),
+            ktls: default_ktls,
+        });
+    }
+
+    let mut servers = Vec::new();
+    for s in &raw.server {
+        let line = ctx.line_of(s.names.span());
+        if s.names.get_ref().is_empty() {
+            return Err(ctx.err(
+                Some(s.names.span()),
+                "a [[server]] needs at least one name",
+                Some("names = [\"example.com\", \"*.example.com\"]".to_owned()),
+            ));
+        }
+        for name in s.names.get_ref() {
+            let bare = name.strip_prefix("*.").unwrap_or(name);
+            if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
+                return Err(ctx.err(
+                    Some(s.names.span()),
+                    format!("server name {name:?} is not valid"),
+                    Some(
+                        "use exact names or one leading wildcard label: \"*.example.com\""
+                            .to_owned(),
+                    ),
+                ));
+            }
+        }
+        let certificates = s
+            .certificate
+            .iter()
+            .map(|c| CertPaths {
+                cert: resolve_path(c.cert.get_ref()),
+                key: resolve_path(c.key.get_ref()),
+                line: ctx.line_of(c.cert.span()),
+            })
+            .collect::<Vec<_>>();
+        if certificates.len() > 2 {
+            return Err(ctx.err(
+                Some(s.names.span()),
+                "a server takes at most two certificates (one RSA and one ECDSA)",
+                None,
+            ));
+        }
+        servers.push(ServerConfig {
+            names: s.names.get_ref().clone(),
+            default: s.default,
+            root: s.root.as_ref().map(|r| resolve_path(r.get_ref())),
+            root_line: s.root.as_ref().and_then(|r| ctx.line_of(r.span())),
+            certificates,
+            line,
+        });
+    }
+    if servers.iter().filter(|s| s.default).count() > 1 {
+        let second = raw
+            .server
+            .iter()
+            .filter(|s| s.default)
+            .nth(1)
+            .map(|s| s.names.span());
+        return Err(ctx.err(second, "more than one [[server]] has default = true", None));
+    }
+    if servers.is_empty() {
+        servers.push(ServerConfig {
+            names: vec!["localhost".into()],
+            default: true,
+            root: None,
+            root_line: None,
+            certificates: Vec::new(),
+            line: None,
+        });
+    }
+
+    let crypto_backend = match &raw.crypto.backend {
+        None => BackendChoice::Auto,
+        Some(b) => BackendChoice::from_name(b.get_ref()).ok_or_else(|| {
+            ctx.err(
+                Some(b.span()),
+                format!("unknown crypto backend {:?}", b.get_ref()),
+                Some(BACKEND_HINT.to_owned()),
+            )
+        })?,
+    };
+
+    let access_log = match raw.log.access.as_ref().map(|a| a.get_ref().as_str()) {
+        None | Some("off") => AccessLogTarget::Off,
+        Some("stdout") => AccessLogTarget::Stdout,
+        Some(p) => AccessLogTarget::File(resolve_path(p)),
+    };
+
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = Config {
+        source: file.to_owned(),
+        workers,
+        pin: raw.pin.unwrap_or(false),
+        listen,
+        tls: resolve_tls(raw, ctx)?,
+        crypto_backend,
+        crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
+        crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),
+        max_batch_delay: duration(
+            &raw.crypto.max_batch_delay,
+            "max_batch_delay",
+            Duration::from_millis(2),
+        )?,
+        handshake_timeout: duration(
+            &raw.timeouts.handshake,
+            "handshake",
+            Duration::from_secs(10),
+        )?,
+        request_header_timeout: duration(
+            &raw.timeouts.request_header,
+            "request_header",
+            Duration::from_secs(10),
+        )?,
+        keepalive_timeout: duration(
+            &raw.timeouts.keepalive,
+            "keepalive",
+            Duration::from_secs(75),
+        )?,
+        shutdown_grace: duration(
+            &raw.timeouts.shutdown_grace,
+            "shutdown_grace",
+            Duration::from_secs(10),
+        )?,
+        max_connections: raw.limits.max_connections.unwrap_or(10_000).max(1),
+        access_log,
+        log_level: match &raw.log.level {
+            None => tracing::Level::INFO,
+            Some(l) => ["error", "warn", "info", "debug", "trace"]
+                .contains(&l.get_ref().as_str())
+                .then(|| l.get_ref().parse().ok())
+                .flatten()
+                .ok_or_else(|| {
+                    ctx.err(
+                        Some(l.span()),
+                        format!("log level {:?} is not known", l.get_ref()),
+                        Some("use error, warn, info, debug or trace".to_owned()),
+                    )
+                })?,
+        },
+        admin: raw
+            .admin
+            .listen
+            .as_ref()
+            .map(|a| addr(a, "admin"))
+            .transpose()?,
+        files: raw.files.clone(),
+        servers,
+    };
+    for (name, d) in [
+        ("handshake", config.handshake_timeout),
+        ("request_header", config.request_header_timeout),
+        ("keepalive", config.keepalive_timeout),
+    ] {
+        if d.is_zero() {
+            return Err(ctx.err(None, format!("timeouts.{name} must be above zero"), None));
+        }
+    }
+    Ok(config)
+}
+
+/// `[tls]` as rustls values. A name rustls does not have, an empty list, or suites of
+/// none of the versions is refused here, at its line.
+fn resolve_tls(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<TlsSettings, ConfigError> {
+    fn list<T>(
+        ctx: &Ctx<'_>,
+        value: &Option<Spanned<Vec<String>>>,
+        key: &str,
+        hint: &str,
+        parse: impl Fn(&str) -> Result<T, TlsSettingsError>,
+    ) -> Result<Option<Vec<T>>, ConfigError> {
+        let Some(v) = value else { return Ok(None) };
+        if v.get_ref().is_empty() {
+            return Err(ctx.err(
+                Some(v.span()),
+                format!("tls.{key} is empty"),
+                Some(hint.to_owned()),
+            ));
+        }
+        let parsed = v
+            .get_ref()
+            .iter()
+            .map(|name| parse(name))
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                ctx.err(
+                    Some(v.span()),
+                    format!("tls.{key}: {e}"),
+                    Some(hint.to_owned()),
+                )
+            })?;
+        Ok(Some(parsed))
+    }
+    let t = &raw.tls;
+    let mut tls = TlsSettings::default();
+    if let Some(v) = list(
+        ctx,
+        &t.versions,
+        "versions",
+        "e.g. [\"1.2\", \"1.3\"]",
+        TlsSettings::version_from_name,
+    )? {
+        tls.versions = v;
+    }
+    if let Some(s) = list(
+        ctx,
+        &t.cipher_suites,
+        "cipher_suites",
+        "leave it out for rustls's defaults",
+        TlsSettings::suite_from_name,
+    )? {
+        tls.cipher_suites = s;
+    }
+    if let Some(g) = list(
+        ctx,
+        &t.groups,
+        "groups",
+        "e.g. [\"x25519\", \"secp256r1\"]",
+        TlsSettings::group_from_name,
+    )? {
+        tls.groups = g;
+    }
+    if !tls
+        .cipher_suites
+        .iter()
+        .any(|s| tls.versions.iter().any(|v| s.version() == *v))
+    {
+        let at = t
+            .cipher_suites
+            .as_ref()
+            .or(t.versions.as_ref())
+            .map(|v| v.span());
+        return Err(ctx.err(
+            at,
+            TlsSettingsError::NoUsableSuite.to_string(),
+            Some("add a suite of each version in tls.versions".to_owned()),
+        ));
+    }
+    tls.session_tickets = t.session_tickets.unwrap_or(true);
+    tls.session_cache = t.session_cache.unwrap_or(256 * 1024);
+    Ok(tls)
+}

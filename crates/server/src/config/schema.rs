@@ -1,0 +1,151 @@
+//! The file as written: every section and key, all optional, unknown keys refused. What
+//! the values mean is decided in [`super::resolve`].
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+use crate::http::files::CacheSettings;
+
+/// The config file as written (all fields optional; defaults applied in [`Config::resolve`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub workers: Option<Spanned<usize>>,
+    pub pin: Option<bool>,
+    #[serde(default)]
+    pub listen: Vec<Spanned<ListenEntry>>,
+    #[serde(default)]
+    pub tls: TlsSection,
+    #[serde(default)]
+    pub crypto: CryptoSection,
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
+    pub files: CacheSettings,
+    #[serde(default)]
+    pub server: Vec<ServerSection>,
+}
+
+/// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ListenEntry {
+    Address(String),
+    Options(ListenOptions),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenOptions {
+    pub address: String,
+    pub ktls: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub versions: Option<Spanned<Vec<String>>>,
+    pub cipher_suites: Option<Spanned<Vec<String>>>,
+    pub groups: Option<Spanned<Vec<String>>>,
+    pub session_tickets: Option<bool>,
+    pub session_cache: Option<usize>,
+    /// The default `ktls` of every listener.
+    pub ktls: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CryptoSection {
+    pub backend: Option<Spanned<String>>,
+    pub threads: Option<usize>,
+    pub queue_capacity: Option<usize>,
+    pub max_batch_delay: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsSection {
+    pub handshake: Option<Spanned<String>>,
+    pub request_header: Option<Spanned<String>>,
+    pub keepalive: Option<Spanned<String>>,
+    pub shutdown_grace: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    pub access: Option<Spanned<String>>,
+    pub level: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    pub listen: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub names: Spanned<Vec<String>>,
+    #[serde(default)]
+    pub default: bool,
+    pub root: Option<Spanned<String>>,
+    #[serde(default)]
+    pub certificate: Vec<CertificateSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateSection {
+    pub cert: Spanned<String>,
+    pub key: Spanned<String>,
+}
+
+/// A duration in a typed section, checked as the file is read (so its error has a line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(ConfigDuration).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{text:?} is not a duration; write it like \"10s\", \"500ms\" or \"2m\""
+            ))
+        })
+    }
+}
+
+/// Parses "30s", "500ms", "2m", "1h" or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
