@@ -1,0 +1,325 @@
+//! The HTTP/1.1 codec: request heads parsed, request bodies framed, response heads
+//! encoded. No I/O here, so the same code can speak to upstream servers.
+
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri, Version};
+
+use crate::http::DISCARD_LIMIT;
+
+/// Longest request line plus headers, like nginx's large_client_header_buffers.
+pub(super) const MAX_HEAD: usize = 16 * 1024;
+const MAX_HEADERS: usize = 100;
+
+/// How the request body is delimited, and what to do with it.
+pub(super) enum RequestBody {
+    None,
+    Discard(u64),
+    /// Unread (too long, or chunked): the connection closes after the answer.
+    LeftUnread,
+}
+
+/// Parses a request head at the start of `buf` and removes it from `buf`.
+/// `Ok(None)`: not complete yet.
+pub(super) fn parse(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCode> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        }
+        Err(_) => return Err(StatusCode::BAD_REQUEST),
+    };
+    let method = Method::from_bytes(parsed.method.unwrap_or("").as_bytes())
+        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    let uri: Uri = parsed
+        .path
+        .unwrap_or("")
+        .parse()
+        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    let version = match parsed.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let mut map = HeaderMap::with_capacity(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        map.append(
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?,
+            HeaderValue::from_bytes(h.value).map_err(|_| StatusCode::BAD_REQUEST)?,
+        );
+    }
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .version(version)
+        .body(())
+        .map_err(|_| StatusCode::BAD_REQUEST)?;
+    *req.headers_mut() = map;
+    buf.drain(..len);
+    Ok(Some(req))
+}
+
+fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+pub(super) fn wants_keep_alive(req: &Request<()>) -> bool {
+    match req.version() {
+        Version::HTTP_11 => !has_token(req.headers(), header::CONNECTION, "close"),
+        _ => has_token(req.headers(), header::CONNECTION, "keep-alive"),
+    }
+}
+
+pub(super) fn request_body(headers: &HeaderMap) -> Result<RequestBody, StatusCode> {
+    let lengths: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        // Both framings at once is how requests are smuggled past a proxy: refuse.
+        if !lengths.is_empty() {
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        return Ok(RequestBody::LeftUnread);
+    }
+    let mut length = None;
+    for v in lengths {
+        let n: u64 = v
+            .to_str()
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+            .ok_or(StatusCode::BAD_REQUEST)?;
+        if length.is_some_and(|l| l != n) {
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        length = Some(n);
+    }
+    Ok(match length {
+        None | Some(0) => RequestBody::None,
+        Some(n) if n <= DISCARD_LIMIT as u64 => RequestBody::Discard(n),
+        Some(_) => RequestBody::LeftUnread,
+    })
+}
+
+/// Appends the HTTP/1.1 head of a response with `parts` and a body of `body_len` bytes:
+/// status line, headers, `date` and `content-length` where the response has none, and the
+/// `connection` header the keep-alive decision needs.
+pub(super) fn encode_response_head(
+    head: &mut Vec<u8>,
+    parts: &hyper::http::response::Parts,
+    body_len: u64,
+    keep_alive: bool,
+    http10: bool,
+) {
+    let status = parts.status;
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        head.extend_from_slice(b"date: ");
+        DATE.with_borrow_mut(|date| head.extend_from_slice(date.now()));
+        head.extend_from_slice(b"\r\n");
+    }
+    let bodiless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    if !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+        head.extend_from_slice(format!("content-length: {body_len}\r\n").as_bytes());
+    }
+    if !keep_alive {
+        head.extend_from_slice(b"connection: close\r\n");
+    } else if http10 {
+        head.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+}
+
+thread_local! {
+    /// The `date` header of this second, formatted once per second per worker.
+    static DATE: std::cell::RefCell<Date> = const { std::cell::RefCell::new(Date { second: 0, text: Vec::new() }) };
+}
+
+struct Date {
+    second: u64,
+    text: Vec<u8>,
+}
+
+impl Date {
+    fn now(&mut self) -> &[u8] {
+        let now = std::time::SystemTime::now();
+        let second = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if second != self.second || self.text.is_empty() {
+            self.second = second;
+            self.text = httpdate::fmt_http_date(now).into_bytes();
+        }
+        &self.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Result<Option<Request<()>>, StatusCode> {
+        parse(&mut text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_heads_and_leaves_the_rest() {
+        let mut buf =
+            b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nX-A: 2\r\n\r\nGET /next".to_vec();
+        let req = parse(&mut buf).unwrap().unwrap();
+        assert_eq!(req.method(), Method::GET);
+        assert_eq!(req.uri().path_and_query().unwrap().as_str(), "/a?b=1");
+        assert_eq!(req.headers().get_all("x-a").iter().count(), 2);
+        assert_eq!(buf, b"GET /next");
+        assert!(parse(&mut buf).unwrap().is_none());
+        assert_eq!(
+            head("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap().version(),
+            Version::HTTP_10
+        );
+    }
+
+    #[test]
+    fn malformed_heads_are_bad_requests() {
+        assert_eq!(
+            head("GET / HTTP/1.1\r\nBad Header: x\r\n\r\n").unwrap_err(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            head("G\0T / HTTP/1.1\r\n\r\n").unwrap_err(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            head("GET / HTTP/9.9\r\n\r\n").unwrap_err(),
+            StatusCode::BAD_REQUEST
+        );
+        let many: String = (0..200).map(|i| format!("h{i}: v\r\n")).collect();
+        assert_eq!(
+            head(&format!("GET / HTTP/1.1\r\n{many}\r\n")).unwrap_err(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn body_framing() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            m
+        };
+        assert!(matches!(request_body(&h(&[])), Ok(RequestBody::None)));
+        assert!(matches!(
+            request_body(&h(&[("content-length", "10")])),
+            Ok(RequestBody::Discard(10))
+        ));
+        assert!(matches!(
+            request_body(&h(&[("content-length", "10000000")])),
+            Ok(RequestBody::LeftUnread)
+        ));
+        assert!(matches!(
+            request_body(&h(&[("transfer-encoding", "chunked")])),
+            Ok(RequestBody::LeftUnread)
+        ));
+        for bad in [
+            h(&[("transfer-encoding", "chunked"), ("content-length", "3")]),
+            h(&[("content-length", "3"), ("content-length", "4")]),
+            h(&[("content-length", "-1")]),
+            h(&[("content-length", "+3")]),
+        ] {
+            assert_eq!(
+                request_body(&bad).err(),
+                Some(StatusCode::BAD_REQUEST),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn keep_alive_defaults_by_version() {
+        let req = |v: &str, conn: Option<&str>| {
+            let c = conn.map_or(String::new(), |c| format!("Connection: {c}\r\n"));
+            head(&format!("GET / HTTP/{v}\r\n{c}\r\n"))
+                .unwrap()
+                .unwrap()
+        };
+        assert!(wants_keep_alive(&req("1.1", None)));
+        assert!(!wants_keep_alive(&req("1.1", Some("Close"))));
+        assert!(!wants_keep_alive(&req("1.0", None)));
+        assert!(wants_keep_alive(&req("1.0", Some("keep-alive"))));
+    }
+
+    mod properties {
+        use super::super::parse;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        /// A well-formed request head: method, target, headers.
+        fn request() -> impl Strategy<Value = (&'static str, String, Vec<(String, String)>)> {
+            (
+                prop::sample::select(vec!["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"]),
+                "/[a-zA-Z0-9._~/-]{0,24}(\\?[a-z0-9=&]{0,12})?",
+                prop::collection::vec(("[a-z][a-z0-9-]{0,12}", "[!-~]([ -~]{0,20}[!-~])?"), 0..8),
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Any bytes: a request, "need more", or a 4xx; the buffer is consumed only
+            /// by a complete head.
+            #[test]
+            fn any_bytes_are_answered_without_panicking(buf in prop::collection::vec(any::<u8>(), 0..512)) {
+                let mut b = buf.clone();
+                match parse(&mut b) {
+                    Ok(Some(_)) => prop_assert!(b.len() < buf.len()),
+                    Ok(None) => prop_assert_eq!(&b, &buf),
+                    Err(status) => {
+                        prop_assert!(status.is_client_error());
+                        prop_assert_eq!(&b, &buf);
+                    }
+                }
+            }
+
+            /// A head split across reads is never refused, and parses whole to what was sent,
+            /// leaving the next request's bytes in the buffer.
+            #[test]
+            fn a_head_split_anywhere_parses_to_what_was_sent(
+                (method, target, headers) in request(),
+                cut in any::<Index>(),
+            ) {
+                let head: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+                let text = format!("{method} {target} HTTP/1.1\r\n{head}\r\n");
+                let prefix = &text.as_bytes()[..cut.index(text.len())];
+                prop_assert!(matches!(parse(&mut prefix.to_vec()), Ok(None)), "prefix {:?}", String::from_utf8_lossy(prefix));
+                let mut all = format!("{text}GET /next").into_bytes();
+                let req = parse(&mut all).unwrap().unwrap();
+                prop_assert_eq!(req.method().as_str(), method);
+                prop_assert_eq!(req.uri().path_and_query().map(|p| p.as_str()), Some(target.as_str()));
+                for (name, value) in &headers {
+                    prop_assert!(req.headers().get_all(name.as_str()).iter().any(|v| v.as_bytes() == value.as_bytes()));
+                }
+                prop_assert_eq!(all, b"GET /next".to_vec());
+            }
+        }
+    }
+}
