@@ -331,3 +331,51 @@ impl AsyncWrite for KtlsStream {
         Pin::new(&mut this.io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{classify, sys, ControlRecord, ALERT_CLOSE_NOTIFY, HANDSHAKE_KEY_UPDATE};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// What the kernel hands up besides data: only a well-formed two-byte alert with
+        /// description 0 ends the stream cleanly; any other alert is the client's alert;
+        /// a handshake record is a KeyUpdate only when it starts with one; everything else
+        /// (other types, malformed alerts) is unexpected, with its type and length kept.
+        #[test]
+        fn control_records_are_classified_by_type_and_shape(
+            record_type in any::<u8>(),
+            body in prop::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let got = classify(record_type, &body);
+            match (record_type, body.as_slice()) {
+                (sys::RECORD_APPLICATION_DATA, _) => prop_assert!(matches!(got, ControlRecord::Data)),
+                (sys::RECORD_ALERT, [_, ALERT_CLOSE_NOTIFY]) => {
+                    prop_assert!(matches!(got, ControlRecord::CloseNotify))
+                }
+                (sys::RECORD_ALERT, [_, d]) => {
+                    prop_assert!(matches!(got, ControlRecord::Alert(x) if x == *d))
+                }
+                (sys::RECORD_HANDSHAKE, [HANDSHAKE_KEY_UPDATE, ..]) => {
+                    prop_assert!(matches!(got, ControlRecord::KeyUpdate))
+                }
+                _ => prop_assert!(
+                    matches!(got, ControlRecord::Unexpected { record_type: t, len } if t == record_type && len == body.len()),
+                    "{:?}", got
+                ),
+            }
+        }
+
+        /// A close_notify look-alike that is not exactly two bytes is not a clean end.
+        #[test]
+        fn a_malformed_alert_is_never_a_clean_close(level in any::<u8>(), extra in prop::collection::vec(any::<u8>(), 1..8)) {
+            let mut body = vec![level, ALERT_CLOSE_NOTIFY];
+            body.extend_from_slice(&extra);
+            let got = classify(sys::RECORD_ALERT, &body);
+            prop_assert!(matches!(got, ControlRecord::Unexpected { .. }), "{:?}", got);
+            prop_assert!(!matches!(classify(sys::RECORD_ALERT, &body[..1]), ControlRecord::CloseNotify));
+        }
+    }
+}
