@@ -249,11 +249,7 @@ where
         }
         let sealed = self.conn.writer().write_vectored(&slices)?;
         if sealed < seal {
-            // rustls stops only when the traffic keys are spent and it has closed.
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "TLS write keys exhausted",
-            )));
+            return Poll::Ready(Err(keys_exhausted()));
         }
         self.unsealed.clear();
         let mut taken = seal - held;
@@ -281,14 +277,17 @@ where
         }
         let sealed = self.conn.writer().write(&self.unsealed)?;
         if sealed < self.unsealed.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "TLS write keys exhausted",
-            ));
+            return Err(keys_exhausted());
         }
         self.unsealed.clear();
         Ok(())
     }
+}
+
+/// rustls takes less than it was given only when the traffic keys are spent and it has
+/// closed the connection.
+fn keys_exhausted() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "TLS write keys exhausted")
 }
 
 /// Adapts the socket's poll functions to the `Read`/`Write` rustls expects.

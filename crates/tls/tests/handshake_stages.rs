@@ -9,55 +9,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::thread;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use terminus_engine::{
     scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,
     FlushPolicy, HandshakeContext, Job, KeyAlgorithm, OpKind, ScalarBackend, Tenant,
 };
 use terminus_tls::{
-    handshake, read_client_hello, selfsigned, ErrorSource, HandshakeError, SniResolver,
+    handshake, read_client_hello, selfsigned, ErrorSource, HandshakeError, LoadedCert, SniResolver,
     TlsSettings, TrafficCounters, VirtualHostCerts,
 };
-
-/// Accepts any certificate: these tests are about the server's stages, not PKI.
-#[derive(Debug)]
-struct AnyCert;
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::aws_lc_rs::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
 
 /// Answers key exchanges with the scalar code and signatures as told: a backend fault
 /// injected where the real backends cannot be made to fail on demand.
@@ -90,12 +51,16 @@ fn engine(backend: Box<dyn Backend>) -> Engine {
     Engine::new(backend, FlushPolicy::default(), metrics)
 }
 
-/// A rustls client that connects, handshakes as `localhost` and reports how it ended.
-fn client(addr: SocketAddr) -> thread::JoinHandle<Result<(), String>> {
+/// A rustls client that trusts `certs`, connects, handshakes as `localhost` (the server's
+/// chain and signature verified as any client would) and reports how it ended.
+fn client(addr: SocketAddr, certs: &[LoadedCert]) -> thread::JoinHandle<Result<(), String>> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert.certified.cert[0].clone()).unwrap();
+    }
     thread::spawn(move || {
         let config = ClientConfig::builder()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCert))
+            .with_root_certificates(roots)
             .with_no_client_auth();
         let conn =
             ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
@@ -121,8 +86,8 @@ fn serve_one(
 ) {
     let certs = selfsigned::generate(&["localhost".to_owned()]).unwrap();
     let mut host = VirtualHostCerts::default();
-    for cert in certs {
-        host.insert(cert);
+    for cert in &certs {
+        host.insert(cert.clone());
     }
     let resolver = Arc::new(SniResolver::new(vec![(vec!["localhost".into()], host)], 0));
     let config = TlsSettings::default().server_config(resolver).unwrap();
@@ -133,7 +98,7 @@ fn serve_one(
     let local = tokio::task::LocalSet::new();
     let (result, ctx, client) = local.block_on(&rt, async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = client(listener.local_addr().unwrap());
+        let client = client(listener.local_addr().unwrap(), &certs);
         let (socket, _) = listener.accept().await.unwrap();
         let counters = TrafficCounters::default();
         let mut ctx = HandshakeContext::starting_now();

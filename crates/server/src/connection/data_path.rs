@@ -39,7 +39,6 @@ impl Established {
     ) -> Result<Secured, Closed> {
         let Established {
             accepted,
-            sni,
             host,
             conn,
             pending,
@@ -48,14 +47,16 @@ impl Established {
             socket,
             peer,
             site,
+            ctx,
             _open,
             ..
         } = accepted;
+        let sni = ctx.host().map(str::to_owned);
         let metrics = &worker.shared.metrics;
         let h2 = conn.alpn_protocol() == Some(b"h2");
         let info = ConnectionInfo {
             site,
-            sni_host: sni.as_ref().map(|_| host),
+            sni_host: sni.is_some().then_some(host),
             sni,
             peer,
             metrics: metrics.clone(),

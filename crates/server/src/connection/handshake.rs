@@ -13,7 +13,6 @@ use crate::worker::Worker;
 /// Stage 2: the handshake is complete; the record layer is not chosen yet.
 pub(crate) struct Established {
     pub(super) accepted: Accepted,
-    pub(super) sni: Option<String>,
     pub(super) host: usize,
     pub(super) conn: ServerConnection,
     /// The head of a record received after the handshake, not yet given to rustls.
@@ -27,7 +26,6 @@ impl Hello {
         let Hello {
             accepted,
             read,
-            sni,
             host,
             route: _,
         } = self;
@@ -65,7 +63,6 @@ impl Hello {
         drop(timeline);
         Ok(Established {
             accepted,
-            sni,
             host,
             conn,
             pending: done.pending,

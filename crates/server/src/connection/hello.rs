@@ -5,6 +5,7 @@
 //! so that a route other than terminating TLS here (passthrough) can be chosen.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use terminus_engine::Tenant;
 use terminus_tls::{read_client_hello, ClientHelloRead};
@@ -24,8 +25,6 @@ pub(crate) enum Route {
 pub(crate) struct Hello {
     pub(super) accepted: Accepted,
     pub(super) read: ClientHelloRead,
-    /// The name the client asked for.
-    pub(super) sni: Option<String>,
     /// The virtual host SNI chose (the default one without SNI).
     pub(super) host: usize,
     pub(crate) route: Route,
@@ -44,14 +43,12 @@ impl Accepted {
             Ok(read) => read.map_err(Closed::Handshake)?,
             Err(_) => return Err(Closed::HandshakeTimeout(self.site.timeouts.handshake)),
         };
-        let sni = read.client_hello().server_name().map(str::to_owned);
+        let sni = read.client_hello().server_name().map(Arc::<str>::from);
         let host = self.site.resolver.lookup(sni.as_deref());
-        self.ctx
-            .hello(sni.as_deref().map(Into::into), Tenant::default());
+        self.ctx.hello(sni, Tenant::default());
         Ok(Hello {
             accepted: self,
             read,
-            sni,
             host,
             route: Route::Terminate,
         })

@@ -91,23 +91,37 @@ pub struct Opened {
     identity: (u64, u64, u64, i64, i64),
 }
 
-impl Opened {
-    /// What an uncached request does: opens `rel` beneath `root` and stats it. Files of
-    /// up to `keep` bytes are read into memory and their descriptor closed.
-    fn load(root: &DocRoot, rel: &[u8], keep: u64) -> io::Result<Opened> {
-        let file = root.open_beneath(rel)?;
-        let meta = file.metadata()?;
-        Ok(Opened::new(file, &meta, keep))
-    }
+/// What every lookup does, cached or not: opens `rel` beneath `root` and stats it.
+fn lookup(root: &DocRoot, rel: &[u8]) -> io::Result<(File, Metadata)> {
+    let file = root.open_beneath(rel)?;
+    let meta = file.metadata()?;
+    Ok((file, meta))
+}
 
+fn kind_of(meta: &Metadata) -> Kind {
+    if meta.is_file() {
+        Kind::File
+    } else if meta.is_dir() {
+        Kind::Dir
+    } else {
+        Kind::Other
+    }
+}
+
+fn identity_of(meta: &Metadata) -> (u64, u64, u64, i64, i64) {
+    (
+        meta.dev(),
+        meta.ino(),
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+    )
+}
+
+impl Opened {
+    /// Files of up to `keep` bytes are read into memory and their descriptor closed.
     fn new(file: File, meta: &Metadata, keep: u64) -> Opened {
-        let kind = if meta.is_file() {
-            Kind::File
-        } else if meta.is_dir() {
-            Kind::Dir
-        } else {
-            Kind::Other
-        };
+        let kind = kind_of(meta);
         let len = meta.len();
         let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(meta.mtime().max(0) as u64);
         let content = match kind {
@@ -125,7 +139,7 @@ impl Opened {
             etag: ascii_value(format!("\"{:x}-{:x}\"", meta.mtime().max(0), len)),
             last_modified: ascii_value(httpdate::fmt_http_date(mtime)),
             content,
-            identity: (meta.dev(), meta.ino(), len, meta.mtime(), meta.mtime_nsec()),
+            identity: identity_of(meta),
         }
     }
 }
@@ -177,9 +191,14 @@ pub struct FileCache {
 impl FileCache {
     /// Looks `rel` up beneath `root`, from the cache where `settings` allow.
     pub fn open(&self, root: &DocRoot, rel: &[u8], settings: &CacheSettings) -> Found {
-        let load = || Opened::load(root, rel, settings.cache_max_size).map(Rc::new);
+        let keep = settings.cache_max_size;
+        let load = || {
+            lookup(root, rel)
+                .map(|(file, meta)| Rc::new(Opened::new(file, &meta, keep)))
+                .map_err(|e| errno(&e))
+        };
         if !settings.cache {
-            return load().map_err(|e| errno(&e));
+            return load();
         }
         let now = Instant::now();
         self.sweep(now, settings.cache_inactive.0);
@@ -188,16 +207,21 @@ impl FileCache {
             entry.used = now;
             if now.duration_since(entry.checked) >= settings.cache_valid.0 {
                 entry.checked = now;
-                entry.found = match (&entry.found, load()) {
-                    (Ok(old), Ok(new)) if old.identity == new.identity && old.kind == new.kind => {
+                // The same file keeps its entry (and its bytes, unread); anything else is
+                // looked at afresh.
+                entry.found = match (&entry.found, lookup(root, rel)) {
+                    (Ok(old), Ok((_, meta)))
+                        if old.identity == identity_of(&meta) && old.kind == kind_of(&meta) =>
+                    {
                         Ok(old.clone())
                     }
-                    (_, fresh) => fresh.map_err(|e| errno(&e)),
+                    (_, Ok((file, meta))) => Ok(Rc::new(Opened::new(file, &meta, keep))),
+                    (_, Err(e)) => Err(errno(&e)),
                 };
             }
             return entry.found.clone();
         }
-        let found = load().map_err(|e| errno(&e));
+        let found = load();
         if self.len.get() >= settings.cache_entries.max(1) {
             self.evict(&mut roots);
         }
