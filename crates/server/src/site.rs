@@ -11,19 +11,12 @@ use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 use crate::access_log::AccessLog;
 use crate::config::{Config, ConfigError};
 use crate::http::files::{CacheSettings, DocRoot};
-
-/// What a virtual host serves.
-#[derive(Debug)]
-pub enum Content {
-    Files(DocRoot),
-    /// The embedded default's page.
-    BuiltinPage,
-}
+use crate::http::route::{Route, Routes};
 
 #[derive(Debug)]
 pub struct Host {
     pub names: Vec<String>,
-    pub content: Content,
+    pub routes: Routes,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -102,9 +95,9 @@ impl Site {
                     ));
                 }
             }
-            let content = match &server.root {
-                None => Content::BuiltinPage,
-                Some(root) => Content::Files(DocRoot::open(root).map_err(|e| {
+            let route = match &server.root {
+                None => Route::BuiltinPage,
+                Some(root) => Route::Files(DocRoot::open(root).map_err(|e| {
                     err(
                         server.root_line.or(server.line),
                         format!("root {}: {e}", root.display()),
@@ -115,7 +108,7 @@ impl Site {
             resolver_hosts.push((server.names.clone(), certs));
             hosts.push(Host {
                 names: server.names.clone(),
-                content,
+                routes: Routes::everything(route),
             });
         }
         let resolver = Arc::new(SniResolver::new(

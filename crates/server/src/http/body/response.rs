@@ -1,4 +1,5 @@
-//! Response bodies: nothing, bytes in memory, or a byte range of an open file.
+//! Response bodies: nothing, bytes in memory, a byte range of an open file, or a stream
+//! of frames from elsewhere (an upstream, a request body).
 
 use std::fs::File;
 use std::io;
@@ -13,6 +14,8 @@ use hyper::body::{Frame, SizeHint};
 /// File data is read in chunks of this size; a few TLS records each.
 const FILE_CHUNK: usize = 64 * 1024;
 
+/// A response's body. The first three are known whole when the head is written; a
+/// [`Body::Stream`] is pulled frame by frame as the client takes them (its back-pressure).
 pub enum Body {
     Empty,
     Bytes(Option<Bytes>),
@@ -26,6 +29,24 @@ pub enum Body {
         offset: u64,
         remaining: u64,
     },
+    /// Frames as some other body yields them, trailers included. Its length is the
+    /// `content-length` the responder set, else its exact size hint, else unknown
+    /// (HTTP/1.1 then sends it chunked). An error aborts the response: the client sees
+    /// a truncated message, never a short one passed off as complete.
+    Stream(Pin<Box<dyn hyper::body::Body<Data = Bytes, Error = io::Error>>>),
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Empty => f.write_str("Empty"),
+            Body::Bytes(b) => write!(f, "Bytes({:?})", b.as_ref().map(Bytes::len)),
+            Body::File {
+                offset, remaining, ..
+            } => write!(f, "File({offset}+{remaining})"),
+            Body::Stream(_) => f.write_str("Stream"),
+        }
+    }
 }
 
 impl Body {
@@ -40,6 +61,11 @@ impl Body {
             remaining: len,
         }
     }
+
+    /// A body that streams `body`'s frames.
+    pub fn stream(body: impl hyper::body::Body<Data = Bytes, Error = io::Error> + 'static) -> Self {
+        Body::Stream(Box::pin(body))
+    }
 }
 
 impl hyper::body::Body for Body {
@@ -48,7 +74,7 @@ impl hyper::body::Body for Body {
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         match &mut *self {
             Body::Empty => Poll::Ready(None),
@@ -83,6 +109,7 @@ impl hyper::body::Body for Body {
                 *offset += want as u64;
                 Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
             }
+            Body::Stream(s) => s.as_mut().poll_frame(cx),
         }
     }
 
@@ -91,6 +118,7 @@ impl hyper::body::Body for Body {
             Body::Empty => true,
             Body::Bytes(b) => b.is_none(),
             Body::File { remaining, .. } => *remaining == 0,
+            Body::Stream(s) => s.is_end_stream(),
         }
     }
 
@@ -99,6 +127,7 @@ impl hyper::body::Body for Body {
             Body::Empty => SizeHint::with_exact(0),
             Body::Bytes(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Body::File { remaining, .. } => SizeHint::with_exact(*remaining),
+            Body::Stream(s) => s.size_hint(),
         }
     }
 }

@@ -1,22 +1,15 @@
-//! The HTTP/1.1 codec: request heads parsed, request bodies framed, response heads
-//! encoded. No I/O here, so the same code can speak to upstream servers.
+//! The HTTP/1.1 codec for message heads: request heads parsed, response heads encoded
+//! ([`super::framing`] does bodies). No I/O here, so the same code can speak to upstream
+//! servers.
 
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri, Version};
 
-use crate::http::DISCARD_LIMIT;
+use super::framing::ResponseFraming;
 
 /// Longest request line plus headers, like nginx's large_client_header_buffers.
 pub(super) const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 100;
-
-/// How the request body is delimited, and what to do with it.
-pub(super) enum RequestBody {
-    None,
-    Discard(u64),
-    /// Unread (too long, or chunked): the connection closes after the answer.
-    LeftUnread,
-}
 
 /// Parses a request head at the start of `buf` and removes it from `buf`.
 /// `Ok(None)`: not complete yet.
@@ -76,42 +69,18 @@ pub(super) fn wants_keep_alive(req: &Request<()>) -> bool {
     }
 }
 
-pub(super) fn request_body(headers: &HeaderMap) -> Result<RequestBody, StatusCode> {
-    let lengths: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        // Both framings at once is how requests are smuggled past a proxy: refuse.
-        if !lengths.is_empty() {
-            return Err(StatusCode::BAD_REQUEST);
-        }
-        return Ok(RequestBody::LeftUnread);
-    }
-    let mut length = None;
-    for v in lengths {
-        let n: u64 = v
-            .to_str()
-            .ok()
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse().ok())
-            .ok_or(StatusCode::BAD_REQUEST)?;
-        if length.is_some_and(|l| l != n) {
-            return Err(StatusCode::BAD_REQUEST);
-        }
-        length = Some(n);
-    }
-    Ok(match length {
-        None | Some(0) => RequestBody::None,
-        Some(n) if n <= DISCARD_LIMIT as u64 => RequestBody::Discard(n),
-        Some(_) => RequestBody::LeftUnread,
-    })
+/// Whether the client waits for `100 Continue` before sending the body (HTTP/1.1 only).
+pub(super) fn expects_continue(req: &Request<()>) -> bool {
+    req.version() == Version::HTTP_11 && has_token(req.headers(), header::EXPECT, "100-continue")
 }
 
-/// Appends the HTTP/1.1 head of a response with `parts` and a body of `body_len` bytes:
-/// status line, headers, `date` and `content-length` where the response has none, and the
-/// `connection` header the keep-alive decision needs.
+/// Appends the HTTP/1.1 head of a response with `parts` and a body framed by `framing`:
+/// status line, headers, `date` where the response has none, the framing's header, and
+/// the `connection` header the keep-alive decision needs.
 pub(super) fn encode_response_head(
     head: &mut Vec<u8>,
     parts: &hyper::http::response::Parts,
-    body_len: u64,
+    framing: ResponseFraming,
     keep_alive: bool,
     http10: bool,
 ) {
@@ -132,11 +101,12 @@ pub(super) fn encode_response_head(
         DATE.with_borrow_mut(|date| head.extend_from_slice(date.now()));
         head.extend_from_slice(b"\r\n");
     }
-    let bodiless = status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    if !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH) {
-        head.extend_from_slice(format!("content-length: {body_len}\r\n").as_bytes());
+    match framing {
+        ResponseFraming::Length(len) if !parts.headers.contains_key(header::CONTENT_LENGTH) => {
+            head.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
+        }
+        ResponseFraming::Chunked => head.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        _ => {}
     }
     if !keep_alive {
         head.extend_from_slice(b"connection: close\r\n");
@@ -213,45 +183,6 @@ mod tests {
             head(&format!("GET / HTTP/1.1\r\n{many}\r\n")).unwrap_err(),
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
         );
-    }
-
-    #[test]
-    fn body_framing() {
-        let h = |pairs: &[(&str, &str)]| {
-            let mut m = HeaderMap::new();
-            for (k, v) in pairs {
-                m.append(
-                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                    HeaderValue::from_str(v).unwrap(),
-                );
-            }
-            m
-        };
-        assert!(matches!(request_body(&h(&[])), Ok(RequestBody::None)));
-        assert!(matches!(
-            request_body(&h(&[("content-length", "10")])),
-            Ok(RequestBody::Discard(10))
-        ));
-        assert!(matches!(
-            request_body(&h(&[("content-length", "10000000")])),
-            Ok(RequestBody::LeftUnread)
-        ));
-        assert!(matches!(
-            request_body(&h(&[("transfer-encoding", "chunked")])),
-            Ok(RequestBody::LeftUnread)
-        ));
-        for bad in [
-            h(&[("transfer-encoding", "chunked"), ("content-length", "3")]),
-            h(&[("content-length", "3"), ("content-length", "4")]),
-            h(&[("content-length", "-1")]),
-            h(&[("content-length", "+3")]),
-        ] {
-            assert_eq!(
-                request_body(&bad).err(),
-                Some(StatusCode::BAD_REQUEST),
-                "{bad:?}"
-            );
-        }
     }
 
     #[test]

@@ -1,24 +1,21 @@
-//! One HTTP/1.1 connection: requests read with their deadlines, bodies discarded, responses
-//! written (files by the transport's `send_file`), keep-alive and shutdown.
+//! One HTTP/1.1 connection: requests read with their deadlines, each handed to the
+//! responder with its body fed as it asks, responses written, keep-alive and shutdown.
 
-use std::io;
 use std::time::{Duration, Instant};
 
+use hyper::body::SizeHint;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::codec::{
-    encode_response_head, parse, request_body, wants_keep_alive, RequestBody, MAX_HEAD,
-};
-use super::{Transport, FILE_CHUNK};
-use crate::http::body::Body;
-use crate::http::{error_response, handle, record, ConnectionInfo};
-
-/// File bodies are sent in steps of this size, each with its own stall timeout.
-const SEND_STEP: u64 = 1 << 20;
-/// Bodies up to this size are copied after the header in one write.
-const INLINE_BODY: usize = 16 * 1024;
+use super::codec::{expects_continue, parse, wants_keep_alive, MAX_HEAD};
+use super::framing::{request_framing, Decoder, Framing};
+use super::request_body::feed;
+use super::respond::{respond, Answering};
+use super::Transport;
+use crate::http::body::{Body, RequestBody};
+use crate::http::{error_response, Responder};
+use crate::site::Timeouts;
 
 /// What reading the next request gave.
 enum Next {
@@ -30,66 +27,59 @@ enum Next {
 }
 
 /// Serves HTTP/1.1 on `io` until the client is done, a timeout, an error or shutdown.
-pub(crate) async fn serve<S: Transport>(
+pub(crate) async fn serve<S: Transport, R: Responder>(
     mut io: S,
-    info: &ConnectionInfo,
+    responder: &R,
+    timeouts: Timeouts,
     shutdown: &mut watch::Receiver<bool>,
 ) {
-    let timeouts = info.site.timeouts;
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut scratch = Vec::new();
     let mut idle_since = Instant::now();
     loop {
         let req = match read_request(&mut io, &mut buf, idle_since, &timeouts, shutdown).await {
-            Next::Request(req) => req,
+            Next::Request(req) => *req,
             Next::Closed => break,
             Next::Reject(status) => {
                 let request = (&Method::GET, "-", Version::HTTP_11);
-                refuse(&mut io, info, request, status, &mut scratch).await;
+                refuse(&mut io, responder, request, status, &mut scratch, &timeouts).await;
                 break;
             }
         };
-        let mut keep_alive = wants_keep_alive(&req);
-        let body = match request_body(req.headers()) {
-            Ok(b) => b,
+        let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
+        let framing = match request_framing(req.headers(), version) {
+            Ok(framing) => framing,
             Err(status) => {
-                let request = (req.method(), path_of(req.uri()), req.version());
-                refuse(&mut io, info, request, status, &mut scratch).await;
+                let request = (&method, path_of(&uri), version);
+                refuse(&mut io, responder, request, status, &mut scratch, &timeouts).await;
                 break;
             }
         };
-        match body {
-            RequestBody::None => {}
-            RequestBody::LeftUnread => keep_alive = false,
-            RequestBody::Discard(n) => {
-                let read = discard(&mut io, &mut buf, n, &mut scratch);
-                if !matches!(
-                    tokio::time::timeout(timeouts.request_header, read).await,
-                    Ok(Ok(()))
-                ) {
-                    break;
-                }
+        let keep_alive = wants_keep_alive(&req);
+        let mut decoder = Decoder::new(framing);
+        let exchange = Exchange {
+            framing,
+            expect_continue: framing != Framing::None && expects_continue(&req),
+            stall: timeouts.request_header,
+        };
+        let resp = exchange
+            .run(&mut io, &mut buf, &mut decoder, req, responder)
+            .await;
+        responder.record(&method, path_of(&uri), version, &resp);
+        let answering = Answering {
+            head_only: method == Method::HEAD,
+            http10: version == Version::HTTP_10,
+            // A body the responder left unread cannot be told from the next request
+            // without reading it: the connection ends with this answer.
+            keep_alive: keep_alive && decoder.is_done() && !*shutdown.borrow(),
+        };
+        match respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                tracing::debug!("response not completed: {e}");
+                return;
             }
-        }
-        let resp = handle(&req, info);
-        record(info, req.method(), path_of(req.uri()), req.version(), &resp);
-        keep_alive &= !*shutdown.borrow();
-        let http10 = req.version() == Version::HTTP_10;
-        if let Err(e) = respond(
-            &mut io,
-            resp,
-            keep_alive,
-            http10,
-            &mut scratch,
-            timeouts.keepalive,
-        )
-        .await
-        {
-            tracing::debug!(peer = %info.peer, "response not completed: {e}");
-            return;
-        }
-        if !keep_alive {
-            break;
         }
         idle_since = Instant::now();
     }
@@ -97,18 +87,62 @@ pub(crate) async fn serve<S: Transport>(
     let _ = tokio::time::timeout(Duration::from_secs(1), io.shutdown()).await;
 }
 
+/// One request handed to the responder, with its body.
+struct Exchange {
+    framing: Framing,
+    expect_continue: bool,
+    /// How long each read of the body may take.
+    stall: Duration,
+}
+
+impl Exchange {
+    /// Runs the responder, feeding it the body as it reads it, until it answers.
+    async fn run<S: Transport, R: Responder>(
+        self,
+        io: &mut S,
+        buf: &mut Vec<u8>,
+        decoder: &mut Decoder,
+        req: Request<()>,
+        responder: &R,
+    ) -> Response<Body> {
+        if decoder.is_done() {
+            return responder.respond(req.map(|()| RequestBody::empty())).await;
+        }
+        let hint = match self.framing {
+            Framing::Length(n) => SizeHint::with_exact(n),
+            _ => SizeHint::new(),
+        };
+        let (tx, body) = RequestBody::fed(hint);
+        let answer = responder.respond(req.map(|()| body));
+        let feeding = feed(io, buf, decoder, tx, self.expect_continue, self.stall);
+        tokio::pin!(answer, feeding);
+        let mut fed = false;
+        loop {
+            tokio::select! {
+                resp = &mut answer => return resp,
+                () = &mut feeding, if !fed => fed = true,
+            }
+        }
+    }
+}
+
 /// Answers a request the server will not serve with an error page, and closes.
-async fn refuse<S: Transport>(
+async fn refuse<S: Transport, R: Responder>(
     io: &mut S,
-    info: &ConnectionInfo,
+    responder: &R,
     (method, path, version): (&Method, &str, Version),
     status: StatusCode,
     scratch: &mut Vec<u8>,
+    timeouts: &Timeouts,
 ) {
     let resp = error_response(status, method);
-    record(info, method, path, version, &resp);
-    let stall = info.site.timeouts.keepalive;
-    let _ = respond(io, resp, false, false, scratch, stall).await;
+    responder.record(method, path, version, &resp);
+    let answering = Answering {
+        head_only: method == Method::HEAD,
+        http10: false,
+        keep_alive: false,
+    };
+    let _ = respond(io, resp, answering, scratch, timeouts.keepalive).await;
 }
 
 fn path_of(uri: &Uri) -> &str {
@@ -160,87 +194,4 @@ async fn read_request<S: Transport>(
             _ = shutdown.wait_for(|&stop| stop), if idle => return Next::Closed,
         }
     }
-}
-
-/// Reads and drops `n` body bytes: first what is buffered, then from the socket.
-async fn discard<S: Transport>(
-    io: &mut S,
-    buf: &mut Vec<u8>,
-    mut n: u64,
-    scratch: &mut Vec<u8>,
-) -> io::Result<()> {
-    let buffered = (n as usize).min(buf.len());
-    buf.drain(..buffered);
-    n -= buffered as u64;
-    scratch.resize(FILE_CHUNK, 0);
-    while n > 0 {
-        let want = (n as usize).min(scratch.len());
-        match io.read(&mut scratch[..want]).await? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            got => n -= got as u64,
-        }
-    }
-    Ok(())
-}
-
-/// Writes the response: head and a small body in one write, a file by `send_file` with
-/// the head before it.
-/// Each step must progress within `stall`.
-async fn respond<S: Transport>(
-    io: &mut S,
-    resp: Response<Body>,
-    keep_alive: bool,
-    http10: bool,
-    scratch: &mut Vec<u8>,
-    stall: Duration,
-) -> io::Result<()> {
-    let (parts, body) = resp.into_parts();
-    let body_len = match &body {
-        Body::Empty => 0,
-        Body::Bytes(b) => b.as_ref().map_or(0, |b| b.len() as u64),
-        Body::File { remaining, .. } => *remaining,
-    };
-    let mut head = Vec::with_capacity(512);
-    encode_response_head(&mut head, &parts, body_len, keep_alive, http10);
-    let stalled = || io::Error::new(io::ErrorKind::TimedOut, "client stopped reading");
-    match body {
-        Body::Empty => write_all(io, &head, stall).await?,
-        Body::Bytes(None) => write_all(io, &head, stall).await?,
-        Body::Bytes(Some(b)) if b.len() <= INLINE_BODY => {
-            head.extend_from_slice(&b);
-            write_all(io, &head, stall).await?;
-        }
-        Body::Bytes(Some(b)) => {
-            write_all(io, &head, stall).await?;
-            write_all(io, &b, stall).await?;
-        }
-        Body::File {
-            file,
-            offset,
-            remaining,
-        } => {
-            let end = offset + remaining;
-            let mut at = offset;
-            if remaining == 0 {
-                write_all(io, &head, stall).await?;
-            }
-            while at < end {
-                let step = (end - at).min(SEND_STEP);
-                let first = if at == offset { &head[..] } else { &[] };
-                tokio::time::timeout(stall, io.send_file(first, &file, at, step, scratch))
-                    .await
-                    .map_err(|_| stalled())??;
-                at += step;
-            }
-        }
-    }
-    tokio::time::timeout(stall, io.flush())
-        .await
-        .map_err(|_| stalled())?
-}
-
-async fn write_all<S: Transport>(io: &mut S, data: &[u8], stall: Duration) -> io::Result<()> {
-    tokio::time::timeout(stall, io.write_all(data))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "client stopped reading"))?
 }

@@ -5,22 +5,30 @@
 //!
 //! Behaviour follows nginx: keep-alive by default on HTTP/1.1 and on request on 1.0;
 //! pipelined requests are answered in order; a request's header must be complete within
-//! `timeouts.request_header` of its first byte and the next request must start within
-//! `timeouts.keepalive`; a response that makes no progress for `timeouts.keepalive` is
-//! abandoned; request bodies up to 64 KiB are read and dropped, longer or chunked ones end
-//! the connection after the answer; Content-Length together with Transfer-Encoding is
-//! refused (request smuggling). On shutdown an idle connection closes at once and a busy
-//! one after its response.
+//! `timeouts.request_header` of its first byte, each read of its body within as long, and
+//! the next request must start within `timeouts.keepalive`; a response that makes no
+//! progress for `timeouts.keepalive` is abandoned. Request bodies (content-length or
+//! chunked, with `100 Continue` sent when the responder first wants a body the client is
+//! holding back) stream to the responder; one it leaves unread ends the connection after
+//! the answer. Content-Length together with Transfer-Encoding, and any coding but
+//! `chunked`, are refused (request smuggling). On shutdown an idle connection closes at
+//! once and a busy one after its response.
 //!
-//! [`codec`] parses and encodes (no I/O), [`conn`] runs a connection, [`transport`] is
-//! what the record layer offers.
+//! [`codec`] parses and encodes heads and [`framing`] bodies (no I/O in either),
+//! [`conn`] runs a connection, [`request_body`] feeds a request's body to its responder,
+//! [`respond`] writes a response, [`transport`] is what the record layer offers.
 
 mod codec;
 mod conn;
+mod framing;
+mod request_body;
+mod respond;
+#[cfg(test)]
+mod tests;
 mod transport;
 
 pub(crate) use conn::serve;
 pub(crate) use transport::Transport;
 
-/// File reads and body discards go this much at a time (four TLS records).
+/// File reads go this much at a time (four TLS records).
 const FILE_CHUNK: usize = 64 * 1024;

@@ -47,24 +47,51 @@ impl Transport for TlsStream {
         &mut self,
         head: &[u8],
         file: &File,
-        mut offset: u64,
+        offset: u64,
         len: u64,
         scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
-        self.write_all(head).await?;
-        scratch.resize(FILE_CHUNK, 0);
-        let end = offset + len;
-        while offset < end {
-            let want = ((end - offset) as usize).min(FILE_CHUNK);
-            let n = file.read_at(&mut scratch[..want], offset)?;
-            if n == 0 {
-                return Err(truncated());
-            }
-            self.write_all(&scratch[..n]).await?;
-            offset += n as u64;
-        }
-        Ok(())
+        copy_file(self, head, file, offset, len, scratch).await
     }
+}
+
+/// A plain byte stream, for testing the connection code without TLS.
+#[cfg(test)]
+impl Transport for tokio::io::DuplexStream {
+    async fn send_file(
+        &mut self,
+        head: &[u8],
+        file: &File,
+        offset: u64,
+        len: u64,
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        copy_file(self, head, file, offset, len, scratch).await
+    }
+}
+
+/// Writes `head`, then `len` bytes of `file` from `offset` read through `scratch`.
+async fn copy_file<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    head: &[u8],
+    file: &File,
+    mut offset: u64,
+    len: u64,
+    scratch: &mut Vec<u8>,
+) -> io::Result<()> {
+    io.write_all(head).await?;
+    scratch.resize(FILE_CHUNK, 0);
+    let end = offset + len;
+    while offset < end {
+        let want = ((end - offset) as usize).min(FILE_CHUNK);
+        let n = file.read_at(&mut scratch[..want], offset)?;
+        if n == 0 {
+            return Err(truncated());
+        }
+        io.write_all(&scratch[..n]).await?;
+        offset += n as u64;
+    }
+    Ok(())
 }
 
 fn truncated() -> io::Error {

@@ -1,0 +1,71 @@
+//! terminus's own responder: a request goes to the virtual host SNI chose (or, without
+//! SNI, its Host header names), then to that host's route for the path. Every response
+//! is counted and logged here.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use hyper::header;
+use hyper::{Method, Request, Response, StatusCode, Version};
+
+use super::body::{Body, RequestBody};
+use super::{error_response, files, Responder};
+use crate::metrics::Metrics;
+use crate::site::Site;
+
+/// What answering a connection's requests needs, fixed for the connection.
+pub struct ConnectionInfo {
+    pub site: Arc<Site>,
+    pub sni: Option<String>,
+    /// The virtual host SNI chose, fixed for the connection; without SNI each request's
+    /// Host header chooses.
+    pub sni_host: Option<usize>,
+    pub peer: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    /// The worker's open-file cache.
+    pub files: Rc<files::FileCache>,
+}
+
+impl Responder for ConnectionInfo {
+    async fn respond(&self, req: Request<RequestBody>) -> Response<Body> {
+        let index = self.sni_host.unwrap_or_else(|| {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .or(req.uri().host())
+                .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+            self.site.resolver.lookup(host)
+        });
+        match self.site.hosts[index].routes.choose(req.uri().path()) {
+            Some(route) => route.respond(req, self).await,
+            None => {
+                let method = req.method().clone();
+                req.into_body().discard(super::DISCARD_LIMIT).await;
+                error_response(StatusCode::NOT_FOUND, &method)
+            }
+        }
+    }
+
+    fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
+        self.metrics.response(resp.status().as_u16());
+        if let Some(log) = &self.site.access_log {
+            let len = resp
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
+            log.write(format_args!(
+                "{} \"{} {} {:?}\" {} {} \"{}\"",
+                self.peer,
+                method,
+                target,
+                version,
+                resp.status().as_u16(),
+                len,
+                self.sni.as_deref().unwrap_or("-"),
+            ));
+        }
+    }
+}

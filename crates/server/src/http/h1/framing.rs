@@ -1,0 +1,425 @@
+//! HTTP/1.1 body framing, both ways: how a message says where its body ends
+//! (content-length, chunked, or the connection's close), decoding a body from the bytes
+//! read so far, and chunked encoding. No I/O, so upstream responses can be read with it.
+//!
+//! Decoding is strict where leniency lets two parsers disagree about where a body ends
+//! (request smuggling): both framings at once, disagreeing or signed lengths, transfer
+//! codings other than `chunked`, and chunk lines that are not hex digits, optional
+//! extensions and CRLF are all refused.
+
+use bytes::Bytes;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{StatusCode, Version};
+
+/// Longest chunk-size line (size and extensions), and trailer section, accepted.
+const MAX_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// How a request says where its body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// No body.
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Reads a request's framing from its headers. Errors are the status to refuse it with.
+pub(super) fn request_framing(
+    headers: &HeaderMap,
+    version: Version,
+) -> Result<Framing, StatusCode> {
+    let lengths: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    let codings: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
+    if !codings.is_empty() {
+        // Both framings at once is how requests are smuggled past a proxy, and HTTP/1.0
+        // has no transfer codings: refuse.
+        if !lengths.is_empty() || version == Version::HTTP_10 {
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        // Only `chunked`, once, as nginx: anything else is a coding we cannot undo.
+        return match codings.as_slice() {
+            [one] if one.as_bytes().eq_ignore_ascii_case(b"chunked") => Ok(Framing::Chunked),
+            _ => Err(StatusCode::NOT_IMPLEMENTED),
+        };
+    }
+    let mut length = None;
+    for v in lengths {
+        let n: u64 = v
+            .to_str()
+            .ok()
+            .filter(|s| !s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+            .ok_or(StatusCode::BAD_REQUEST)?;
+        if length.is_some_and(|l| l != n) {
+            return Err(StatusCode::BAD_REQUEST);
+        }
+        length = Some(n);
+    }
+    Ok(match length {
+        None | Some(0) => Framing::None,
+        Some(n) => Framing::Length(n),
+    })
+}
+
+/// What decoding gave.
+#[derive(Debug, PartialEq)]
+pub(super) enum Decoded {
+    Data(Bytes),
+    Trailers(HeaderMap),
+    /// The body is complete; what follows in the buffer is the next message.
+    End,
+}
+
+/// A body being decoded from the front of a connection's read buffer.
+#[derive(Debug)]
+pub(super) struct Decoder(State);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    Length(u64),
+    /// Expecting a chunk-size line.
+    ChunkSize,
+    ChunkData(u64),
+    /// Expecting the CRLF after a chunk's data.
+    ChunkEnd,
+    Trailers,
+    Done,
+}
+
+/// A body that cannot be decoded: the connection cannot continue after it.
+#[derive(Debug, PartialEq)]
+pub(super) struct Malformed(pub &'static str);
+
+impl Decoder {
+    pub(super) fn new(framing: Framing) -> Self {
+        Decoder(match framing {
+            Framing::None | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+        })
+    }
+
+    /// Whether the whole body has been decoded.
+    pub(super) fn is_done(&self) -> bool {
+        self.0 == State::Done
+    }
+
+    /// Takes the next piece of the body from the front of `buf`; `Ok(None)` wants more bytes.
+    pub(super) fn decode(&mut self, buf: &mut Vec<u8>) -> Result<Option<Decoded>, Malformed> {
+        loop {
+            match self.0 {
+                State::Done => return Ok(Some(Decoded::End)),
+                State::Length(n) | State::ChunkData(n) => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    let take = (n as usize).min(buf.len());
+                    let data = Bytes::copy_from_slice(&buf[..take]);
+                    buf.drain(..take);
+                    let left = n - take as u64;
+                    self.0 = match self.0 {
+                        State::Length(_) if left == 0 => State::Done,
+                        State::Length(_) => State::Length(left),
+                        _ if left == 0 => State::ChunkEnd,
+                        _ => State::ChunkData(left),
+                    };
+                    return Ok(Some(Decoded::Data(data)));
+                }
+                State::ChunkSize => {
+                    let Some(line) = take_line(buf, MAX_LINE)? else {
+                        return Ok(None);
+                    };
+                    let size = chunk_size(&line)?;
+                    self.0 = if size == 0 {
+                        State::Trailers
+                    } else {
+                        State::ChunkData(size)
+                    };
+                }
+                State::ChunkEnd => {
+                    if buf.len() < 2 {
+                        return Ok(None);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(Malformed("chunk data longer than its size"));
+                    }
+                    buf.drain(..2);
+                    self.0 = State::ChunkSize;
+                }
+                State::Trailers => {
+                    if buf.starts_with(b"\r\n") {
+                        buf.drain(..2);
+                        self.0 = State::Done;
+                        return Ok(Some(Decoded::End));
+                    }
+                    let Some(end) = find(buf, b"\r\n\r\n") else {
+                        if buf.len() > MAX_TRAILERS {
+                            return Err(Malformed("trailer section too long"));
+                        }
+                        return Ok(None);
+                    };
+                    let section = &buf[..end + 4];
+                    let mut fields = [httparse::EMPTY_HEADER; 64];
+                    let trailers = match httparse::parse_headers(section, &mut fields) {
+                        Ok(httparse::Status::Complete((_, fields))) => fields
+                            .iter()
+                            .map(|f| {
+                                let name = header::HeaderName::from_bytes(f.name.as_bytes());
+                                let value = HeaderValue::from_bytes(f.value);
+                                name.ok().zip(value.ok())
+                            })
+                            .collect::<Option<HeaderMap>>()
+                            .ok_or(Malformed("bad trailer field"))?,
+                        _ => return Err(Malformed("bad trailer section")),
+                    };
+                    buf.drain(..end + 4);
+                    self.0 = State::Done;
+                    return Ok(Some(Decoded::Trailers(trailers)));
+                }
+            }
+        }
+    }
+}
+
+/// Removes and returns the line (without CRLF) at the front of `buf`.
+fn take_line(buf: &mut Vec<u8>, max: usize) -> Result<Option<Vec<u8>>, Malformed> {
+    match find(buf, b"\r\n") {
+        Some(end) => {
+            let line = buf[..end].to_vec();
+            buf.drain(..end + 2);
+            Ok(Some(line))
+        }
+        None if buf.len() > max => Err(Malformed("chunk-size line too long")),
+        None => Ok(None),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A chunk-size line: hex digits, then optional `;extensions` (ignored), nothing else.
+fn chunk_size(line: &[u8]) -> Result<u64, Malformed> {
+    let digits = line.split(|&b| b == b';').next().unwrap_or_default();
+    if digits.is_empty() || digits.len() > 15 || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Err(Malformed("bad chunk size"));
+    }
+    if line[digits.len()..]
+        .iter()
+        .any(|&b| b == b'\r' || b == b'\n')
+    {
+        return Err(Malformed("bare CR or LF in a chunk-size line"));
+    }
+    let text = std::str::from_utf8(digits).map_err(|_| Malformed("bad chunk size"))?;
+    u64::from_str_radix(text, 16).map_err(|_| Malformed("bad chunk size"))
+}
+
+/// How a response says where its body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ResponseFraming {
+    /// No body follows (HEAD, 1xx, 204, 304); a content-length the responder set stays.
+    Bodiless,
+    Length(u64),
+    Chunked,
+    /// The body ends when the connection closes (an HTTP/1.0 client and a body of
+    /// unknown length).
+    Close,
+}
+
+/// The head of one chunk of `len` (> 0) bytes; the data and a CRLF follow.
+pub(super) fn chunk_head(out: &mut Vec<u8>, len: usize) {
+    out.extend_from_slice(format!("{len:x}\r\n").as_bytes());
+}
+
+/// The last chunk and the trailer section that end a chunked body.
+pub(super) fn chunked_end(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
+    out.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderName;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn request_framing_is_strict() {
+        let f = |pairs: &[(&str, &str)]| request_framing(&headers(pairs), Version::HTTP_11);
+        assert_eq!(f(&[]), Ok(Framing::None));
+        assert_eq!(f(&[("content-length", "0")]), Ok(Framing::None));
+        assert_eq!(f(&[("content-length", "10")]), Ok(Framing::Length(10)));
+        assert_eq!(
+            f(&[("content-length", "10"), ("content-length", "10")]),
+            Ok(Framing::Length(10))
+        );
+        assert_eq!(f(&[("transfer-encoding", "Chunked")]), Ok(Framing::Chunked));
+        for bad in [
+            &[("transfer-encoding", "chunked"), ("content-length", "3")][..],
+            &[("content-length", "3"), ("content-length", "4")],
+            &[("content-length", "-1")],
+            &[("content-length", "+3")],
+            &[("content-length", "3, 3")],
+            &[("content-length", "99999999999999999999")],
+        ] {
+            assert_eq!(f(bad), Err(StatusCode::BAD_REQUEST), "{bad:?}");
+        }
+        for unknown in [
+            &[("transfer-encoding", "gzip, chunked")][..],
+            &[
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked"),
+            ],
+            &[("transfer-encoding", "identity")],
+        ] {
+            assert_eq!(f(unknown), Err(StatusCode::NOT_IMPLEMENTED), "{unknown:?}");
+        }
+        let http10 = request_framing(
+            &headers(&[("transfer-encoding", "chunked")]),
+            Version::HTTP_10,
+        );
+        assert_eq!(http10, Err(StatusCode::BAD_REQUEST));
+    }
+
+    /// Data, trailers, and the bytes after the body.
+    type Whole = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
+    /// Decodes all of `input` at once.
+    fn decode_all(framing: Framing, input: &[u8]) -> Result<Whole, Malformed> {
+        let mut d = Decoder::new(framing);
+        let mut buf = input.to_vec();
+        let (mut data, mut trailers) = (Vec::new(), None);
+        loop {
+            match d.decode(&mut buf)? {
+                Some(Decoded::Data(b)) => data.extend_from_slice(&b),
+                Some(Decoded::Trailers(t)) => trailers = Some(t),
+                Some(Decoded::End) => return Ok((data, trailers, buf)),
+                None => return Err(Malformed("incomplete")),
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_bodies_decode_and_leave_the_next_message() {
+        let (data, trailers, rest) = decode_all(
+            Framing::Chunked,
+            b"5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\nGrpc-Status: 0\r\nX-B: 2\r\n\r\nGET /next",
+        )
+        .unwrap();
+        assert_eq!(data, b"hello0123456789");
+        let trailers = trailers.unwrap();
+        assert_eq!(trailers["grpc-status"], "0");
+        assert_eq!(trailers["x-b"], "2");
+        assert_eq!(rest, b"GET /next");
+
+        let (data, trailers, rest) = decode_all(Framing::Chunked, b"0\r\n\r\nX").unwrap();
+        assert!(data.is_empty() && trailers.is_none());
+        assert_eq!(rest, b"X");
+        let (data, _, rest) = decode_all(Framing::Length(3), b"abcdef").unwrap();
+        assert_eq!(
+            (data.as_slice(), rest.as_slice()),
+            (&b"abc"[..], &b"def"[..])
+        );
+    }
+
+    #[test]
+    fn malformed_chunks_are_refused() {
+        for bad in [
+            &b"5\r\nhelloX\r\n0\r\n\r\n"[..],
+            b"-5\r\nhello\r\n0\r\n\r\n",
+            b" 5\r\nhello\r\n0\r\n\r\n",
+            b"5 \r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"\r\nhello\r\n0\r\n\r\n",
+            b"fffffffffffffffff\r\n",
+            b"5\nhello\r\n0\r\n\r\n",
+            b"0\r\nbad trailer\r\n\r\n",
+        ] {
+            assert!(
+                decode_all(Framing::Chunked, bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_encoding_round_trips() {
+        let mut out = Vec::new();
+        for part in [&b"hello "[..], &[b'x'; 300]] {
+            chunk_head(&mut out, part.len());
+            out.extend_from_slice(part);
+            out.extend_from_slice(b"\r\n");
+        }
+        chunked_end(&mut out, Some(&headers(&[("grpc-status", "0")])));
+        let (data, trailers, rest) = decode_all(Framing::Chunked, &out).unwrap();
+        assert_eq!(data.len(), 306);
+        assert_eq!(trailers.unwrap()["grpc-status"], "0");
+        assert!(rest.is_empty());
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// A chunked body split into reads at any points decodes to the same data,
+            /// and the bytes after it are left untouched.
+            #[test]
+            fn a_chunked_body_decodes_the_same_however_it_arrives(
+                chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..40), 0..6),
+                cuts in prop::collection::vec(0usize..400, 0..8),
+            ) {
+                let mut wire = Vec::new();
+                for c in &chunks {
+                    chunk_head(&mut wire, c.len());
+                    wire.extend_from_slice(c);
+                    wire.extend_from_slice(b"\r\n");
+                }
+                chunked_end(&mut wire, None);
+                wire.extend_from_slice(b"NEXT");
+                let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (wire.len() + 1)).collect();
+                cuts.push(wire.len());
+                cuts.sort_unstable();
+                let mut d = Decoder::new(Framing::Chunked);
+                let (mut buf, mut data, mut fed) = (Vec::new(), Vec::new(), 0);
+                let mut ended = false;
+                for cut in cuts {
+                    buf.extend_from_slice(&wire[fed..cut.max(fed)]);
+                    fed = cut.max(fed);
+                    while let Some(piece) = d.decode(&mut buf).unwrap() {
+                        match piece {
+                            Decoded::Data(b) => data.extend_from_slice(&b),
+                            Decoded::Trailers(_) => {}
+                            Decoded::End => { ended = true; break; }
+                        }
+                    }
+                    if ended { break; }
+                }
+                prop_assert!(ended);
+                prop_assert_eq!(data, chunks.concat());
+                buf.extend_from_slice(&wire[fed..]);
+                prop_assert_eq!(buf, b"NEXT".to_vec());
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Feeding a request's body to its responder: the connection decodes the next frame
+//! from its read buffer, reading the socket only when the responder has taken the
+//! previous frame, so a client never gets more than a frame and a read ahead of the
+//! responder (back-pressure reaches it through TCP).
+//!
+//! HTTP/1.1 here is half duplex, as nginx's: the body streams to the responder until the
+//! responder returns its answer's head; what it left unread is then dropped with the
+//! connection (see `conn`), never mistaken for the next request.
+
+use std::time::Duration;
+
+use hyper::body::Frame;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::framing::{Decoded, Decoder};
+use super::Transport;
+use crate::http::body::{Feed, Piece};
+use std::io;
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Feeds the body `decoder` delimits, from `buf` and then from `io`, into `feed` until it
+/// ends, fails, or the responder drops it. A client that asked for `100 Continue` gets it
+/// when the body is first wanted and none of it has arrived. Each read must bring bytes
+/// within `stall`.
+pub(super) async fn feed<S: Transport>(
+    io: &mut S,
+    buf: &mut Vec<u8>,
+    decoder: &mut Decoder,
+    feed: Feed,
+    mut expect_continue: bool,
+    stall: Duration,
+) {
+    loop {
+        // The permit first: nothing is read or decoded for a responder that is not
+        // asking, and a frame decoded is a frame delivered (this future may be dropped
+        // at any await, and the decoder's state must match what the responder got).
+        let Ok(permit) = feed.reserve().await else {
+            return;
+        };
+        let piece = loop {
+            match decoder.decode(buf) {
+                Ok(Some(Decoded::Data(data))) => break Piece::Frame(Frame::data(data)),
+                Ok(Some(Decoded::Trailers(t))) => break Piece::Frame(Frame::trailers(t)),
+                Ok(Some(Decoded::End)) => break Piece::End,
+                Err(malformed) => {
+                    break Piece::Failed(io::Error::new(io::ErrorKind::InvalidData, malformed.0))
+                }
+                Ok(None) => {}
+            }
+            if std::mem::take(&mut expect_continue) {
+                if let Err(e) = send_continue(io, stall).await {
+                    break Piece::Failed(e);
+                }
+            }
+            buf.reserve(16 * 1024);
+            match tokio::time::timeout(stall, io.read_buf(buf)).await {
+                Ok(Ok(0)) => break Piece::Failed(io::ErrorKind::UnexpectedEof.into()),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => break Piece::Failed(e),
+                Err(_) => {
+                    let e = io::Error::new(io::ErrorKind::TimedOut, "request body timeout");
+                    break Piece::Failed(e);
+                }
+            }
+        };
+        let last = !matches!(piece, Piece::Frame(_));
+        permit.send(piece);
+        // Some of the body came unasked: the client is not waiting for the interim answer.
+        expect_continue = false;
+        if last {
+            return;
+        }
+    }
+}
+
+async fn send_continue<S: Transport>(io: &mut S, stall: Duration) -> io::Result<()> {
+    let write = async {
+        io.write_all(CONTINUE).await?;
+        io.flush().await
+    };
+    tokio::time::timeout(stall, write)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "client stopped reading"))?
+}

@@ -1,0 +1,123 @@
+//! Routes: what answers a request once its virtual host is known, chosen by the longest
+//! matching path prefix (nginx's prefix `location`s). A host has files or the built-in
+//! page at "/" today; the reverse proxy adds its own kind of route beside them.
+
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::body::{Body, RequestBody};
+use super::files::{self, DocRoot};
+use super::{error_response, with_common_headers, ConnectionInfo, DISCARD_LIMIT};
+
+const BUILTIN_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>terminus</title></head>\n<body><h1>terminus is serving HTTPS</h1>\n<p>This is the built-in page of the embedded default configuration. Give <code>--root DIR</code> or a config file to serve your own files.</p>\n</body></html>\n";
+
+/// What answers the requests a path prefix matches.
+#[derive(Debug)]
+pub enum Route {
+    Files(DocRoot),
+    /// The embedded default's page.
+    BuiltinPage,
+}
+
+/// A host's routes, longest prefix first.
+#[derive(Debug)]
+pub struct Routes(Vec<(String, Route)>);
+
+impl Routes {
+    pub fn new(mut routes: Vec<(String, Route)>) -> Self {
+        routes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        Routes(routes)
+    }
+
+    /// One route for every path.
+    pub fn everything(route: Route) -> Self {
+        Self::new(vec![("/".to_owned(), route)])
+    }
+
+    /// The route whose prefix is the longest that `path` starts with.
+    pub fn choose(&self, path: &str) -> Option<&Route> {
+        self.0
+            .iter()
+            .find(|(prefix, _)| path.starts_with(prefix.as_str()))
+            .map(|(_, route)| route)
+    }
+}
+
+impl Route {
+    /// Answers `req` on the connection `cx`.
+    pub(crate) async fn respond(
+        &self,
+        req: Request<RequestBody>,
+        cx: &ConnectionInfo,
+    ) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        // Neither files nor the page take a body: read a small one away (the connection
+        // then stays usable), give up on a large one.
+        body.discard(DISCARD_LIMIT).await;
+        let method = &parts.method;
+        if method != Method::GET && method != Method::HEAD {
+            let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return resp;
+        }
+        let path = parts.uri.path();
+        match self {
+            Route::Files(root) => files::serve(
+                root,
+                &cx.files,
+                &cx.site.files,
+                method,
+                path,
+                &parts.headers,
+            ),
+            Route::BuiltinPage => builtin_page(method, path),
+        }
+    }
+}
+
+fn builtin_page(method: &Method, path: &str) -> Response<Body> {
+    if path != "/" && path != "/index.html" {
+        return error_response(StatusCode::NOT_FOUND, method);
+    }
+    let body = if method == Method::HEAD {
+        Body::Empty
+    } else {
+        Body::bytes(BUILTIN_PAGE)
+    };
+    with_common_headers(
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+            .header(header::CONTENT_LENGTH, BUILTIN_PAGE.len())
+            .body(body)
+            .expect("valid response"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_prefix_wins() {
+        let routes = Routes::new(vec![
+            ("/".into(), Route::BuiltinPage),
+            ("/api/v2/".into(), Route::BuiltinPage),
+            ("/api/".into(), Route::BuiltinPage),
+        ]);
+        let chosen = |path| {
+            let route = routes.choose(path).unwrap() as *const Route;
+            routes
+                .0
+                .iter()
+                .position(|(_, r)| std::ptr::eq(r, route))
+                .map(|i| routes.0[i].0.as_str())
+        };
+        assert_eq!(chosen("/api/v2/x"), Some("/api/v2/"));
+        assert_eq!(chosen("/api/v1"), Some("/api/"));
+        assert_eq!(chosen("/api"), Some("/"));
+        assert_eq!(chosen("/index.html"), Some("/"));
+        let partial = Routes::new(vec![("/only/".into(), Route::BuiltinPage)]);
+        assert!(partial.choose("/elsewhere").is_none());
+    }
+}
