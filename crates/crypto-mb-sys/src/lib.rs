@@ -12,6 +12,8 @@
 #![allow(non_camel_case_types)]
 // The FFI boundary: the declarations of crypto_mb's C functions.
 #![allow(unsafe_code)]
+// Each item is a prototype or type of crypto_mb's C headers, documented there.
+#![allow(missing_docs)]
 
 use std::os::raw::c_int;
 

@@ -18,18 +18,23 @@ use crate::threads::{ThreadPool, ThreadPoolBackend};
 /// Which backend computes the operations (`crypto.backend` in the config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BackendKind {
+    /// Each operation computed alone on the worker (aws-lc-rs).
     Scalar,
+    /// Operations sent to a shared thread pool (the comparison for asynchronous offload).
     Threads,
+    /// 8-lane crypto_mb batches where the CPU has AVX-512 IFMA.
     Multibuffer,
 }
 
 impl BackendKind {
+    /// Every backend, in the order `terminus speed` lists them.
     pub const ALL: [BackendKind; 3] = [
         BackendKind::Scalar,
         BackendKind::Threads,
         BackendKind::Multibuffer,
     ];
 
+    /// The configuration name.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Scalar => "scalar",
@@ -38,6 +43,7 @@ impl BackendKind {
         }
     }
 
+    /// The backend the configuration `name` means.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|b| b.name() == name)
     }
@@ -76,7 +82,9 @@ impl BackendKind {
 /// --batch-kx` thread, from the same description so the two cannot drift apart.
 #[derive(Clone)]
 pub struct EngineSpec {
+    /// Which backend computes.
     pub backend: BackendKind,
+    /// When queued requests are flushed to it.
     pub policy: FlushPolicy,
     /// The multibuffer backend's crossovers (measured at start-up by the server; the
     /// defaults elsewhere).
@@ -125,6 +133,7 @@ impl Job {
         (job, rx)
     }
 
+    /// The operation, and where its answer goes.
     pub fn into_parts(self) -> (CryptoOp, Reply) {
         (self.op, self.reply)
     }
@@ -134,6 +143,7 @@ impl Job {
 pub struct Reply(oneshot::Sender<Result<CryptoOutput, CryptoError>>);
 
 impl Reply {
+    /// Answers the handshake waiting for this job.
     pub fn complete(self, result: Result<CryptoOutput, CryptoError>) {
         // The handshake may have timed out and gone; its result is then of no use.
         let _ = self.0.send(result);
@@ -142,6 +152,7 @@ impl Reply {
 
 /// Computes flushed batches. One instance per worker; `!Send` is fine.
 pub trait Backend {
+    /// Which backend this is (for metrics and logs).
     fn kind(&self) -> BackendKind;
 
     /// How many requests of `op` this backend computes in one go; 1 means no batching,

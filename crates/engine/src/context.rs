@@ -20,6 +20,7 @@ use crate::signing_key::KeyAlgorithm;
 pub struct Tenant(Option<Arc<str>>);
 
 impl Tenant {
+    /// A tenant by name (the server block or tenant section that owns the handshake).
     pub fn named(name: impl Into<Arc<str>>) -> Self {
         Tenant(Some(name.into()))
     }
@@ -33,31 +34,40 @@ impl Tenant {
 /// One crypto request of a handshake, from queueing to its answer.
 #[derive(Debug, Clone)]
 pub struct CryptoEvent {
+    /// What was asked for.
     pub kind: OpKind,
     /// The key that signed, for signatures.
     pub key: Option<KeyAlgorithm>,
+    /// When the request entered the engine's queue.
     pub queued: Instant,
     /// When its batch went to the backend, and how many requests that batch held; `None`
     /// when the request was answered without being dispatched (the backend went away).
     pub dispatched: Option<(Instant, usize)>,
+    /// When the answer came back to the handshake.
     pub answered: Instant,
+    /// Whether the backend computed it (false: a crypto error).
     pub ok: bool,
 }
 
 /// One flight of handshake records written to the client.
 #[derive(Debug, Clone, Copy)]
 pub struct Flight {
+    /// When the flight was handed to the socket.
     pub at: Instant,
+    /// Its size in bytes, record headers included.
     pub bytes: usize,
 }
 
 /// Timestamps of one handshake, in the order they happen.
 #[derive(Debug, Clone)]
 pub struct Timeline {
+    /// When the connection was accepted.
     pub accepted: Instant,
     /// The whole ClientHello was read and parsed.
     pub client_hello: Option<Instant>,
+    /// Every crypto request, in the order they were queued.
     pub crypto: Vec<CryptoEvent>,
+    /// Every flight written, in order.
     pub flights: Vec<Flight>,
     /// The handshake completed.
     pub finished: Option<Instant>,
@@ -112,14 +122,17 @@ impl HandshakeContext {
         self.host.as_deref()
     }
 
+    /// Whose capacity the handshake uses.
     pub fn tenant(&self) -> &Tenant {
         &self.tenant
     }
 
+    /// The timestamps so far (borrowed: the engine may still be writing to it).
     pub fn timeline(&self) -> Ref<'_, Timeline> {
         self.timeline.borrow()
     }
 
+    /// Notes a flight of `bytes` handed to the socket now.
     pub fn flight(&self, bytes: usize) {
         self.timeline.borrow_mut().flights.push(Flight {
             at: Instant::now(),
@@ -127,6 +140,7 @@ impl HandshakeContext {
         });
     }
 
+    /// Notes that the handshake completed now.
     pub fn finished(&self) {
         self.timeline.borrow_mut().finished = Some(Instant::now());
     }

@@ -30,18 +30,28 @@ use crypto_mb_sys::LANES;
 /// The operations crypto_mb batches, as `terminus speed` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operation {
+    /// RSA-2048 private-key operation (a PSS or PKCS#1 v1.5 signature).
     Rsa2048,
+    /// RSA-3072 private-key operation.
     Rsa3072,
+    /// RSA-4096 private-key operation.
     Rsa4096,
+    /// ECDSA P-256 signature.
     EcdsaP256,
+    /// ECDSA P-384 signature.
     EcdsaP384,
+    /// X25519 key generation and agreement.
     X25519,
+    /// ECDH P-256 key generation and agreement.
     EcdhP256,
+    /// ECDH P-384 key generation and agreement.
     EcdhP384,
 }
 
 impl Operation {
+    /// How many operations there are.
     pub const COUNT: usize = 8;
+    /// Every operation, in table order.
     pub const ALL: [Operation; Self::COUNT] = [
         Operation::Rsa2048,
         Operation::Rsa3072,
@@ -53,6 +63,7 @@ impl Operation {
         Operation::EcdhP384,
     ];
 
+    /// The name `terminus speed` prints and accepts.
     pub fn name(self) -> &'static str {
         match self {
             Operation::Rsa2048 => "rsa2048",
@@ -80,6 +91,7 @@ impl Operation {
         }
     }
 
+    /// The operation [`Operation::name`] gives `name`.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
@@ -103,6 +115,7 @@ impl Operation {
         }
     }
 
+    /// The key exchange of `group`.
     pub fn for_group(group: KxGroup) -> Self {
         match group {
             KxGroup::X25519 => Operation::X25519,
@@ -128,6 +141,7 @@ impl Operation {
 /// The inputs to time one operation with: a signing key, or a key-exchange group and a
 /// peer's public key.
 pub struct Workload {
+    /// The operation timed.
     pub op: Operation,
     input: Input,
 }
@@ -280,7 +294,9 @@ fn best_time(samples: usize, f: impl Fn() -> bool) -> Option<Duration> {
 /// What one operation costs, scalar and per 8-lane call.
 #[derive(Clone, Copy, Debug)]
 pub struct Cost {
+    /// One operation computed alone.
     pub scalar: Duration,
+    /// One 8-lane call, all lanes full.
     pub batch: Duration,
 }
 
@@ -347,6 +363,7 @@ impl Crossovers {
         self.measured[op.index()].store(batch.clamp(1, LANES + 1), Ordering::Relaxed);
     }
 
+    /// Whether `op` was timed (an operation no key or group uses is not).
     pub fn is_measured(&self, op: Operation) -> bool {
         self.measured[op.index()].load(Ordering::Relaxed) != 0
     }

@@ -69,6 +69,7 @@ impl State {
 }
 
 impl Engine {
+    /// An engine flushing to `backend` under `policy`.
     pub fn new(
         backend: Box<dyn Backend>,
         policy: FlushPolicy,
@@ -85,6 +86,7 @@ impl Engine {
         }
     }
 
+    /// Which backend computes this engine's batches.
     pub fn backend_kind(&self) -> BackendKind {
         self.inner.backend.kind()
     }

@@ -36,6 +36,7 @@ pub struct EngineMetrics {
 }
 
 impl EngineMetrics {
+    /// Empty counters, labelled with `backend`.
     pub fn new(backend: BackendKind) -> Self {
         let labels = || {
             label_values(
@@ -103,6 +104,7 @@ impl EngineMetrics {
         }
     }
 
+    /// The backend these counters are labelled with.
     pub fn backend(&self) -> BackendKind {
         self.backend
     }

@@ -12,14 +12,19 @@ use crate::signing_key::SigningKeyPair;
 /// Key-exchange groups that run through the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KxGroup {
+    /// Curve25519 (RFC 7748).
     X25519,
+    /// NIST P-256.
     Secp256r1,
+    /// NIST P-384.
     Secp384r1,
 }
 
 impl KxGroup {
+    /// Every group, in the order terminus offers them.
     pub const ALL: [KxGroup; 3] = [KxGroup::X25519, KxGroup::Secp256r1, KxGroup::Secp384r1];
 
+    /// The group's TLS code point.
     pub fn named_group(self) -> NamedGroup {
         match self {
             KxGroup::X25519 => NamedGroup::X25519,
@@ -28,6 +33,7 @@ impl KxGroup {
         }
     }
 
+    /// aws-lc-rs's algorithm for the group.
     pub fn algorithm(self) -> &'static agreement::Algorithm {
         match self {
             KxGroup::X25519 => &agreement::X25519,
@@ -45,6 +51,7 @@ impl KxGroup {
         }
     }
 
+    /// The group configuration names (`x25519`, `secp256r1`, `secp384r1`).
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|g| {
             g.name().eq_ignore_ascii_case(name)
@@ -55,6 +62,7 @@ impl KxGroup {
         })
     }
 
+    /// The engine queue the group's operations go to.
     pub fn op_kind(self) -> OpKind {
         match self {
             KxGroup::X25519 => OpKind::X25519,
@@ -68,6 +76,7 @@ impl KxGroup {
 /// each backend can complete an exchange started by the other. Zeroized when dropped
 /// (aws-lc-rs does so for its keys).
 pub enum KxPrivateKey {
+    /// A key aws-lc-rs generated (the scalar backend's).
     AwsLc(agreement::PrivateKey),
     /// A private key the multi-buffer kernels drew from the OS CSPRNG: X25519's 32 bytes
     /// or a NIST curve's big-endian scalar.
@@ -84,26 +93,38 @@ impl fmt::Debug for KxPrivateKey {
 pub enum CryptoOp {
     /// Sign `message` (unhashed, as rustls passes it) with `key` using `scheme`.
     Sign {
+        /// The certificate's private key.
         key: Arc<SigningKeyPair>,
+        /// The scheme the client and rustls chose.
         scheme: SignatureScheme,
+        /// The bytes to sign.
         message: Vec<u8>,
     },
     /// Generate an ephemeral key pair (TLS 1.2: the ServerKeyExchange share).
-    KxGenerate { group: KxGroup },
+    KxGenerate {
+        /// The group to generate in.
+        group: KxGroup,
+    },
     /// Complete an exchange started by [`CryptoOp::KxGenerate`].
     KxAgree {
+        /// The group of the private key.
         group: KxGroup,
+        /// Our half, from the earlier generation.
         private_key: KxPrivateKey,
+        /// The peer's public share as sent on the wire.
         peer_public: Vec<u8>,
     },
     /// Generate a key pair and complete against the peer's share in one go (TLS 1.3).
     KxGenerateAgree {
+        /// The group the client's share is in.
         group: KxGroup,
+        /// The client's public share as sent on the wire.
         peer_public: Vec<u8>,
     },
 }
 
 impl CryptoOp {
+    /// The queue this operation goes to.
     pub fn kind(&self) -> OpKind {
         match self {
             CryptoOp::Sign { key, .. } => match key.algorithm() {
@@ -135,14 +156,22 @@ impl fmt::Debug for CryptoOp {
 
 /// The result of a [`CryptoOp`], variant for variant.
 pub enum CryptoOutput {
+    /// A signature, in the scheme's wire encoding.
     Signature(Vec<u8>),
+    /// A fresh key pair (for [`CryptoOp::KxGenerate`]).
     KeyPair {
+        /// Kept until the peer's share arrives.
         private_key: KxPrivateKey,
+        /// Our public share, in wire encoding.
         public: Vec<u8>,
     },
+    /// The shared secret (for [`CryptoOp::KxAgree`]).
     Shared(Zeroizing<Vec<u8>>),
+    /// Our public share and the shared secret (for [`CryptoOp::KxGenerateAgree`]).
     PublicAndShared {
+        /// Our public share, in wire encoding.
         public: Vec<u8>,
+        /// The shared secret, zeroized when dropped.
         shared: Zeroizing<Vec<u8>>,
     },
 }
@@ -162,31 +191,44 @@ impl fmt::Debug for CryptoOutput {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CryptoError {
     #[error("signature scheme {0:?} does not fit this key")]
+    /// The key cannot sign with the scheme asked for.
     SchemeMismatch(SignatureScheme),
     #[error("signing failed")]
+    /// The backend failed to sign.
     SignFailed,
     #[error("key generation failed for {0}")]
+    /// An ephemeral key could not be generated.
     KeyGenFailed(&'static str),
     #[error("peer's {0} public key is invalid")]
+    /// The peer's public share is not a valid point.
     BadPeerKey(&'static str),
     #[error("the {0} crypto backend shut down before answering")]
+    /// The backend stopped before answering.
     BackendGone(&'static str),
     #[error("the engine answered a {} request with a result of another kind", .0.name())]
+    /// The backend answered with another kind of output.
     WrongOutput(OpKind),
 }
 
 /// Operation classes: each has its own queue, batch size and metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpKind {
+    /// RSA signatures.
     RsaSign,
+    /// ECDSA signatures.
     EcdsaSign,
+    /// X25519 key exchange.
     X25519,
+    /// P-256 key exchange.
     P256,
+    /// P-384 key exchange.
     P384,
 }
 
 impl OpKind {
+    /// How many queues there are.
     pub const COUNT: usize = 5;
+    /// Every queue, in index order.
     pub const ALL: [OpKind; Self::COUNT] = [
         OpKind::RsaSign,
         OpKind::EcdsaSign,
@@ -195,10 +237,12 @@ impl OpKind {
         OpKind::P384,
     ];
 
+    /// The queue's index in per-kind arrays.
     pub fn index(self) -> usize {
         self as usize
     }
 
+    /// The queue's name in metrics labels.
     pub fn name(self) -> &'static str {
         match self {
             OpKind::RsaSign => "rsa_sign",

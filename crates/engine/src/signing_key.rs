@@ -18,8 +18,14 @@ use crate::op::CryptoError;
 /// What kind of key this is; decides which signature schemes it can serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeyAlgorithm {
-    Rsa { bits: usize },
+    /// RSA with a modulus of `bits`.
+    Rsa {
+        /// The modulus size.
+        bits: usize,
+    },
+    /// ECDSA on P-256.
     EcdsaP256,
+    /// ECDSA on P-384.
     EcdsaP384,
 }
 
@@ -53,10 +59,13 @@ impl KeyAlgorithm {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     #[error("RSA key of {0} bits is not supported (use 2048, 3072 or 4096 bits)")]
+    /// An RSA modulus size other than 2048, 3072 or 4096.
     UnsupportedRsaSize(usize),
     #[error("RSA key {0} 2048 bits is not supported (use 2048, 3072 or 4096 bits)")]
+    /// An RSA modulus below or above what is supported.
     RsaSizeOutOfRange(&'static str),
     #[error("unsupported key type (terminus accepts RSA and ECDSA P-256/P-384 keys): {0}")]
+    /// Neither RSA nor ECDSA P-256/P-384.
     UnsupportedType(String),
 }
 
@@ -162,6 +171,7 @@ impl SigningKeyPair {
         ))
     }
 
+    /// What kind of key this is.
     pub fn algorithm(&self) -> KeyAlgorithm {
         self.algorithm
     }

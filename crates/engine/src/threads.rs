@@ -85,6 +85,7 @@ pub struct ThreadPoolBackend {
 }
 
 impl ThreadPoolBackend {
+    /// A backend sending its jobs to `pool`.
     pub fn new(pool: Arc<ThreadPool>) -> Self {
         Self { pool }
     }

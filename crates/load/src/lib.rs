@@ -13,13 +13,13 @@
 //! - [`driver`]: one thread's schedule and connection tasks;
 //! - [`stats`], [`failure`], [`report`]: what is measured and how it is shown.
 
-pub mod conn;
-pub mod driver;
-pub mod failure;
-pub mod http1;
-pub mod report;
-pub mod stats;
-pub mod target;
+mod conn;
+mod driver;
+mod failure;
+mod http1;
+mod report;
+mod stats;
+mod target;
 pub mod tls;
 
 use std::io::IsTerminal;
@@ -53,18 +53,25 @@ pub enum Mode {
 /// A whole run, as the command line gives it.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
+    /// The `https://` URL to request.
     pub url: String,
+    /// Open loop (a rate) or closed loop (connections).
     pub mode: Mode,
+    /// How long to run.
     pub duration: Duration,
+    /// Client threads, each with its own runtime.
     pub threads: usize,
     /// CPUs to pin the threads to, thread i to `pin[i % len]`.
     pub pin: Vec<usize>,
+    /// A new connection (and handshake) for every request.
     pub new_connection: bool,
+    /// Versions, suites, groups, trust and resumption.
     pub tls: TlsChoice,
     /// Open loop: most connections at once (the rest of the requests wait, clock running).
     pub max_connections: usize,
     /// Per request: connect, handshake and response must be done within it.
     pub timeout: Duration,
+    /// Allow a target that is not a loopback address.
     pub allow_remote: bool,
     /// A live progress line on stderr (only where stderr is a terminal).
     pub progress: bool,
@@ -92,19 +99,37 @@ impl Default for LoadOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("bad URL {url:?}: {why}")]
-    Url { url: String, why: String },
+    /// The URL cannot be used (the URL, and why).
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
     #[error("cannot resolve {host:?}: {why}")]
-    Resolve { host: String, why: String },
-    #[error("refusing to load {host} ({addr}): not a loopback address; pass --allow-remote to load a server you are responsible for")]
-    RemoteTarget {
+    /// The host does not resolve (the host, and why).
+    Resolve {
+        /// The host as given.
         host: String,
+        /// What the resolver said.
+        why: String,
+    },
+    #[error("refusing to load {host} ({addr}): not a loopback address; pass --allow-remote to load a server you are responsible for")]
+    /// The target is not on loopback and `--allow-remote` was not given.
+    RemoteTarget {
+        /// The host as given.
+        host: String,
+        /// The address it resolved to.
         addr: std::net::IpAddr,
     },
     #[error("{0}")]
+    /// Options that contradict each other or are out of range.
     Options(String),
     #[error("TLS: {0}")]
+    /// The TLS client cannot be configured.
     Tls(String),
     #[error("cannot start a load thread: {0}")]
+    /// A client thread could not be spawned.
     Thread(std::io::Error),
 }
 

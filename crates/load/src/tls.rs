@@ -43,9 +43,11 @@ pub struct TlsChoice {
     /// TLS signature scheme names (`rsa_pss_rsae_sha256`, `ecdsa_secp256r1_sha256`, ...);
     /// empty = every scheme aws-lc verifies.
     pub sigalgs: Vec<String>,
+    /// Which certificates the client trusts.
     pub trust: Trust,
     /// Offer the session from the previous connection (tickets or IDs).
     pub resume: bool,
+    /// Offer HTTP/2 by ALPN (and speak it when chosen).
     pub http2: bool,
     /// Key exchanges through terminus's crypto engine (`--batch-kx`) instead of aws-lc
     /// directly; the connections must then run them on the engine's bridge.

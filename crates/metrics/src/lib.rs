@@ -18,6 +18,7 @@ pub struct Exposition {
 }
 
 impl Exposition {
+    /// An empty page.
     pub fn new() -> Self {
         Self {
             text: String::with_capacity(16 * 1024),
@@ -42,6 +43,7 @@ impl Exposition {
         }
     }
 
+    /// The page's text.
     pub fn into_text(self) -> String {
         self.text
     }
@@ -50,8 +52,11 @@ impl Exposition {
 /// What a series is, for its `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A value that only goes up.
     Counter,
+    /// A value that goes up and down.
     Gauge,
+    /// Cumulative buckets, a sum and a count.
     Histogram,
 }
 
@@ -67,13 +72,16 @@ impl Kind {
 
 /// Anything that writes series into an exposition.
 pub trait Render {
+    /// Appends this metric's series to `out`.
     fn render(&self, out: &mut Exposition);
 }
 
 /// The name and help of a series.
 #[derive(Debug, Clone, Copy)]
 pub struct Desc {
+    /// The series name.
     pub name: &'static str,
+    /// The `# HELP` text.
     pub help: &'static str,
 }
 
@@ -85,6 +93,7 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// A counter at zero.
     pub const fn new(name: &'static str, help: &'static str) -> Self {
         Self {
             desc: Desc { name, help },
@@ -92,14 +101,17 @@ impl Counter {
         }
     }
 
+    /// Adds one.
     pub fn inc(&self) {
         self.add(1);
     }
 
+    /// Adds `n`.
     pub fn add(&self, n: u64) {
         self.value.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The current value.
     pub fn get(&self) -> u64 {
         self.value.load(Ordering::Relaxed)
     }
@@ -120,6 +132,7 @@ pub struct Gauge {
 }
 
 impl Gauge {
+    /// A gauge at zero.
     pub const fn new(name: &'static str, help: &'static str) -> Self {
         Self {
             desc: Desc { name, help },
@@ -127,10 +140,12 @@ impl Gauge {
         }
     }
 
+    /// Adds `n` (negative to go down).
     pub fn add(&self, n: i64) {
         self.value.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The current value.
     pub fn get(&self) -> i64 {
         self.value.load(Ordering::Relaxed)
     }
@@ -162,6 +177,7 @@ impl<const N: usize> Labelled<N> {
         Self::new(Desc { name, help }, Kind::Counter, labels)
     }
 
+    /// A gauge per label value in `labels`.
     pub fn gauge(name: &'static str, help: &'static str, labels: [String; N]) -> Self {
         Self::new(Desc { name, help }, Kind::Gauge, labels)
     }
@@ -182,14 +198,17 @@ impl<const N: usize> Labelled<N> {
         self
     }
 
+    /// Adds one to the `i`th series.
     pub fn inc(&self, i: usize) {
         self.add(i, 1);
     }
 
+    /// Adds `n` to the `i`th series.
     pub fn add(&self, i: usize, n: i64) {
         self.values[i].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The `i`th series' value.
     pub fn get(&self, i: usize) -> i64 {
         self.values[i].load(Ordering::Relaxed)
     }
@@ -232,6 +251,7 @@ pub struct Buckets {
 }
 
 impl Buckets {
+    /// Empty buckets with these upper bounds.
     pub fn new(bounds: &'static [f64]) -> Self {
         Self {
             bounds,
@@ -241,10 +261,12 @@ impl Buckets {
         }
     }
 
+    /// Records a duration, in the histogram's unit (seconds).
     pub fn observe_duration(&self, d: Duration) {
         self.observe_micros(d.as_secs_f64(), d.as_micros() as u64);
     }
 
+    /// Records a value, in the bounds' unit.
     pub fn observe(&self, value: u64) {
         self.observe_micros(value as f64, value.saturating_mul(1_000_000));
     }
@@ -257,6 +279,7 @@ impl Buckets {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// How many values were recorded.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
@@ -285,6 +308,7 @@ pub struct Histograms<const N: usize> {
 }
 
 impl<const N: usize> Histograms<N> {
+    /// A histogram per label value in `labels`.
     pub fn new(
         name: &'static str,
         help: &'static str,
@@ -298,6 +322,7 @@ impl<const N: usize> Histograms<N> {
         }
     }
 
+    /// The `i`th series' buckets.
     pub fn get(&self, i: usize) -> &Buckets {
         &self.buckets[i]
     }

@@ -4,14 +4,14 @@
 //! [`run`] starts everything and blocks until SIGTERM/SIGINT has drained the workers;
 //! SIGHUP reloads the configuration and certificates in place.
 
-pub mod access_log;
+mod access_log;
 mod admin;
-pub mod config;
+mod config;
 mod connection;
-pub mod http;
+mod http;
 mod listener;
-pub mod metrics;
-pub mod site;
+mod metrics;
+mod site;
 mod worker;
 
 use std::path::PathBuf;
@@ -25,14 +25,17 @@ use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
-pub use config::{BackendChoice, Config, ConfigError, KtlsMode, Overrides};
+pub use config::{parse_duration, Overrides};
+use config::{BackendChoice, Config, ConfigError, KtlsMode};
 use metrics::Metrics;
 use site::{Site, SiteHandle};
 
 /// How terminus was asked to run.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
+    /// The configuration file; the embedded default without one.
     pub config_path: Option<PathBuf>,
+    /// Command-line flags, which win over the file.
     pub overrides: Overrides,
 }
 
@@ -40,22 +43,36 @@ pub struct ServerOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("{0}")]
+    /// The configuration is wrong (file, line and what to fix).
     Config(#[from] ConfigError),
     #[error("cannot make the self-signed certificates: {0}")]
+    /// The embedded default's certificates could not be made.
     SelfSigned(#[from] selfsigned::SelfSignedError),
     #[error("crypto backend multibuffer: crypto_mb cannot run on this CPU (it needs AVX-512 IFMA); use crypto.backend = \"auto\" or \"scalar\"")]
+    /// `crypto.backend = "multibuffer"` on a CPU without AVX-512 IFMA.
     MultibufferUnavailable,
     #[error("cannot listen on {addr}: {source}")]
+    /// A listener's address cannot be bound.
     Listen {
+        /// The address.
         addr: std::net::SocketAddr,
+        /// What bind or listen said.
         source: std::io::Error,
     },
     #[error("cannot start: {0}")]
+    /// Anything else the operating system refused at start-up.
     Io(#[from] std::io::Error),
 }
 
 impl ServerOptions {
-    pub fn load_config(&self) -> Result<Config, ConfigError> {
+    /// The configured log level; info when the configuration does not load (`run`
+    /// reports why).
+    pub fn log_level(&self) -> tracing::Level {
+        self.load_config()
+            .map_or(tracing::Level::INFO, |c| c.log_level)
+    }
+
+    fn load_config(&self) -> Result<Config, ConfigError> {
         match &self.config_path {
             Some(path) => Config::load(path, &self.overrides),
             None => Config::embedded(&self.overrides),

@@ -85,7 +85,7 @@ pub struct LoadArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    terminus_server::config::parse_duration(text)
+    terminus_server::parse_duration(text)
         .ok_or_else(|| format!("{text:?} is not a duration (e.g. 500ms, 10s, 2m)"))
 }
 

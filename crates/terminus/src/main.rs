@@ -139,10 +139,7 @@ fn main() -> ExitCode {
                 },
             };
             // A config that does not load is reported by `run` itself.
-            let level = options.load_config().map_or_else(
-                |_| "info".to_owned(),
-                |c| c.log_level.as_str().to_ascii_lowercase(),
-            );
+            let level = options.log_level().as_str().to_ascii_lowercase();
             init_logging(&level);
             match terminus_server::run(options) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub struct TestDir(pub PathBuf);
 
 impl TestDir {
+    /// A new directory whose name starts with `name`.
     pub fn new(name: &str) -> Self {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(

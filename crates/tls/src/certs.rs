@@ -17,31 +17,72 @@ use crate::handshake::EngineSigningKey;
 /// Why a certificate or key cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
+    /// The file cannot be read.
     #[error("{}: cannot read: {source}", path.display())]
     Read {
+        /// The file.
         path: PathBuf,
+        /// What reading it said.
         source: std::io::Error,
     },
+    /// The file has no certificate.
     #[error("{}: no certificate found (expected PEM blocks \"-----BEGIN CERTIFICATE-----\")", path.display())]
-    EmptyChain { path: PathBuf },
+    EmptyChain {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// The file is not well-formed PEM.
     #[error("{}: malformed PEM: {detail}", path.display())]
-    BadPem { path: PathBuf, detail: String },
+    BadPem {
+        /// The file.
+        path: PathBuf,
+        /// The PEM parser's complaint.
+        detail: String,
+    },
+    /// The first certificate cannot be parsed as X.509.
     #[error("{}: the leaf certificate cannot be parsed: {detail}", path.display())]
-    BadCertificate { path: PathBuf, detail: String },
+    BadCertificate {
+        /// The certificate file.
+        path: PathBuf,
+        /// The X.509 parser's complaint.
+        detail: String,
+    },
+    /// The key file has no private key.
     #[error("{}: no private key found (expected \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \"EC PRIVATE KEY\")", path.display())]
-    NoKey { path: PathBuf },
+    NoKey {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The private key is encrypted.
     #[error("{}: the private key is encrypted; terminus needs it unencrypted (e.g. `openssl pkey -in KEY -out KEY.plain`) and readable only by the server user", path.display())]
-    EncryptedKey { path: PathBuf },
+    EncryptedKey {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The private key is of a kind or size terminus cannot sign with.
     #[error("{}: {source}", path.display())]
-    Key { path: PathBuf, source: KeyError },
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// Why the key cannot be used.
+        source: KeyError,
+    },
+    /// The private key is not the certificate's.
     #[error("{}: the private key does not match the certificate in {}", key.display(), cert.display())]
-    Mismatch { cert: PathBuf, key: PathBuf },
+    Mismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
 }
 
 /// A certificate chain with its key, ready for the resolver.
 #[derive(Clone, Debug)]
 pub struct LoadedCert {
+    /// The chain and its signing key, as rustls's resolver hands them out.
     pub certified: Arc<CertifiedKey>,
+    /// The key's kind, which decides the signature schemes it serves.
     pub algorithm: KeyAlgorithm,
     /// The private key, as the engine signs with it.
     pub key: Arc<SigningKeyPair>,

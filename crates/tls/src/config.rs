@@ -13,13 +13,17 @@ use crate::resolver::SniResolver;
 /// What the `[tls]` config section asks for, resolved to rustls values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TlsSettings {
+    /// Protocol versions offered, in preference order.
     pub versions: Vec<&'static SupportedProtocolVersion>,
+    /// Cipher suites offered, in preference order.
     pub cipher_suites: Vec<SupportedCipherSuite>,
+    /// Key-exchange groups offered, in preference order.
     pub groups: Vec<KxGroup>,
     /// TLS 1.2 tickets and TLS 1.3 resumption tickets.
     pub session_tickets: bool,
     /// Entries in the server-side session cache; 0 turns it off.
     pub session_cache: usize,
+    /// ALPN protocols offered, in preference order.
     pub alpn: Vec<Vec<u8>>,
 }
 
@@ -27,16 +31,22 @@ pub struct TlsSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TlsSettingsError {
     #[error("unknown TLS version {0:?} (use \"1.2\" or \"1.3\")")]
+    /// A version name terminus does not know.
     Version(String),
     #[error("unknown cipher suite {0:?} (known: {1})")]
+    /// A cipher suite name terminus does not know (the name, and what to use instead).
     CipherSuite(String, String),
     #[error("unknown group {0:?} (known: x25519, secp256r1, secp384r1)")]
+    /// A group name terminus does not know.
     Group(String),
     #[error("{0} list is empty")]
+    /// A list that must not be empty is (the setting's name).
     Empty(&'static str),
     #[error("no configured cipher suite belongs to a configured TLS version")]
+    /// No configured suite works with any configured version.
     NoUsableSuite,
     #[error("building the TLS configuration failed: {0}")]
+    /// rustls refused the configuration.
     Rustls(String),
 }
 
@@ -54,6 +64,7 @@ impl Default for TlsSettings {
 }
 
 impl TlsSettings {
+    /// The version a configuration name (`"1.2"`, `"1.3"`) means.
     pub fn version_from_name(
         name: &str,
     ) -> Result<&'static SupportedProtocolVersion, TlsSettingsError> {
@@ -64,6 +75,7 @@ impl TlsSettings {
         }
     }
 
+    /// The suite a configuration name (IANA's or OpenSSL's) means.
     pub fn suite_from_name(name: &str) -> Result<SupportedCipherSuite, TlsSettingsError> {
         aws_lc_rs::ALL_CIPHER_SUITES
             .iter()
@@ -82,6 +94,7 @@ impl TlsSettings {
             })
     }
 
+    /// The group a configuration name means.
     pub fn group_from_name(name: &str) -> Result<KxGroup, TlsSettingsError> {
         KxGroup::from_name(name).ok_or_else(|| TlsSettingsError::Group(name.to_owned()))
     }

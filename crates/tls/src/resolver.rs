@@ -17,7 +17,9 @@ use crate::certs::LoadedCert;
 /// The certificates of one virtual host.
 #[derive(Debug, Clone, Default)]
 pub struct VirtualHostCerts {
+    /// The RSA certificate, if any.
     pub rsa: Option<LoadedCert>,
+    /// The ECDSA certificate, if any.
     pub ecdsa: Option<LoadedCert>,
 }
 

@@ -8,8 +8,10 @@ use crate::certs::{CertError, LoadedCert};
 #[derive(Debug, thiserror::Error)]
 pub enum SelfSignedError {
     #[error("generating the self-signed certificate failed: {0}")]
+    /// rcgen could not make the certificate.
     Generate(#[from] rcgen::Error),
     #[error(transparent)]
+    /// The generated certificate could not be loaded.
     Load(#[from] CertError),
 }
 

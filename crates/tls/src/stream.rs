@@ -37,6 +37,7 @@ pub enum SendMethod {
 }
 
 impl SendMethod {
+    /// Every method, in metrics order.
     pub const ALL: [SendMethod; 4] = [
         Self::Userspace,
         Self::KernelTls,
@@ -44,6 +45,7 @@ impl SendMethod {
         Self::Splice,
     ];
 
+    /// The method's name in the `method` label.
     pub fn name(self) -> &'static str {
         match self {
             Self::Userspace => "userspace",
@@ -93,22 +95,27 @@ impl Default for TrafficCounters {
 }
 
 impl TrafficCounters {
+    /// Counts `n` bytes sent by `method`.
     pub fn sent(&self, method: SendMethod, n: usize) {
         self.plaintext_sent.add(method as usize, n as i64);
     }
 
+    /// Bytes sent by `method` so far.
     pub fn sent_by(&self, method: SendMethod) -> u64 {
         self.plaintext_sent.get(method as usize) as u64
     }
 
+    /// Counts `n` bytes received.
     pub fn add_in(&self, n: usize) {
         self.bytes_in.add(n as u64);
     }
 
+    /// Counts `n` bytes sent.
     pub fn add_out(&self, n: usize) {
         self.bytes_out.add(n as u64);
     }
 
+    /// Counts a connection closed because its keys would wrap (KeyUpdate limit).
     pub fn key_update_closed(&self) {
         self.key_update_closes.inc();
     }

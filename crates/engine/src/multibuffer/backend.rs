@@ -21,6 +21,7 @@ use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKi
 use crate::scalar;
 use crate::signing_key::BatchKey;
 
+/// The crypto_mb backend: a flushed queue becomes 8-lane calls (fewer requests than pay for a batch go to the scalar path instead).
 pub struct MultibufferBackend {
     metrics: Arc<EngineMetrics>,
     crossovers: Arc<Crossovers>,

@@ -46,6 +46,7 @@ impl EcKey {
         })
     }
 
+    /// The key's curve.
     pub fn curve(&self) -> Curve {
         self.curve
     }

@@ -8,7 +8,9 @@ use rustls::SignatureScheme;
 /// How a TLS signature scheme encodes the message for RSA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
+    /// PKCS#1 v1.5: the digest and its DigestInfo prefix.
     Pkcs1(&'static digest::Algorithm, &'static [u8]),
+    /// PSS with MGF1 over the digest, salt as long as the digest.
     Pss(&'static digest::Algorithm),
 }
 
@@ -27,6 +29,7 @@ const SHA512_INFO: &[u8] = &[
 ];
 
 impl Encoding {
+    /// The encoding of an RSA `scheme`; `None` for a scheme that is not RSA.
     pub fn for_scheme(scheme: SignatureScheme) -> Option<Self> {
         Some(match scheme {
             SignatureScheme::RSA_PKCS1_SHA256 => Encoding::Pkcs1(&digest::SHA256, SHA256_INFO),

@@ -7,8 +7,11 @@ use zeroize::Zeroizing;
 use super::der::to_limbs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The NIST curves crypto_mb batches.
 pub enum Curve {
+    /// NIST P-256 (secp256r1).
     P256,
+    /// NIST P-384 (secp384r1).
     P384,
 }
 
@@ -57,6 +60,7 @@ impl Curve {
         self.byte_len() / 8
     }
 
+    /// The curve's name in logs and tests.
     pub fn name(self) -> &'static str {
         match self {
             Curve::P256 => "P-256",

@@ -39,6 +39,7 @@ impl RsaCrtKey {
         })
     }
 
+    /// The modulus size.
     pub fn bits(&self) -> usize {
         self.bits
     }

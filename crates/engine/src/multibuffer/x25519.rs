@@ -7,6 +7,7 @@ use super::kernel::{split_lanes, CryptoMb, Kernels};
 use super::pick;
 use super::rsa::LaneError;
 
+/// X25519 keys and shared secrets are 32 bytes.
 pub const KEY_LEN: usize = 32;
 
 /// The public keys of up to 8 private keys (32 bytes each; other lengths fail their lane).

@@ -7,13 +7,21 @@ use super::{BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen
 /// Command-line flags that override the file.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--listen ADDR`: replaces every listener.
     pub listen: Vec<String>,
+    /// `--cert CERT --key KEY`: the default server's certificates.
     pub certs: Vec<(PathBuf, PathBuf)>,
+    /// `--root DIR`: the default server's docroot.
     pub root: Option<PathBuf>,
+    /// `--workers N`.
     pub workers: Option<usize>,
+    /// `--pin`: one worker per CPU, pinned.
     pub pin: bool,
+    /// `--crypto-backend NAME`.
     pub crypto_backend: Option<String>,
+    /// `--no-resumption`: no tickets and no session cache.
     pub no_resumption: bool,
+    /// `--admin ADDR`: where `/metrics` is served.
     pub admin: Option<String>,
     /// `--ktls MODE`: every listener's `ktls`.
     pub ktls: Option<String>,

@@ -16,6 +16,7 @@ use crate::stream::TrafficCounters;
 
 /// A completed handshake.
 pub struct Handshake {
+    /// The rustls connection, its handshake complete.
     pub conn: ServerConnection,
     /// Bytes received after the handshake that rustls has not seen: the head of one
     /// record, never a whole one (see [`crate::record`]: the kernel takes whole records).

@@ -23,8 +23,10 @@ pub enum ErrorSource {
 }
 
 impl ErrorSource {
+    /// Every source, in metrics order.
     pub const ALL: [ErrorSource; 3] = [Self::Client, Self::CryptoBackend, Self::Internal];
 
+    /// The source's name in the `source` label.
     pub fn name(self) -> &'static str {
         match self {
             Self::Client => "client",
@@ -38,16 +40,21 @@ impl ErrorSource {
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
     #[error("i/o error during handshake: {0}")]
+    /// The socket failed.
     Io(#[from] io::Error),
     #[error("client closed the connection during the handshake")]
+    /// The client closed before the handshake ended.
     Eof,
     #[error("TLS handshake failed: {0}")]
+    /// The TLS exchange failed (the client's fault, or rustls's verdict).
     Tls(rustls::Error),
     #[error("crypto engine failed during the handshake: {0}")]
+    /// The crypto engine failed (ours).
     Crypto(CryptoError),
 }
 
 impl HandshakeError {
+    /// Whose fault the failure is.
     pub fn source(&self) -> ErrorSource {
         match self {
             Self::Io(_) | Self::Eof | Self::Tls(_) => ErrorSource::Client,

@@ -23,6 +23,7 @@ pub struct ClientHelloRead {
 }
 
 impl ClientHelloRead {
+    /// The parsed ClientHello.
     pub fn client_hello(&self) -> ClientHello<'_> {
         self.accepted.client_hello()
     }

@@ -16,6 +16,7 @@ static SECP256R1: EngineKxGroup = EngineKxGroup(KxGroup::Secp256r1);
 static SECP384R1: EngineKxGroup = EngineKxGroup(KxGroup::Secp384r1);
 
 impl EngineKxGroup {
+    /// The engine-backed group for `group`.
     pub fn for_group(group: KxGroup) -> &'static Self {
         match group {
             KxGroup::X25519 => &X25519,

@@ -17,6 +17,7 @@ pub struct EngineSigningKey {
 }
 
 impl EngineSigningKey {
+    /// A signing key whose operations go through the worker's engine.
     pub fn new(key: Arc<SigningKeyPair>) -> Self {
         Self { key }
     }

@@ -26,7 +26,7 @@ mod splice;
 mod stream;
 // The kernel's TLS socket options and sendfile/splice: the kTLS system-call boundary.
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -50,14 +50,18 @@ use sys::CryptoInfo;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unavailable {
     #[error("the kernel has no TLS support (no `tls` module: {0})")]
+    /// The kernel has no TLS ULP (the `tls` module is not loaded or built).
     NoKernelTls(String),
     #[error("the kernel cannot do {0} with kernel TLS ({1})")]
+    /// The kernel does not offer the negotiated cipher (its name, and the kernel's error).
     UnsupportedCipher(&'static str, String),
     #[error("the negotiated cipher suite {0} has no kernel TLS equivalent")]
+    /// The negotiated cipher has no kernel equivalent.
     UnknownCipher(&'static str),
 }
 
 impl Unavailable {
+    /// The metrics label this falls under.
     pub fn cause(&self) -> FallbackCause {
         match self {
             Self::NoKernelTls(_) => FallbackCause::NoKernelTls,
@@ -71,14 +75,20 @@ impl Unavailable {
 /// Why a connection did not get kernel TLS, as a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FallbackCause {
+    /// No kernel TLS.
     NoKernelTls,
+    /// A cipher the kernel does not do.
     UnsupportedCipher,
+    /// A record could not be completed before the hand-off.
     PendingRecord,
+    /// The traffic secrets could not be extracted.
     Secrets,
+    /// The kernel refused the keys.
     Setsockopt,
 }
 
 impl FallbackCause {
+    /// Every cause, in metrics order.
     pub const ALL: [FallbackCause; 5] = [
         Self::NoKernelTls,
         Self::UnsupportedCipher,
@@ -87,6 +97,7 @@ impl FallbackCause {
         Self::Setsockopt,
     ];
 
+    /// The cause's name in the `cause` label.
     pub fn name(self) -> &'static str {
         match self {
             Self::NoKernelTls => "no_kernel_tls",
@@ -102,19 +113,26 @@ impl FallbackCause {
 #[derive(Debug, thiserror::Error)]
 pub enum OffloadError {
     #[error("reading the rest of a TLS record before the hand-off: {0}")]
+    /// The socket failed.
     Io(#[from] io::Error),
     #[error("TLS error before the hand-off: {0}")]
+    /// rustls failed.
     Tls(#[from] rustls::Error),
     #[error("extracting the traffic keys: {0}")]
+    /// rustls would not give the traffic secrets.
     Secrets(rustls::Error),
+    /// The kernel refused the keys.
     #[error("installing the {direction} keys (setsockopt SOL_TLS): {source}")]
     Install {
+        /// `TX` or `RX`.
         direction: &'static str,
+        /// What setsockopt said.
         source: io::Error,
     },
 }
 
 impl OffloadError {
+    /// The metrics label this falls under.
     pub fn cause(&self) -> FallbackCause {
         match self {
             Self::Io(_) | Self::Tls(_) => FallbackCause::PendingRecord,
@@ -131,9 +149,13 @@ pub enum Offload {
     /// The kernel could not take it; socket, rustls connection and the head of a record
     /// rustls has not seen yet are returned intact for userspace TLS.
     Userspace {
+        /// Why the kernel could not take it.
         why: Unavailable,
+        /// The connection's socket.
         socket: TcpStream,
+        /// The rustls connection, ready to go on in userspace.
         conn: Box<ServerConnection>,
+        /// Bytes read from the socket that rustls has not seen.
         pending: Vec<u8>,
     },
     /// Past the point of no return: the connection is lost.

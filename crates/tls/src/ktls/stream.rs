@@ -27,6 +27,7 @@ const ALERT_CLOSE_NOTIFY: u8 = 0;
 const ALERT_UNEXPECTED_MESSAGE: u8 = 10;
 const HANDSHAKE_KEY_UPDATE: u8 = 24;
 
+/// A connection whose records the kernel encrypts and decrypts: reads and writes are plain socket calls, files go by sendfile(2).
 pub struct KtlsStream {
     io: TcpStream,
     /// Plaintext rustls decrypted before the hand-off, served first.

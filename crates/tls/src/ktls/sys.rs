@@ -22,7 +22,6 @@ pub const TLS_CIPHER_AES_GCM_256: u16 = 52;
 pub const TLS_CIPHER_CHACHA20_POLY1305: u16 = 54;
 
 /// TLS record content types (RFC 8446 section 5.1).
-pub const RECORD_CHANGE_CIPHER_SPEC: u8 = 20;
 pub const RECORD_ALERT: u8 = 21;
 pub const RECORD_HANDSHAKE: u8 = 22;
 pub const RECORD_APPLICATION_DATA: u8 = 23;

@@ -40,58 +40,39 @@ impl Transport for KtlsStream {
     }
 }
 
-impl Transport for TlsStream {
-    /// Reads into the connection's one buffer and lets rustls encrypt from it; the
-    /// stream packs head and body into full records.
-    async fn send_file(
-        &mut self,
-        head: &[u8],
-        file: &File,
-        offset: u64,
-        len: u64,
-        scratch: &mut Vec<u8>,
-    ) -> io::Result<()> {
-        copy_file(self, head, file, offset, len, scratch).await
-    }
-}
+/// A record layer that sends a file by reading it into the connection's buffer and
+/// writing the bytes: rustls in userspace, which packs head and body into full records
+/// (and, in tests, a plain pipe).
+pub(crate) trait CopiesFiles: AsyncRead + AsyncWrite + Unpin {}
 
-/// A plain byte stream, for testing the connection code without TLS.
+impl CopiesFiles for TlsStream {}
+
 #[cfg(test)]
-impl Transport for tokio::io::DuplexStream {
+impl CopiesFiles for tokio::io::DuplexStream {}
+
+impl<T: CopiesFiles> Transport for T {
     async fn send_file(
         &mut self,
         head: &[u8],
         file: &File,
-        offset: u64,
+        mut offset: u64,
         len: u64,
         scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
-        copy_file(self, head, file, offset, len, scratch).await
-    }
-}
-
-/// Writes `head`, then `len` bytes of `file` from `offset` read through `scratch`.
-async fn copy_file<W: AsyncWrite + Unpin>(
-    io: &mut W,
-    head: &[u8],
-    file: &File,
-    mut offset: u64,
-    len: u64,
-    scratch: &mut Vec<u8>,
-) -> io::Result<()> {
-    io.write_all(head).await?;
-    scratch.resize(FILE_CHUNK, 0);
-    let end = offset + len;
-    while offset < end {
-        let want = ((end - offset) as usize).min(FILE_CHUNK);
-        let n = file.read_at(&mut scratch[..want], offset)?;
-        if n == 0 {
-            return Err(truncated());
+        self.write_all(head).await?;
+        scratch.resize(FILE_CHUNK, 0);
+        let end = offset + len;
+        while offset < end {
+            let want = ((end - offset) as usize).min(FILE_CHUNK);
+            let n = file.read_at(&mut scratch[..want], offset)?;
+            if n == 0 {
+                return Err(truncated());
+            }
+            self.write_all(&scratch[..n]).await?;
+            offset += n as u64;
         }
-        io.write_all(&scratch[..n]).await?;
-        offset += n as u64;
+        Ok(())
     }
-    Ok(())
 }
 
 fn truncated() -> io::Error {
