@@ -8,14 +8,15 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::codec::{expects_continue, parse, wants_keep_alive, MAX_HEAD};
-use super::framing::{request_framing, Decoder, Framing};
 use super::request_body::feed;
 use super::respond::{respond, Answering};
 use super::Transport;
 use crate::http::body::{Body, RequestBody};
 use crate::http::{error_response, Responder};
 use crate::site::Timeouts;
+use terminus_h1::{
+    expects_continue, parse_request, request_framing, wants_keep_alive, Decoder, Framing, MAX_HEAD,
+};
 
 /// What reading the next request gave.
 enum Next {
@@ -160,7 +161,7 @@ async fn read_request<S: Transport>(
     let mut first_byte = (!buf.is_empty()).then(Instant::now);
     loop {
         if !buf.is_empty() {
-            match parse(buf) {
+            match parse_request(buf) {
                 Ok(Some(req)) => return Next::Request(Box::new(req)),
                 Ok(None) if buf.len() >= MAX_HEAD => {
                     return Next::Reject(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)

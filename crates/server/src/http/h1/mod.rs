@@ -14,13 +14,11 @@
 //! `chunked`, are refused (request smuggling). On shutdown an idle connection closes at
 //! once and a busy one after its response.
 //!
-//! [`codec`] parses and encodes heads and [`framing`] bodies (no I/O in either),
-//! [`conn`] runs a connection, [`request_body`] feeds a request's body to its responder,
+//! The codec (heads and body framing, no I/O) is the `terminus-h1` crate, shared with
+//! the proxy's upstream side; here [`conn`] runs a connection, [`request_body`] feeds a request's body to its responder,
 //! [`respond`] writes a response, [`transport`] is what the record layer offers.
 
-mod codec;
 mod conn;
-mod framing;
 mod request_body;
 mod respond;
 #[cfg(test)]

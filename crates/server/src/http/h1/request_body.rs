@@ -12,10 +12,10 @@ use std::time::Duration;
 use hyper::body::Frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::framing::{Decoded, Decoder};
 use super::Transport;
 use crate::http::body::{Feed, Piece};
 use std::io;
+use terminus_h1::{Decoded, Decoder};
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 

@@ -15,10 +15,9 @@ use hyper::header::{self, HeaderMap};
 use hyper::{Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 
-use super::codec::encode_response_head;
-use super::framing::{chunk_head, chunked_end, ResponseFraming};
 use super::Transport;
 use crate::http::body::Body;
+use terminus_h1::{chunk_head, chunked_end, encode_response_head, ResponseFraming};
 
 /// File bodies are sent in steps of this size, each with its own stall timeout.
 const SEND_STEP: u64 = 1 << 20;

@@ -14,10 +14,10 @@ use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::framing::{Decoded, Decoder, Framing};
 use crate::http::body::{Body, RequestBody};
 use crate::http::Responder;
 use crate::site::Timeouts;
+use terminus_h1::{Decoded, Decoder, Framing};
 
 const TIMEOUTS: Timeouts = Timeouts {
     handshake: Duration::from_secs(5),

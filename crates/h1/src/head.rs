@@ -1,19 +1,18 @@
-//! The HTTP/1.1 codec for message heads: request heads parsed, response heads encoded
-//! ([`super::framing`] does bodies). No I/O here, so the same code can speak to upstream
-//! servers.
+//! Message heads: request heads parsed, response heads encoded ([`crate::framing`] does
+//! bodies).
 
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, Request, StatusCode, Uri, Version};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Uri, Version};
 
-use super::framing::ResponseFraming;
+use crate::framing::ResponseFraming;
 
 /// Longest request line plus headers, like nginx's large_client_header_buffers.
-pub(super) const MAX_HEAD: usize = 16 * 1024;
+pub const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 100;
 
 /// Parses a request head at the start of `buf` and removes it from `buf`.
 /// `Ok(None)`: not complete yet.
-pub(super) fn parse(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCode> {
+pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCode> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut headers);
     let len = match parsed.parse(buf) {
@@ -62,7 +61,9 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-pub(super) fn wants_keep_alive(req: &Request<()>) -> bool {
+/// Whether the client wants the connection kept after this request (HTTP/1.1 unless
+/// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`).
+pub fn wants_keep_alive(req: &Request<()>) -> bool {
     match req.version() {
         Version::HTTP_11 => !has_token(req.headers(), header::CONNECTION, "close"),
         _ => has_token(req.headers(), header::CONNECTION, "keep-alive"),
@@ -70,16 +71,16 @@ pub(super) fn wants_keep_alive(req: &Request<()>) -> bool {
 }
 
 /// Whether the client waits for `100 Continue` before sending the body (HTTP/1.1 only).
-pub(super) fn expects_continue(req: &Request<()>) -> bool {
+pub fn expects_continue(req: &Request<()>) -> bool {
     req.version() == Version::HTTP_11 && has_token(req.headers(), header::EXPECT, "100-continue")
 }
 
 /// Appends the HTTP/1.1 head of a response with `parts` and a body framed by `framing`:
 /// status line, headers, `date` where the response has none, the framing's header, and
 /// the `connection` header the keep-alive decision needs.
-pub(super) fn encode_response_head(
+pub fn encode_response_head(
     head: &mut Vec<u8>,
-    parts: &hyper::http::response::Parts,
+    parts: &http::response::Parts,
     framing: ResponseFraming,
     keep_alive: bool,
     http10: bool,
@@ -145,19 +146,19 @@ mod tests {
     use super::*;
 
     fn head(text: &str) -> Result<Option<Request<()>>, StatusCode> {
-        parse(&mut text.as_bytes().to_vec())
+        parse_request(&mut text.as_bytes().to_vec())
     }
 
     #[test]
     fn parses_heads_and_leaves_the_rest() {
         let mut buf =
             b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nX-A: 1\r\nX-A: 2\r\n\r\nGET /next".to_vec();
-        let req = parse(&mut buf).unwrap().unwrap();
+        let req = parse_request(&mut buf).unwrap().unwrap();
         assert_eq!(req.method(), Method::GET);
         assert_eq!(req.uri().path_and_query().unwrap().as_str(), "/a?b=1");
         assert_eq!(req.headers().get_all("x-a").iter().count(), 2);
         assert_eq!(buf, b"GET /next");
-        assert!(parse(&mut buf).unwrap().is_none());
+        assert!(parse_request(&mut buf).unwrap().is_none());
         assert_eq!(
             head("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap().version(),
             Version::HTTP_10
@@ -200,7 +201,7 @@ mod tests {
     }
 
     mod properties {
-        use super::super::parse;
+        use super::super::parse_request;
         use proptest::prelude::*;
         use proptest::sample::Index;
 
@@ -221,7 +222,7 @@ mod tests {
             #[test]
             fn any_bytes_are_answered_without_panicking(buf in prop::collection::vec(any::<u8>(), 0..512)) {
                 let mut b = buf.clone();
-                match parse(&mut b) {
+                match parse_request(&mut b) {
                     Ok(Some(_)) => prop_assert!(b.len() < buf.len()),
                     Ok(None) => prop_assert_eq!(&b, &buf),
                     Err(status) => {
@@ -241,9 +242,9 @@ mod tests {
                 let head: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
                 let text = format!("{method} {target} HTTP/1.1\r\n{head}\r\n");
                 let prefix = &text.as_bytes()[..cut.index(text.len())];
-                prop_assert!(matches!(parse(&mut prefix.to_vec()), Ok(None)), "prefix {:?}", String::from_utf8_lossy(prefix));
+                prop_assert!(matches!(parse_request(&mut prefix.to_vec()), Ok(None)), "prefix {:?}", String::from_utf8_lossy(prefix));
                 let mut all = format!("{text}GET /next").into_bytes();
-                let req = parse(&mut all).unwrap().unwrap();
+                let req = parse_request(&mut all).unwrap().unwrap();
                 prop_assert_eq!(req.method().as_str(), method);
                 prop_assert_eq!(req.uri().path_and_query().map(|p| p.as_str()), Some(target.as_str()));
                 for (name, value) in &headers {

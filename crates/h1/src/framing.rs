@@ -1,6 +1,6 @@
-//! HTTP/1.1 body framing, both ways: how a message says where its body ends
-//! (content-length, chunked, or the connection's close), decoding a body from the bytes
-//! read so far, and chunked encoding. No I/O, so upstream responses can be read with it.
+//! Body framing, both ways: how a message says where its body ends (content-length,
+//! chunked, or the connection's close), decoding a body from the bytes read so far, and
+//! chunked encoding.
 //!
 //! Decoding is strict where leniency lets two parsers disagree about where a body ends
 //! (request smuggling): both framings at once, disagreeing or signed lengths, transfer
@@ -8,8 +8,8 @@
 //! extensions and CRLF are all refused.
 
 use bytes::Bytes;
-use hyper::header::{self, HeaderMap, HeaderValue};
-use hyper::{StatusCode, Version};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{StatusCode, Version};
 
 /// Longest chunk-size line (size and extensions), and trailer section, accepted.
 const MAX_LINE: usize = 4096;
@@ -17,18 +17,17 @@ const MAX_TRAILERS: usize = 16 * 1024;
 
 /// How a request says where its body ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
+pub enum Framing {
     /// No body.
     None,
+    /// Exactly this many bytes.
     Length(u64),
+    /// Chunks, ended by a zero-size chunk and optional trailers.
     Chunked,
 }
 
 /// Reads a request's framing from its headers. Errors are the status to refuse it with.
-pub(super) fn request_framing(
-    headers: &HeaderMap,
-    version: Version,
-) -> Result<Framing, StatusCode> {
+pub fn request_framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode> {
     let lengths: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
     let codings: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
     if !codings.is_empty() {
@@ -64,8 +63,10 @@ pub(super) fn request_framing(
 
 /// What decoding gave.
 #[derive(Debug, PartialEq)]
-pub(super) enum Decoded {
+pub enum Decoded {
+    /// Body bytes.
     Data(Bytes),
+    /// The trailer section of a chunked body (the last piece before the end).
     Trailers(HeaderMap),
     /// The body is complete; what follows in the buffer is the next message.
     End,
@@ -73,7 +74,7 @@ pub(super) enum Decoded {
 
 /// A body being decoded from the front of a connection's read buffer.
 #[derive(Debug)]
-pub(super) struct Decoder(State);
+pub struct Decoder(State);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
@@ -89,10 +90,14 @@ enum State {
 
 /// A body that cannot be decoded: the connection cannot continue after it.
 #[derive(Debug, PartialEq)]
-pub(super) struct Malformed(pub &'static str);
+pub struct Malformed(
+    /// What was wrong.
+    pub &'static str,
+);
 
 impl Decoder {
-    pub(super) fn new(framing: Framing) -> Self {
+    /// A decoder for a body framed by `framing`.
+    pub fn new(framing: Framing) -> Self {
         Decoder(match framing {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -101,12 +106,12 @@ impl Decoder {
     }
 
     /// Whether the whole body has been decoded.
-    pub(super) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.0 == State::Done
     }
 
     /// Takes the next piece of the body from the front of `buf`; `Ok(None)` wants more bytes.
-    pub(super) fn decode(&mut self, buf: &mut Vec<u8>) -> Result<Option<Decoded>, Malformed> {
+    pub fn decode(&mut self, buf: &mut Vec<u8>) -> Result<Option<Decoded>, Malformed> {
         loop {
             match self.0 {
                 State::Done => return Ok(Some(Decoded::End)),
@@ -217,10 +222,12 @@ fn chunk_size(line: &[u8]) -> Result<u64, Malformed> {
 
 /// How a response says where its body ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ResponseFraming {
+pub enum ResponseFraming {
     /// No body follows (HEAD, 1xx, 204, 304); a content-length the responder set stays.
     Bodiless,
+    /// Exactly this many bytes, announced by `content-length`.
     Length(u64),
+    /// `transfer-encoding: chunked`.
     Chunked,
     /// The body ends when the connection closes (an HTTP/1.0 client and a body of
     /// unknown length).
@@ -228,12 +235,12 @@ pub(super) enum ResponseFraming {
 }
 
 /// The head of one chunk of `len` (> 0) bytes; the data and a CRLF follow.
-pub(super) fn chunk_head(out: &mut Vec<u8>, len: usize) {
+pub fn chunk_head(out: &mut Vec<u8>, len: usize) {
     out.extend_from_slice(format!("{len:x}\r\n").as_bytes());
 }
 
 /// The last chunk and the trailer section that end a chunked body.
-pub(super) fn chunked_end(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
+pub fn chunked_end(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
     out.extend_from_slice(b"0\r\n");
     for (name, value) in trailers.into_iter().flatten() {
         out.extend_from_slice(name.as_str().as_bytes());
@@ -247,7 +254,7 @@ pub(super) fn chunked_end(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderName;
+    use http::header::HeaderName;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut m = HeaderMap::new();
