@@ -42,7 +42,8 @@ impl Responder for ConnectionInfo {
             Some(route) => route.respond(req, self).await,
             None => {
                 let method = req.method().clone();
-                req.into_body().discard(super::DISCARD_LIMIT).await;
+                let within = self.site.timeouts.request_header;
+                req.into_body().discard(super::DISCARD_LIMIT, within).await;
                 error_response(StatusCode::NOT_FOUND, &method)
             }
         }

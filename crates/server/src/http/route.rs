@@ -53,7 +53,8 @@ impl Route {
         let (parts, body) = req.into_parts();
         // Neither files nor the page take a body: read a small one away (the connection
         // then stays usable), give up on a large one.
-        body.discard(DISCARD_LIMIT).await;
+        body.discard(DISCARD_LIMIT, cx.site.timeouts.request_header)
+            .await;
         let method = &parts.method;
         if method != Method::GET && method != Method::HEAD {
             let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);

@@ -6,6 +6,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
@@ -62,10 +63,17 @@ impl RequestBody {
     /// Reads and drops the body, as nginx does for a request whose handler takes none,
     /// so that the client sees a clean answer instead of a reset stream (HTTP/2) or a
     /// closed connection (HTTP/1.1). Gives up without reading on a body announced longer
-    /// than `limit`, and after `limit` bytes of one that was not: the connection then
-    /// closes (HTTP/1.1) or resets the stream (HTTP/2) after the answer, which bounds the
-    /// work. True when the whole body was read.
-    pub async fn discard(mut self, limit: u64) -> bool {
+    /// than `limit`, after `limit` bytes of one that was not, and when the whole of it
+    /// has not arrived `within` (a total, so a dribbled body cannot hold the connection):
+    /// the connection then closes (HTTP/1.1) or resets the stream (HTTP/2) after the
+    /// answer, which bounds the work. True when the whole body was read.
+    pub async fn discard(self, limit: u64, within: Duration) -> bool {
+        tokio::time::timeout(within, self.drain(limit))
+            .await
+            .unwrap_or(false)
+    }
+
+    async fn drain(mut self, limit: u64) -> bool {
         use http_body_util::BodyExt;
         if self.size_hint().lower() > limit {
             return false;
@@ -142,6 +150,8 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    const LONG: Duration = Duration::from_secs(60);
+
     #[tokio::test]
     async fn a_fed_body_ends_only_when_told() {
         // One frame in flight: the feed waits for the body to take each one.
@@ -167,7 +177,7 @@ mod tests {
     #[tokio::test]
     async fn discard_reads_up_to_its_limit() {
         let (tx, body) = RequestBody::fed(SizeHint::with_exact(10));
-        assert!(!body.discard(9).await, "announced too long: not read");
+        assert!(!body.discard(9, LONG).await, "announced too long: not read");
         drop(tx);
 
         let (tx, body) = RequestBody::fed(SizeHint::new());
@@ -180,7 +190,7 @@ mod tests {
             }
             tx.send(Piece::End).await.is_ok()
         });
-        assert!(!body.discard(12).await, "over the limit: given up");
+        assert!(!body.discard(12, LONG).await, "over the limit: given up");
         assert!(!feeder.await.unwrap(), "the feed sees the body dropped");
 
         let (tx, body) = RequestBody::fed(SizeHint::new());
@@ -189,7 +199,14 @@ mod tests {
             tx.send(Piece::Frame(frame)).await.unwrap();
             tx.send(Piece::End).await.unwrap();
         });
-        assert!(body.discard(12).await);
-        assert!(RequestBody::empty().discard(0).await);
+        assert!(body.discard(12, LONG).await);
+        assert!(RequestBody::empty().discard(0, LONG).await);
+
+        // A body that stops arriving is given up at the deadline, however small.
+        let (tx, body) = RequestBody::fed(SizeHint::with_exact(5));
+        tx.send(Piece::Frame(Frame::data(Bytes::from_static(b"12"))))
+            .await
+            .unwrap();
+        assert!(!body.discard(12, Duration::from_millis(50)).await);
     }
 }

@@ -36,19 +36,6 @@ pub enum Body {
     Stream(Pin<Box<dyn hyper::body::Body<Data = Bytes, Error = io::Error>>>),
 }
 
-impl std::fmt::Debug for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Body::Empty => f.write_str("Empty"),
-            Body::Bytes(b) => write!(f, "Bytes({:?})", b.as_ref().map(Bytes::len)),
-            Body::File {
-                offset, remaining, ..
-            } => write!(f, "File({offset}+{remaining})"),
-            Body::Stream(_) => f.write_str("Stream"),
-        }
-    }
-}
-
 impl Body {
     pub fn bytes(b: impl Into<Bytes>) -> Self {
         Body::Bytes(Some(b.into()))

@@ -109,6 +109,8 @@ fn framing(
         Body::Bytes(Some(b)) => ResponseFraming::Length(b.len() as u64),
         Body::File { remaining, .. } => ResponseFraming::Length(*remaining),
         Body::Stream(s) => {
+            // Whatever the responder copied, the framing is this writer's to choose.
+            headers.remove(header::TRANSFER_ENCODING);
             let declared = headers.get(header::CONTENT_LENGTH).map(|v| {
                 v.to_str()
                     .ok()
@@ -122,8 +124,6 @@ fn framing(
                 }
                 None => {}
             }
-            // Whatever the responder copied, the framing is this writer's to choose.
-            headers.remove(header::TRANSFER_ENCODING);
             match s.size_hint().exact() {
                 Some(n) => ResponseFraming::Length(n),
                 None if answering.http10 => ResponseFraming::Close,

@@ -52,6 +52,9 @@ impl Responder for Echo {
         if let Some(n) = self.declare {
             resp.headers_mut()
                 .insert("content-length", HeaderValue::from(n));
+            // As a proxy might copy it from a chunked upstream: the writer frames anew.
+            resp.headers_mut()
+                .insert("transfer-encoding", HeaderValue::from_static("chunked"));
         }
         resp
     }
@@ -129,6 +132,7 @@ async fn a_declared_length_is_kept_and_a_stream_that_breaks_it_aborts() {
     let request = b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
     let (head, body) = split(&exchange(&Echo { declare: Some(5) }, request).await);
     assert!(head.contains("content-length: 5\r\n"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
     assert!(!head.contains("connection: close"), "kept alive: {head}");
     assert_eq!(body, b"hello");
 
