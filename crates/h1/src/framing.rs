@@ -15,7 +15,7 @@ use http::{StatusCode, Version};
 const MAX_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 16 * 1024;
 
-/// How a request says where its body ends.
+/// How a message says where its body ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
     /// No body.
@@ -24,22 +24,44 @@ pub enum Framing {
     Length(u64),
     /// Chunks, ended by a zero-size chunk and optional trailers.
     Chunked,
+    /// Whatever comes until the connection closes (responses only: a request without a
+    /// length has no body).
+    Close,
 }
 
-/// Reads a request's framing from its headers. Errors are the status to refuse it with.
-pub fn request_framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode> {
+/// Why a message's framing cannot be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Both framings, disagreeing or malformed lengths, codings on HTTP/1.0.
+    Ambiguous,
+    /// A transfer coding other than a single `chunked`.
+    UnknownCoding,
+}
+
+impl Refusal {
+    fn reason(self) -> &'static str {
+        match self {
+            Refusal::Ambiguous => "ambiguous or malformed content-length/transfer-encoding",
+            Refusal::UnknownCoding => "a transfer coding other than chunked",
+        }
+    }
+}
+
+/// The framing the headers declare, `None` when they declare none. Strict the same way
+/// for both directions: a message two parsers could split differently is refused.
+fn declared_framing(headers: &HeaderMap, version: Version) -> Result<Option<Framing>, Refusal> {
     let lengths: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
     let codings: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
     if !codings.is_empty() {
         // Both framings at once is how requests are smuggled past a proxy, and HTTP/1.0
         // has no transfer codings: refuse.
         if !lengths.is_empty() || version == Version::HTTP_10 {
-            return Err(StatusCode::BAD_REQUEST);
+            return Err(Refusal::Ambiguous);
         }
         // Only `chunked`, once, as nginx: anything else is a coding we cannot undo.
         return match codings.as_slice() {
-            [one] if one.as_bytes().eq_ignore_ascii_case(b"chunked") => Ok(Framing::Chunked),
-            _ => Err(StatusCode::NOT_IMPLEMENTED),
+            [one] if one.as_bytes().eq_ignore_ascii_case(b"chunked") => Ok(Some(Framing::Chunked)),
+            _ => Err(Refusal::UnknownCoding),
         };
     }
     let mut length = None;
@@ -49,16 +71,46 @@ pub fn request_framing(headers: &HeaderMap, version: Version) -> Result<Framing,
             .ok()
             .filter(|s| !s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|s| s.parse().ok())
-            .ok_or(StatusCode::BAD_REQUEST)?;
+            .ok_or(Refusal::Ambiguous)?;
         if length.is_some_and(|l| l != n) {
-            return Err(StatusCode::BAD_REQUEST);
+            return Err(Refusal::Ambiguous);
         }
         length = Some(n);
     }
-    Ok(match length {
-        None | Some(0) => Framing::None,
-        Some(n) => Framing::Length(n),
-    })
+    Ok(length.map(|n| match n {
+        0 => Framing::None,
+        n => Framing::Length(n),
+    }))
+}
+
+/// Reads a request's framing from its headers. Errors are the status to refuse it with.
+pub fn request_framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode> {
+    match declared_framing(headers, version) {
+        Ok(framing) => Ok(framing.unwrap_or(Framing::None)),
+        Err(Refusal::Ambiguous) => Err(StatusCode::BAD_REQUEST),
+        Err(Refusal::UnknownCoding) => Err(StatusCode::NOT_IMPLEMENTED),
+    }
+}
+
+/// Reads the framing of a response to a `method` request from its status and headers
+/// (RFC 9112 section 6.3): none after HEAD and for 1xx, 204 and 304 whatever the headers
+/// say; a length or chunks as declared; otherwise until the connection closes.
+pub fn response_framing(
+    method: &http::Method,
+    status: StatusCode,
+    headers: &HeaderMap,
+    version: Version,
+) -> Result<Framing, Malformed> {
+    if method == http::Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::None);
+    }
+    declared_framing(headers, version)
+        .map(|f| f.unwrap_or(Framing::Close))
+        .map_err(|r| Malformed(r.reason()))
 }
 
 /// What decoding gave.
@@ -79,6 +131,7 @@ pub struct Decoder(State);
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
     Length(u64),
+    UntilClose,
     /// Expecting a chunk-size line.
     ChunkSize,
     ChunkData(u64),
@@ -102,7 +155,23 @@ impl Decoder {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
             Framing::Chunked => State::ChunkSize,
+            Framing::Close => State::UntilClose,
         })
+    }
+
+    /// What the connection closing means here: the end of a body framed by the close, a
+    /// truncated body for any other framing.
+    pub fn at_eof(&mut self) -> Result<(), Malformed> {
+        match self.0 {
+            State::Done => Ok(()),
+            State::UntilClose => {
+                self.0 = State::Done;
+                Ok(())
+            }
+            _ => Err(Malformed(
+                "the connection closed before the end of the body",
+            )),
+        }
     }
 
     /// Whether the whole body has been decoded.
@@ -115,6 +184,12 @@ impl Decoder {
         loop {
             match self.0 {
                 State::Done => return Ok(Some(Decoded::End)),
+                State::UntilClose if buf.is_empty() => return Ok(None),
+                State::UntilClose => {
+                    let data = Bytes::copy_from_slice(buf);
+                    buf.clear();
+                    return Ok(Some(Decoded::Data(data)));
+                }
                 State::Length(n) | State::ChunkData(n) => {
                     if buf.is_empty() {
                         return Ok(None);
@@ -303,6 +378,51 @@ mod tests {
             Version::HTTP_10,
         );
         assert_eq!(http10, Err(StatusCode::BAD_REQUEST));
+    }
+
+    #[test]
+    fn response_framing_follows_rfc_9112() {
+        use http::Method;
+        let f = |method: &Method, status: u16, pairs: &[(&str, &str)]| {
+            let status = StatusCode::from_u16(status).unwrap();
+            response_framing(method, status, &headers(pairs), Version::HTTP_11)
+        };
+        let cl = [("content-length", "5")];
+        assert_eq!(f(&Method::GET, 200, &cl), Ok(Framing::Length(5)));
+        assert_eq!(f(&Method::HEAD, 200, &cl), Ok(Framing::None));
+        for bodiless in [101, 103, 204, 304] {
+            assert_eq!(f(&Method::GET, bodiless, &cl), Ok(Framing::None));
+        }
+        assert_eq!(f(&Method::GET, 200, &[]), Ok(Framing::Close));
+        assert_eq!(
+            f(&Method::GET, 200, &[("transfer-encoding", "chunked")]),
+            Ok(Framing::Chunked)
+        );
+        for ambiguous in [
+            &[("transfer-encoding", "chunked"), ("content-length", "5")][..],
+            &[("content-length", "5"), ("content-length", "6")],
+            &[("content-length", "0x5")],
+            &[("transfer-encoding", "gzip")],
+        ] {
+            assert!(f(&Method::GET, 200, ambiguous).is_err(), "{ambiguous:?}");
+        }
+    }
+
+    #[test]
+    fn a_close_delimited_body_ends_only_at_eof() {
+        let mut d = Decoder::new(Framing::Close);
+        let mut buf = b"abc".to_vec();
+        assert_eq!(
+            d.decode(&mut buf),
+            Ok(Some(Decoded::Data(Bytes::from_static(b"abc"))))
+        );
+        assert_eq!(d.decode(&mut buf), Ok(None));
+        assert_eq!(d.at_eof(), Ok(()));
+        assert!(d.is_done());
+        let mut d = Decoder::new(Framing::Length(4));
+        let mut buf = b"abc".to_vec();
+        d.decode(&mut buf).unwrap();
+        assert!(d.at_eof().is_err(), "a short body is not a whole one");
     }
 
     /// Data, trailers, and the bytes after the body.

@@ -1,10 +1,11 @@
-//! Message heads: request heads parsed, response heads encoded ([`crate::framing`] does
-//! bodies).
+//! Message heads, both ways: requests parsed (from clients) and encoded (to upstreams),
+//! responses encoded (to clients) and parsed (from upstreams). [`crate::framing`] does
+//! bodies.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 
-use crate::framing::ResponseFraming;
+use crate::framing::{Malformed, ResponseFraming};
 
 /// Longest request line plus headers, like nginx's large_client_header_buffers.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -52,7 +53,64 @@ pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCod
     Ok(Some(req))
 }
 
-fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+/// Parses a response head at the start of `buf` and removes it from `buf`.
+/// `Ok(None)`: not complete yet (the caller bounds how long it waits, e.g. at
+/// [`MAX_HEAD`]). Anything but a well-formed HTTP/1.x status line and fields is refused:
+/// a proxy passes on only what it understood.
+pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malformed> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut headers);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(Malformed("too many header fields")),
+        Err(_) => return Err(Malformed("not an HTTP/1.x response head")),
+    };
+    let status = parsed
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or(Malformed("bad status code"))?;
+    let version = match parsed.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let mut map = HeaderMap::with_capacity(parsed.headers.len());
+    for h in parsed.headers.iter() {
+        map.append(
+            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| Malformed("bad field name"))?,
+            HeaderValue::from_bytes(h.value).map_err(|_| Malformed("bad field value"))?,
+        );
+    }
+    let mut resp = Response::new(());
+    *resp.status_mut() = status;
+    *resp.version_mut() = version;
+    *resp.headers_mut() = map;
+    buf.drain(..len);
+    Ok(Some(resp))
+}
+
+/// Appends an HTTP/1.1 request head: `method target HTTP/1.1`, then `headers` as given
+/// (the caller has already chosen them, `host` and framing included).
+pub fn encode_request_head(out: &mut Vec<u8>, method: &Method, target: &str, headers: &HeaderMap) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    encode_fields(out, headers);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn encode_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Whether `name` lists `token` (comma-separated, any case), as `connection: close`.
+pub fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
         .get_all(name)
         .iter()
@@ -64,9 +122,15 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
 /// Whether the client wants the connection kept after this request (HTTP/1.1 unless
 /// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`).
 pub fn wants_keep_alive(req: &Request<()>) -> bool {
-    match req.version() {
-        Version::HTTP_11 => !has_token(req.headers(), header::CONNECTION, "close"),
-        _ => has_token(req.headers(), header::CONNECTION, "keep-alive"),
+    keeps_alive(req.version(), req.headers())
+}
+
+/// Whether a message of `version` with `headers` lets its connection carry another
+/// (HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`).
+pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+    match version {
+        Version::HTTP_11 => !has_token(headers, header::CONNECTION, "close"),
+        _ => has_token(headers, header::CONNECTION, "keep-alive"),
     }
 }
 
@@ -91,12 +155,7 @@ pub fn encode_response_head(
     head.push(b' ');
     head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     head.extend_from_slice(b"\r\n");
-    for (name, value) in &parts.headers {
-        head.extend_from_slice(name.as_str().as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
+    encode_fields(head, &parts.headers);
     if !parts.headers.contains_key(header::DATE) {
         head.extend_from_slice(b"date: ");
         DATE.with_borrow_mut(|date| head.extend_from_slice(date.now()));
@@ -184,6 +243,47 @@ mod tests {
             head(&format!("GET / HTTP/1.1\r\n{many}\r\n")).unwrap_err(),
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
         );
+    }
+
+    #[test]
+    fn responses_parse_strictly() {
+        let mut buf = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX: 1\r\n\r\nhi".to_vec();
+        let resp = parse_response(&mut buf).unwrap().unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["x"], "1");
+        assert_eq!(buf, b"hi");
+        let mut partial = b"HTTP/1.1 200 OK\r\nX: 1\r\n".to_vec();
+        assert!(parse_response(&mut partial).unwrap().is_none());
+        for bad in [
+            &b"HTTP/2 200 OK\r\n\r\n"[..],
+            b"HTTP/1.1 2000 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nBad Field: x\r\n\r\n",
+            b"ICY 200 OK\r\n\r\n",
+        ] {
+            assert!(
+                parse_response(&mut bad.to_vec()).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let mut ten = b"HTTP/1.0 200 OK\r\n\r\n".to_vec();
+        let resp = parse_response(&mut ten).unwrap().unwrap();
+        assert!(!keeps_alive(resp.version(), resp.headers()));
+    }
+
+    #[test]
+    fn request_heads_encode_to_what_parses() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("app"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        let mut out = Vec::new();
+        encode_request_head(&mut out, &Method::PUT, "/p?q=1", &headers);
+        let req = parse_request(&mut out).unwrap().unwrap();
+        assert_eq!(req.method(), Method::PUT);
+        assert_eq!(req.uri(), "/p?q=1");
+        assert_eq!(req.headers(), &headers);
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct Exposition {
     text: String,
+    /// The family whose header was written last.
+    family: String,
 }
 
 impl Exposition {
@@ -22,11 +24,19 @@ impl Exposition {
     pub fn new() -> Self {
         Self {
             text: String::with_capacity(16 * 1024),
+            family: String::new(),
         }
     }
 
-    /// The `# HELP` and `# TYPE` lines of a series.
+    /// The `# HELP` and `# TYPE` lines of a series. A family spread over several series
+    /// objects (one per upstream server, say) is rendered by rendering them one after
+    /// the other: the header is written once, before the first.
     pub fn header(&mut self, name: &str, kind: Kind, help: &str) {
+        if self.family == name {
+            return;
+        }
+        self.family.clear();
+        self.family.push_str(name);
         let _ = writeln!(
             self.text,
             "# HELP {name} {help}\n# TYPE {name} {}",

@@ -99,7 +99,11 @@ fn self_signed_for(config: &Config) -> Result<Vec<LoadedCert>, StartError> {
 pub fn check(options: &ServerOptions) -> Result<Site, StartError> {
     let config = options.load_config()?;
     let self_signed = self_signed_for(&config)?;
-    Ok(Site::build(&config, &self_signed)?)
+    Ok(Site::build(
+        &config,
+        &self_signed,
+        &terminus_proxy::ProxyMetrics::default(),
+    )?)
 }
 
 /// Starts terminus and blocks until it has shut down.
@@ -107,7 +111,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let config = options.load_config()?;
     terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
-    let site = Site::build(&config, &self_signed)?;
+    let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
+    let site = Site::build(&config, &self_signed, &proxy_metrics)?;
     for (names, key, fp) in &site.certificates {
         let origin = if self_signed.is_empty() {
             ""
@@ -133,6 +138,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         Arc::new(EngineMetrics::new(backend)),
         pool.clone(),
         (backend == BackendKind::Multibuffer).then(|| crossovers.clone()),
+        proxy_metrics,
     ));
 
     let kernel_tls = Arc::new(probe_kernel_tls(&config));
@@ -240,7 +246,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, (backend == BackendKind::Multibuffer).then_some(&*crossovers)),
+                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, &metrics.proxy, (backend == BackendKind::Multibuffer).then_some(&*crossovers)),
             }
         }
         tracing::info!(
@@ -341,6 +347,7 @@ fn reload(
     running: &Config,
     self_signed: &[LoadedCert],
     handle: &SiteHandle,
+    proxy_metrics: &terminus_proxy::ProxyMetrics,
     crossovers: Option<&Crossovers>,
 ) {
     let config = match options.load_config() {
@@ -350,7 +357,7 @@ fn reload(
             return;
         }
     };
-    match Site::build(&config, self_signed) {
+    match Site::build(&config, self_signed, proxy_metrics) {
         Ok(site) => {
             for (what, changed) in [
                 ("listen", config.listen != running.listen),

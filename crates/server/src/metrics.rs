@@ -10,6 +10,7 @@ use terminus_engine::{EngineMetrics, ThreadPool};
 use terminus_metrics::{
     label_values, Counter, Exposition, Gauge, Histograms, Kind, Labelled, Render,
 };
+use terminus_proxy::ProxyMetrics;
 use terminus_tls::handshake::bridge::BridgeMetrics;
 use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
 
@@ -107,6 +108,8 @@ pub struct Metrics {
     pool: Option<Arc<ThreadPool>>,
     /// The multibuffer backend's crossovers; `None` on other backends.
     crossovers: Option<Arc<Crossovers>>,
+    /// Every upstream server's series, across reloads.
+    pub proxy: Arc<ProxyMetrics>,
 }
 
 /// Completed handshakes by version, suite and key type: label values seen at run time
@@ -133,6 +136,7 @@ impl Metrics {
         engine: Arc<EngineMetrics>,
         pool: Option<Arc<ThreadPool>>,
         crossovers: Option<Arc<Crossovers>>,
+        proxy: Arc<ProxyMetrics>,
     ) -> Self {
         Self {
             connections_open: Gauge::new(
@@ -183,6 +187,7 @@ impl Metrics {
             engine,
             pool,
             crossovers,
+            proxy,
         }
     }
 
@@ -255,6 +260,7 @@ impl Metrics {
             crossovers.render(&mut out);
         }
         BridgeMetrics.render(&mut out);
+        self.proxy.render(&mut out);
         if let Some(pool) = &self.pool {
             pool.render(&mut out);
         }

@@ -6,10 +6,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use terminus_engine::SigningKeyPair;
+use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, RouteTarget};
 use crate::http::files::{CacheSettings, DocRoot};
 use crate::http::route::{Route, Routes};
 
@@ -44,7 +45,12 @@ pub struct Site {
 impl Site {
     /// Loads every certificate and docroot of `config`. `self_signed` serves hosts that
     /// name no certificate.
-    pub fn build(config: &Config, self_signed: &[LoadedCert]) -> Result<Self, ConfigError> {
+    /// Upstream servers count in `proxy_metrics`.
+    pub fn build(
+        config: &Config,
+        self_signed: &[LoadedCert],
+        proxy_metrics: &ProxyMetrics,
+    ) -> Result<Self, ConfigError> {
         let err = |line: Option<usize>, message: String, hint: Option<&str>| ConfigError {
             file: config.source.clone(),
             line,
@@ -55,6 +61,11 @@ impl Site {
         let mut hosts = Vec::new();
         let mut certificates = Vec::new();
         let mut signing_keys = Vec::new();
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .map(|spec| Arc::new(Upstream::new(spec.clone(), proxy_metrics)))
+            .collect();
         for server in &config.servers {
             let mut certs = VirtualHostCerts::default();
             let loaded: Vec<LoadedCert> = if server.certificates.is_empty() {
@@ -95,20 +106,37 @@ impl Site {
                     ));
                 }
             }
-            let route = match &server.root {
-                None => Route::BuiltinPage,
-                Some(root) => Route::Files(DocRoot::open(root).map_err(|e| {
-                    err(
-                        server.root_line.or(server.line),
-                        format!("root {}: {e}", root.display()),
-                        Some("root must be an existing, readable directory"),
-                    )
-                })?),
+            let routes = if server.routes.is_empty() {
+                Routes::everything(Route::BuiltinPage)
+            } else {
+                let mut routes = Vec::new();
+                for r in &server.routes {
+                    let route = match &r.target {
+                        RouteTarget::Root(root) => {
+                            Route::Files(DocRoot::open(root).map_err(|e| {
+                                err(
+                                    r.line.or(server.line),
+                                    format!("root {}: {e}", root.display()),
+                                    Some("root must be an existing, readable directory"),
+                                )
+                            })?)
+                        }
+                        RouteTarget::Upstream(name) => Route::Proxy(
+                            upstreams
+                                .iter()
+                                .find(|u| u.name() == name.as_str())
+                                .expect("routes name defined upstreams (checked when resolved)")
+                                .clone(),
+                        ),
+                    };
+                    routes.push((r.path.clone(), route));
+                }
+                Routes::new(routes)
             };
             resolver_hosts.push((server.names.clone(), certs));
             hosts.push(Host {
                 names: server.names.clone(),
-                routes: Routes::everything(route),
+                routes,
             });
         }
         let resolver = Arc::new(SniResolver::new(

@@ -43,6 +43,7 @@ pub(crate) struct Worker {
     /// When a `ktls = "required"` refusal was last logged, and how many since.
     ktls_refusal_log: Cell<(Option<Instant>, u64)>,
     pub(crate) files: Rc<http::files::FileCache>,
+    pub(crate) upstream_pool: Rc<terminus_proxy::Pool>,
 }
 
 /// Runs worker `id` on the calling thread until shutdown has drained its connections.
@@ -87,6 +88,7 @@ pub fn run(
             ktls_causes_logged: Cell::new(0),
             ktls_refusal_log: Cell::new((None, 0)),
             files: Rc::default(),
+            upstream_pool: Rc::default(),
         });
         for (listener, ktls) in listeners {
             let listener = TcpListener::from_std(listener)?;

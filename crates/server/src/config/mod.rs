@@ -1,5 +1,6 @@
 //! The TOML configuration file: [`schema`] (the file as written), [`resolve`] (to typed
-//! values, with defaults) and [`overrides`] (command-line flags).
+//! values, with defaults), [`upstream`] (the reverse proxy's sections) and [`overrides`]
+//! (command-line flags).
 //!
 //! Every error names the file, the line and what to change. Unknown keys are errors, so a
 //! typo never silently falls back to a default.
@@ -18,9 +19,11 @@ use crate::http::files::CacheSettings;
 mod overrides;
 mod resolve;
 mod schema;
+mod upstream;
 
 pub use overrides::Overrides;
 pub use schema::{parse_duration, ConfigDuration, ConfigFile};
+pub use upstream::{RouteConfig, RouteTarget};
 
 /// A configuration problem: where it is and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,9 +63,8 @@ pub struct CertPaths {
 pub struct ServerConfig {
     pub names: Vec<String>,
     pub default: bool,
-    /// None: the built-in page.
-    pub root: Option<PathBuf>,
-    pub root_line: Option<usize>,
+    /// Longest prefix first once built; none: the built-in page.
+    pub routes: Vec<RouteConfig>,
     /// Empty: the self-signed default certificates.
     pub certificates: Vec<CertPaths>,
     pub line: Option<usize>,
@@ -140,6 +142,8 @@ pub struct Config {
     pub admin: Option<SocketAddr>,
     pub files: CacheSettings,
     pub servers: Vec<ServerConfig>,
+    /// `[[upstream]]`s, which routes name.
+    pub upstreams: Vec<terminus_proxy::UpstreamSpec>,
 }
 
 /// What `crypto.backend` asks for.

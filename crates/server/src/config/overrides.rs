@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
-use super::{BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen, KTLS_HINT};
+use super::{
+    BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen, RouteConfig, RouteTarget,
+    KTLS_HINT,
+};
 
 /// Command-line flags that override the file.
 #[derive(Debug, Clone, Default)]
@@ -105,8 +108,14 @@ impl Config {
                 .collect();
         }
         if let Some(root) = &o.root {
-            self.servers[default].root = Some(root.clone());
-            self.servers[default].root_line = None;
+            // --root serves "/" of the default server, whatever the file said for it.
+            let routes = &mut self.servers[default].routes;
+            routes.retain(|r| r.path != "/");
+            routes.push(RouteConfig {
+                path: "/".into(),
+                target: RouteTarget::Root(root.clone()),
+                line: None,
+            });
         }
         Ok(())
     }

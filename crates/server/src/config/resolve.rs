@@ -12,6 +12,7 @@ use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
 use super::schema::{parse_duration, ConfigFile, ListenEntry};
+use super::upstream;
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen,
     ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
@@ -97,6 +98,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         });
     }
 
+    let upstreams = upstream::resolve_upstreams(&raw.upstream, ctx)?;
     let mut servers = Vec::new();
     for s in &raw.server {
         let line = ctx.line_of(s.names.span());
@@ -139,8 +141,13 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         servers.push(ServerConfig {
             names: s.names.get_ref().clone(),
             default: s.default,
-            root: s.root.as_ref().map(|r| resolve_path(r.get_ref())),
-            root_line: s.root.as_ref().and_then(|r| ctx.line_of(r.span())),
+            routes: upstream::resolve_routes(
+                &s.route,
+                s.root.as_ref(),
+                &upstreams,
+                &resolve_path,
+                ctx,
+            )?,
             certificates,
             line,
         });
@@ -158,8 +165,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         servers.push(ServerConfig {
             names: vec!["localhost".into()],
             default: true,
-            root: None,
-            root_line: None,
+            routes: Vec::new(),
             certificates: Vec::new(),
             line: None,
         });
@@ -241,6 +247,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             .transpose()?,
         files: raw.files.clone(),
         servers,
+        upstreams,
     };
     for (name, d) in [
         ("handshake", config.handshake_timeout),

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use super::upstream::{RouteSection, UpstreamSection};
 use crate::http::files::CacheSettings;
 
 /// The config file as written (all fields optional; defaults applied in [`Config::resolve`]).
@@ -32,6 +33,8 @@ pub struct ConfigFile {
     pub files: CacheSettings,
     #[serde(default)]
     pub server: Vec<ServerSection>,
+    #[serde(default)]
+    pub upstream: Vec<UpstreamSection>,
 }
 
 /// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.
@@ -107,6 +110,8 @@ pub struct ServerSection {
     pub root: Option<Spanned<String>>,
     #[serde(default)]
     pub certificate: Vec<CertificateSection>,
+    #[serde(default)]
+    pub route: Vec<RouteSection>,
 }
 
 #[derive(Debug, Deserialize)]

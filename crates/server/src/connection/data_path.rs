@@ -61,6 +61,7 @@ impl Established {
             peer,
             metrics: metrics.clone(),
             files: worker.files.clone(),
+            upstream_pool: worker.upstream_pool.clone(),
         };
         let secured = |records| Secured {
             records,

@@ -25,6 +25,8 @@ pub struct ConnectionInfo {
     pub metrics: Arc<Metrics>,
     /// The worker's open-file cache.
     pub files: Rc<files::FileCache>,
+    /// The worker's idle upstream connections.
+    pub upstream_pool: Rc<terminus_proxy::Pool>,
 }
 
 impl Responder for ConnectionInfo {

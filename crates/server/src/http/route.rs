@@ -1,9 +1,12 @@
 //! Routes: what answers a request once its virtual host is known, chosen by the longest
-//! matching path prefix (nginx's prefix `location`s). A host has files or the built-in
-//! page at "/" today; the reverse proxy adds its own kind of route beside them.
+//! matching path prefix (nginx's prefix `location`s): files, the built-in page, or an
+//! upstream the reverse proxy forwards to.
+
+use std::sync::Arc;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use terminus_proxy::{Origin, Upstream};
 
 use super::body::{Body, RequestBody};
 use super::files::{self, DocRoot};
@@ -17,6 +20,8 @@ pub enum Route {
     Files(DocRoot),
     /// The embedded default's page.
     BuiltinPage,
+    /// Forwarded to an upstream.
+    Proxy(Arc<Upstream>),
 }
 
 /// A host's routes, longest prefix first.
@@ -50,6 +55,9 @@ impl Route {
         req: Request<RequestBody>,
         cx: &ConnectionInfo,
     ) -> Response<Body> {
+        if let Route::Proxy(upstream) = self {
+            return proxy(upstream, req, cx).await;
+        }
         let (parts, body) = req.into_parts();
         // Neither files nor the page take a body: read a small one away (the connection
         // then stays usable), give up on a large one.
@@ -73,6 +81,34 @@ impl Route {
                 &parts.headers,
             ),
             Route::BuiltinPage => builtin_page(method, path),
+            Route::Proxy(_) => unreachable!("answered above"),
+        }
+    }
+}
+
+/// Forwards `req` to `upstream`; its failures become nginx's error pages (502, 503, 504).
+async fn proxy(
+    upstream: &Arc<Upstream>,
+    req: Request<RequestBody>,
+    cx: &ConnectionInfo,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or(req.uri().authority().map(|a| a.as_str()))
+        .map(str::to_owned);
+    let origin = Origin {
+        client: cx.peer,
+        scheme: "https",
+        host: host.as_deref(),
+    };
+    match terminus_proxy::forward(upstream, &cx.upstream_pool, req, &origin).await {
+        Ok(resp) => with_common_headers(resp.map(Body::stream)),
+        Err(e) => {
+            tracing::warn!(client = %cx.peer, "{e}");
+            error_response(e.status, &method)
         }
     }
 }

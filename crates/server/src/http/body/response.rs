@@ -50,13 +50,6 @@ impl Body {
     }
 
     /// A body that streams `body`'s frames.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the reverse proxy (issue 15) streams upstream bodies"
-        )
-    )]
     pub fn stream(body: impl hyper::body::Body<Data = Bytes, Error = io::Error> + 'static) -> Self {
         Body::Stream(Box::pin(body))
     }

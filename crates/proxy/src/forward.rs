@@ -1,0 +1,275 @@
+//! A request's way through the proxy: its head rewritten for the upstream, a server
+//! chosen, a connection taken from the pool or opened, the exchange run, and on failure
+//! one retry on another server where that cannot repeat anything the first server acted
+//! on. Every failure ends as the status an nginx operator expects (502, 503, 504) with
+//! the upstream, the server and the cause, in the log and the metrics.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::Body;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::net::TcpStream;
+
+use crate::balance::hash;
+use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
+use crate::health::now_ms;
+use crate::http1::{BodyFraming, Exchange, ResponseBody};
+use crate::metrics::{Failure, Phase};
+use crate::pool::Pool;
+use crate::spec::{Balance, HashKey};
+use crate::upstream::{InProgress, Upstream};
+
+/// A request the proxy could not pass on, or whose response it could not get.
+#[derive(Debug)]
+pub struct ProxyError {
+    /// The status to answer the client with.
+    pub status: StatusCode,
+    /// The upstream's name.
+    pub upstream: String,
+    /// The server last tried, if one was.
+    pub server: Option<SocketAddr>,
+    /// What went wrong, for the log.
+    pub cause: String,
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "upstream {:?}", self.upstream)?;
+        if let Some(s) = self.server {
+            write!(f, " server {s}")?;
+        }
+        write!(f, ": {} ({})", self.cause, self.status.as_u16())
+    }
+}
+
+impl std::error::Error for ProxyError {}
+
+/// Sends `req` to `upstream` on behalf of the client `origin` describes, and returns the
+/// response to stream back. `pool` is the calling worker's.
+pub async fn forward<B>(
+    upstream: &Arc<Upstream>,
+    pool: &Rc<Pool>,
+    req: Request<B>,
+    origin: &Origin<'_>,
+) -> Result<Response<ResponseBody>, ProxyError>
+where
+    B: Body<Data = Bytes, Error = io::Error> + 'static,
+{
+    let started = Instant::now();
+    let (mut parts, body) = req.into_parts();
+    let key = hash_key(&upstream.spec.balance, &parts, origin);
+    let framing = body_framing(&body);
+    let head = upstream_head(&mut parts, origin, framing, &body);
+    let error = |status, server: Option<usize>, cause: String| ProxyError {
+        status,
+        upstream: upstream.spec.name.clone(),
+        server: server.map(|i| upstream.servers[i].spec.address),
+        cause,
+    };
+
+    let mut body = Some(body);
+    let mut excluded = None;
+    let mut retried = false;
+    loop {
+        let Some(i) = upstream
+            .balancer
+            .choose(&upstream.servers, key, excluded, now_ms())
+        else {
+            return Err(match excluded {
+                Some(i) => error(
+                    StatusCode::BAD_GATEWAY,
+                    Some(i),
+                    "no other server to retry on".into(),
+                ),
+                None => error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    "no server is up".into(),
+                ),
+            });
+        };
+        let server = &upstream.servers[i];
+        let address = server.spec.address;
+        server.metrics.request();
+        let progress = InProgress::new(upstream.clone(), i);
+        let (stream, reused) = match pool.take(address) {
+            Some(stream) => (stream, true),
+            None => match connect(address, upstream.spec.timeouts.connect).await {
+                Ok((stream, took)) => {
+                    server.metrics.latency(Phase::Connect, took);
+                    (stream, false)
+                }
+                Err(failure) => {
+                    upstream.failed(i, failure);
+                    let status = status_of(failure);
+                    let cause = format!("connect: {}", failure.name());
+                    log_failure(upstream, address, &cause);
+                    if !retried {
+                        retried = true;
+                        excluded = Some(i);
+                        server.metrics.retry();
+                        continue;
+                    }
+                    return Err(error(status, Some(i), cause));
+                }
+            },
+        };
+        server.metrics.connection(reused);
+        let exchange = Exchange {
+            head: &head,
+            method: &parts.method,
+            framing,
+            timeouts: upstream.spec.timeouts,
+            keepalive: upstream.spec.keepalive,
+            pool,
+            started,
+        };
+        let failed = match exchange
+            .run(stream, reused, body.take().expect("body"), progress)
+            .await
+        {
+            Ok(resp) => return Ok(resp),
+            Err(failed) => failed,
+        };
+        body = failed.body;
+        if failed.stale && body.is_some() {
+            // The server closed an idle connection as we reused it: not its fault, and
+            // it saw nothing. Again, on a fresh or another pooled connection.
+            continue;
+        }
+        let Some(failure) = failed.failure else {
+            // The client's body failed: nobody is waiting for this answer.
+            return Err(error(StatusCode::BAD_REQUEST, Some(i), failed.detail));
+        };
+        upstream.failed(i, failure);
+        log_failure(upstream, address, &failed.detail);
+        // The server may have acted on the request: only a request that is safe to
+        // repeat and whose body it never saw goes to another server (nginx's default
+        // proxy_next_upstream: error, not timeouts, not non-idempotent methods).
+        let repeatable = body.is_some()
+            && is_idempotent(&parts.method)
+            && !matches!(failure, Failure::ResponseTimeout | Failure::IdleTimeout);
+        if repeatable && !retried {
+            retried = true;
+            excluded = Some(i);
+            server.metrics.retry();
+            continue;
+        }
+        return Err(error(status_of(failure), Some(i), failed.detail));
+    }
+}
+
+fn log_failure(upstream: &Upstream, server: SocketAddr, cause: &str) {
+    tracing::warn!(upstream = %upstream.spec.name, %server, "upstream request failed: {cause}");
+}
+
+/// The status a failure gives the client, as nginx: timeouts 504, anything else 502.
+fn status_of(failure: Failure) -> StatusCode {
+    match failure {
+        Failure::ConnectTimeout | Failure::ResponseTimeout | Failure::IdleTimeout => {
+            StatusCode::GATEWAY_TIMEOUT
+        }
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// A new connection to `address`, and how long it took.
+async fn connect(address: SocketAddr, within: Duration) -> Result<(TcpStream, Duration), Failure> {
+    let started = Instant::now();
+    match tokio::time::timeout(within, TcpStream::connect(address)).await {
+        Err(_) => Err(Failure::ConnectTimeout),
+        Ok(Err(_)) => Err(Failure::ConnectError),
+        Ok(Ok(stream)) => {
+            // Heads and small bodies go out at once, not after a delayed ACK.
+            let _ = stream.set_nodelay(true);
+            Ok((stream, started.elapsed()))
+        }
+    }
+}
+
+/// How the request body goes to the server: by its length when known, chunked when not,
+/// not at all when there is none.
+fn body_framing<B: Body>(body: &B) -> BodyFraming {
+    if body.is_end_stream() {
+        BodyFraming::None
+    } else if body.size_hint().exact().is_some() {
+        BodyFraming::Length
+    } else {
+        BodyFraming::Chunked
+    }
+}
+
+/// The request head as the server gets it: origin-form target, hop-by-hop fields out,
+/// forwarding fields in, `Host` kept (from `:authority` for an HTTP/2 client), and the
+/// body's framing declared.
+fn upstream_head<B: Body>(
+    parts: &mut hyper::http::request::Parts,
+    origin: &Origin<'_>,
+    framing: BodyFraming,
+    body: &B,
+) -> Vec<u8> {
+    let headers = &mut parts.headers;
+    remove_hop_by_hop(headers);
+    if !headers.contains_key(header::HOST) {
+        if let Some(v) = origin.host.and_then(|h| HeaderValue::from_str(h).ok()) {
+            headers.insert(header::HOST, v);
+        }
+    }
+    add_forwarding(headers, origin);
+    headers.remove(header::CONTENT_LENGTH);
+    match framing {
+        BodyFraming::Length => {
+            let n = body.size_hint().exact().unwrap_or(0);
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        BodyFraming::Chunked => {
+            headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
+        // A method that normally carries a body says it has none, so that the server
+        // does not wait for one or answer 411 (nginx does the same).
+        BodyFraming::None if matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
+        }
+        BodyFraming::None => {}
+    }
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = if target.is_empty() { "/" } else { target };
+    let mut head = Vec::with_capacity(512);
+    terminus_h1::encode_request_head(&mut head, &parts.method, target, headers);
+    head
+}
+
+fn hash_key(
+    balance: &Balance,
+    parts: &hyper::http::request::Parts,
+    origin: &Origin<'_>,
+) -> Option<u64> {
+    let Balance::Hash(key) = balance else {
+        return None;
+    };
+    match key {
+        HashKey::ClientIp => Some(hash(&origin.client.ip())),
+        HashKey::Uri => Some(hash(&parts.uri.path_and_query().map(|p| p.as_str()))),
+        HashKey::Header(name) => parts
+            .headers
+            .get(name.as_str())
+            .map(|v| hash(&v.as_bytes())),
+    }
+}

@@ -1,0 +1,257 @@
+//! One request over one HTTP/1.1 connection to an upstream server: the head written, the
+//! body streamed after it (by [`pump`], content-length or chunked, trailers kept) while
+//! the response head is awaited, the head parsed as strictly as a client's request, and
+//! the response body handed on as a stream ([`body`]) that puts the connection back in
+//! the pool when both messages ended cleanly.
+
+mod body;
+mod pump;
+
+pub use body::ResponseBody;
+
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::body::SizeHint;
+use hyper::header;
+use hyper::{Method, Response, StatusCode};
+use terminus_h1::{parse_response, response_framing, Decoder, Framing, MAX_HEAD};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::headers::remove_hop_by_hop;
+use crate::metrics::{Failure, Phase};
+use crate::pool::Pool;
+use crate::spec::Timeouts;
+use crate::upstream::InProgress;
+use pump::{Pump, PumpError};
+
+/// How a request body goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyFraming {
+    None,
+    Length,
+    Chunked,
+}
+
+/// Why an exchange ended without a response to pass on.
+#[derive(Debug)]
+pub(crate) struct Failed<B> {
+    /// Who is at fault: `None` when it was the client (its body failed).
+    pub(crate) failure: Option<Failure>,
+    pub(crate) detail: String,
+    /// The request body, when none of it was taken: the request may be sent again.
+    pub(crate) body: Option<B>,
+    /// A reused connection that ended before any byte of a response: the server had
+    /// closed it while idle, which is no fault of the server's.
+    pub(crate) stale: bool,
+}
+
+/// What one exchange needs besides the connection and the body.
+pub(crate) struct Exchange<'a> {
+    pub(crate) head: &'a [u8],
+    pub(crate) method: &'a Method,
+    pub(crate) framing: BodyFraming,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) keepalive: crate::spec::Keepalive,
+    pub(crate) pool: &'a Rc<Pool>,
+    pub(crate) started: Instant,
+}
+
+impl Exchange<'_> {
+    /// Sends the request on `stream` and reads the response head.
+    pub(crate) async fn run<B>(
+        self,
+        stream: TcpStream,
+        reused: bool,
+        body: B,
+        progress: InProgress,
+    ) -> Result<Response<ResponseBody>, Failed<B>>
+    where
+        B: hyper::body::Body<Data = Bytes, Error = io::Error> + 'static,
+    {
+        let metrics = progress.server().metrics.clone();
+        let (mut read, mut write) = stream.into_split();
+        let fail = |failure, detail: String, body| Failed {
+            failure: Some(failure),
+            detail,
+            body,
+            stale: false,
+        };
+        if let Err(e) = tokio::time::timeout(self.timeouts.idle, write.write_all(self.head))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
+        {
+            return Err(Failed {
+                stale: reused,
+                ..fail(
+                    Failure::Io,
+                    format!("writing the request head: {e}"),
+                    Some(body),
+                )
+            });
+        }
+        let sent_at = Instant::now();
+        let mut body = Some(body);
+        let mut pump = match self.framing {
+            BodyFraming::None => Pump::done(write),
+            framing => Pump::start(
+                write,
+                body.take().expect("body"),
+                framing == BodyFraming::Chunked,
+                self.timeouts.idle,
+                metrics.clone(),
+            ),
+        };
+
+        // The head, with the body going out meanwhile; the response_header timeout runs
+        // from the end of the request (the body may take long to upload).
+        let mut buf = Vec::with_capacity(8 * 1024);
+        let mut deadline = pump
+            .is_done()
+            .then(|| Instant::now() + self.timeouts.response_header);
+        let resp = loop {
+            match parse_response(&mut buf) {
+                Ok(Some(resp))
+                    if resp.status().is_informational()
+                        && resp.status() != StatusCode::SWITCHING_PROTOCOLS =>
+                {
+                    // 100 Continue (the proxy answered the client's itself) and 103:
+                    // interim, not passed on.
+                    continue;
+                }
+                Ok(Some(resp)) => break resp,
+                Ok(None) if buf.len() > MAX_HEAD => {
+                    return Err(fail(
+                        Failure::BadResponse,
+                        format!("response head over {MAX_HEAD} bytes"),
+                        body,
+                    ))
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(fail(
+                        Failure::BadResponse,
+                        format!("malformed response head: {}", e.0),
+                        body,
+                    ))
+                }
+            }
+            let header_due = deadline;
+            let wait = async move {
+                match header_due {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                n = read_some(&mut read, &mut buf) => match n {
+                    Ok(0) => {
+                        let stale = reused && buf.is_empty() && body.is_some();
+                        return Err(Failed {
+                            stale,
+                            ..fail(Failure::Closed, "closed the connection before a response".into(), body)
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let stale = reused && buf.is_empty() && body.is_some();
+                        return Err(Failed {
+                            stale,
+                            ..fail(Failure::Io, format!("reading the response: {e}"), body)
+                        });
+                    }
+                },
+                done = pump.wait(), if !pump.is_done() => match done {
+                    Ok(()) => deadline = Some(Instant::now() + self.timeouts.response_header),
+                    Err(PumpError::Client(e)) => {
+                        return Err(Failed {
+                            failure: None,
+                            detail: format!("the client's request body failed: {e}"),
+                            body: None,
+                            stale: false,
+                        });
+                    }
+                    // The server may have answered early and stopped reading (a 413,
+                    // say): its response is still worth reading.
+                    Err(PumpError::Upstream(e)) => {
+                        tracing::debug!("request body not sent whole: {e}");
+                        deadline = Some(Instant::now() + self.timeouts.response_header);
+                    }
+                },
+                () = wait => {
+                    return Err(fail(
+                        Failure::ResponseTimeout,
+                        format!("no response head within {:?}", self.timeouts.response_header),
+                        body,
+                    ));
+                }
+            }
+        };
+        metrics.latency(Phase::ResponseHeader, sent_at.elapsed());
+
+        let (mut parts, ()) = resp.into_parts();
+        if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(fail(
+                Failure::BadResponse,
+                "101 Switching Protocols to a request that asked for no upgrade".into(),
+                body,
+            ));
+        }
+        let framing =
+            match response_framing(self.method, parts.status, &parts.headers, parts.version) {
+                Ok(f) => f,
+                Err(e) => {
+                    return Err(fail(
+                        Failure::BadResponse,
+                        format!("response framing: {}", e.0),
+                        body,
+                    ))
+                }
+            };
+        let keep_alive = terminus_h1::keeps_alive(parts.version, &parts.headers)
+            && framing != Framing::Close
+            && self.keepalive.idle > 0;
+        metrics.response(parts.status.as_u16());
+        remove_hop_by_hop(&mut parts.headers);
+        let hint = match framing {
+            Framing::None => SizeHint::with_exact(0),
+            Framing::Length(n) => SizeHint::with_exact(n),
+            Framing::Chunked | Framing::Close => {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                SizeHint::new()
+            }
+        };
+        let body = ResponseBody::reading(body::Reading {
+            read,
+            buf,
+            decoder: Decoder::new(framing),
+            pump,
+            keep_alive,
+            hint,
+            idle: self.timeouts.idle,
+            stall: Box::pin(tokio::time::sleep(self.timeouts.idle)),
+            pool: self.pool.clone(),
+            keepalive: self.keepalive,
+            progress,
+            started: self.started,
+        });
+        Ok(Response::from_parts(parts, body))
+    }
+}
+
+/// Reads what the socket has into the end of `buf`.
+async fn read_some(
+    read: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut Vec<u8>,
+) -> io::Result<usize> {
+    buf.reserve(16 * 1024);
+    read.read_buf(buf).await
+}
+
+/// How long an idle body may stall, as a pinned timer the body resets on progress.
+pub(crate) type Stall = Pin<Box<tokio::time::Sleep>>;

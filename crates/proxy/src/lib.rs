@@ -1,0 +1,31 @@
+//! terminus's reverse proxy: requests a route sends to an `[[upstream]]` go to one of its
+//! servers and the response streams back, bodies both ways under back-pressure.
+//!
+//! The parts are kept apart the way Pingora keeps its pool and load balancing apart from
+//! the proxy:
+//! - [`spec`]: what an upstream is, as configured (the server's config resolves TOML
+//!   into it);
+//! - [`upstream`]: an upstream at run time, shared by every worker: servers, their
+//!   [`health`] (passive: failures in a row take a server out), and the [`balance`]r;
+//! - [`pool`]: each worker's idle connections, reused under keep-alive;
+//! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
+//!   connection taken or opened, exchange run ([`http1`]), retried where safe;
+//! - [`metrics`]: per-server series.
+
+pub mod balance;
+pub mod forward;
+pub mod headers;
+pub mod health;
+pub mod http1;
+pub mod metrics;
+pub mod pool;
+pub mod spec;
+pub mod upstream;
+
+pub use forward::{forward, ProxyError};
+pub use headers::Origin;
+pub use http1::ResponseBody;
+pub use metrics::ProxyMetrics;
+pub use pool::Pool;
+pub use spec::UpstreamSpec;
+pub use upstream::Upstream;

@@ -1,0 +1,249 @@
+//! Per upstream server series: requests, responses by class, failures by cause, new and
+//! reused connections, retries, health changes, bytes, latency. They live in a registry
+//! that outlives reloads (a server kept across a reload keeps counting; one removed
+//! keeps its last values), and each family is written once with every server's samples.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Render};
+
+const LATENCY_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Why a request to a server failed (label values of `terminus_upstream_failures_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection was refused, reset or unreachable.
+    ConnectError,
+    /// No connection within `timeouts.connect`.
+    ConnectTimeout,
+    /// The connection failed after it was established, before a whole response.
+    Io,
+    /// No response head within `timeouts.response_header`.
+    ResponseTimeout,
+    /// A body stalled longer than `timeouts.idle`.
+    IdleTimeout,
+    /// A response that could not be parsed or was ambiguous.
+    BadResponse,
+    /// The server closed the connection before the end of its response.
+    Closed,
+}
+
+impl Failure {
+    const ALL: [Failure; 7] = [
+        Self::ConnectError,
+        Self::ConnectTimeout,
+        Self::Io,
+        Self::ResponseTimeout,
+        Self::IdleTimeout,
+        Self::BadResponse,
+        Self::Closed,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ConnectError => "connect_error",
+            Self::ConnectTimeout => "connect_timeout",
+            Self::Io => "io_error",
+            Self::ResponseTimeout => "response_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::BadResponse => "bad_response",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// Which latency a histogram sample is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Phase {
+    Connect = 0,
+    ResponseHeader = 1,
+    Total = 2,
+}
+
+/// One upstream server's series.
+#[derive(Debug)]
+pub struct ServerMetrics {
+    upstream: String,
+    address: SocketAddr,
+    requests: Labelled<1>,
+    responses: Labelled<5>,
+    failures: Labelled<7>,
+    connections: Labelled<2>,
+    retries: Labelled<1>,
+    health: Labelled<2>,
+    bytes: Labelled<2>,
+    active: Labelled<1>,
+    idle: Labelled<1>,
+    latency: Histograms<3>,
+}
+
+impl ServerMetrics {
+    fn new(upstream: &str, address: SocketAddr) -> Self {
+        let rest = format!("upstream=\"{upstream}\",server=\"{address}\"");
+        let one = || [rest.clone()];
+        ServerMetrics {
+            upstream: upstream.to_owned(),
+            address,
+            requests: Labelled::counter(
+                "terminus_upstream_requests_total",
+                "Requests sent to an upstream server.",
+                one(),
+            ),
+            responses: Labelled::counter(
+                "terminus_upstream_responses_total",
+                "Responses from an upstream server, by status class.",
+                label_values("class", ["1xx", "2xx", "3xx", "4xx", "5xx"], &rest),
+            ),
+            failures: Labelled::counter(
+                "terminus_upstream_failures_total",
+                "Requests to an upstream server that failed, by cause.",
+                label_values("cause", Failure::ALL.map(Failure::name), &rest),
+            ),
+            connections: Labelled::counter(
+                "terminus_upstream_connections_total",
+                "Connections requests went out on: opened for them, or reused from the idle pool.",
+                label_values("kind", ["new", "reused"], &rest),
+            ),
+            retries: Labelled::counter(
+                "terminus_upstream_retries_total",
+                "Requests retried on another server after failing on this one.",
+                one(),
+            ),
+            health: Labelled::counter(
+                "terminus_upstream_health_changes_total",
+                "Times the server was taken out of rotation or brought back.",
+                label_values("to", ["down", "up"], &rest),
+            ),
+            bytes: Labelled::counter(
+                "terminus_upstream_bytes_total",
+                "Body bytes sent to and received from an upstream server.",
+                label_values("direction", ["sent", "received"], &rest),
+            ),
+            active: Labelled::gauge(
+                "terminus_upstream_active_requests",
+                "Requests in progress on an upstream server.",
+                one(),
+            ),
+            idle: Labelled::gauge(
+                "terminus_upstream_idle_connections",
+                "Idle connections to an upstream server kept for reuse, all workers.",
+                one(),
+            ),
+            latency: Histograms::new(
+                "terminus_upstream_latency_seconds",
+                "Time to connect, to the response head (from sending the request), and to the end of the response.",
+                LATENCY_BOUNDS,
+                label_values("phase", ["connect", "response_header", "total"], &rest),
+            ),
+        }
+    }
+
+    pub(crate) fn request(&self) {
+        self.requests.inc(0);
+    }
+
+    pub(crate) fn response(&self, status: u16) {
+        let class = (status / 100).clamp(1, 5) as usize - 1;
+        self.responses.inc(class);
+    }
+
+    pub(crate) fn failure(&self, cause: Failure) {
+        let i = Failure::ALL.iter().position(|&f| f == cause).unwrap_or(0);
+        self.failures.inc(i);
+    }
+
+    pub(crate) fn connection(&self, reused: bool) {
+        self.connections.inc(reused as usize);
+    }
+
+    pub(crate) fn retry(&self) {
+        self.retries.inc(0);
+    }
+
+    pub(crate) fn health_change(&self, up: bool) {
+        self.health.inc(up as usize);
+    }
+
+    pub(crate) fn sent(&self, n: u64) {
+        self.bytes.add(0, n as i64);
+    }
+
+    pub(crate) fn received(&self, n: u64) {
+        self.bytes.add(1, n as i64);
+    }
+
+    pub(crate) fn active(&self, delta: i64) {
+        self.active.add(0, delta);
+    }
+
+    pub(crate) fn idle(&self, delta: i64) {
+        self.idle.add(0, delta);
+    }
+
+    pub(crate) fn latency(&self, phase: Phase, d: Duration) {
+        self.latency.get(phase as usize).observe_duration(d);
+    }
+
+    /// Connections opened and reused so far.
+    pub fn connections(&self) -> (u64, u64) {
+        (
+            self.connections.get(0) as u64,
+            self.connections.get(1) as u64,
+        )
+    }
+}
+
+/// Every upstream server's series, across reloads.
+#[derive(Debug, Default)]
+pub struct ProxyMetrics {
+    servers: Mutex<Vec<Arc<ServerMetrics>>>,
+}
+
+impl ProxyMetrics {
+    /// The series of `address` in `upstream`, made on first use.
+    pub fn server(&self, upstream: &str, address: SocketAddr) -> Arc<ServerMetrics> {
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = servers
+            .iter()
+            .find(|s| s.upstream == upstream && s.address == address)
+        {
+            return s.clone();
+        }
+        let s = Arc::new(ServerMetrics::new(upstream, address));
+        servers.push(s.clone());
+        s
+    }
+}
+
+impl Render for ProxyMetrics {
+    fn render(&self, out: &mut Exposition) {
+        let servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        // Family by family: a family's samples must be together on the page.
+        let families: [fn(&ServerMetrics) -> &dyn Render; 10] = [
+            |s| &s.requests,
+            |s| &s.responses,
+            |s| &s.failures,
+            |s| &s.connections,
+            |s| &s.retries,
+            |s| &s.health,
+            |s| &s.bytes,
+            |s| &s.active,
+            |s| &s.idle,
+            |s| &s.latency,
+        ];
+        for family in families {
+            for s in &servers {
+                family(s).render(out);
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! What an upstream is, as configured: its servers and how requests are spread over
+//! them, how long each step may take, and when a server is taken out. The server's
+//! configuration resolves `[[upstream]]` into these (with file and line for every error);
+//! this crate never reads a file.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One `[[upstream]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamSpec {
+    /// The name routes refer to it by, and metrics and logs name it with.
+    pub name: String,
+    /// Primary servers first, in the order written, then backups.
+    pub servers: Vec<ServerSpec>,
+    /// How a request's server is chosen.
+    pub balance: Balance,
+    /// Idle connections kept for reuse.
+    pub keepalive: Keepalive,
+    /// How long each step may take.
+    pub timeouts: Timeouts,
+    /// When a server is taken out of rotation.
+    pub health: Health,
+}
+
+/// One server of an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// Its share of requests relative to the others (round robin and hash).
+    pub weight: u32,
+    /// Used only while every primary server is down.
+    pub backup: bool,
+}
+
+/// How the next request's server is chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Balance {
+    /// In turn, each server `weight` times per round, interleaved (nginx's smooth
+    /// weighted round robin).
+    RoundRobin,
+    /// The server with the fewest requests in progress relative to its weight.
+    LeastConn,
+    /// The same key goes to the same server while it is up.
+    Hash(HashKey),
+}
+
+/// What a hash balance hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// The client's IP address (nginx `ip_hash`).
+    ClientIp,
+    /// The request's path and query.
+    Uri,
+    /// A request header, lower case; requests without it are spread in turn.
+    Header(String),
+}
+
+/// Idle upstream connections kept for reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// At most this many idle connections per server per worker (0: no reuse).
+    pub idle: usize,
+    /// An idle connection is closed after this long unused.
+    pub timeout: Duration,
+}
+
+/// How long each step of a proxied request may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Establishing the TCP connection.
+    pub connect: Duration,
+    /// From the end of the request to the response's head.
+    pub response_header: Duration,
+    /// Between two reads or two writes of a body, either way.
+    pub idle: Duration,
+}
+
+/// When a server is taken out of rotation and brought back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Failures in a row (errors, timeouts, bad responses) that take a server out.
+    pub fails: u32,
+    /// How long a server that failed stays out before it is tried again.
+    pub interval: Duration,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Keepalive {
+            idle: 32,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            response_header: Duration::from_secs(60),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            fails: 1,
+            interval: Duration::from_secs(10),
+        }
+    }
+}

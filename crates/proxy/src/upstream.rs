@@ -1,0 +1,141 @@
+//! An upstream as the proxy uses it: its servers with their health, requests in progress
+//! and series, and the balancer that picks among them. Built once per configuration and
+//! shared by every worker (`Arc`); what is per worker (idle connections) is in
+//! [`crate::pool`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::balance::Balancer;
+use crate::health::{self, Change, Health};
+use crate::metrics::{Failure, ProxyMetrics, ServerMetrics};
+use crate::spec::{ServerSpec, UpstreamSpec};
+
+/// A configured upstream, ready to take requests.
+#[derive(Debug)]
+pub struct Upstream {
+    pub(crate) spec: UpstreamSpec,
+    pub(crate) servers: Vec<Server>,
+    pub(crate) balancer: Balancer,
+}
+
+impl Upstream {
+    /// The upstream `spec` describes, its series in `metrics`.
+    pub fn new(spec: UpstreamSpec, metrics: &ProxyMetrics) -> Self {
+        let servers: Vec<Server> = spec
+            .servers
+            .iter()
+            .map(|s| Server::new(s.clone(), &spec.name, metrics))
+            .collect();
+        Upstream {
+            balancer: Balancer::new(spec.balance.clone(), &servers),
+            servers,
+            spec,
+        }
+    }
+
+    /// Its name in the configuration.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Its servers' addresses, primaries first.
+    pub fn addresses(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.servers.iter().map(|s| s.spec.address)
+    }
+
+    /// Whether the server at `address` is currently in rotation.
+    pub fn is_up(&self, address: SocketAddr) -> bool {
+        let now = health::now_ms();
+        self.servers
+            .iter()
+            .any(|s| s.spec.address == address && s.health.is_up(now))
+    }
+
+    /// Records a failure of server `i`, taking it out after enough in a row.
+    pub(crate) fn failed(&self, i: usize, cause: Failure) {
+        let server = &self.servers[i];
+        server.metrics.failure(cause);
+        if server.health.failed(&self.spec.health) == Change::WentDown {
+            server.metrics.health_change(false);
+            tracing::warn!(
+                upstream = %self.spec.name,
+                server = %server.spec.address,
+                "upstream server taken out of rotation for {:?} after {} failure(s) in a row (last: {})",
+                self.spec.health.interval,
+                self.spec.health.fails,
+                cause.name(),
+            );
+        }
+    }
+
+    pub(crate) fn succeeded(&self, i: usize) {
+        let server = &self.servers[i];
+        if server.health.succeeded() == Change::CameBack {
+            server.metrics.health_change(true);
+            tracing::info!(upstream = %self.spec.name, server = %server.spec.address, "upstream server back in rotation");
+        }
+    }
+}
+
+/// One server of an upstream.
+#[derive(Debug)]
+pub(crate) struct Server {
+    pub(crate) spec: ServerSpec,
+    pub(crate) health: Health,
+    /// Requests in progress, every worker's (least_conn reads it).
+    active: AtomicUsize,
+    pub(crate) metrics: Arc<ServerMetrics>,
+}
+
+impl Server {
+    pub(crate) fn new(spec: ServerSpec, upstream: &str, metrics: &ProxyMetrics) -> Self {
+        Server {
+            metrics: metrics.server(upstream, spec.address),
+            spec,
+            health: Health::default(),
+            active: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request in progress; [`InProgress`] undoes it.
+    pub(crate) fn enter(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.metrics.active(1);
+    }
+
+    fn leave(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.active(-1);
+    }
+}
+
+/// A request in progress on a server, until dropped (its response body may outlive the
+/// call that chose the server, so it owns its upstream).
+#[derive(Debug)]
+pub(crate) struct InProgress {
+    pub(crate) upstream: Arc<Upstream>,
+    pub(crate) server: usize,
+}
+
+impl InProgress {
+    pub(crate) fn new(upstream: Arc<Upstream>, server: usize) -> Self {
+        upstream.servers[server].enter();
+        InProgress { upstream, server }
+    }
+
+    pub(crate) fn server(&self) -> &Server {
+        &self.upstream.servers[self.server]
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.upstream.servers[self.server].leave();
+    }
+}

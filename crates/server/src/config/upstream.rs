@@ -1,0 +1,425 @@
+//! `[[upstream]]` and `[[server.route]]`: the reverse proxy's part of the file, as
+//! written and resolved to [`UpstreamSpec`]s and [`RouteConfig`]s, every error at its
+//! line.
+
+use std::collections::HashSet;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use terminus_proxy::spec::{Balance, HashKey, Health, Keepalive, ServerSpec, Timeouts};
+use terminus_proxy::UpstreamSpec;
+use toml::Spanned;
+
+use super::schema::ConfigDuration;
+use super::{ConfigError, Ctx};
+
+/// An `[[upstream]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSection {
+    pub name: Spanned<String>,
+    pub servers: Spanned<Vec<Spanned<ServerEntry>>>,
+    pub balance: Option<Spanned<String>>,
+    pub hash_key: Option<Spanned<String>>,
+    pub protocol: Option<Spanned<String>>,
+    pub keepalive: Option<KeepaliveSection>,
+    pub timeouts: Option<TimeoutsSection>,
+    pub health: Option<HealthSection>,
+}
+
+/// A server: `"HOST:PORT"` or `{ address = "HOST:PORT", weight = 2, backup = true }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ServerEntry {
+    Address(String),
+    Options(ServerOptions),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerOptions {
+    pub address: String,
+    pub weight: Option<u32>,
+    #[serde(default)]
+    pub backup: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeepaliveSection {
+    pub idle: Option<usize>,
+    pub timeout: Option<ConfigDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsSection {
+    pub connect: Option<ConfigDuration>,
+    pub response_header: Option<ConfigDuration>,
+    pub idle: Option<ConfigDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthSection {
+    pub fails: Option<u32>,
+    pub interval: Option<ConfigDuration>,
+}
+
+/// A `[[server.route]]` as written: a path prefix and what answers under it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    pub path: Spanned<String>,
+    pub upstream: Option<Spanned<String>>,
+    pub root: Option<Spanned<String>>,
+}
+
+/// What answers the requests under a path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteTarget {
+    /// Files from this directory.
+    Root(PathBuf),
+    /// The `[[upstream]]` of this name.
+    Upstream(String),
+}
+
+/// One route of a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    pub path: String,
+    pub target: RouteTarget,
+    pub line: Option<usize>,
+}
+
+const MAX_WEIGHT: u32 = 1000;
+
+pub(super) fn resolve_upstreams(
+    raw: &[UpstreamSection],
+    ctx: &Ctx<'_>,
+) -> Result<Vec<UpstreamSpec>, ConfigError> {
+    let mut names = HashSet::new();
+    raw.iter()
+        .map(|u| {
+            let name = u.name.get_ref();
+            if name.is_empty() || !names.insert(name.clone()) {
+                return Err(ctx.err(
+                    Some(u.name.span()),
+                    format!("upstream name {name:?} is empty or used twice"),
+                    Some("give each [[upstream]] its own name".to_owned()),
+                ));
+            }
+            resolve_upstream(u, ctx)
+        })
+        .collect()
+}
+
+fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, ConfigError> {
+    let mut servers = Vec::new();
+    for entry in u.servers.get_ref() {
+        let (address, weight, backup) = match entry.get_ref() {
+            ServerEntry::Address(a) => (a, None, false),
+            ServerEntry::Options(o) => (&o.address, o.weight, o.backup),
+        };
+        let weight = weight.unwrap_or(1);
+        if weight == 0 || weight > MAX_WEIGHT {
+            return Err(ctx.err(
+                Some(entry.span()),
+                format!("weight {weight} is out of range"),
+                Some(format!("a weight is between 1 and {MAX_WEIGHT}")),
+            ));
+        }
+        for address in resolve_address(address, entry.span(), ctx)? {
+            servers.push(ServerSpec {
+                address,
+                weight,
+                backup,
+            });
+        }
+    }
+    if servers.iter().all(|s| s.backup) {
+        return Err(ctx.err(
+            Some(u.servers.span()),
+            format!("upstream {:?} has no primary server", u.name.get_ref()),
+            Some("servers = [\"127.0.0.1:8080\"]: at least one that is not a backup".to_owned()),
+        ));
+    }
+    // Primaries first, each group in the order written.
+    servers.sort_by_key(|s| s.backup);
+
+    let balance = match u.balance.as_ref().map(|b| (b.get_ref().as_str(), b.span())) {
+        None | Some(("round_robin", _)) => Balance::RoundRobin,
+        Some(("least_conn", _)) => Balance::LeastConn,
+        Some(("hash", _)) => Balance::Hash(hash_key(u, ctx)?),
+        Some((other, span)) => {
+            return Err(ctx.err(
+                Some(span),
+                format!("balance = {other:?} is not a balancing method"),
+                Some("use \"round_robin\", \"least_conn\" or \"hash\"".to_owned()),
+            ))
+        }
+    };
+    if let (Some(k), false) = (&u.hash_key, matches!(balance, Balance::Hash(_))) {
+        return Err(ctx.err(
+            Some(k.span()),
+            "hash_key is only for balance = \"hash\"",
+            None,
+        ));
+    }
+    if let Some(p) = &u.protocol {
+        if p.get_ref() != "http1" {
+            return Err(ctx.err(
+                Some(p.span()),
+                format!("protocol = {:?} is not supported yet", p.get_ref()),
+                Some(
+                    "use \"http1\" (HTTP/1.1 to the upstream; clients may still use h2)".to_owned(),
+                ),
+            ));
+        }
+    }
+    let d = |v: &Option<ConfigDuration>, default| v.map_or(default, |d| d.0);
+    let keepalive = u.keepalive.as_ref().map_or_else(Keepalive::default, |k| {
+        let default = Keepalive::default();
+        Keepalive {
+            idle: k.idle.unwrap_or(default.idle),
+            timeout: d(&k.timeout, default.timeout),
+        }
+    });
+    let timeouts = u.timeouts.as_ref().map_or_else(Timeouts::default, |t| {
+        let default = Timeouts::default();
+        Timeouts {
+            connect: d(&t.connect, default.connect),
+            response_header: d(&t.response_header, default.response_header),
+            idle: d(&t.idle, default.idle),
+        }
+    });
+    if [timeouts.connect, timeouts.response_header, timeouts.idle]
+        .iter()
+        .any(|t| t.is_zero())
+    {
+        return Err(ctx.err(
+            Some(u.name.span()),
+            format!(
+                "upstream {:?}: timeouts must be above zero",
+                u.name.get_ref()
+            ),
+            None,
+        ));
+    }
+    let health = u.health.as_ref().map_or_else(Health::default, |h| {
+        let default = Health::default();
+        Health {
+            fails: h.fails.unwrap_or(default.fails).max(1),
+            interval: d(&h.interval, default.interval),
+        }
+    });
+    Ok(UpstreamSpec {
+        name: u.name.get_ref().clone(),
+        servers,
+        balance,
+        keepalive,
+        timeouts,
+        health,
+    })
+}
+
+fn hash_key(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<HashKey, ConfigError> {
+    let Some(k) = &u.hash_key else {
+        return Ok(HashKey::ClientIp);
+    };
+    match k.get_ref().as_str() {
+        "client_ip" => Ok(HashKey::ClientIp),
+        "uri" => Ok(HashKey::Uri),
+        other => match other.strip_prefix("header:") {
+            Some(name) if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_ok() => {
+                Ok(HashKey::Header(name.to_ascii_lowercase()))
+            }
+            _ => Err(ctx.err(
+                Some(k.span()),
+                format!("hash_key = {other:?} is not a hash key"),
+                Some("use \"client_ip\", \"uri\" or \"header:NAME\"".to_owned()),
+            )),
+        },
+    }
+}
+
+/// `IP:PORT`, or `NAME:PORT` resolved now to every address it has (as nginx does when it
+/// loads its configuration).
+fn resolve_address(
+    text: &str,
+    span: Range<usize>,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<SocketAddr>, ConfigError> {
+    if let Ok(a) = text.parse() {
+        return Ok(vec![a]);
+    }
+    let err = |why: String| {
+        ctx.err(
+            Some(span.clone()),
+            format!("upstream server {text:?}: {why}"),
+            Some("write \"IP:PORT\" or \"hostname:PORT\"".to_owned()),
+        )
+    };
+    let resolved: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| err(e.to_string()))?
+        .collect();
+    if resolved.is_empty() {
+        return Err(err("the name has no address".into()));
+    }
+    Ok(resolved)
+}
+
+/// A server's routes: `root` is the route "/" when no `[[server.route]]` says otherwise.
+pub(super) fn resolve_routes(
+    routes: &[RouteSection],
+    root: Option<&Spanned<String>>,
+    upstreams: &[UpstreamSpec],
+    resolve_path: &dyn Fn(&str) -> PathBuf,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<RouteConfig>, ConfigError> {
+    let mut out = Vec::new();
+    for r in routes {
+        let path = r.path.get_ref();
+        if !path.starts_with('/') {
+            return Err(ctx.err(
+                Some(r.path.span()),
+                format!("route path {path:?} does not start with /"),
+                Some("a route matches by path prefix: \"/api/\"".to_owned()),
+            ));
+        }
+        if out.iter().any(|o: &RouteConfig| &o.path == path) {
+            return Err(ctx.err(
+                Some(r.path.span()),
+                format!("two routes for {path:?}"),
+                None,
+            ));
+        }
+        let target = match (&r.upstream, &r.root) {
+            (Some(u), None) => {
+                if !upstreams.iter().any(|s| &s.name == u.get_ref()) {
+                    return Err(ctx.err(
+                        Some(u.span()),
+                        format!("no [[upstream]] is named {:?}", u.get_ref()),
+                        Some("define it: [[upstream]] name = ... servers = [...]".to_owned()),
+                    ));
+                }
+                RouteTarget::Upstream(u.get_ref().clone())
+            }
+            (None, Some(root)) => RouteTarget::Root(resolve_path(root.get_ref())),
+            _ => {
+                return Err(ctx.err(
+                    Some(r.path.span()),
+                    format!("route {path:?} needs upstream or root, and not both"),
+                    None,
+                ))
+            }
+        };
+        out.push(RouteConfig {
+            path: path.clone(),
+            target,
+            line: ctx.line_of(r.path.span()),
+        });
+    }
+    if let Some(root) = root {
+        if out.iter().any(|r| r.path == "/") {
+            return Err(ctx.err(
+                Some(root.span()),
+                "root and a [[server.route]] for \"/\" both say what serves \"/\"",
+                Some("keep one of them".to_owned()),
+            ));
+        }
+        out.push(RouteConfig {
+            path: "/".into(),
+            target: RouteTarget::Root(resolve_path(root.get_ref())),
+            line: ctx.line_of(root.span()),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{Config, Overrides};
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "t.toml", &Overrides::default())
+    }
+
+    const APP: &str = "[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:8081\", { address = \"127.0.0.1:8080\", backup = true }, { address = \"127.0.0.1:8082\", weight = 3 }]\n";
+
+    #[test]
+    fn upstreams_resolve_with_defaults_and_primaries_first() {
+        let c = parse(&format!(
+            "{APP}balance = \"hash\"\nhash_key = \"header:X-User\"\ntimeouts = {{ connect = \"1s\" }}\n"
+        ))
+        .unwrap();
+        let u = &c.upstreams[0];
+        let servers: Vec<(u16, u32, bool)> = u
+            .servers
+            .iter()
+            .map(|s| (s.address.port(), s.weight, s.backup))
+            .collect();
+        assert_eq!(
+            servers,
+            [(8081, 1, false), (8082, 3, false), (8080, 1, true)]
+        );
+        assert_eq!(u.balance, Balance::Hash(HashKey::Header("x-user".into())));
+        assert_eq!(u.timeouts.connect, Duration::from_secs(1));
+        assert_eq!(
+            u.timeouts.response_header,
+            Timeouts::default().response_header
+        );
+        assert_eq!(u.keepalive, Keepalive::default());
+        let c = parse("[[upstream]]\nname = \"n\"\nservers = [\"localhost:80\"]\n").unwrap();
+        assert!(c.upstreams[0].servers[0].address.ip().is_loopback());
+    }
+
+    #[test]
+    fn routes_take_an_upstream_or_a_root_and_root_is_the_slash_route() {
+        let c = parse(&format!(
+            "{APP}[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/api/\"\nupstream = \"app\"\n"
+        ))
+        .unwrap();
+        let routes: Vec<(&str, &RouteTarget)> = c.servers[0]
+            .routes
+            .iter()
+            .map(|r| (r.path.as_str(), &r.target))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                ("/api/", &RouteTarget::Upstream("app".into())),
+                ("/", &RouteTarget::Root("/srv".into()))
+            ]
+        );
+    }
+
+    #[test]
+    fn mistakes_are_refused_at_their_line() {
+        for (text, line, says) in [
+            ("[[upstream]]\nname = \"a\"\nservers = [\"no-such-host.invalid:80\"]\n", 3, "no-such-host"),
+            ("[[upstream]]\nname = \"a\"\nservers = [{ address = \"127.0.0.1:1\", weight = 0 }]\n", 3, "weight"),
+            ("[[upstream]]\nname = \"a\"\nservers = [{ address = \"127.0.0.1:1\", backup = true }]\n", 3, "no primary"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n\nbalance = \"random\"\n", 5, "balancing method"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhash_key = \"uri\"\n", 4, "only for"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nbalance = \"hash\"\nhash_key = \"cookie\"\n", 5, "hash key"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h3\"\n", 4, "not supported"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntimeouts = { connect = \"soon\" }\n", 4, "not a duration"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:2\"]\n", 5, "used twice"),
+            ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"api\"\nroot = \"/srv\"\n", 4, "does not start with /"),
+            ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\nupstream = \"nope\"\n", 5, "no [[upstream]]"),
+            ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\n", 4, "needs upstream or root"),
+            ("[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/\"\nroot = \"/other\"\n", 3, "both say"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text:?}: {e}");
+            assert!(e.to_string().contains(says), "{text:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! The reverse proxy against real upstreams (Python's http.server, tests/upstream/app.py)
+//! and real clients (curl over HTTP/1.1 and h2): headers both ways, bodies streamed with
+//! their checksums, every failure mapped to its status, balancing, and connection reuse.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A running app.py, killed on drop.
+struct App {
+    child: Child,
+    port: u16,
+}
+
+impl App {
+    fn start(name: &str) -> App {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/app.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(["0", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the test upstream");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("app.py did not start: {line:?}"));
+        App { child, port }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// terminus with "/" from files and "/app/" and "/plain/" ... as `routes` says, behind the
+/// `upstreams` given as TOML.
+fn proxy(dir: &TestDir, upstreams: &str, routes: &str) -> Server {
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "from files\n");
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            r#"
+listen = ["127.0.0.1:0"]
+workers = 2
+{upstreams}
+[[server]]
+names = ["localhost"]
+root = "{www}"
+{routes}
+[[server.certificate]]
+cert = "{cert}"
+key = "{key}"
+"#,
+            www = dir.path("www").display(),
+            cert = pair.cert.display(),
+            key = pair.key.display()
+        ),
+    );
+    Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    )
+}
+
+fn one_upstream(app: &App, extra: &str) -> String {
+    format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n{extra}\n",
+        app.addr()
+    )
+}
+
+const APP_ROUTE: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n";
+
+/// The upstream sees the path after the route's prefix unchanged (nginx `proxy_pass`
+/// without a URI): `/app/x` reaches the app as `/app/x`; app.py answers by its last
+/// segment, so routes are written as /app/ and requests as /app/<endpoint>.
+fn body(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "curl failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(data))
+}
+
+#[test]
+fn requests_reach_the_upstream_with_forwarding_headers_and_without_hop_by_hop_ones() {
+    let app = App::start("a");
+    let dir = TestDir::new("proxy-headers");
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    assert_eq!(body(&curl(&server, &[], "/index.html")), "from files\n");
+    for version in ["--http1.1", "--http2"] {
+        let out = curl(
+            &server,
+            &[
+                version,
+                "-H",
+                "Connection: X-Secret",
+                "-H",
+                "X-Secret: 1",
+                "-H",
+                "Keep-Alive: timeout=5",
+                "-H",
+                "X-Forwarded-For: 10.9.8.7",
+                "-H",
+                "X-Kept: yes",
+            ],
+            "/app/headers?q=1",
+        );
+        let seen: serde_json::Value = serde_json::from_str(&body(&out)).unwrap();
+        let header = |name: &str| -> Vec<String> {
+            seen["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| h[0] == name)
+                .map(|h| h[1].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(seen["target"], "/app/headers?q=1", "{version}");
+        assert_eq!(
+            header("host"),
+            [format!("localhost:{}", server.port())],
+            "{version}"
+        );
+        assert_eq!(
+            header("x-forwarded-for"),
+            ["10.9.8.7, 127.0.0.1"],
+            "{version}"
+        );
+        assert_eq!(header("x-forwarded-proto"), ["https"]);
+        assert_eq!(
+            header("x-forwarded-host"),
+            [format!("localhost:{}", server.port())]
+        );
+        assert_eq!(
+            header("forwarded"),
+            [format!(
+                "for=127.0.0.1;proto=https;host=\"localhost:{}\"",
+                server.port()
+            )]
+        );
+        assert_eq!(header("x-kept"), ["yes"]);
+        for gone in ["keep-alive", "connection", "te", "transfer-encoding"] {
+            assert!(
+                header(gone).is_empty(),
+                "{version}: {gone} reached the upstream"
+            );
+        }
+        // HTTP/2 has no Connection header (curl drops it), so only HTTP/1.1 can name
+        // a field in it.
+        if version == "--http1.1" {
+            assert!(
+                header("x-secret").is_empty(),
+                "a field Connection names reached the upstream"
+            );
+        }
+    }
+    // POST with a body, and a HEAD.
+    let out = curl(&server, &["--data-binary", "hello"], "/app/sha256");
+    assert_eq!(body(&out), format!("{} 5\n", sha256_hex(b"hello")));
+    let (code, head, _) = headers(&server, &["-I"], "/app/bytes?n=1234");
+    assert_eq!(code, 200);
+    assert_eq!(
+        header_value(&head, "content-length").as_deref(),
+        Some("1234")
+    );
+}
+
+#[test]
+fn bodies_stream_both_ways_in_every_framing() {
+    let app = App::start("a");
+    let dir = TestDir::new("proxy-bodies");
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let expected: Vec<u8> = (0..300_000u32).map(|i| (i % 256) as u8).collect();
+    for mode in ["length", "chunked", "close"] {
+        for version in ["--http1.1", "--http2"] {
+            let out = curl(
+                &server,
+                &[version],
+                &format!("/app/bytes?n=300000&mode={mode}"),
+            );
+            assert!(out.status.success(), "{mode} {version}: {out:?}");
+            assert_eq!(out.stdout.len(), expected.len(), "{mode} {version}");
+            assert!(out.stdout == expected, "{mode} {version}: body differs");
+        }
+    }
+    // Trailers pass through to an h2 client (curl shows them with -D).
+    let (code, head, _) = headers(&server, &["--http2"], "/app/trailers");
+    assert_eq!(code, 200);
+    assert_eq!(
+        header_value(&head, "x-checksum").as_deref(),
+        Some("abc123"),
+        "{head}"
+    );
+    // Uploads: content-length and chunked, both versions.
+    let upload = dir.write("upload.bin", &expected);
+    let at = format!("@{}", upload.display());
+    for version in ["--http1.1", "--http2"] {
+        let out = curl(&server, &[version, "--data-binary", &at], "/app/sha256");
+        assert_eq!(
+            body(&out),
+            format!("{} 300000\n", sha256_hex(&expected)),
+            "{version}"
+        );
+        let chunked = [
+            version,
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            &at,
+        ];
+        let out = curl(&server, &chunked, "/app/sha256");
+        assert_eq!(
+            body(&out),
+            format!("{} 300000\n", sha256_hex(&expected)),
+            "{version} chunked"
+        );
+    }
+}
+
+#[test]
+fn a_hundred_megabytes_stream_through_in_bounded_memory() {
+    let app = App::start("a");
+    let dir = TestDir::new("proxy-big");
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let rss_before = rss_kib(&server);
+    const N: usize = 100 << 20;
+    let download = dir.path("down.bin");
+    let out = curl(
+        &server,
+        &["--max-time", "120", "-o", download.to_str().unwrap()],
+        &format!("/app/bytes?n={N}"),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let data = std::fs::read(&download).unwrap();
+    assert_eq!(data.len(), N);
+    let expected: Vec<u8> = (0..N).map(|i| (i % 256) as u8).collect();
+    assert!(data == expected, "download differs");
+    let upload = dir.write("up.bin", &expected);
+    let out = curl(
+        &server,
+        &[
+            "--max-time",
+            "120",
+            "--data-binary",
+            &format!("@{}", upload.display()),
+        ],
+        "/app/sha256",
+    );
+    assert_eq!(body(&out), format!("{} {N}\n", sha256_hex(&expected)));
+    let grown = rss_kib(&server).saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "RSS grew by {grown} KiB moving 200 MB");
+}
+
+fn rss_kib(server: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn upstream_failures_become_502_503_and_504_and_the_server_keeps_serving() {
+    let app = App::start("a");
+    let dir = TestDir::new("proxy-failures");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let upstreams = format!(
+        "{}[[upstream]]\nname = \"dead\"\nservers = [\"{dead_addr}\"]\nhealth = {{ fails = 1, interval = \"30s\" }}\n",
+        one_upstream(&app, "timeouts = { response_header = \"1s\" }\nhealth = { fails = 100 }")
+    );
+    let routes = format!("{APP_ROUTE}[[server.route]]\npath = \"/dead/\"\nupstream = \"dead\"\n");
+    let server = proxy(&dir, &upstreams, &routes);
+    assert_eq!(status(&server, &[], "/app/garbage"), 502);
+    assert_eq!(status(&server, &[], "/app/ambiguous"), 502);
+    let started = Instant::now();
+    assert_eq!(status(&server, &[], "/app/slow?ms=5000"), 504);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "504 after {took:?}");
+    assert_eq!(status(&server, &[], "/dead/x"), 502, "refused");
+    assert_eq!(status(&server, &[], "/dead/x"), 503, "then out of rotation");
+    // Broken off mid-body: the client sees the response end early, never a whole 200.
+    for version in ["--http1.1", "--http2"] {
+        let out = curl(&server, &[version, "-o", "/dev/null"], "/app/die?n=1000000");
+        assert!(
+            !out.status.success(),
+            "{version}: a truncated body looked complete: {out:?}"
+        );
+    }
+    assert_eq!(status(&server, &[], "/app/whoami"), 200, "still serving");
+    let log = server.stderr();
+    assert!(
+        log.contains("upstream \"dead\"") && log.contains("connect"),
+        "{log}"
+    );
+    let metrics = server.metrics();
+    assert!(
+        metric_sum(
+            &metrics,
+            "terminus_upstream_failures_total",
+            &["cause=\"bad_response\""]
+        ) >= 2.0
+    );
+    assert!(
+        metric_sum(
+            &metrics,
+            "terminus_upstream_failures_total",
+            &["cause=\"response_timeout\""]
+        ) >= 1.0
+    );
+    assert!(
+        metric_sum(
+            &metrics,
+            "terminus_upstream_health_changes_total",
+            &["to=\"down\"", "upstream=\"dead\""]
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn a_refused_connect_is_retried_on_the_next_server() {
+    let app = App::start("alive");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let dir = TestDir::new("proxy-retry");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{dead_addr}\", \"{}\"]\nhealth = {{ fails = 1, interval = \"30s\" }}\n",
+        app.addr()
+    );
+    let server = proxy(&dir, &upstreams, APP_ROUTE);
+    for _ in 0..6 {
+        // POST too: its body was never sent to the refusing server.
+        let out = curl(&server, &["--data-binary", "x"], "/app/whoami");
+        assert_eq!(body(&out), "alive");
+    }
+    let retries = server.metric(
+        "terminus_upstream_retries_total",
+        &[&format!("server=\"{dead_addr}\"")],
+    );
+    assert_eq!(
+        retries, 1.0,
+        "one retry, then the dead server is out of rotation"
+    );
+}
+
+#[test]
+fn balancing_follows_weights_backups_and_hash_keys() {
+    let apps: Vec<App> = ["a", "b", "c"].iter().map(|n| App::start(n)).collect();
+    let dir = TestDir::new("proxy-balance");
+    let upstreams = format!(
+        r#"
+[[upstream]]
+name = "app"
+servers = ["{}", {{ address = "{}", weight = 2 }}, {{ address = "{}", backup = true }}]
+[[upstream]]
+name = "sticky"
+servers = ["{}", "{}", "{}"]
+balance = "hash"
+hash_key = "header:x-user"
+"#,
+        apps[0].addr(),
+        apps[1].addr(),
+        apps[2].addr(),
+        apps[0].addr(),
+        apps[1].addr(),
+        apps[2].addr()
+    );
+    let routes =
+        format!("{APP_ROUTE}[[server.route]]\npath = \"/sticky/\"\nupstream = \"sticky\"\n");
+    let server = proxy(&dir, &upstreams, &routes);
+    let mut seen = std::collections::HashMap::new();
+    for _ in 0..30 {
+        *seen
+            .entry(body(&curl(&server, &[], "/app/whoami")))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(seen.get("a"), Some(&10), "{seen:?}");
+    assert_eq!(seen.get("b"), Some(&20), "{seen:?}");
+    assert_eq!(seen.get("c"), None, "the backup stays idle: {seen:?}");
+    for user in ["alice", "bob", "carol", "dave"] {
+        let h = format!("X-User: {user}");
+        let first = body(&curl(&server, &["-H", &h], "/sticky/whoami"));
+        for _ in 0..5 {
+            assert_eq!(
+                body(&curl(&server, &["-H", &h], "/sticky/whoami")),
+                first,
+                "{user}"
+            );
+        }
+    }
+}
+
+#[test]
+fn keep_alive_requests_reuse_upstream_connections() {
+    let app = App::start("a");
+    let dir = TestDir::new("proxy-reuse");
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    // 200 requests over one client connection (curl reuses it for repeated URLs).
+    let urls: Vec<String> = (0..200).map(|_| server.url("/app/whoami")).collect();
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let out = run(Command::new("curl")
+        .args(["-sS", "-k", "--resolve", &resolve])
+        .args(&urls));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(200));
+    let metrics = server.metrics();
+    let new = metric_sum(
+        &metrics,
+        "terminus_upstream_connections_total",
+        &["kind=\"new\""],
+    );
+    let reused = metric_sum(
+        &metrics,
+        "terminus_upstream_connections_total",
+        &["kind=\"reused\""],
+    );
+    assert_eq!(new + reused, 200.0);
+    assert!(reused / 200.0 >= 0.99, "reused {reused} of 200");
+}
+
+#[test]
+fn check_names_the_line_of_a_bad_upstream() {
+    let dir = TestDir::new("proxy-check");
+    for (text, line, says) in [
+        ("[[upstream]]\nname = \"a\"\nservers = [\"nowhere\"]\n", 3, "nowhere"),
+        ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nbalance = \"random\"\n", 4, "balancing"),
+        (
+            "[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/api/\"\nupstream = \"missing\"\n",
+            5,
+            "no [[upstream]]",
+        ),
+    ] {
+        let conf = dir.write("bad.toml", text);
+        let out = run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(err.contains(&format!("bad.toml:{line}:")) && err.contains(says), "{text}: {err}");
+    }
+}

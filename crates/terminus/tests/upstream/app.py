@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""A real HTTP/1.1 application server for the reverse proxy's tests (Python's own
+http.server, threaded, keep-alive). Usage: app.py PORT NAME. It prints "ready" once
+listening. Endpoints:
+Endpoints are matched by the path's last segment ("/app/whoami" is /whoami), since the
+proxy passes the path on unchanged.
+  /whoami            its NAME (which server a balanced request reached)
+  /headers           the request line and headers as JSON
+  /bytes?n=N[&mode=length|chunked|close]   N bytes of a fixed pattern
+  /sha256            (any method with a body) the body's sha256 and length
+  /trailers          a chunked body followed by trailers
+  /slow?ms=M         answers after M ms
+  /garbage           a response that is not HTTP
+  /ambiguous         a response with both Content-Length and Transfer-Encoding
+  /die?n=N           announces N bytes, sends half, then closes
+"""
+import hashlib
+import json
+import socket
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+PATTERN = bytes(range(256)) * 256  # 64 KiB
+
+
+def pattern(n):
+    full, rest = divmod(n, len(PATTERN))
+    for _ in range(full):
+        yield PATTERN
+    if rest:
+        yield PATTERN[:rest]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "app"
+
+    def log_message(self, *args):
+        pass
+
+    def read_body(self):
+        """Yields the request body's pieces, content-length or chunked."""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                left = size
+                while left:
+                    piece = self.rfile.read(min(left, 65536))
+                    if not piece:
+                        raise ConnectionError("body cut short")
+                    left -= len(piece)
+                    yield piece
+                self.rfile.readline()
+        else:
+            left = int(self.headers.get("Content-Length", "0"))
+            while left:
+                piece = self.rfile.read(min(left, 65536))
+                if not piece:
+                    raise ConnectionError("body cut short")
+                left -= len(piece)
+                yield piece
+
+    def reply(self, status, body, ctype="text/plain"):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        url = urlparse(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        # Routed by the last segment: behind a route "/app/", "/app/whoami" is /whoami.
+        path = "/" + url.path.rsplit("/", 1)[-1]
+        if path == "/sha256":
+            h, n = hashlib.sha256(), 0
+            for piece in self.read_body():
+                h.update(piece)
+                n += len(piece)
+            return self.reply(200, f"{h.hexdigest()} {n}\n".encode())
+        for _ in self.read_body():
+            pass
+        if path == "/whoami":
+            return self.reply(200, NAME.encode())
+        if path == "/headers":
+            seen = {"method": self.command, "target": self.path,
+                    "headers": [[k.lower(), v] for k, v in self.headers.items()]}
+            return self.reply(200, json.dumps(seen).encode(), "application/json")
+        if path == "/bytes":
+            n, mode = int(q.get("n", "0")), q.get("mode", "length")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            if mode == "length":
+                self.send_header("Content-Length", str(n))
+            elif mode == "chunked":
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            for piece in pattern(n):
+                if mode == "chunked":
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                else:
+                    self.wfile.write(piece)
+            if mode == "chunked":
+                self.wfile.write(b"0\r\n\r\n")
+            return
+        if path == "/trailers":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Trailer", "x-checksum")
+            self.end_headers()
+            self.wfile.write(b"5\r\nhello\r\n0\r\nx-checksum: abc123\r\n\r\n")
+            return
+        if path == "/slow":
+            time.sleep(int(q.get("ms", "1000")) / 1000)
+            return self.reply(200, b"slow\n")
+        if path == "/garbage":
+            self.wfile.write(b"this is not http\r\n\r\n")
+            self.close_connection = True
+            return
+        if path == "/ambiguous":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+            return
+        if path == "/die":
+            n = int(q.get("n", "1000000"))
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            self.wfile.write(b"x" * (n // 2))
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.reply(404, b"not found\n")
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = handle_any
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+if __name__ == "__main__":
+    port, NAME = int(sys.argv[1]), sys.argv[2]
+    server = Server(("127.0.0.1", port), Handler)
+    print("ready", server.server_address[1], flush=True)
+    server.serve_forever()
