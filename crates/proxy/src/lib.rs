@@ -24,7 +24,7 @@ pub mod upstream;
 
 pub use forward::{forward, ProxyError};
 pub use headers::Origin;
-pub use http1::ResponseBody;
+pub use http1::{ResponseBody, Upstreamed};
 pub use metrics::ProxyMetrics;
 pub use pool::Pool;
 pub use spec::UpstreamSpec;

@@ -29,6 +29,17 @@ use crate::spec::Timeouts;
 use crate::upstream::InProgress;
 use pump::{Pump, PumpError};
 
+/// Which server answered a proxied response, for the access log (a response extension).
+#[derive(Debug, Clone, Copy)]
+pub struct Upstreamed {
+    /// The server's address.
+    pub server: std::net::SocketAddr,
+    /// Its status code.
+    pub status: u16,
+    /// From the end of the request head to the response head.
+    pub header_time: std::time::Duration,
+}
+
 /// How a request body goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BodyFraming {
@@ -192,7 +203,8 @@ impl Exchange<'_> {
                 }
             }
         };
-        metrics.latency(Phase::ResponseHeader, sent_at.elapsed());
+        let header_time = sent_at.elapsed();
+        metrics.latency(Phase::ResponseHeader, header_time);
 
         let (mut parts, ()) = resp.into_parts();
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {
@@ -226,6 +238,8 @@ impl Exchange<'_> {
                 SizeHint::new()
             }
         };
+        let server = progress.server().spec.address;
+        let status = parts.status.as_u16();
         let body = ResponseBody::reading(body::Reading {
             read,
             buf,
@@ -240,7 +254,13 @@ impl Exchange<'_> {
             progress,
             started: self.started,
         });
-        Ok(Response::from_parts(parts, body))
+        let mut resp = Response::from_parts(parts, body);
+        resp.extensions_mut().insert(Upstreamed {
+            server,
+            status,
+            header_time,
+        });
+        Ok(resp)
     }
 }
 

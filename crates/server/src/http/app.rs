@@ -59,8 +59,21 @@ impl Responder for ConnectionInfo {
                 .get(header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("-");
+            // Proxied: which server answered, its status and header time (nginx's
+            // $upstream_addr, $upstream_status, $upstream_header_time).
+            let upstream = resp
+                .extensions()
+                .get::<terminus_proxy::Upstreamed>()
+                .map_or(String::new(), |u| {
+                    format!(
+                        " upstream={} upstream_status={} upstream_time={:.3}",
+                        u.server,
+                        u.status,
+                        u.header_time.as_secs_f64()
+                    )
+                });
             log.write(format_args!(
-                "{} \"{} {} {:?}\" {} {} \"{}\"",
+                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream}",
                 self.peer,
                 method,
                 target,

@@ -12,7 +12,7 @@ proxy passes the path on unchanged.
   /slow?ms=M         answers after M ms
   /garbage           a response that is not HTTP
   /ambiguous         a response with both Content-Length and Transfer-Encoding
-  /die?n=N           announces N bytes, sends half, then closes
+  /die?n=N[&mode=chunked]  announces N bytes (or chunks), sends half, then closes
 """
 import hashlib
 import json
@@ -135,9 +135,14 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/die":
             n = int(q.get("n", "1000000"))
             self.send_response(200)
-            self.send_header("Content-Length", str(n))
-            self.end_headers()
-            self.wfile.write(b"x" * (n // 2))
+            if q.get("mode") == "chunked":
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.write(b"%x\r\n%s\r\n" % (n // 2, b"x" * (n // 2)))
+            else:
+                self.send_header("Content-Length", str(n))
+                self.end_headers()
+                self.wfile.write(b"x" * (n // 2))
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
