@@ -242,15 +242,9 @@ impl Decoder {
                     let section = &buf[..end + 4];
                     let mut fields = [httparse::EMPTY_HEADER; 64];
                     let trailers = match httparse::parse_headers(section, &mut fields) {
-                        Ok(httparse::Status::Complete((_, fields))) => fields
-                            .iter()
-                            .map(|f| {
-                                let name = header::HeaderName::from_bytes(f.name.as_bytes());
-                                let value = HeaderValue::from_bytes(f.value);
-                                name.ok().zip(value.ok())
-                            })
-                            .collect::<Option<HeaderMap>>()
-                            .ok_or(Malformed("bad trailer field"))?,
+                        Ok(httparse::Status::Complete((_, fields))) => {
+                            crate::head::field_map(fields).ok_or(Malformed("bad trailer field"))?
+                        }
                         _ => return Err(Malformed("bad trailer section")),
                     };
                     buf.drain(..end + 4);

@@ -31,17 +31,8 @@ pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCod
         .unwrap_or("")
         .parse()
         .map_err(|_| StatusCode::BAD_REQUEST)?;
-    let version = match parsed.version {
-        Some(0) => Version::HTTP_10,
-        _ => Version::HTTP_11,
-    };
-    let mut map = HeaderMap::with_capacity(parsed.headers.len());
-    for h in parsed.headers.iter() {
-        map.append(
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| StatusCode::BAD_REQUEST)?,
-            HeaderValue::from_bytes(h.value).map_err(|_| StatusCode::BAD_REQUEST)?,
-        );
-    }
+    let version = version_of(parsed.version);
+    let map = field_map(parsed.headers).ok_or(StatusCode::BAD_REQUEST)?;
     let mut req = Request::builder()
         .method(method)
         .uri(uri)
@@ -70,23 +61,33 @@ pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malform
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(Malformed("bad status code"))?;
-    let version = match parsed.version {
-        Some(0) => Version::HTTP_10,
-        _ => Version::HTTP_11,
-    };
-    let mut map = HeaderMap::with_capacity(parsed.headers.len());
-    for h in parsed.headers.iter() {
-        map.append(
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| Malformed("bad field name"))?,
-            HeaderValue::from_bytes(h.value).map_err(|_| Malformed("bad field value"))?,
-        );
-    }
+    let version = version_of(parsed.version);
+    let map = field_map(parsed.headers).ok_or(Malformed("bad field name or value"))?;
     let mut resp = Response::new(());
     *resp.status_mut() = status;
     *resp.version_mut() = version;
     *resp.headers_mut() = map;
     buf.drain(..len);
     Ok(Some(resp))
+}
+
+fn version_of(minor: Option<u8>) -> Version {
+    match minor {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    }
+}
+
+/// Parsed fields as a map; `None` if a name or value is not valid in one.
+pub(crate) fn field_map(fields: &[httparse::Header<'_>]) -> Option<HeaderMap> {
+    let mut map = HeaderMap::with_capacity(fields.len());
+    for f in fields {
+        map.append(
+            HeaderName::from_bytes(f.name.as_bytes()).ok()?,
+            HeaderValue::from_bytes(f.value).ok()?,
+        );
+    }
+    Some(map)
 }
 
 /// Appends an HTTP/1.1 request head: `method target HTTP/1.1`, then `headers` as given
