@@ -22,7 +22,7 @@ use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
 use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, ResponseBody};
 use crate::metrics::{Failure, Phase};
-use crate::pool::Pool;
+use crate::pool::{Conn, Pool};
 use crate::spec::{Balance, HashKey};
 use crate::upstream::{InProgress, Upstream};
 
@@ -99,12 +99,12 @@ where
         let address = server.spec.address;
         server.metrics.request();
         let progress = InProgress::new(upstream.clone(), i);
-        let (stream, reused) = match pool.take(address) {
-            Some(stream) => (stream, true),
+        let (conn, reused) = match pool.take(address) {
+            Some(conn) => (conn, true),
             None => match connect(address, upstream.spec.timeouts.connect).await {
                 Ok((stream, took)) => {
                     server.metrics.latency(Phase::Connect, took);
-                    (stream, false)
+                    (Conn::new(stream), false)
                 }
                 Err(failure) => {
                     upstream.failed(i, failure);
@@ -132,7 +132,7 @@ where
             started,
         };
         let failed = match exchange
-            .run(stream, reused, body.take().expect("body"), progress)
+            .run(conn, reused, body.take().expect("body"), progress)
             .await
         {
             Ok(resp) => return Ok(resp),

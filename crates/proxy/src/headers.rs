@@ -94,14 +94,18 @@ fn is_token(b: u8) -> bool {
 
 /// Appends `item` to the comma-separated list in `name`, folding repeated fields into one.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
-    let mut list: Vec<String> = headers
-        .get_all(&name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .collect();
-    list.push(item.to_owned());
-    if let Ok(v) = HeaderValue::from_str(&list.join(", ")) {
+    let mut list = String::new();
+    for v in headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()) {
+        list.push_str(v);
+        list.push_str(", ");
+    }
+    let value = if list.is_empty() {
+        HeaderValue::from_str(item)
+    } else {
+        list.push_str(item);
+        HeaderValue::from_str(&list)
+    };
+    if let Ok(v) = value {
         headers.insert(name, v);
     }
 }

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use crate::metrics::ServerMetrics;
@@ -36,10 +37,32 @@ impl Default for Pool {
     }
 }
 
+/// An upstream connection as an exchange uses it: its halves (the request body goes out
+/// while the response comes in) and its read buffer, kept across requests so that a
+/// reused connection costs no allocation.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) read: OwnedReadHalf,
+    pub(crate) write: OwnedWriteHalf,
+    /// Empty between exchanges.
+    pub(crate) buf: Vec<u8>,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream) -> Self {
+        let (read, write) = stream.into_split();
+        Conn {
+            read,
+            write,
+            buf: Vec::with_capacity(16 * 1024),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Idle {
     /// Always `Some` until taken.
-    stream: Option<TcpStream>,
+    conn: Option<Conn>,
     until: Instant,
     metrics: Arc<ServerMetrics>,
 }
@@ -52,26 +75,26 @@ impl Drop for Idle {
 
 impl Pool {
     /// An idle connection to `address` that is still open, if there is one.
-    pub(crate) fn take(&self, address: SocketAddr) -> Option<TcpStream> {
+    pub(crate) fn take(&self, address: SocketAddr) -> Option<Conn> {
         self.sweep();
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(&address)?;
         let now = Instant::now();
-        while let Some(mut conn) = list.pop() {
-            let stream = conn.stream.take()?;
-            if conn.until > now && still_open(&stream) {
-                return Some(stream);
+        while let Some(mut idle) = list.pop() {
+            let conn = idle.conn.take()?;
+            if idle.until > now && still_open(&conn.read) {
+                return Some(conn);
             }
         }
         None
     }
 
-    /// Keeps `stream` for the next request to `address`, unless `keepalive` keeps no
+    /// Keeps `conn` for the next request to `address`, unless `keepalive` keeps no
     /// more of them.
     pub(crate) fn put(
         &self,
         address: SocketAddr,
-        stream: TcpStream,
+        conn: Conn,
         keepalive: Keepalive,
         metrics: &Arc<ServerMetrics>,
     ) {
@@ -83,7 +106,7 @@ impl Pool {
         }
         metrics.idle(1);
         list.push(Idle {
-            stream: Some(stream),
+            conn: Some(conn),
             until: Instant::now() + keepalive.timeout,
             metrics: metrics.clone(),
         });
@@ -115,7 +138,7 @@ impl Pool {
 
 /// An idle connection has nothing to read: a FIN (0) or unsolicited bytes mean the
 /// server is done with it.
-fn still_open(stream: &TcpStream) -> bool {
+fn still_open(read: &OwnedReadHalf) -> bool {
     let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    matches!(read.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }

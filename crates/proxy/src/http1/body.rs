@@ -19,7 +19,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use super::pump::Pump;
 use super::Stall;
 use crate::metrics::{Failure, Phase};
-use crate::pool::Pool;
+use crate::pool::{Conn, Pool};
 use crate::spec::Keepalive;
 use crate::upstream::InProgress;
 
@@ -70,15 +70,15 @@ impl ResponseBody {
         if let (true, true, Some(write)) = (r.keep_alive, r.buf.is_empty(), write) {
             let Reading {
                 read,
+                buf,
                 pool,
                 keepalive,
                 progress,
                 ..
             } = *r;
-            if let Ok(stream) = read.reunite(write) {
-                let server = progress.server();
-                pool.put(server.spec.address, stream, keepalive, &server.metrics);
-            }
+            let server = progress.server();
+            let conn = Conn { read, write, buf };
+            pool.put(server.spec.address, conn, keepalive, &server.metrics);
         }
     }
 
@@ -140,7 +140,11 @@ impl Body for ResponseBody {
             };
             match read {
                 Poll::Pending => {
-                    if r.stall.as_mut().poll(cx).is_ready() {
+                    let idle = r.idle;
+                    let stall = r
+                        .stall
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                    if stall.as_mut().poll(cx).is_ready() {
                         let idle = r.idle;
                         let err =
                             self.fail(Failure::IdleTimeout, format!("no body bytes for {idle:?}"));
@@ -163,8 +167,9 @@ impl Body for ResponseBody {
                     r.keep_alive = false;
                 }
                 Poll::Ready(Ok(_)) => {
-                    let deadline = tokio::time::Instant::now() + r.idle;
-                    r.stall.as_mut().reset(deadline);
+                    if let Some(stall) = &mut r.stall {
+                        stall.as_mut().reset(tokio::time::Instant::now() + r.idle);
+                    }
                 }
             }
         }

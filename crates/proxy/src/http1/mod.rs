@@ -20,11 +20,10 @@ use hyper::header;
 use hyper::{Method, Response, StatusCode};
 use terminus_h1::{parse_response, response_framing, Decoder, Framing, MAX_HEAD};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::headers::remove_hop_by_hop;
 use crate::metrics::{Failure, Phase};
-use crate::pool::Pool;
+use crate::pool::{Conn, Pool};
 use crate::spec::Timeouts;
 use crate::upstream::InProgress;
 use pump::{Pump, PumpError};
@@ -76,7 +75,7 @@ impl Exchange<'_> {
     /// Sends the request on `stream` and reads the response head.
     pub(crate) async fn run<B>(
         self,
-        stream: TcpStream,
+        conn: Conn,
         reused: bool,
         body: B,
         progress: InProgress,
@@ -85,7 +84,11 @@ impl Exchange<'_> {
         B: hyper::body::Body<Data = Bytes, Error = io::Error> + 'static,
     {
         let metrics = progress.server().metrics.clone();
-        let (mut read, mut write) = stream.into_split();
+        let Conn {
+            mut read,
+            mut write,
+            mut buf,
+        } = conn;
         let fail = |failure, detail: String, body| Failed {
             failure: Some(failure),
             detail,
@@ -120,7 +123,6 @@ impl Exchange<'_> {
 
         // The head, with the body going out meanwhile; the response_header timeout runs
         // from the end of the request (the body may take long to upload).
-        let mut buf = Vec::with_capacity(8 * 1024);
         let mut deadline = pump
             .is_done()
             .then(|| Instant::now() + self.timeouts.response_header);
@@ -248,7 +250,7 @@ impl Exchange<'_> {
             keep_alive,
             hint,
             idle: self.timeouts.idle,
-            stall: Box::pin(tokio::time::sleep(self.timeouts.idle)),
+            stall: None,
             pool: self.pool.clone(),
             keepalive: self.keepalive,
             progress,
@@ -269,9 +271,10 @@ async fn read_some(
     read: &mut tokio::net::tcp::OwnedReadHalf,
     buf: &mut Vec<u8>,
 ) -> io::Result<usize> {
-    buf.reserve(16 * 1024);
+    buf.reserve(4 * 1024);
     read.read_buf(buf).await
 }
 
-/// How long an idle body may stall, as a pinned timer the body resets on progress.
-pub(crate) type Stall = Pin<Box<tokio::time::Sleep>>;
+/// How long an idle body may stall: a pinned timer, made the first time the body has to
+/// wait (most small responses never do) and reset on progress.
+pub(crate) type Stall = Option<Pin<Box<tokio::time::Sleep>>>;
