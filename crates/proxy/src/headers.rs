@@ -95,7 +95,11 @@ fn is_token(b: u8) -> bool {
 /// Appends `item` to the comma-separated list in `name`, folding repeated fields into one.
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
     let mut list = String::new();
-    for v in headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()) {
+    for v in headers
+        .get_all(&name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+    {
         list.push_str(v);
         list.push_str(", ");
     }
