@@ -20,11 +20,13 @@ use tokio::net::TcpStream;
 use crate::balance::hash;
 use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
 use crate::health::now_ms;
-use crate::http1::{BodyFraming, Exchange, ResponseBody};
+use crate::http1::{BodyFraming, Exchange, Failed};
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Pool};
-use crate::spec::{Balance, HashKey};
+use crate::response::ResponseBody;
+use crate::spec::{Balance, HashKey, Protocol};
 use crate::upstream::{InProgress, Upstream};
+use terminus_h1::has_token;
 
 /// A request the proxy could not pass on, or whose response it could not get.
 #[derive(Debug)]
@@ -51,6 +53,14 @@ impl fmt::Display for ProxyError {
 
 impl std::error::Error for ProxyError {}
 
+/// What every attempt at a request shares, whichever server and protocol it goes to.
+pub(crate) struct Attempt {
+    pub(crate) timeouts: crate::spec::Timeouts,
+    pub(crate) started: Instant,
+    /// The client said it takes trailers (`TE: trailers`): HTTP/2 upstreams are told so.
+    pub(crate) trailers: bool,
+}
+
 /// Sends `req` to `upstream` on behalf of the client `origin` describes, and returns the
 /// response to stream back. `pool` is the calling worker's.
 pub async fn forward<B>(
@@ -62,11 +72,20 @@ pub async fn forward<B>(
 where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
 {
-    let started = Instant::now();
+    let attempt = Attempt {
+        timeouts: upstream.spec.timeouts,
+        started: Instant::now(),
+        trailers: has_token(req.headers(), header::TE, "trailers"),
+    };
     let (mut parts, body) = req.into_parts();
     let key = hash_key(&upstream.spec.balance, &parts, origin);
     let framing = body_framing(&body);
-    let head = upstream_head(&mut parts, origin, framing, &body);
+    upstream_headers(&mut parts, origin, framing, &body);
+    // HTTP/1.1 heads are the same bytes for every attempt: encoded once.
+    let head = match upstream.spec.protocol {
+        Protocol::Http1 => http1_head(&parts),
+        Protocol::H2c => Vec::new(),
+    };
     let error = |status, server: Option<usize>, cause: String| ProxyError {
         status,
         upstream: upstream.spec.name.clone(),
@@ -96,45 +115,25 @@ where
             });
         };
         let server = &upstream.servers[i];
-        let address = server.spec.address;
         server.metrics.request();
         let progress = InProgress::new(upstream.clone(), i);
-        let (conn, reused) = match pool.take(address) {
-            Some(conn) => (conn, true),
-            None => match connect(address, upstream.spec.timeouts.connect).await {
-                Ok((stream, took)) => {
-                    server.metrics.latency(Phase::Connect, took);
-                    (Conn::new(stream), false)
-                }
-                Err(failure) => {
-                    upstream.failed(i, failure);
-                    let status = status_of(failure);
-                    let cause = format!("connect: {}", failure.name());
-                    log_failure(upstream, address, &cause);
-                    if !retried {
-                        retried = true;
-                        excluded = Some(i);
-                        server.metrics.retry();
-                        continue;
-                    }
-                    return Err(error(status, Some(i), cause));
-                }
-            },
+        let body_now = body.take().expect("body");
+        let outcome = match upstream.spec.protocol {
+            Protocol::Http1 => {
+                let exchange = Exchange {
+                    head: &head,
+                    method: &parts.method,
+                    framing,
+                    timeouts: attempt.timeouts,
+                    keepalive: upstream.spec.keepalive,
+                    pool,
+                    started: attempt.started,
+                };
+                http1_attempt(exchange, pool, body_now, progress).await
+            }
+            Protocol::H2c => crate::h2::send(&pool.h2, &parts, body_now, progress, &attempt).await,
         };
-        server.metrics.connection(reused);
-        let exchange = Exchange {
-            head: &head,
-            method: &parts.method,
-            framing,
-            timeouts: upstream.spec.timeouts,
-            keepalive: upstream.spec.keepalive,
-            pool,
-            started,
-        };
-        let failed = match exchange
-            .run(conn, reused, body.take().expect("body"), progress)
-            .await
-        {
+        let failed = match outcome {
             Ok(resp) => return Ok(resp),
             Err(failed) => failed,
         };
@@ -149,13 +148,16 @@ where
             return Err(error(StatusCode::BAD_REQUEST, Some(i), failed.detail));
         };
         upstream.failed(i, failure);
-        log_failure(upstream, address, &failed.detail);
-        // The server may have acted on the request: only a request that is safe to
-        // repeat and whose body it never saw goes to another server (nginx's default
-        // proxy_next_upstream: error, not timeouts, not non-idempotent methods).
+        log_failure(upstream, server.spec.address, &failed.detail);
+        // A failed connect saw nothing: any request goes to another server. Otherwise the
+        // server may have acted on it: only a request that is safe to repeat and whose
+        // body it never saw goes (nginx's default proxy_next_upstream: error, not
+        // timeouts, not non-idempotent methods).
+        let connect = matches!(failure, Failure::ConnectError | Failure::ConnectTimeout);
         let repeatable = body.is_some()
-            && is_idempotent(&parts.method)
-            && !matches!(failure, Failure::ResponseTimeout | Failure::IdleTimeout);
+            && (connect
+                || is_idempotent(&parts.method)
+                    && !matches!(failure, Failure::ResponseTimeout | Failure::IdleTimeout));
         if repeatable && !retried {
             retried = true;
             excluded = Some(i);
@@ -164,6 +166,39 @@ where
         }
         return Err(error(status_of(failure), Some(i), failed.detail));
     }
+}
+
+/// One HTTP/1.1 attempt: a pooled connection or a new one, then the exchange.
+async fn http1_attempt<B>(
+    exchange: Exchange<'_>,
+    pool: &Pool,
+    body: B,
+    progress: InProgress,
+) -> Result<Response<ResponseBody>, Failed<B>>
+where
+    B: Body<Data = Bytes, Error = io::Error> + 'static,
+{
+    let server = progress.server();
+    let address = server.spec.address;
+    let (conn, reused) = match pool.take(address) {
+        Some(conn) => (conn, true),
+        None => match connect(address, exchange.timeouts.connect).await {
+            Ok((stream, took)) => {
+                server.metrics.latency(Phase::Connect, took);
+                (Conn::new(stream), false)
+            }
+            Err(failure) => {
+                return Err(Failed {
+                    failure: Some(failure),
+                    detail: format!("connect: {}", failure.name()),
+                    body: Some(body),
+                    stale: false,
+                })
+            }
+        },
+    };
+    server.metrics.connection(reused);
+    exchange.run(conn, reused, body, progress).await
 }
 
 fn log_failure(upstream: &Upstream, server: SocketAddr, cause: &str) {
@@ -188,7 +223,10 @@ fn is_idempotent(method: &Method) -> bool {
 }
 
 /// A new connection to `address`, and how long it took.
-async fn connect(address: SocketAddr, within: Duration) -> Result<(TcpStream, Duration), Failure> {
+pub(crate) async fn connect(
+    address: SocketAddr,
+    within: Duration,
+) -> Result<(TcpStream, Duration), Failure> {
     let started = Instant::now();
     match tokio::time::timeout(within, TcpStream::connect(address)).await {
         Err(_) => Err(Failure::ConnectTimeout),
@@ -213,15 +251,15 @@ fn body_framing<B: Body>(body: &B) -> BodyFraming {
     }
 }
 
-/// The request head as the server gets it: origin-form target, hop-by-hop fields out,
-/// forwarding fields in, `Host` kept (from `:authority` for an HTTP/2 client), and the
-/// body's framing declared.
-fn upstream_head<B: Body>(
+/// The request's fields as the server gets them: hop-by-hop fields out, forwarding fields
+/// in, `Host` kept (from `:authority` for an HTTP/2 client), and the body's framing
+/// declared.
+fn upstream_headers<B: Body>(
     parts: &mut hyper::http::request::Parts,
     origin: &Origin<'_>,
     framing: BodyFraming,
     body: &B,
-) -> Vec<u8> {
+) {
     let headers = &mut parts.headers;
     remove_hop_by_hop(headers);
     if !headers.contains_key(header::HOST) {
@@ -249,10 +287,14 @@ fn upstream_head<B: Body>(
         }
         BodyFraming::None => {}
     }
+}
+
+/// The HTTP/1.1 request head: origin-form target and the fields as prepared.
+fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let target = if target.is_empty() { "/" } else { target };
     let mut head = Vec::with_capacity(512);
-    terminus_h1::encode_request_head(&mut head, &parts.method, target, headers);
+    terminus_h1::encode_request_head(&mut head, &parts.method, target, &parts.headers);
     head
 }
 

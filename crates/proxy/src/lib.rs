@@ -9,23 +9,27 @@
 //!   [`health`] (passive: failures in a row take a server out), and the [`balance`]r;
 //! - [`pool`]: each worker's idle connections, reused under keep-alive;
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
-//!   connection taken or opened, exchange run ([`http1`]), retried where safe;
+//!   connection taken or opened, exchange run ([`http1`], or HTTP/2 in cleartext for
+//!   gRPC backends), the [`response`] streamed back, retried where safe;
 //! - [`metrics`]: per-server series.
 
 pub mod balance;
 pub mod forward;
+mod h2;
 pub mod headers;
 pub mod health;
 pub mod http1;
 pub mod metrics;
 pub mod pool;
+pub mod response;
 pub mod spec;
 pub mod upstream;
 
 pub use forward::{forward, ProxyError};
 pub use headers::Origin;
-pub use http1::{ResponseBody, Upstreamed};
+pub use http1::Upstreamed;
 pub use metrics::ProxyMetrics;
 pub use pool::Pool;
+pub use response::ResponseBody;
 pub use spec::UpstreamSpec;
 pub use upstream::Upstream;

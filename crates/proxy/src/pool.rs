@@ -26,6 +26,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 pub struct Pool {
     idle: RefCell<HashMap<SocketAddr, Vec<Idle>>>,
     last_sweep: Cell<Instant>,
+    /// HTTP/2 connections, one per server, shared by the requests in progress.
+    pub(crate) h2: crate::h2::Connections,
 }
 
 impl Default for Pool {
@@ -33,6 +35,7 @@ impl Default for Pool {
         Pool {
             idle: RefCell::default(),
             last_sweep: Cell::new(Instant::now()),
+            h2: Default::default(),
         }
     }
 }

@@ -15,6 +15,8 @@ pub struct UpstreamSpec {
     pub servers: Vec<ServerSpec>,
     /// How a request's server is chosen.
     pub balance: Balance,
+    /// What the servers speak.
+    pub protocol: Protocol,
     /// Idle connections kept for reuse.
     pub keepalive: Keepalive,
     /// How long each step may take.
@@ -32,6 +34,16 @@ pub struct ServerSpec {
     pub weight: u32,
     /// Used only while every primary server is down.
     pub backup: bool,
+}
+
+/// What an upstream's servers speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1, a connection per request in progress, kept alive between them.
+    Http1,
+    /// HTTP/2 in cleartext with prior knowledge (gRPC backends): one connection per
+    /// server per worker, every request a stream on it.
+    H2c,
 }
 
 /// How the next request's server is chosen.

@@ -19,10 +19,17 @@ struct App {
 
 impl App {
     fn start(name: &str) -> App {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/app.py");
+        Self::launch("app.py", &["0", name])
+    }
+
+    /// Starts tests/upstream/SCRIPT with `args`; it prints "ready PORT" once listening.
+    fn launch(script: &str, args: &[&str]) -> App {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/upstream")
+            .join(script);
         let mut child = Command::new("python3")
             .arg(script)
-            .args(["0", name])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -34,7 +41,7 @@ impl App {
         let port = line
             .strip_prefix("ready ")
             .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("app.py did not start: {line:?}"));
+            .unwrap_or_else(|| panic!("{args:?} did not start: {line:?}"));
         App { child, port }
     }
 
@@ -501,5 +508,82 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
         body(&slow),
         "slow\n",
         "the request in flight finished on the old upstream"
+    );
+}
+
+/// True when Python's grpcio is installed (`.ci/run` installs it); otherwise the skip is
+/// shown and counted (see terminus_testkit).
+fn grpcio() -> bool {
+    let found = Command::new("python3")
+        .args(["-c", "import grpc"])
+        .status()
+        .is_ok_and(|s| s.success());
+    terminus_testkit::runs_here(
+        terminus_testkit::Need::Grpcio,
+        found,
+        "python3 -m pip install grpcio",
+    )
+}
+
+#[test]
+fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
+    if !grpcio() {
+        return;
+    }
+    let backend = App::launch("grpc_app.py", &["serve"]);
+    let dir = TestDir::new("proxy-grpc");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"grpc\"\nservers = [\"{}\"]\nprotocol = \"h2c\"\n",
+        backend.addr()
+    );
+    let routes = "[[server.route]]\npath = \"/test.Echo/\"\nupstream = \"grpc\"\n";
+    let server = proxy(&dir, &upstreams, routes);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/grpc_app.py");
+    let out = run(Command::new("python3").arg(script).args([
+        "call",
+        &format!("localhost:{}", server.port()),
+        dir.path("k.pem").to_str().unwrap(),
+    ]));
+    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["unary_ok"], true, "{seen}");
+    assert_eq!(seen["unary_trailer"], "yes", "{seen}");
+    assert_eq!(seen["stream"], serde_json::json!(["0", "1", "2", "3", "4"]));
+    assert_eq!(seen["sum"], "abc");
+    assert_eq!(
+        seen["fail"],
+        serde_json::json!(["NOT_FOUND", "no such thing"])
+    );
+    // An HTTP/1.1 client reaches the h2c backend too: one gRPC message, framed by hand.
+    let message = dir.write("message.bin", [0u8, 0, 0, 0, 2, b'h', b'i']);
+    let out = curl(
+        &server,
+        &[
+            "--http1.1",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "--data-binary",
+            &format!("@{}", message.display()),
+        ],
+        "/test.Echo/Unary",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, [0u8, 0, 0, 0, 2, b'h', b'i'], "{out:?}");
+    let metrics = server.metrics();
+    let new = metric_sum(
+        &metrics,
+        "terminus_upstream_connections_total",
+        &["kind=\"new\""],
+    );
+    let reused = metric_sum(
+        &metrics,
+        "terminus_upstream_connections_total",
+        &["kind=\"reused\""],
+    );
+    assert!(
+        new <= 2.0 && reused >= 2.0,
+        "one h2 connection per worker carries the calls: {new} new, {reused} reused"
     );
 }

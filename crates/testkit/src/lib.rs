@@ -35,6 +35,8 @@ pub enum Need {
     Ifma,
     /// A guest kernel with kernel TLS (`tests/ktls-guest/run`).
     KtlsGuest,
+    /// Python's grpcio, for the reverse proxy's gRPC test (`.ci/run` installs it).
+    Grpcio,
 }
 
 impl Need {
@@ -43,6 +45,7 @@ impl Need {
         match self {
             Need::Ifma => "ifma",
             Need::KtlsGuest => "ktls-guest",
+            Need::Grpcio => "grpcio",
         }
     }
 }

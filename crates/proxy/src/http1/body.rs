@@ -26,8 +26,8 @@ use crate::upstream::InProgress;
 /// Bytes asked of the socket per read.
 const READ_SIZE: usize = 64 * 1024;
 
-/// A proxied response's body.
-pub struct ResponseBody(Option<Box<Reading>>);
+/// A response body read from an HTTP/1.1 upstream connection.
+pub(crate) struct Http1Body(Option<Box<Reading>>);
 
 pub(crate) struct Reading {
     pub(crate) read: OwnedReadHalf,
@@ -45,9 +45,9 @@ pub(crate) struct Reading {
     pub(crate) started: Instant,
 }
 
-impl ResponseBody {
+impl Http1Body {
     pub(crate) fn reading(reading: Reading) -> Self {
-        let mut body = ResponseBody(Some(Box::new(reading)));
+        let mut body = Http1Body(Some(Box::new(reading)));
         // A body already whole (none, or all in the head's read) ends here, so that the
         // connection is back in the pool before the client has even been answered.
         if body.0.as_ref().is_some_and(|r| r.decoder.is_done()) {
@@ -98,7 +98,7 @@ impl ResponseBody {
     }
 }
 
-impl Body for ResponseBody {
+impl Body for Http1Body {
     type Data = Bytes;
     type Error = io::Error;
 

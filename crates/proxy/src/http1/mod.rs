@@ -7,7 +7,7 @@
 mod body;
 mod pump;
 
-pub use body::ResponseBody;
+pub(crate) use body::Http1Body;
 
 use std::io;
 use std::pin::Pin;
@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::headers::remove_hop_by_hop;
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Pool};
+use crate::response::ResponseBody;
 use crate::spec::Timeouts;
 use crate::upstream::InProgress;
 use pump::{Pump, PumpError};
@@ -242,7 +243,7 @@ impl Exchange<'_> {
         };
         let server = progress.server().spec.address;
         let status = parts.status.as_u16();
-        let body = ResponseBody::reading(body::Reading {
+        let body = ResponseBody::http1(Http1Body::reading(body::Reading {
             read,
             buf,
             decoder: Decoder::new(framing),
@@ -255,7 +256,7 @@ impl Exchange<'_> {
             keepalive: self.keepalive,
             progress,
             started: self.started,
-        });
+        }));
         let mut resp = Response::from_parts(parts, body);
         resp.extensions_mut().insert(Upstreamed {
             server,

@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use terminus_proxy::spec::{Balance, HashKey, Health, Keepalive, ServerSpec, Timeouts};
+use terminus_proxy::spec::{Balance, HashKey, Health, Keepalive, Protocol, ServerSpec, Timeouts};
 use terminus_proxy::UpstreamSpec;
 use toml::Spanned;
 
@@ -168,17 +168,17 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
             None,
         ));
     }
-    if let Some(p) = &u.protocol {
-        if p.get_ref() != "http1" {
+    let protocol = match u.protocol.as_ref().map(|p| (p.get_ref().as_str(), p.span())) {
+        None | Some(("http1", _)) => Protocol::Http1,
+        Some(("h2c", _)) => Protocol::H2c,
+        Some((other, span)) => {
             return Err(ctx.err(
-                Some(p.span()),
-                format!("protocol = {:?} is not supported yet", p.get_ref()),
-                Some(
-                    "use \"http1\" (HTTP/1.1 to the upstream; clients may still use h2)".to_owned(),
-                ),
-            ));
+                Some(span),
+                format!("protocol = {other:?} is not supported"),
+                Some("use \"http1\" (HTTP/1.1) or \"h2c\" (HTTP/2 in cleartext, as gRPC backends speak); HTTP/2 over TLS to upstreams is not there yet".to_owned()),
+            ))
         }
-    }
+    };
     let d = |v: &Option<ConfigDuration>, default| v.map_or(default, |d| d.0);
     let keepalive = u.keepalive.as_ref().map_or_else(Keepalive::default, |k| {
         let default = Keepalive::default();
@@ -219,6 +219,7 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
         name: u.name.get_ref().clone(),
         servers,
         balance,
+        protocol,
         keepalive,
         timeouts,
         health,

@@ -1,0 +1,292 @@
+//! HTTP/2 to upstream servers in cleartext (h2c with prior knowledge, what gRPC backends
+//! speak): one connection per server per worker, multiplexing every request to it, driven
+//! by hyper's client on the worker's own event loop. Bodies stream both ways with h2's
+//! flow control as back-pressure, trailers included (gRPC's status travels in them).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, Uri};
+use hyper_util::rt::TokioIo;
+
+use crate::forward::Attempt;
+use crate::headers::remove_hop_by_hop;
+use crate::http1::{Failed, Upstreamed};
+use crate::metrics::{Failure, Phase};
+use crate::response::ResponseBody;
+use crate::upstream::InProgress;
+
+/// A request body as the h2 client takes it: any body, boxed (the client is generic over
+/// one body type per connection).
+pub(crate) struct LocalBody(Pin<Box<dyn Body<Data = Bytes, Error = io::Error>>>);
+
+impl Body for LocalBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.0.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0.size_hint()
+    }
+}
+
+/// Runs hyper's connection tasks on the worker's `LocalSet`: nothing here is `Send`.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
+    }
+}
+
+/// One worker's HTTP/2 connections, one per server.
+#[derive(Default)]
+pub(crate) struct Connections(RefCell<HashMap<SocketAddr, SendRequest<LocalBody>>>);
+
+impl std::fmt::Debug for Connections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} h2 connections", self.0.borrow().len())
+    }
+}
+
+impl Connections {
+    /// The open connection to `address` that can take another stream, if there is one.
+    fn open(&self, address: SocketAddr) -> Option<SendRequest<LocalBody>> {
+        let mut conns = self.0.borrow_mut();
+        match conns.get(&address) {
+            Some(send) if !send.is_closed() => Some(send.clone()),
+            Some(_) => {
+                conns.remove(&address);
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+/// Sends one request to server `progress.server` over HTTP/2, on the worker's connection
+/// to it (made first if there is none).
+pub(crate) async fn send<B>(
+    conns: &Connections,
+    parts: &hyper::http::request::Parts,
+    body: B,
+    progress: InProgress,
+    attempt: &Attempt,
+) -> Result<Response<ResponseBody>, Failed<B>>
+where
+    B: Body<Data = Bytes, Error = io::Error> + 'static,
+{
+    let server = progress.server();
+    let (address, metrics) = (server.spec.address, server.metrics.clone());
+    let fail = |failure, detail: String, body| Failed {
+        failure: Some(failure),
+        detail,
+        body,
+        stale: false,
+    };
+    let (mut send, reused) = match conns.open(address) {
+        Some(send) => (send, true),
+        None => {
+            let connected = Instant::now();
+            let stream = match crate::forward::connect(address, attempt.timeouts.connect).await {
+                Ok((stream, _)) => stream,
+                Err(failure) => {
+                    return Err(fail(
+                        failure,
+                        format!("connect: {}", failure.name()),
+                        Some(body),
+                    ))
+                }
+            };
+            let handshake = http2::Builder::new(LocalExec)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_interval(Some(Duration::from_secs(30)))
+                .handshake::<_, LocalBody>(TokioIo::new(stream));
+            let (send, conn) = match tokio::time::timeout(attempt.timeouts.connect, handshake).await
+            {
+                Ok(Ok(pair)) => pair,
+                Ok(Err(e)) => {
+                    return Err(fail(
+                        Failure::ConnectError,
+                        format!("h2 handshake: {e}"),
+                        Some(body),
+                    ))
+                }
+                Err(_) => {
+                    return Err(fail(
+                        Failure::ConnectTimeout,
+                        "h2 handshake timed out".into(),
+                        Some(body),
+                    ))
+                }
+            };
+            tokio::task::spawn_local(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%address, "upstream h2 connection ended: {e}");
+                }
+            });
+            metrics.latency(Phase::Connect, connected.elapsed());
+            conns.0.borrow_mut().insert(address, send.clone());
+            (send, false)
+        }
+    };
+    metrics.connection(reused);
+    if send.ready().await.is_err() {
+        conns.0.borrow_mut().remove(&address);
+        return Err(Failed {
+            stale: reused,
+            ..fail(
+                Failure::Closed,
+                "the h2 connection closed".into(),
+                Some(body),
+            )
+        });
+    }
+
+    let mut req = Request::new(LocalBody(Box::pin(body)));
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = h2_uri(parts);
+    *req.headers_mut() = parts.headers.clone();
+    // The authority travels as :authority; `te: trailers` is the one TE h2 allows, and
+    // gRPC servers want it.
+    req.headers_mut().remove(header::HOST);
+    req.headers_mut().remove(header::TRANSFER_ENCODING);
+    if attempt.trailers {
+        req.headers_mut()
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    let sent = Instant::now();
+    let resp = match tokio::time::timeout(attempt.timeouts.response_header, send.send_request(req))
+        .await
+    {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(e)) => {
+            // hyper gives the body back only when the request was never sent.
+            let detail = format!("h2 request: {e}");
+            let failure = if e.is_timeout() {
+                Failure::ResponseTimeout
+            } else {
+                Failure::Io
+            };
+            return Err(Failed {
+                failure: Some(failure),
+                detail,
+                body: None,
+                stale: false,
+            });
+        }
+        Err(_) => {
+            return Err(Failed {
+                failure: Some(Failure::ResponseTimeout),
+                detail: format!(
+                    "no response head within {:?}",
+                    attempt.timeouts.response_header
+                ),
+                body: None,
+                stale: false,
+            })
+        }
+    };
+    let header_time = sent.elapsed();
+    metrics.latency(Phase::ResponseHeader, header_time);
+    metrics.response(resp.status().as_u16());
+    let (mut parts, incoming) = resp.into_parts();
+    remove_hop_by_hop(&mut parts.headers);
+    parts.extensions.insert(Upstreamed {
+        server: address,
+        status: parts.status.as_u16(),
+        header_time,
+    });
+    let body = ResponseBody::h2(H2Body {
+        incoming,
+        progress: Some(progress),
+        started: attempt.started,
+    });
+    Ok(Response::from_parts(parts, body))
+}
+
+/// `http://authority/path`: hyper's h2 client takes the scheme and :authority from the URI.
+fn h2_uri(parts: &hyper::http::request::Parts) -> Uri {
+    let authority = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or(parts.uri.authority().map(|a| a.as_str()))
+        .unwrap_or("localhost");
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .unwrap_or_else(|_| Uri::from_static("/"))
+}
+
+/// A response body from an h2 upstream; the request counts as in progress until it ends.
+pub(crate) struct H2Body {
+    incoming: Incoming,
+    progress: Option<InProgress>,
+    started: Instant,
+}
+
+impl H2Body {
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let polled = Pin::new(&mut self.incoming).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(p), Some(data)) = (&self.progress, frame.data_ref()) {
+                    p.server().metrics.received(data.len() as u64);
+                }
+            }
+            Poll::Ready(None) => {
+                if let Some(p) = self.progress.take() {
+                    p.server()
+                        .metrics
+                        .latency(Phase::Total, self.started.elapsed());
+                    p.upstream.succeeded(p.server);
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(p) = self.progress.take() {
+                    p.upstream.failed(p.server, Failure::Io);
+                    tracing::warn!(upstream = %p.upstream.name(), server = %p.server().spec.address, "upstream h2 response broken off: {e}");
+                }
+            }
+            Poll::Pending => {}
+        }
+        polled
+            .map(|f| f.map(|r| r.map_err(|e| io::Error::new(io::ErrorKind::ConnectionAborted, e))))
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
