@@ -80,7 +80,19 @@ where
     let (mut parts, body) = req.into_parts();
     let key = hash_key(&upstream.spec.balance, &parts, origin);
     let framing = body_framing(&body);
+    // An HTTP/1.1 upgrade (WebSocket) to an HTTP/1.1 upstream keeps its Upgrade.
+    let upgrade = (upstream.spec.protocol == Protocol::Http1
+        && parts.version == hyper::Version::HTTP_11
+        && has_token(&parts.headers, header::CONNECTION, "upgrade"))
+    .then(|| parts.headers.get(header::UPGRADE).cloned())
+    .flatten();
     upstream_headers(&mut parts, origin, framing, &body);
+    if let Some(to) = &upgrade {
+        parts.headers.insert(header::UPGRADE, to.clone());
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
     // HTTP/1.1 heads are the same bytes for every attempt: encoded once.
     let head = match upstream.spec.protocol {
         Protocol::Http1 => http1_head(&parts),
@@ -128,6 +140,7 @@ where
                     keepalive: upstream.spec.keepalive,
                     pool,
                     started: attempt.started,
+                    upgrade: upgrade.as_ref(),
                 };
                 http1_attempt(exchange, pool, body_now, progress).await
             }

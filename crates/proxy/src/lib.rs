@@ -11,6 +11,7 @@
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
 //!   connection taken or opened, exchange run ([`http1`], or HTTP/2 in cleartext for
 //!   gRPC backends), the [`response`] streamed back, retried where safe;
+//! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways;
 //! - [`metrics`]: per-server series.
 
 pub mod balance;
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod pool;
 pub mod response;
 pub mod spec;
+pub mod tunnel;
 pub mod upstream;
 
 pub use forward::{forward, ProxyError};
@@ -32,4 +34,5 @@ pub use metrics::ProxyMetrics;
 pub use pool::Pool;
 pub use response::ResponseBody;
 pub use spec::UpstreamSpec;
+pub use tunnel::Upgrade;
 pub use upstream::Upstream;

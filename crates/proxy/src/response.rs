@@ -15,6 +15,7 @@ use crate::http1::Http1Body;
 pub struct ResponseBody(Kind);
 
 enum Kind {
+    Empty,
     Http1(Http1Body),
     H2(H2Body),
 }
@@ -27,6 +28,11 @@ impl ResponseBody {
     pub(crate) fn h2(body: H2Body) -> Self {
         ResponseBody(Kind::H2(body))
     }
+
+    /// No body (a 101: what follows is the upgraded connection's).
+    pub(crate) fn empty() -> Self {
+        ResponseBody(Kind::Empty)
+    }
 }
 
 impl Body for ResponseBody {
@@ -38,6 +44,7 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         match &mut self.0 {
+            Kind::Empty => Poll::Ready(None),
             Kind::Http1(b) => Pin::new(b).poll_frame(cx),
             Kind::H2(b) => b.poll_frame(cx),
         }
@@ -45,6 +52,7 @@ impl Body for ResponseBody {
 
     fn is_end_stream(&self) -> bool {
         match &self.0 {
+            Kind::Empty => true,
             Kind::Http1(b) => b.is_end_stream(),
             Kind::H2(b) => b.is_end_stream(),
         }
@@ -52,6 +60,7 @@ impl Body for ResponseBody {
 
     fn size_hint(&self) -> SizeHint {
         match &self.0 {
+            Kind::Empty => SizeHint::with_exact(0),
             Kind::Http1(b) => b.size_hint(),
             Kind::H2(b) => b.size_hint(),
         }

@@ -511,23 +511,24 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
     );
 }
 
-/// True when Python's grpcio is installed (`.ci/run` installs it); otherwise the skip is
-/// shown and counted (see terminus_testkit).
-fn grpcio() -> bool {
+/// True when the Python packages the gRPC and WebSocket tests drive (grpcio, websockets)
+/// are installed (`.ci/run` installs them); otherwise the skip is shown and counted (see
+/// terminus_testkit).
+fn python_packages() -> bool {
     let found = Command::new("python3")
-        .args(["-c", "import grpc"])
+        .args(["-c", "import grpc, websockets.asyncio.client"])
         .status()
         .is_ok_and(|s| s.success());
     terminus_testkit::runs_here(
-        terminus_testkit::Need::Grpcio,
+        terminus_testkit::Need::PythonPackages,
         found,
-        "python3 -m pip install grpcio",
+        "python3 -m pip install grpcio websockets",
     )
 }
 
 #[test]
 fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
-    if !grpcio() {
+    if !python_packages() {
         return;
     }
     let backend = App::launch("grpc_app.py", &["serve"]);
@@ -585,5 +586,49 @@ fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     assert!(
         new <= 2.0 && reused >= 2.0,
         "one h2 connection per worker carries the calls: {new} new, {reused} reused"
+    );
+}
+
+#[test]
+fn websocket_upgrades_become_a_two_way_stream() {
+    if !python_packages() {
+        return;
+    }
+    let backend = App::launch("ws_app.py", &["serve"]);
+    let dir = TestDir::new("proxy-ws");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"ws\"\nservers = [\"{}\"]\ntimeouts = {{ idle = \"2s\" }}\n",
+        backend.addr()
+    );
+    let routes = "[[server.route]]\npath = \"/ws/\"\nupstream = \"ws\"\n";
+    let server = proxy(&dir, &upstreams, routes);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/ws_app.py");
+    let out = run(Command::new("python3").arg(&script).args([
+        "call",
+        &format!("wss://localhost:{}/ws/echo", server.port()),
+        dir.path("k.pem").to_str().unwrap(),
+    ]));
+    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["text"], "hello", "{seen}");
+    assert_eq!(seen["binary_ok"], true, "{seen}");
+    assert_eq!(seen["ping"], true, "{seen}");
+    assert_eq!(seen["in_order"], true, "{seen}");
+    assert_eq!(seen["closed"], 1000, "a clean close went through: {seen}");
+    // A tunnel nobody uses ends at the upstream's idle timeout.
+    let mut raw = common::raw::Raw::connect(&server);
+    raw.send(b"GET /ws/echo HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").unwrap();
+    let started = Instant::now();
+    let reply = raw.read_to_close(Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with("HTTP/1.1 101"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "an idle tunnel stayed open {:?}",
+        started.elapsed()
     );
 }

@@ -35,8 +35,9 @@ pub enum Need {
     Ifma,
     /// A guest kernel with kernel TLS (`tests/ktls-guest/run`).
     KtlsGuest,
-    /// Python's grpcio, for the reverse proxy's gRPC test (`.ci/run` installs it).
-    Grpcio,
+    /// The Python packages the reverse proxy's gRPC and WebSocket tests drive (grpcio,
+    /// websockets; `.ci/run` installs them).
+    PythonPackages,
 }
 
 impl Need {
@@ -45,7 +46,7 @@ impl Need {
         match self {
             Need::Ifma => "ifma",
             Need::KtlsGuest => "ktls-guest",
-            Need::Grpcio => "grpcio",
+            Need::PythonPackages => "python-packages",
         }
     }
 }

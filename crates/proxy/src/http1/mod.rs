@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::SizeHint;
-use hyper::header;
+use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 use terminus_h1::{parse_response, response_framing, Decoder, Framing, MAX_HEAD};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -26,6 +26,7 @@ use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Pool};
 use crate::response::ResponseBody;
 use crate::spec::Timeouts;
+use crate::tunnel::Upgrade;
 use crate::upstream::InProgress;
 use pump::{Pump, PumpError};
 
@@ -70,6 +71,9 @@ pub(crate) struct Exchange<'a> {
     pub(crate) keepalive: crate::spec::Keepalive,
     pub(crate) pool: &'a Rc<Pool>,
     pub(crate) started: Instant,
+    /// The protocol the client asked to switch to (`Upgrade`), passed on: a 101 then
+    /// hands the connection over instead of being refused.
+    pub(crate) upgrade: Option<&'a HeaderValue>,
 }
 
 impl Exchange<'_> {
@@ -211,11 +215,37 @@ impl Exchange<'_> {
 
         let (mut parts, ()) = resp.into_parts();
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {
-            return Err(fail(
-                Failure::BadResponse,
-                "101 Switching Protocols to a request that asked for no upgrade".into(),
-                body,
-            ));
+            let Some(asked) = self.upgrade else {
+                return Err(fail(
+                    Failure::BadResponse,
+                    "101 Switching Protocols to a request that asked for no upgrade".into(),
+                    body,
+                ));
+            };
+            let Pump::Done(write) = pump else {
+                let detail = "101 before the request was sent whole".into();
+                return Err(fail(Failure::BadResponse, detail, body));
+            };
+            metrics.response(101);
+            progress.upstream.succeeded(progress.server);
+            // The switch is this hop's: Connection and Upgrade are said again for it.
+            let to = parts.headers.get(header::UPGRADE).cloned();
+            remove_hop_by_hop(&mut parts.headers);
+            let to = to.unwrap_or_else(|| asked.clone());
+            parts.headers.insert(header::UPGRADE, to);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            let server = progress.server().spec.address;
+            parts.extensions.insert(Upstreamed {
+                server,
+                status: 101,
+                header_time,
+            });
+            parts
+                .extensions
+                .insert(Upgrade::new(Conn { read, write, buf }, self.timeouts.idle));
+            return Ok(Response::from_parts(parts, ResponseBody::empty()));
         }
         let framing =
             match response_framing(self.method, parts.status, &parts.headers, parts.version) {

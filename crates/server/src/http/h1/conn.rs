@@ -63,16 +63,21 @@ pub(crate) async fn serve<S: Transport, R: Responder>(
             expect_continue: framing != Framing::None && expects_continue(&req),
             stall: timeouts.request_header,
         };
-        let resp = exchange
+        let mut resp = exchange
             .run(&mut io, &mut buf, &mut decoder, req, responder)
             .await;
         responder.record(&method, path_of(&uri), version, &resp);
+        // A 101 from an upstream: after its head the connection is the upstream's.
+        let upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
+            .then(|| resp.extensions_mut().remove::<terminus_proxy::Upgrade>())
+            .flatten();
         let answering = Answering {
             head_only: method == Method::HEAD,
             http10: version == Version::HTTP_10,
             // A body the responder left unread cannot be told from the next request
-            // without reading it: the connection ends with this answer.
-            keep_alive: keep_alive && decoder.is_done() && !*shutdown.borrow(),
+            // without reading it: the connection ends with this answer. An upgrade
+            // says its own Connection.
+            keep_alive: upgrade.is_some() || keep_alive && decoder.is_done() && !*shutdown.borrow(),
         };
         match respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await {
             Ok(true) => {}
@@ -81,6 +86,12 @@ pub(crate) async fn serve<S: Transport, R: Responder>(
                 tracing::debug!("response not completed: {e}");
                 return;
             }
+        }
+        if let Some(upgrade) = upgrade {
+            if let Err(e) = upgrade.tunnel(&mut io, &buf).await {
+                tracing::debug!("upgraded connection ended: {e}");
+            }
+            break;
         }
         idle_since = Instant::now();
     }

@@ -1,0 +1,109 @@
+//! After an upgrade (HTTP/1.1 `101 Switching Protocols`, WebSocket's handshake), the
+//! client's connection and the upstream's carry bytes both ways until either side is
+//! done or nothing moves for the idle timeout. The bytes each side sent early (after
+//! its head, before the switch) go first.
+
+use std::cell::Cell;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use crate::pool::Conn;
+
+/// An upgraded upstream connection waiting for the client's side, carried to the client
+/// connection in the 101 response's extensions (which must be `Clone + Sync`: hence the
+/// slot, taken once).
+#[derive(Clone)]
+pub struct Upgrade {
+    conn: Arc<Mutex<Option<Conn>>>,
+    /// The upstream's idle timeout.
+    idle: Duration,
+}
+
+impl std::fmt::Debug for Upgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upgrade")
+    }
+}
+
+impl Upgrade {
+    pub(crate) fn new(conn: Conn, idle: Duration) -> Self {
+        Upgrade {
+            conn: Arc::new(Mutex::new(Some(conn))),
+            idle,
+        }
+    }
+
+    /// Carries bytes between `client` and the upstream until both directions have ended
+    /// or nothing has moved for the upstream's idle timeout. `early` is what the client
+    /// sent after its request head. Returns the bytes moved (to the upstream, to the
+    /// client).
+    pub async fn tunnel<C>(self, client: &mut C, early: &[u8]) -> io::Result<(u64, u64)>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let idle = self.idle;
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| io::Error::other("the upgrade was already taken"))?;
+        let Conn { read, write, buf } = conn;
+        let mut upstream = read
+            .reunite(write)
+            .map_err(|_| io::Error::other("upstream halves do not match"))?;
+        upstream.write_all(early).await?;
+        client.write_all(&buf).await?;
+        client.flush().await?;
+        let last = Cell::new(Instant::now());
+        let (cr, mut cw) = tokio::io::split(client);
+        let (ur, mut uw) = upstream.split();
+        let (mut cr, mut ur) = (Watched(cr, &last), Watched(ur, &last));
+        let up = async {
+            let n = tokio::io::copy(&mut cr, &mut uw).await?;
+            uw.shutdown().await?;
+            io::Result::Ok(n)
+        };
+        let down = async {
+            let n = tokio::io::copy(&mut ur, &mut cw).await?;
+            cw.shutdown().await?;
+            io::Result::Ok(n)
+        };
+        let quiet = async {
+            loop {
+                let since = last.get().elapsed();
+                if since >= idle {
+                    return;
+                }
+                tokio::time::sleep(idle - since).await;
+            }
+        };
+        tokio::select! {
+            (up, down) = async { tokio::join!(up, down) } => Ok((up?, down?)),
+            () = quiet => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved for {idle:?}"))),
+        }
+    }
+}
+
+/// A reader that notes when it last read anything.
+struct Watched<'a, R>(R, &'a Cell<Instant>);
+
+impl<R: AsyncRead + Unpin> AsyncRead for Watched<'_, R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.0).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.1.set(Instant::now());
+        }
+        polled
+    }
+}
