@@ -211,6 +211,7 @@ mod tests {
         let spec = crate::spec::Health {
             fails: 1,
             interval: std::time::Duration::from_secs(60),
+            check: None,
         };
         s[0].health.failed(&spec);
         let now = crate::health::now_ms();
@@ -261,6 +262,7 @@ mod tests {
         let spec = crate::spec::Health {
             fails: 1,
             interval: std::time::Duration::from_secs(60),
+            check: None,
         };
         s[2].health.failed(&spec);
         let now = crate::health::now_ms();

@@ -6,7 +6,8 @@
 //! - [`spec`]: what an upstream is, as configured (the server's config resolves TOML
 //!   into it);
 //! - [`upstream`]: an upstream at run time, shared by every worker: servers, their
-//!   [`health`] (passive: failures in a row take a server out), and the [`balance`]r;
+//!   [`health`] (failures in a row take a server out; [`checks`] probe it actively),
+//!   and the [`balance`]r;
 //! - [`pool`]: each worker's idle connections, reused under keep-alive;
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
 //!   connection taken or opened, exchange run ([`http1`], or HTTP/2 in cleartext for
@@ -15,6 +16,7 @@
 //! - [`metrics`]: per-server series.
 
 pub mod balance;
+pub mod checks;
 pub mod forward;
 mod h2;
 pub mod headers;

@@ -94,8 +94,23 @@ pub struct Timeouts {
 pub struct Health {
     /// Failures in a row (errors, timeouts, bad responses) that take a server out.
     pub fails: u32,
-    /// How long a server that failed stays out before it is tried again.
+    /// How long a server that failed stays out before it is tried again, and how often
+    /// active checks run.
     pub interval: Duration,
+    /// Active checks, when configured.
+    pub check: Option<Check>,
+}
+
+/// An active health check: `GET path` to every server each `interval`; a 2xx or 3xx
+/// within `timeout` passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// The path asked for.
+    pub path: String,
+    /// How long a probe may take.
+    pub timeout: Duration,
+    /// Passes in a row that bring a server back.
+    pub passes: u32,
 }
 
 impl Default for Keepalive {
@@ -122,6 +137,7 @@ impl Default for Health {
         Health {
             fails: 1,
             interval: Duration::from_secs(10),
+            check: None,
         }
     }
 }

@@ -70,6 +70,34 @@ impl Upstream {
         }
     }
 
+    /// Records an active check of server `i`.
+    pub(crate) fn probed(&self, i: usize, result: Result<u16, String>) {
+        let (Some(check), server) = (&self.spec.health.check, &self.servers[i]) else {
+            return;
+        };
+        match server
+            .health
+            .probed(result.is_ok(), &self.spec.health, check)
+        {
+            Change::WentDown => {
+                server.metrics.health_change(false);
+                tracing::warn!(
+                    upstream = %self.spec.name,
+                    server = %server.spec.address,
+                    "upstream server taken out of rotation: {} health check(s) of {} failed in a row (last: {})",
+                    self.spec.health.fails,
+                    check.path,
+                    result.err().unwrap_or_default(),
+                );
+            }
+            Change::CameBack => {
+                server.metrics.health_change(true);
+                tracing::info!(upstream = %self.spec.name, server = %server.spec.address, "upstream server back in rotation: {} health check(s) passed", check.passes);
+            }
+            Change::None => {}
+        }
+    }
+
     pub(crate) fn succeeded(&self, i: usize) {
         let server = &self.servers[i];
         if server.health.succeeded() == Change::CameBack {

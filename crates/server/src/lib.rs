@@ -8,6 +8,7 @@ mod access_log;
 mod admin;
 mod config;
 mod connection;
+mod health_checks;
 mod http;
 mod listener;
 mod metrics;
@@ -158,6 +159,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         .transpose()?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let checks = health_checks::HealthChecks::start(shutdown_rx.clone())?;
+    checks.watch(&site);
     let handle = SiteHandle::new(site);
     let shared = worker::Shared {
         site: handle.clone(),
@@ -246,7 +249,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, &metrics.proxy, (backend == BackendKind::Multibuffer).then_some(&*crossovers)),
+                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, &metrics.proxy, &checks, (backend == BackendKind::Multibuffer).then_some(&*crossovers)),
             }
         }
         tracing::info!(
@@ -348,6 +351,7 @@ fn reload(
     self_signed: &[LoadedCert],
     handle: &SiteHandle,
     proxy_metrics: &terminus_proxy::ProxyMetrics,
+    checks: &health_checks::HealthChecks,
     crossovers: Option<&Crossovers>,
 ) {
     let config = match options.load_config() {
@@ -379,6 +383,7 @@ fn reload(
             if let Some(crossovers) = crossovers {
                 measure_crossovers(crossovers, &site);
             }
+            checks.watch(&site);
             handle.replace(site);
             tracing::info!("configuration reloaded from {}", config.source);
         }

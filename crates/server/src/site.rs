@@ -40,6 +40,8 @@ pub struct Site {
     pub certificates: Vec<(String, &'static str, String)>,
     /// Every certificate's private key, for measuring what signing with it costs.
     pub signing_keys: Vec<Arc<SigningKeyPair>>,
+    /// The reverse proxy's upstreams (routes hold them too).
+    pub upstreams: Vec<Arc<Upstream>>,
 }
 
 impl Site {
@@ -167,6 +169,7 @@ impl Site {
             files: config.files.clone(),
             certificates,
             signing_keys,
+            upstreams,
         })
     }
 }

@@ -632,3 +632,47 @@ fn websocket_upgrades_become_a_two_way_stream() {
         started.elapsed()
     );
 }
+
+#[test]
+fn active_checks_take_a_dead_server_out_and_bring_it_back() {
+    let a = App::start("a");
+    let b = App::start("b");
+    let b_port = b.port;
+    let dir = TestDir::new("proxy-checks");
+    // Passive health would keep a failed server out for 30 s: coming back sooner is the
+    // active checks' doing.
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\", \"{}\"]\nhealth = {{ path = \"/app/whoami\", interval = \"200ms\", timeout = \"500ms\", fails = 2, passes = 2 }}\n",
+        a.addr(),
+        b.addr()
+    );
+    let server = proxy(&dir, &upstreams, APP_ROUTE);
+    let answers = |n| -> Vec<String> {
+        (0..n)
+            .map(|_| body(&curl(&server, &[], "/app/whoami")))
+            .collect()
+    };
+    assert!(answers(6).contains(&"b".to_owned()));
+    let b_label = format!("server=\"127.0.0.1:{b_port}\"");
+    drop(b);
+    eventually(Duration::from_secs(5), "the checks take b out", || {
+        server.metric(
+            "terminus_upstream_health_changes_total",
+            &["to=\"down\"", &b_label],
+        ) >= 1.0
+    });
+    assert!(answers(6).iter().all(|a| a == "a"), "b is out of rotation");
+    let _b = App::launch("app.py", &[&b_port.to_string(), "b"]);
+    eventually(Duration::from_secs(5), "the checks bring b back", || {
+        server.metric(
+            "terminus_upstream_health_changes_total",
+            &["to=\"up\"", &b_label],
+        ) >= 1.0
+    });
+    assert!(answers(6).contains(&"b".to_owned()));
+    let log = server.stderr();
+    assert!(
+        log.contains("health check(s) of /app/whoami failed"),
+        "{log}"
+    );
+}

@@ -6,9 +6,12 @@ use std::collections::HashSet;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
-use terminus_proxy::spec::{Balance, HashKey, Health, Keepalive, Protocol, ServerSpec, Timeouts};
+use terminus_proxy::spec::{
+    Balance, Check, HashKey, Health, Keepalive, Protocol, ServerSpec, Timeouts,
+};
 use terminus_proxy::UpstreamSpec;
 use toml::Spanned;
 
@@ -66,6 +69,10 @@ pub struct TimeoutsSection {
 pub struct HealthSection {
     pub fails: Option<u32>,
     pub interval: Option<ConfigDuration>,
+    /// Active checks: the path to GET.
+    pub path: Option<Spanned<String>>,
+    pub timeout: Option<ConfigDuration>,
+    pub passes: Option<u32>,
 }
 
 /// A `[[server.route]]` as written: a path prefix and what answers under it.
@@ -208,13 +215,39 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
             None,
         ));
     }
-    let health = u.health.as_ref().map_or_else(Health::default, |h| {
-        let default = Health::default();
-        Health {
-            fails: h.fails.unwrap_or(default.fails).max(1),
-            interval: d(&h.interval, default.interval),
+    let health = match &u.health {
+        None => Health::default(),
+        Some(h) => {
+            let default = Health::default();
+            let check = match &h.path {
+                Some(path) if !path.get_ref().starts_with('/') => {
+                    return Err(ctx.err(
+                        Some(path.span()),
+                        format!("health path {:?} does not start with /", path.get_ref()),
+                        Some("health = { path = \"/healthz\" }".to_owned()),
+                    ))
+                }
+                Some(path) => Some(Check {
+                    path: path.get_ref().clone(),
+                    timeout: d(&h.timeout, Duration::from_secs(1)),
+                    passes: h.passes.unwrap_or(2).max(1),
+                }),
+                None if h.timeout.is_some() || h.passes.is_some() => {
+                    return Err(ctx.err(
+                        Some(u.name.span()),
+                        format!("upstream {:?}: health timeout and passes are for active checks, which need a path", u.name.get_ref()),
+                        Some("add path = \"/healthz\" to health".to_owned()),
+                    ))
+                }
+                None => None,
+            };
+            Health {
+                fails: h.fails.unwrap_or(default.fails).max(1),
+                interval: d(&h.interval, default.interval),
+                check,
+            }
         }
-    });
+    };
     Ok(UpstreamSpec {
         name: u.name.get_ref().clone(),
         servers,
@@ -414,6 +447,8 @@ mod tests {
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntimeouts = { connect = \"soon\" }\n", 4, "not a duration"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:2\"]\n", 5, "used twice"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"api\"\nroot = \"/srv\"\n", 4, "does not start with /"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhealth = { path = \"healthz\" }\n", 4, "does not start with /"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhealth = { passes = 3 }\n", 2, "need a path"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\nupstream = \"nope\"\n", 5, "no [[upstream]]"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\n", 4, "needs upstream or root"),
             ("[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/\"\nroot = \"/other\"\n", 3, "both say"),
