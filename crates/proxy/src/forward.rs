@@ -22,11 +22,12 @@ use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
 use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, Failed};
 use crate::metrics::{Failure, Phase};
-use crate::pool::{Conn, Pool};
+use crate::pool::{Conn, Key, Pool};
 use crate::response::ResponseBody;
 use crate::spec::{Balance, HashKey, Protocol};
 use crate::upstream::{InProgress, Upstream};
 use terminus_h1::has_token;
+use tokio::io::AsyncWriteExt;
 
 /// A request the proxy could not pass on, or whose response it could not get.
 #[derive(Debug)]
@@ -139,10 +140,18 @@ where
                     timeouts: attempt.timeouts,
                     keepalive: upstream.spec.keepalive,
                     pool,
+                    pool_key: Key {
+                        server: server.spec.address,
+                        client: upstream.spec.proxy_protocol.map(|_| origin.client),
+                    },
                     started: attempt.started,
                     upgrade: upgrade.as_ref(),
                 };
-                http1_attempt(exchange, pool, body_now, progress).await
+                let proxy_header = upstream
+                    .spec
+                    .proxy_protocol
+                    .map(|v| crate::proxy_protocol::encode(v, origin.client, origin.local));
+                http1_attempt(exchange, pool, proxy_header, body_now, progress).await
             }
             Protocol::H2c => crate::h2::send(&pool.h2, &parts, body_now, progress, &attempt).await,
         };
@@ -185,6 +194,7 @@ where
 async fn http1_attempt<B>(
     exchange: Exchange<'_>,
     pool: &Pool,
+    proxy_header: Option<Vec<u8>>,
     body: B,
     progress: InProgress,
 ) -> Result<Response<ResponseBody>, Failed<B>>
@@ -193,12 +203,24 @@ where
 {
     let server = progress.server();
     let address = server.spec.address;
-    let (conn, reused) = match pool.take(address) {
+    let (conn, reused) = match pool.take(exchange.pool_key) {
         Some(conn) => (conn, true),
         None => match connect(address, exchange.timeouts.connect).await {
             Ok((stream, took)) => {
                 server.metrics.latency(Phase::Connect, took);
-                (Conn::new(stream), false)
+                let mut conn = Conn::new(stream);
+                // The PROXY header goes first, once per connection.
+                if let Some(header) = proxy_header {
+                    if let Err(e) = conn.write.write_all(&header).await {
+                        return Err(Failed {
+                            failure: Some(Failure::Io),
+                            detail: format!("writing the PROXY header: {e}"),
+                            body: Some(body),
+                            stale: false,
+                        });
+                    }
+                }
+                (conn, false)
             }
             Err(failure) => {
                 return Err(Failed {

@@ -43,6 +43,8 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 pub struct Origin<'a> {
     /// The client's address (the TCP peer, or what a trusted PROXY header said).
     pub client: SocketAddr,
+    /// The address the client connected to, for PROXY protocol headers.
+    pub local: SocketAddr,
     /// The scheme the client used: "https" at a TLS terminator.
     pub scheme: &'static str,
     /// The host the client asked for (`Host` or `:authority`).
@@ -157,6 +159,7 @@ mod tests {
         ]);
         let origin = Origin {
             client: "192.0.2.7:5555".parse().unwrap(),
+            local: "127.0.0.1:443".parse().unwrap(),
             scheme: "https",
             host: Some("app.example.com"),
         };
@@ -171,6 +174,7 @@ mod tests {
         let mut h = HeaderMap::new();
         let origin = Origin {
             client: "[2001:db8::1]:5555".parse().unwrap(),
+            local: "127.0.0.1:443".parse().unwrap(),
             scheme: "https",
             host: Some("app:8443"),
         };

@@ -24,6 +24,7 @@ pub mod health;
 pub mod http1;
 pub mod metrics;
 pub mod pool;
+pub mod proxy_protocol;
 pub mod response;
 pub mod spec;
 pub mod tunnel;

@@ -21,10 +21,18 @@ use crate::spec::Keepalive;
 /// putting sweep only their own server's list).
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// Which requests an idle connection may carry: any to its server, or, where the
+/// connection began with a PROXY protocol header naming a client, only that client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    pub(crate) server: SocketAddr,
+    pub(crate) client: Option<SocketAddr>,
+}
+
 /// One worker's idle upstream connections.
 #[derive(Debug)]
 pub struct Pool {
-    idle: RefCell<HashMap<SocketAddr, Vec<Idle>>>,
+    idle: RefCell<HashMap<Key, Vec<Idle>>>,
     last_sweep: Cell<Instant>,
     /// HTTP/2 connections, one per server, shared by the requests in progress.
     pub(crate) h2: crate::h2::Connections,
@@ -77,11 +85,11 @@ impl Drop for Idle {
 }
 
 impl Pool {
-    /// An idle connection to `address` that is still open, if there is one.
-    pub(crate) fn take(&self, address: SocketAddr) -> Option<Conn> {
+    /// An idle connection for `key` that is still open, if there is one.
+    pub(crate) fn take(&self, key: Key) -> Option<Conn> {
         self.sweep();
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(&address)?;
+        let list = idle.get_mut(&key)?;
         let now = Instant::now();
         while let Some(mut idle) = list.pop() {
             let conn = idle.conn.take()?;
@@ -92,18 +100,18 @@ impl Pool {
         None
     }
 
-    /// Keeps `conn` for the next request to `address`, unless `keepalive` keeps no
+    /// Keeps `conn` for the next request for `key`, unless `keepalive` keeps no
     /// more of them.
     pub(crate) fn put(
         &self,
-        address: SocketAddr,
+        key: Key,
         conn: Conn,
         keepalive: Keepalive,
         metrics: &Arc<ServerMetrics>,
     ) {
         self.sweep();
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(address).or_default();
+        let list = idle.entry(key).or_default();
         if list.len() >= keepalive.idle {
             return;
         }

@@ -23,6 +23,9 @@ pub struct UpstreamSpec {
     pub timeouts: Timeouts,
     /// When a server is taken out of rotation.
     pub health: Health,
+    /// A PROXY protocol header at the start of each connection to a server (HTTP/1.1
+    /// upstreams; a connection then carries only its client's requests).
+    pub proxy_protocol: Option<crate::proxy_protocol::Version>,
 }
 
 /// One server of an upstream.

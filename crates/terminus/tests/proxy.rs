@@ -676,3 +676,47 @@ fn active_checks_take_a_dead_server_out_and_bring_it_back() {
         "{log}"
     );
 }
+
+#[test]
+fn upstream_connections_can_begin_with_a_proxy_protocol_header() {
+    let backend = App::launch("proxy_app.py", &[]);
+    let dir = TestDir::new("proxy-pp");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"v1\"\nservers = [\"{0}\"]\nproxy_protocol = \"v1\"\n[[upstream]]\nname = \"v2\"\nservers = [\"{0}\"]\nproxy_protocol = \"v2\"\n",
+        backend.addr()
+    );
+    let routes = "[[server.route]]\npath = \"/v1/\"\nupstream = \"v1\"\n[[server.route]]\npath = \"/v2/\"\nupstream = \"v2\"\n";
+    let server = proxy(&dir, &upstreams, routes);
+    let local = format!("-> 127.0.0.1:{}", server.port());
+    for version in ["v1", "v2"] {
+        // Two client connections: each gets its own upstream connection and header,
+        // and a connection is reused only for its own client's requests.
+        let url = server.url(&format!("/{version}/x"));
+        let resolve = format!("localhost:{}:127.0.0.1", server.port());
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            let out = run(Command::new("curl")
+                .args(["-sS", "-k", "--resolve", &resolve, "-w", "\n"])
+                .args([&url, &url, &url]));
+            let said: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(said.len(), 3, "{out:?}");
+            assert!(
+                said.iter().all(|s| s == &said[0]),
+                "one client, one header: {said:?}"
+            );
+            assert!(
+                said[0].starts_with(&format!("{version} 127.0.0.1:")),
+                "{said:?}"
+            );
+            assert!(
+                said[0].ends_with(&local),
+                "{said:?} (the address the client reached)"
+            );
+            clients.push(said[0].clone());
+        }
+        assert_ne!(clients[0], clients[1], "each client's own port");
+    }
+}

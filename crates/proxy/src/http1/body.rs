@@ -40,6 +40,7 @@ pub(crate) struct Reading {
     pub(crate) idle: Duration,
     pub(crate) stall: Stall,
     pub(crate) pool: Rc<Pool>,
+    pub(crate) pool_key: crate::pool::Key,
     pub(crate) keepalive: Keepalive,
     pub(crate) progress: InProgress,
     pub(crate) started: Instant,
@@ -72,13 +73,14 @@ impl Http1Body {
                 read,
                 buf,
                 pool,
+                pool_key,
                 keepalive,
                 progress,
                 ..
             } = *r;
             let server = progress.server();
             let conn = Conn { read, write, buf };
-            pool.put(server.spec.address, conn, keepalive, &server.metrics);
+            pool.put(pool_key, conn, keepalive, &server.metrics);
         }
     }
 

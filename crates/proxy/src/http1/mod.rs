@@ -70,6 +70,7 @@ pub(crate) struct Exchange<'a> {
     pub(crate) timeouts: Timeouts,
     pub(crate) keepalive: crate::spec::Keepalive,
     pub(crate) pool: &'a Rc<Pool>,
+    pub(crate) pool_key: crate::pool::Key,
     pub(crate) started: Instant,
     /// The protocol the client asked to switch to (`Upgrade`), passed on: a 101 then
     /// hands the connection over instead of being refused.
@@ -283,6 +284,7 @@ impl Exchange<'_> {
             idle: self.timeouts.idle,
             stall: None,
             pool: self.pool.clone(),
+            pool_key: self.pool_key,
             keepalive: self.keepalive,
             progress,
             started: self.started,

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use terminus_proxy::proxy_protocol::Version as ProxyProtocolVersion;
 use terminus_proxy::spec::{
     Balance, Check, HashKey, Health, Keepalive, Protocol, ServerSpec, Timeouts,
 };
@@ -30,6 +31,7 @@ pub struct UpstreamSection {
     pub keepalive: Option<KeepaliveSection>,
     pub timeouts: Option<TimeoutsSection>,
     pub health: Option<HealthSection>,
+    pub proxy_protocol: Option<Spanned<String>>,
 }
 
 /// A server: `"HOST:PORT"` or `{ address = "HOST:PORT", weight = 2, backup = true }`.
@@ -248,11 +250,35 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
             }
         }
     };
+    let proxy_protocol = match u
+        .proxy_protocol
+        .as_ref()
+        .map(|p| (p.get_ref().as_str(), p.span()))
+    {
+        None | Some(("off", _)) => None,
+        Some(("v1", _)) => Some(ProxyProtocolVersion::V1),
+        Some(("v2", _)) => Some(ProxyProtocolVersion::V2),
+        Some((other, span)) => {
+            return Err(ctx.err(
+                Some(span),
+                format!("proxy_protocol = {other:?} is not a PROXY protocol version"),
+                Some("use \"off\", \"v1\" or \"v2\"".to_owned()),
+            ))
+        }
+    };
+    if let (Some(_), Protocol::H2c) = (proxy_protocol, protocol) {
+        return Err(ctx.err(
+            u.proxy_protocol.as_ref().map(|p| p.span()),
+            "proxy_protocol is for http1 upstreams",
+            Some("an h2c connection carries many clients' requests; one PROXY header cannot name them all".to_owned()),
+        ));
+    }
     Ok(UpstreamSpec {
         name: u.name.get_ref().clone(),
         servers,
         balance,
         protocol,
+        proxy_protocol,
         keepalive,
         timeouts,
         health,
@@ -449,6 +475,8 @@ mod tests {
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"api\"\nroot = \"/srv\"\n", 4, "does not start with /"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhealth = { path = \"healthz\" }\n", 4, "does not start with /"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhealth = { passes = 3 }\n", 2, "need a path"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nproxy_protocol = \"v3\"\n", 4, "PROXY protocol version"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h2c\"\nproxy_protocol = \"v2\"\n", 5, "for http1 upstreams"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\nupstream = \"nope\"\n", 5, "no [[upstream]]"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\n", 4, "needs upstream or root"),
             ("[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/\"\nroot = \"/other\"\n", 3, "both say"),

@@ -1,6 +1,7 @@
 //! Stage 3: who carries the records from here on, the kernel (kTLS, with sendfile and
 //! splice) or rustls in userspace, and then the application.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -52,6 +53,9 @@ impl Established {
             ..
         } = accepted;
         let sni = ctx.host().map(str::to_owned);
+        let local = socket
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let metrics = &worker.shared.metrics;
         let h2 = conn.alpn_protocol() == Some(b"h2");
         let info = ConnectionInfo {
@@ -59,6 +63,7 @@ impl Established {
             sni_host: sni.is_some().then_some(host),
             sni,
             peer,
+            local,
             metrics: metrics.clone(),
             files: worker.files.clone(),
             upstream_pool: worker.upstream_pool.clone(),

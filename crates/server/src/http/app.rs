@@ -22,6 +22,8 @@ pub struct ConnectionInfo {
     /// Host header chooses.
     pub sni_host: Option<usize>,
     pub peer: SocketAddr,
+    /// The address the client connected to.
+    pub local: SocketAddr,
     pub metrics: Arc<Metrics>,
     /// The worker's open-file cache.
     pub files: Rc<files::FileCache>,

@@ -101,6 +101,7 @@ async fn proxy(
         .map(str::to_owned);
     let origin = Origin {
         client: cx.peer,
+        local: cx.local,
         scheme: "https",
         host: host.as_deref(),
     };
