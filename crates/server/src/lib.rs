@@ -198,7 +198,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     for (id, listeners) in per_worker.into_iter().enumerate() {
         let listeners = listeners
             .into_iter()
-            .zip(config.listen.iter().map(|l| l.ktls))
+            .zip(config.listen.iter().cloned())
             .collect();
         let shared = shared.clone();
         let cpu = config.pin.then_some(id);

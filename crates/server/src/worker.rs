@@ -13,7 +13,7 @@ use terminus_tls::{FallbackCause, KernelSupport};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::config::KtlsMode;
+use crate::config::Listen;
 use crate::connection;
 use crate::http;
 use crate::metrics::Metrics;
@@ -52,7 +52,7 @@ pub(crate) struct Worker {
 /// start-up resources are held.
 pub fn run(
     id: usize,
-    listeners: Vec<(std::net::TcpListener, KtlsMode)>,
+    listeners: Vec<(std::net::TcpListener, Listen)>,
     pin_cpu: Option<usize>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
@@ -90,9 +90,9 @@ pub fn run(
             files: Rc::default(),
             upstream_pool: Rc::default(),
         });
-        for (listener, ktls) in listeners {
+        for (listener, listen) in listeners {
             let listener = TcpListener::from_std(listener)?;
-            tokio::task::spawn_local(accept_loop(listener, ktls, worker.clone()));
+            tokio::task::spawn_local(accept_loop(listener, listen, worker.clone()));
         }
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
@@ -119,7 +119,8 @@ fn is_resource_exhaustion(e: &io::Error) -> bool {
     )
 }
 
-async fn accept_loop(listener: TcpListener, ktls: KtlsMode, worker: Rc<Worker>) {
+async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) {
+    let listen = Rc::new(listen);
     let mut shutdown = worker.shared.shutdown.clone();
     let mut last_warning: Option<Instant> = None;
     loop {
@@ -144,7 +145,10 @@ async fn accept_loop(listener: TcpListener, ktls: KtlsMode, worker: Rc<Worker>) 
         match accepted {
             Ok(((socket, peer), permit)) => {
                 let open = OpenConnection::new(worker.clone(), permit);
-                tokio::task::spawn_local(connection::run(socket, peer, open, ktls, worker.clone()));
+                let (listen, worker) = (listen.clone(), worker.clone());
+                tokio::task::spawn_local(async move {
+                    connection::run(socket, peer, open, &listen, worker).await
+                });
                 // One accept per scheduler pass, like nginx without multi_accept:
                 // connections already in progress finish before the backlog is drained,
                 // which keeps latency bounded under overload at the same throughput.

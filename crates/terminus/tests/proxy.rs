@@ -720,3 +720,72 @@ fn upstream_connections_can_begin_with_a_proxy_protocol_header() {
         assert_ne!(clients[0], clients[1], "each client's own port");
     }
 }
+
+#[test]
+fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
+    let app = App::start("a");
+    let dir = TestDir::new("proxy-pp-in");
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    // Two more listeners on the same server: one trusting loopback's balancers, one
+    // trusting only 10.0.0.0/8 (so loopback clients are not believed).
+    let conf = dir.path("terminus.toml");
+    let trusting = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let distrusting = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (p1, p2) = (
+        trusting.local_addr().unwrap().port(),
+        distrusting.local_addr().unwrap().port(),
+    );
+    drop((trusting, distrusting));
+    let text = std::fs::read_to_string(&conf).unwrap().replace(
+        "listen = [\"127.0.0.1:0\"]",
+        &format!(
+            "listen = [{{ address = \"127.0.0.1:{p1}\", proxy_protocol = true, trusted = [\"127.0.0.0/8\"] }}, {{ address = \"127.0.0.1:{p2}\", proxy_protocol = true, trusted = [\"10.0.0.0/8\"] }}]"
+        ),
+    );
+    drop(server);
+    std::fs::write(&conf, text).unwrap();
+    let mut child = Command::new(terminus_bin())
+        .args(["serve", "--config", conf.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), "the listeners", || {
+        std::net::TcpStream::connect(("127.0.0.1", p2)).is_ok()
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/pp_client.py");
+    let ask = |port: u16, version: &str| {
+        let out = run(Command::new("python3").arg(&script).args([
+            &port.to_string(),
+            version,
+            "203.0.113.9",
+            "/app/headers",
+        ]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for version in ["v1", "v2"] {
+        let reply = ask(p1, version);
+        assert!(reply.starts_with("HTTP/1.1 200"), "{version}: {reply}");
+        assert!(
+            reply.contains("[\"x-forwarded-for\", \"203.0.113.9\"]"),
+            "{version}: the upstream sees the header's client: {reply}"
+        );
+    }
+    assert_eq!(
+        ask(p1, "none").trim(),
+        "closed",
+        "a trusted peer must send the header"
+    );
+    assert_eq!(
+        ask(p2, "v1").trim(),
+        "closed",
+        "an untrusted peer's header is not believed"
+    );
+    let reply = ask(p2, "none");
+    assert!(
+        reply.contains("[\"x-forwarded-for\", \"127.0.0.1\"]"),
+        "{reply}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -25,6 +25,8 @@ pub use overrides::Overrides;
 pub use schema::{parse_duration, ConfigDuration, ConfigFile};
 pub use upstream::{RouteConfig, RouteTarget};
 
+pub use crate::connection::Cidr;
+
 /// A configuration problem: where it is and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -104,10 +106,13 @@ const KTLS_HINT: &str =
     "use \"auto\" (kernel TLS where the kernel has it), \"off\" or \"required\"";
 
 /// One listening address and how its connections are carried after the handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listen {
     pub addr: SocketAddr,
     pub ktls: KtlsMode,
+    /// `proxy_protocol = true`: connections from these networks begin with a PROXY
+    /// protocol header, which says who the client is.
+    pub proxy_protocol: Option<std::sync::Arc<[Cidr]>>,
 }
 
 /// Where the access log goes.

@@ -51,7 +51,11 @@ impl Config {
                             "e.g. --listen 0.0.0.0:443",
                         )
                     })?;
-                    Ok(Listen { addr, ktls })
+                    Ok(Listen {
+                        addr,
+                        ktls,
+                        proxy_protocol: None,
+                    })
                 })
                 .collect::<Result<_, _>>()?;
         }

@@ -14,7 +14,7 @@ use toml::Spanned;
 use super::schema::{parse_duration, ConfigFile, ListenEntry};
 use super::upstream;
 use super::{
-    AccessLogTarget, BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen,
+    AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
 };
 
@@ -78,23 +78,61 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     };
     let mut listen = Vec::new();
     for entry in &raw.listen {
-        let (address, ktls) = match entry.get_ref() {
-            ListenEntry::Address(a) => (a, None),
-            ListenEntry::Options(o) => (&o.address, o.ktls.as_deref()),
+        let (address, ktls, options) = match entry.get_ref() {
+            ListenEntry::Address(a) => (a, None, None),
+            ListenEntry::Options(o) => (&o.address, o.ktls.as_deref(), Some(o)),
         };
         let spanned = Spanned::new(entry.span(), address.clone());
+        let proxy_protocol = match options {
+            Some(o) if o.proxy_protocol => {
+                let trusted = o.trusted.as_deref().unwrap_or_default();
+                if trusted.is_empty() {
+                    return Err(ctx.err(
+                        Some(entry.span()),
+                        format!("listener {address}: proxy_protocol needs the balancers' networks in trusted"),
+                        Some("trusted = [\"10.0.0.0/8\"]: only connections from there may send a PROXY header".to_owned()),
+                    ));
+                }
+                let nets = trusted
+                    .iter()
+                    .map(|t| {
+                        Cidr::parse(t).ok_or_else(|| {
+                            ctx.err(
+                                Some(entry.span()),
+                                format!("trusted network {t:?} is not ADDRESS/PREFIX"),
+                                Some(
+                                    "e.g. \"10.0.0.0/8\", \"192.0.2.7\" or \"2001:db8::/32\""
+                                        .to_owned(),
+                                ),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(nets.into())
+            }
+            Some(o) if o.trusted.is_some() => {
+                return Err(ctx.err(
+                    Some(entry.span()),
+                    "trusted is for proxy_protocol = true",
+                    None,
+                ))
+            }
+            _ => None,
+        };
         listen.push(Listen {
             addr: addr(&spanned, "listen")?,
             ktls: match ktls {
                 Some(k) => ktls_mode(k, entry.span())?,
                 None => default_ktls,
             },
+            proxy_protocol,
         });
     }
     if listen.is_empty() {
         listen.push(Listen {
             addr: DEFAULT_LISTEN.parse().expect("valid default"),
             ktls: default_ktls,
+            proxy_protocol: None,
         });
     }
 

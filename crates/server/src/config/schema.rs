@@ -50,6 +50,9 @@ pub enum ListenEntry {
 pub struct ListenOptions {
     pub address: String,
     pub ktls: Option<String>,
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    pub trusted: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,9 @@
 mod data_path;
 mod handshake;
 mod hello;
+mod proxy_header;
+
+pub use proxy_header::Cidr;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -25,7 +28,7 @@ use terminus_tls::HandshakeError;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::config::KtlsMode;
+use crate::config::Listen;
 use crate::metrics::HandshakeFailure;
 use crate::site::Site;
 use crate::worker::{OpenConnection, Worker};
@@ -38,9 +41,23 @@ pub(crate) async fn run(
     socket: TcpStream,
     peer: SocketAddr,
     open: OpenConnection,
-    ktls: KtlsMode,
+    listen: &Listen,
     worker: Rc<Worker>,
 ) {
+    let ktls = listen.ktls;
+    let peer = match &listen.proxy_protocol {
+        None => peer,
+        Some(trusted) => {
+            let deadline = Instant::now() + worker.shared.site.current().timeouts.handshake;
+            match proxy_header::read(&socket, peer, trusted, deadline).await {
+                Ok(client) => client,
+                Err(e) => {
+                    tracing::debug!(%peer, "PROXY protocol header: {e}; connection closed");
+                    return;
+                }
+            }
+        }
+    };
     let accepted = Accepted::new(socket, peer, open, &worker);
     let served = async {
         let hello = accepted.hello(&worker).await?;
