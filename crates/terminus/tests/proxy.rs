@@ -526,27 +526,43 @@ fn python_packages() -> bool {
     )
 }
 
+/// A backend script's server ("serve") behind terminus: one upstream `name` with `extra`
+/// keys, routed from `path`.
+fn behind_proxy(script: &str, name: &str, extra: &str, path: &str) -> (App, TestDir, Server) {
+    let backend = App::launch(script, &["serve"]);
+    let dir = TestDir::new(&format!("proxy-{name}"));
+    let upstreams = format!(
+        "[[upstream]]\nname = \"{name}\"\nservers = [\"{}\"]\n{extra}\n",
+        backend.addr()
+    );
+    let routes = format!("[[server.route]]\npath = \"{path}\"\nupstream = \"{name}\"\n");
+    let server = proxy(&dir, &upstreams, &routes);
+    (backend, dir, server)
+}
+
+/// A backend script's client ("call TARGET CA"), trusting the test certificate; what it
+/// printed, as JSON.
+fn call(script: &str, target: &str, dir: &TestDir, server: &Server) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/upstream")
+        .join(script);
+    let ca = dir.path("k.pem");
+    let out = run(Command::new("python3")
+        .arg(script)
+        .args(["call", target, ca.to_str().unwrap()]));
+    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     if !python_packages() {
         return;
     }
-    let backend = App::launch("grpc_app.py", &["serve"]);
-    let dir = TestDir::new("proxy-grpc");
-    let upstreams = format!(
-        "[[upstream]]\nname = \"grpc\"\nservers = [\"{}\"]\nprotocol = \"h2c\"\n",
-        backend.addr()
-    );
-    let routes = "[[server.route]]\npath = \"/test.Echo/\"\nupstream = \"grpc\"\n";
-    let server = proxy(&dir, &upstreams, routes);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/grpc_app.py");
-    let out = run(Command::new("python3").arg(script).args([
-        "call",
-        &format!("localhost:{}", server.port()),
-        dir.path("k.pem").to_str().unwrap(),
-    ]));
-    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
-    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_backend, dir, server) =
+        behind_proxy("grpc_app.py", "grpc", "protocol = \"h2c\"", "/test.Echo/");
+    let target = format!("localhost:{}", server.port());
+    let seen = call("grpc_app.py", &target, &dir, &server);
     assert_eq!(seen["unary_ok"], true, "{seen}");
     assert_eq!(seen["unary_trailer"], "yes", "{seen}");
     assert_eq!(seen["stream"], serde_json::json!(["0", "1", "2", "3", "4"]));
@@ -594,22 +610,10 @@ fn websocket_upgrades_become_a_two_way_stream() {
     if !python_packages() {
         return;
     }
-    let backend = App::launch("ws_app.py", &["serve"]);
-    let dir = TestDir::new("proxy-ws");
-    let upstreams = format!(
-        "[[upstream]]\nname = \"ws\"\nservers = [\"{}\"]\ntimeouts = {{ idle = \"2s\" }}\n",
-        backend.addr()
-    );
-    let routes = "[[server.route]]\npath = \"/ws/\"\nupstream = \"ws\"\n";
-    let server = proxy(&dir, &upstreams, routes);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/ws_app.py");
-    let out = run(Command::new("python3").arg(&script).args([
-        "call",
-        &format!("wss://localhost:{}/ws/echo", server.port()),
-        dir.path("k.pem").to_str().unwrap(),
-    ]));
-    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
-    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_backend, dir, server) =
+        behind_proxy("ws_app.py", "ws", "timeouts = { idle = \"2s\" }", "/ws/");
+    let target = format!("wss://localhost:{}/ws/echo", server.port());
+    let seen = call("ws_app.py", &target, &dir, &server);
     assert_eq!(seen["text"], "hello", "{seen}");
     assert_eq!(seen["binary_ok"], true, "{seen}");
     assert_eq!(seen["ping"], true, "{seen}");
