@@ -98,6 +98,14 @@ fn one_upstream(app: &App, extra: &str) -> String {
     )
 }
 
+/// app.py (named "a") behind terminus at /app/.
+fn one_app(test: &str) -> (App, TestDir, Server) {
+    let app = App::start("a");
+    let dir = TestDir::new(test);
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    (app, dir, server)
+}
+
 const APP_ROUTE: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n";
 
 /// The upstream sees the path after the route's prefix unchanged (nginx `proxy_pass`
@@ -115,9 +123,7 @@ fn sha256_hex(data: &[u8]) -> String {
 
 #[test]
 fn requests_reach_the_upstream_with_forwarding_headers_and_without_hop_by_hop_ones() {
-    let app = App::start("a");
-    let dir = TestDir::new("proxy-headers");
-    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let (app, dir, server) = one_app("proxy-headers");
     assert_eq!(body(&curl(&server, &[], "/index.html")), "from files\n");
     for version in ["--http1.1", "--http2"] {
         let out = curl(
@@ -206,9 +212,7 @@ fn requests_reach_the_upstream_with_forwarding_headers_and_without_hop_by_hop_on
 
 #[test]
 fn bodies_stream_both_ways_in_every_framing() {
-    let app = App::start("a");
-    let dir = TestDir::new("proxy-bodies");
-    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let (_app, dir, server) = one_app("proxy-bodies");
     let expected: Vec<u8> = (0..300_000u32).map(|i| (i % 256) as u8).collect();
     for mode in ["length", "chunked", "close"] {
         for version in ["--http1.1", "--http2"] {
@@ -258,9 +262,7 @@ fn bodies_stream_both_ways_in_every_framing() {
 
 #[test]
 fn a_hundred_megabytes_stream_through_in_bounded_memory() {
-    let app = App::start("a");
-    let dir = TestDir::new("proxy-big");
-    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let (_app, dir, server) = one_app("proxy-big");
     let rss_before = rss_kib(&server);
     const N: usize = 100 << 20;
     let download = dir.path("down.bin");
@@ -437,9 +439,7 @@ hash_key = "header:x-user"
 
 #[test]
 fn keep_alive_requests_reuse_upstream_connections() {
-    let app = App::start("a");
-    let dir = TestDir::new("proxy-reuse");
-    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let (_app, _dir, server) = one_app("proxy-reuse");
     // 200 requests over one client connection (curl reuses it for repeated URLs).
     let urls: Vec<String> = (0..200).map(|_| server.url("/app/whoami")).collect();
     let resolve = format!("localhost:{}:127.0.0.1", server.port());
@@ -727,9 +727,7 @@ fn upstream_connections_can_begin_with_a_proxy_protocol_header() {
 
 #[test]
 fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
-    let app = App::start("a");
-    let dir = TestDir::new("proxy-pp-in");
-    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let (_app, dir, server) = one_app("proxy-pp-in");
     // Two more listeners on the same server: one trusting loopback's balancers, one
     // trusting only 10.0.0.0/8 (so loopback clients are not believed).
     let conf = dir.path("terminus.toml");
