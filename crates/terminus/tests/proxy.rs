@@ -791,3 +791,20 @@ fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn sigterm_lets_a_proxied_request_finish() {
+    let (_app, _dir, mut server) = one_app("proxy-term");
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let slow_url = server.url("/app/slow?ms=1500");
+    let in_flight = std::thread::spawn(move || {
+        run(Command::new("curl")
+            .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
+            .arg(slow_url))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal("TERM");
+    let slow = in_flight.join().unwrap();
+    assert_eq!(body(&slow), "slow\n", "the request in flight finished");
+    assert!(server.wait_exit(Duration::from_secs(10)).success());
+}
