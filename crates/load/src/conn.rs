@@ -36,6 +36,8 @@ pub struct Endpoint {
     /// HTTP/2 request parts.
     pub uri: hyper::Uri,
     pub http2: bool,
+    /// False for an `http://` target: plain HTTP/1.1, no handshake.
+    pub tls: bool,
 }
 
 /// An established connection, ready for requests.
@@ -53,6 +55,8 @@ enum Io {
     H2 {
         send: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
     },
+    /// HTTP/1.1 without TLS.
+    Plain { stream: TcpStream, buf: Vec<u8> },
 }
 
 /// What opening a connection measured.
@@ -90,6 +94,23 @@ impl Endpoint {
         let connect = t1 - t0;
         // The client's Finished and the request must leave at once, not after an ACK.
         let _ = tcp.set_nodelay(true);
+        if !self.tls {
+            if self.http2 {
+                let why = "--http2 needs an https:// target".into();
+                return Err(failed(Failure::Protocol(why), Some(connect)));
+            }
+            let io = Io::Plain {
+                stream: tcp,
+                buf: Vec::with_capacity(16 * 1024),
+            };
+            return Ok(Opened {
+                conn: Conn { io, used: 0 },
+                connect,
+                handshake: Duration::ZERO,
+                resumed: false,
+                negotiated: "plain HTTP/1.1".into(),
+            });
+        }
         // The engine flushes a partial batch once every handshake in flight waits on it.
         let in_flight = engine.map(Engine::handshake_started);
         let (config, name) = (self.config.clone(), self.server_name.clone());
@@ -163,6 +184,9 @@ impl Conn {
             match &mut self.io {
                 Io::H1 { stream, buf } => {
                     http1::exchange(stream.as_mut(), &endpoint.h1_request, buf).await
+                }
+                Io::Plain { stream, buf } => {
+                    http1::exchange(stream, &endpoint.h1_request, buf).await
                 }
                 Io::H2 { send } => {
                     send.ready()

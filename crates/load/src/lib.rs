@@ -236,6 +236,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
                 h1_request: http1::request(&target.authority, &target.path, options.new_connection),
                 uri: uri.clone(),
                 http2: options.tls.http2,
+                tls: target.tls,
             },
             load,
             start,

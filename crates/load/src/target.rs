@@ -7,7 +7,9 @@ use rustls::pki_types::ServerName;
 
 use crate::LoadError;
 
-/// An `https://` URL resolved to the addresses the load goes to.
+/// An `https://` URL (or a plain `http://` one: HTTP/1.1 without TLS, the baseline for
+/// what a TLS terminator in front of a server adds) resolved to the addresses the load
+/// goes to.
 #[derive(Debug, Clone)]
 pub struct Target {
     /// Host as written in the URL (brackets removed from IPv6 literals).
@@ -21,20 +23,23 @@ pub struct Target {
     pub server_name: ServerName<'static>,
     /// Every address the host resolved to; connections go to the first.
     pub addrs: Vec<SocketAddr>,
+    /// `https://`: TLS; `http://`: none.
+    pub tls: bool,
 }
 
 impl Target {
-    /// Parses `https://HOST[:PORT][/PATH]` without resolving it.
+    /// Parses `https://HOST[:PORT][/PATH]` (or `http://`) without resolving it.
     pub fn parse(url: &str) -> Result<Target, LoadError> {
         let bad = |why: &str| LoadError::Url {
             url: url.to_owned(),
             why: why.to_owned(),
         };
-        let rest = match url.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => rest,
+        let (rest, tls) = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (rest, true),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (rest, false),
             Some((scheme, _)) => {
                 return Err(bad(&format!(
-                    "scheme {scheme:?} is not supported; terminus load speaks https:// only"
+                    "scheme {scheme:?} is not supported; terminus load speaks https:// (and http:// for baselines)"
                 )))
             }
             None => return Err(bad("expected https://HOST[:PORT]/PATH")),
@@ -68,8 +73,9 @@ impl Target {
         if host.is_empty() {
             return Err(bad("the host is empty"));
         }
+        let default_port = if tls { 443 } else { 80 };
         let port: u16 = match port {
-            None => 443,
+            None => default_port,
             Some(p) => p
                 .parse()
                 .ok()
@@ -78,11 +84,11 @@ impl Target {
         };
         let server_name = ServerName::try_from(host.to_owned())
             .map_err(|_| bad(&format!("{host:?} is neither a DNS name nor an IP address")))?;
-        let authority = match (host.parse::<IpAddr>(), port) {
-            (Ok(IpAddr::V6(_)), 443) => format!("[{host}]"),
-            (Ok(IpAddr::V6(_)), p) => format!("[{host}]:{p}"),
-            (_, 443) => host.to_owned(),
-            (_, p) => format!("{host}:{p}"),
+        let authority = match (host.parse::<IpAddr>(), port == default_port) {
+            (Ok(IpAddr::V6(_)), true) => format!("[{host}]"),
+            (Ok(IpAddr::V6(_)), false) => format!("[{host}]:{port}"),
+            (_, true) => host.to_owned(),
+            (_, false) => format!("{host}:{port}"),
         };
         Ok(Target {
             host: host.to_owned(),
@@ -91,6 +97,7 @@ impl Target {
             authority,
             server_name,
             addrs: Vec::new(),
+            tls,
         })
     }
 
@@ -164,8 +171,15 @@ mod tests {
 
     #[test]
     fn rejects_what_it_cannot_load() {
+        let plain = Target::parse("http://localhost:8080/x").unwrap();
+        assert!(!plain.tls);
+        assert_eq!(
+            (plain.port, plain.authority.as_str()),
+            (8080, "localhost:8080")
+        );
+        assert_eq!(Target::parse("http://localhost/").unwrap().port, 80);
         for url in [
-            "http://localhost/",
+            "ftp://localhost/",
             "localhost:8443",
             "https://:8443/",
             "https://localhost:0/",

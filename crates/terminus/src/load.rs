@@ -10,7 +10,8 @@ use terminus_load::{LoadOptions, Mode, TlsChoice, Trust};
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("loop").required(true).args(["rate", "connections"])))]
 pub struct LoadArgs {
-    /// https:// URL to load, e.g. https://localhost:8443/.
+    /// https:// URL to load, e.g. https://localhost:8443/ (or http:// for a plain-HTTP
+    /// baseline, such as the server behind a TLS-terminating proxy)
     #[arg(value_name = "URL")]
     url: String,
     /// Open loop: send this many requests per second on a fixed schedule; latency is

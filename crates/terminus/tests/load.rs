@@ -591,3 +591,47 @@ fn refuses_remote_targets_and_bad_arguments() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn http_targets_load_a_plain_server_for_baselines() {
+    let _one = exclusive();
+    let dir = TestDir::new("load-plain");
+    dir.write("www/x.txt", "plain\n");
+    // Python's own HTTP server: a real plain-HTTP/1.1 server.
+    let mut child = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(dir.path("www"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line
+        .split_whitespace()
+        .nth(5)
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let report = load(&[
+        &format!("http://127.0.0.1:{port}/x.txt"),
+        "--rate",
+        "50",
+        "-d",
+        "1s",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(n(&report, "requests") >= 40.0, "{report:#}");
+    assert_eq!(n(&report, "errors_total"), 0.0, "{report:#}");
+}
