@@ -535,7 +535,7 @@ fn refuses_remote_targets_and_bad_arguments() {
             "--rate",
         ),
         (
-            vec!["http://localhost:1/", "--rate", "1", "-d", "1s", "-k"],
+            vec!["ftp://localhost:1/", "--rate", "1", "-d", "1s", "-k"],
             "https://",
         ),
         (
