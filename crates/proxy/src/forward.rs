@@ -68,7 +68,7 @@ pub async fn forward<B>(
     upstream: &Arc<Upstream>,
     pool: &Rc<Pool>,
     req: Request<B>,
-    origin: &Origin<'_>,
+    origin: &Origin,
 ) -> Result<Response<ResponseBody>, ProxyError>
 where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
@@ -291,14 +291,15 @@ fn body_framing<B: Body>(body: &B) -> BodyFraming {
 /// declared.
 fn upstream_headers<B: Body>(
     parts: &mut hyper::http::request::Parts,
-    origin: &Origin<'_>,
+    origin: &Origin,
     framing: BodyFraming,
     body: &B,
 ) {
     let headers = &mut parts.headers;
     remove_hop_by_hop(headers);
     if !headers.contains_key(header::HOST) {
-        if let Some(v) = origin.host.and_then(|h| HeaderValue::from_str(h).ok()) {
+        let authority = parts.uri.authority().map(|a| a.as_str());
+        if let Some(v) = authority.and_then(|a| HeaderValue::from_str(a).ok()) {
             headers.insert(header::HOST, v);
         }
     }
@@ -336,7 +337,7 @@ fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
 fn hash_key(
     balance: &Balance,
     parts: &hyper::http::request::Parts,
-    origin: &Origin<'_>,
+    origin: &Origin,
 ) -> Option<u64> {
     let Balance::Hash(key) = balance else {
         return None;

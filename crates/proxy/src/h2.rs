@@ -226,13 +226,14 @@ where
     Ok(Response::from_parts(parts, body))
 }
 
-/// `http://authority/path`: hyper's h2 client takes the scheme and :authority from the URI.
+/// `http://authority/path`: hyper's h2 client takes the scheme and :authority from the URI,
+/// the authority from `Host` (which the prepared fields always carry when the client
+/// named one).
 fn h2_uri(parts: &hyper::http::request::Parts) -> Uri {
     let authority = parts
         .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or(parts.uri.authority().map(|a| a.as_str()))
         .unwrap_or("localhost");
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     Uri::builder()

@@ -40,28 +40,26 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Who the request came from, as the upstream is told.
 #[derive(Debug, Clone, Copy)]
-pub struct Origin<'a> {
+pub struct Origin {
     /// The client's address (the TCP peer, or what a trusted PROXY header said).
     pub client: SocketAddr,
     /// The address the client connected to, for PROXY protocol headers.
     pub local: SocketAddr,
     /// The scheme the client used: "https" at a TLS terminator.
     pub scheme: &'static str,
-    /// The host the client asked for (`Host` or `:authority`).
-    pub host: Option<&'a str>,
 }
 
 /// Adds the forwarding fields: `X-Forwarded-For` appended to (the client's list kept,
 /// as nginx's `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host`
-/// set, and an RFC 7239 `Forwarded` element appended.
-pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin<'_>) {
+/// set, and an RFC 7239 `Forwarded` element appended. The host is the request's `Host`.
+pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin) {
     const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
     const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
     const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
     let ip = origin.client.ip();
     append_list(headers, XFF, &ip.to_string());
     headers.insert(XFP, HeaderValue::from_static(origin.scheme));
-    let host = origin.host.and_then(|h| HeaderValue::from_str(h).ok());
+    let host = headers.get(header::HOST).cloned();
     match &host {
         Some(h) => {
             headers.insert(XFH, h.clone());
@@ -77,7 +75,7 @@ pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin<'_>) {
         IpAddr::V6(v6) => format!("\"[{v6}]\""),
     };
     let mut element = format!("for={node};proto={}", origin.scheme);
-    if let Some(h) = origin.host {
+    if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
         if h.bytes().all(is_token) {
             element.push_str(&format!(";host={h}"));
         } else if h
@@ -154,6 +152,7 @@ mod tests {
     #[test]
     fn forwarding_fields_append_to_the_clients() {
         let mut h = map(&[
+            ("host", "app.example.com"),
             ("x-forwarded-for", "10.0.0.1"),
             ("forwarded", "for=10.0.0.1"),
         ]);
@@ -161,7 +160,6 @@ mod tests {
             client: "192.0.2.7:5555".parse().unwrap(),
             local: "127.0.0.1:443".parse().unwrap(),
             scheme: "https",
-            host: Some("app.example.com"),
         };
         add_forwarding(&mut h, &origin);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
@@ -171,12 +169,11 @@ mod tests {
             h["forwarded"],
             "for=10.0.0.1, for=192.0.2.7;proto=https;host=app.example.com"
         );
-        let mut h = HeaderMap::new();
+        let mut h = map(&[("host", "app:8443")]);
         let origin = Origin {
             client: "[2001:db8::1]:5555".parse().unwrap(),
             local: "127.0.0.1:443".parse().unwrap(),
             scheme: "https",
-            host: Some("app:8443"),
         };
         add_forwarding(&mut h, &origin);
         assert_eq!(h["x-forwarded-for"], "2001:db8::1");

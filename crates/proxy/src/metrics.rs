@@ -188,14 +188,6 @@ impl ServerMetrics {
     pub(crate) fn latency(&self, phase: Phase, d: Duration) {
         self.latency.get(phase as usize).observe_duration(d);
     }
-
-    /// Connections opened and reused so far.
-    pub fn connections(&self) -> (u64, u64) {
-        (
-            self.connections.get(0) as u64,
-            self.connections.get(1) as u64,
-        )
-    }
 }
 
 /// Every upstream server's series, across reloads.

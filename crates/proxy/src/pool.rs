@@ -123,16 +123,6 @@ impl Pool {
         });
     }
 
-    /// How many idle connections the pool holds.
-    pub fn len(&self) -> usize {
-        self.idle.borrow().values().map(Vec::len).sum()
-    }
-
-    /// Whether the pool holds no connection.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn sweep(&self) {
         let now = Instant::now();
         if now.duration_since(self.last_sweep.get()) < SWEEP_EVERY {

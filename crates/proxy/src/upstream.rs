@@ -3,12 +3,11 @@
 //! shared by every worker (`Arc`); what is per worker (idle connections) is in
 //! [`crate::pool`].
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::balance::Balancer;
-use crate::health::{self, Change, Health};
+use crate::health::{Change, Health};
 use crate::metrics::{Failure, ProxyMetrics, ServerMetrics};
 use crate::spec::{ServerSpec, UpstreamSpec};
 
@@ -38,19 +37,6 @@ impl Upstream {
     /// Its name in the configuration.
     pub fn name(&self) -> &str {
         &self.spec.name
-    }
-
-    /// Its servers' addresses, primaries first.
-    pub fn addresses(&self) -> impl Iterator<Item = SocketAddr> + '_ {
-        self.servers.iter().map(|s| s.spec.address)
-    }
-
-    /// Whether the server at `address` is currently in rotation.
-    pub fn is_up(&self, address: SocketAddr) -> bool {
-        let now = health::now_ms();
-        self.servers
-            .iter()
-            .any(|s| s.spec.address == address && s.health.is_up(now))
     }
 
     /// Records a failure of server `i`, taking it out after enough in a row.

@@ -98,6 +98,16 @@ fn one_upstream(app: &App, extra: &str) -> String {
     )
 }
 
+/// Upstream connections opened and reused, every server's.
+fn upstream_connections(server: &Server) -> (f64, f64) {
+    let metrics = server.metrics();
+    let kind = |k: &str| {
+        let label = format!("kind=\"{k}\"");
+        metric_sum(&metrics, "terminus_upstream_connections_total", &[&label])
+    };
+    (kind("new"), kind("reused"))
+}
+
 /// app.py (named "a") behind terminus at /app/.
 fn one_app(test: &str) -> (App, TestDir, Server) {
     let app = App::start("a");
@@ -447,17 +457,7 @@ fn keep_alive_requests_reuse_upstream_connections() {
         .args(["-sS", "-k", "--resolve", &resolve])
         .args(&urls));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(200));
-    let metrics = server.metrics();
-    let new = metric_sum(
-        &metrics,
-        "terminus_upstream_connections_total",
-        &["kind=\"new\""],
-    );
-    let reused = metric_sum(
-        &metrics,
-        "terminus_upstream_connections_total",
-        &["kind=\"reused\""],
-    );
+    let (new, reused) = upstream_connections(&server);
     assert_eq!(new + reused, 200.0);
     assert!(reused / 200.0 >= 0.99, "reused {reused} of 200");
 }
@@ -588,17 +588,7 @@ fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     );
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, [0u8, 0, 0, 0, 2, b'h', b'i'], "{out:?}");
-    let metrics = server.metrics();
-    let new = metric_sum(
-        &metrics,
-        "terminus_upstream_connections_total",
-        &["kind=\"new\""],
-    );
-    let reused = metric_sum(
-        &metrics,
-        "terminus_upstream_connections_total",
-        &["kind=\"reused\""],
-    );
+    let (new, reused) = upstream_connections(&server);
     assert!(
         new <= 2.0 && reused >= 2.0,
         "one h2 connection per worker carries the calls: {new} new, {reused} reused"

@@ -117,7 +117,7 @@ impl Exchange<'_> {
         let sent_at = Instant::now();
         let mut body = Some(body);
         let mut pump = match self.framing {
-            BodyFraming::None => Pump::done(write),
+            BodyFraming::None => Pump::Done(write),
             framing => Pump::start(
                 write,
                 body.take().expect("body"),

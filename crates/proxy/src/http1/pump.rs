@@ -37,11 +37,6 @@ pub(crate) enum Pump {
 }
 
 impl Pump {
-    /// Nothing to send.
-    pub(crate) fn done(write: OwnedWriteHalf) -> Self {
-        Pump::Done(write)
-    }
-
     pub(crate) fn start<B>(
         write: OwnedWriteHalf,
         body: B,

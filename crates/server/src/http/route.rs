@@ -55,35 +55,40 @@ impl Route {
         req: Request<RequestBody>,
         cx: &ConnectionInfo,
     ) -> Response<Body> {
-        if let Route::Proxy(upstream) = self {
-            return proxy(upstream, req, cx).await;
-        }
-        let (parts, body) = req.into_parts();
-        // Neither files nor the page take a body: read a small one away (the connection
-        // then stays usable), give up on a large one.
-        body.discard(DISCARD_LIMIT, cx.site.timeouts.request_header)
-            .await;
-        let method = &parts.method;
-        if method != Method::GET && method != Method::HEAD {
-            let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
-            resp.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            return resp;
-        }
-        let path = parts.uri.path();
         match self {
-            Route::Files(root) => files::serve(
-                root,
-                &cx.files,
-                &cx.site.files,
-                method,
-                path,
-                &parts.headers,
-            ),
-            Route::BuiltinPage => builtin_page(method, path),
-            Route::Proxy(_) => unreachable!("answered above"),
+            Route::Proxy(upstream) => proxy(upstream, req, cx).await,
+            Route::Files(root) => {
+                answer_locally(req, cx, |method, path, headers| {
+                    files::serve(root, &cx.files, &cx.site.files, method, path, headers)
+                })
+                .await
+            }
+            Route::BuiltinPage => {
+                answer_locally(req, cx, |method, path, _| builtin_page(method, path)).await
+            }
         }
     }
+}
+
+/// Answers from terminus itself (files, the page): GET and HEAD only, and no body.
+async fn answer_locally(
+    req: Request<RequestBody>,
+    cx: &ConnectionInfo,
+    answer: impl FnOnce(&Method, &str, &hyper::HeaderMap) -> Response<Body>,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    // Neither files nor the page take a body: read a small one away (the connection
+    // then stays usable), give up on a large one.
+    body.discard(DISCARD_LIMIT, cx.site.timeouts.request_header)
+        .await;
+    let method = &parts.method;
+    if method != Method::GET && method != Method::HEAD {
+        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    }
+    answer(method, parts.uri.path(), &parts.headers)
 }
 
 /// Forwards `req` to `upstream`; its failures become nginx's error pages (502, 503, 504).
@@ -93,17 +98,10 @@ async fn proxy(
     cx: &ConnectionInfo,
 ) -> Response<Body> {
     let method = req.method().clone();
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or(req.uri().authority().map(|a| a.as_str()))
-        .map(str::to_owned);
     let origin = Origin {
         client: cx.peer,
         local: cx.local,
         scheme: "https",
-        host: host.as_deref(),
     };
     match terminus_proxy::forward(upstream, &cx.upstream_pool, req, &origin).await {
         Ok(resp) => with_common_headers(resp.map(Body::stream)),
