@@ -2,33 +2,18 @@
 //! `--group`, `--sigalg`), how it trusts the server (`--cacert`, the system bundle, or
 //! `--insecure`), and whether it resumes sessions (`--resume`).
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{Resumption, WebPkiServerVerifier};
+use rustls::client::Resumption;
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, SignatureScheme};
 use terminus_engine::KxGroup;
 use terminus_tls::handshake::EngineKxGroup;
 use terminus_tls::TlsSettings;
 
-use crate::LoadError;
+pub use terminus_tls::client::Trust;
 
-/// How the server's certificate is checked.
-#[derive(Debug, Clone, Default)]
-pub enum Trust {
-    /// The system's CA bundle (`SSL_CERT_FILE`, else Debian's
-    /// `/etc/ssl/certs/ca-certificates.crt`).
-    #[default]
-    System,
-    /// Chains must end at a certificate in this PEM file.
-    CaFile(PathBuf),
-    /// The chain and name are not checked, for benchmarks only; the handshake signature
-    /// still is, so the handshake costs the client what a real one does.
-    Insecure,
-}
+use crate::LoadError;
 
 /// What the client offers.
 #[derive(Debug, Clone, Default)]
@@ -110,23 +95,12 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
         signature_verification_algorithms: verify_algorithms,
         ..base
     });
-    let verifier: Arc<dyn ServerCertVerifier> = match &choice.trust {
-        Trust::Insecure => Arc::new(SignatureOnly {
-            algorithms: verify_algorithms,
-        }),
-        Trust::CaFile(path) => webpki_verifier(load_roots(path)?, &provider)?,
-        Trust::System => {
-            let path = std::env::var_os("SSL_CERT_FILE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
-            let roots = load_roots(&path).map_err(|e| {
-                LoadError::Tls(format!(
-                    "{e}; give --cacert FILE for the server's CA (or --insecure for a benchmark against a self-signed server)"
-                ))
-            })?;
-            webpki_verifier(roots, &provider)?
-        }
-    };
+    let verifier = choice.trust.verifier(&provider).map_err(|e| match choice.trust {
+        Trust::System => LoadError::Tls(format!(
+            "{e}; give --cacert FILE for the server's CA (or --insecure for a benchmark against a self-signed server)"
+        )),
+        _ => LoadError::Tls(e),
+    })?;
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)
         .map_err(|e| LoadError::Tls(e.to_string()))?
@@ -229,74 +203,5 @@ pub fn scheme_name(scheme: SignatureScheme) -> String {
         SignatureScheme::ECDSA_NISTP521_SHA512 => "ecdsa_secp521r1_sha512".into(),
         SignatureScheme::ED25519 => "ed25519".into(),
         other => format!("{other:?}").to_ascii_lowercase(),
-    }
-}
-
-fn load_roots(path: &Path) -> Result<RootCertStore, LoadError> {
-    let cant = |why: String| LoadError::Tls(format!("CA file {}: {why}", path.display()));
-    let pem = std::fs::read(path).map_err(|e| cant(e.to_string()))?;
-    let mut roots = RootCertStore::empty();
-    let mut added = 0;
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        let cert = cert.map_err(|e| cant(format!("not PEM: {e}")))?;
-        if roots.add(cert).is_ok() {
-            added += 1;
-        }
-    }
-    if added == 0 {
-        return Err(cant("holds no usable CERTIFICATE block".into()));
-    }
-    Ok(roots)
-}
-
-fn webpki_verifier(
-    roots: RootCertStore,
-    provider: &Arc<CryptoProvider>,
-) -> Result<Arc<dyn ServerCertVerifier>, LoadError> {
-    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map(|v| v as Arc<dyn ServerCertVerifier>)
-        .map_err(|e| LoadError::Tls(e.to_string()))
-}
-
-/// `--insecure`: any chain and name are accepted, but the handshake signature is
-/// verified against the leaf's key as usual.
-#[derive(Debug)]
-struct SignatureOnly {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for SignatureOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
     }
 }

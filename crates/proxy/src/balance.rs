@@ -166,6 +166,7 @@ mod tests {
                 Server::new(
                     ServerSpec {
                         address: format!("127.0.0.1:{}", 1000 + i).parse().unwrap(),
+                        host: None,
                         weight,
                         backup,
                     },

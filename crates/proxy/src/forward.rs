@@ -9,15 +9,15 @@ use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::Body;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use tokio::net::TcpStream;
 
 use crate::balance::hash;
+use crate::connect::connect;
 use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
 use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, Failed};
@@ -97,7 +97,7 @@ where
     // HTTP/1.1 heads are the same bytes for every attempt: encoded once.
     let head = match upstream.spec.protocol {
         Protocol::Http1 => http1_head(&parts),
-        Protocol::H2c => Vec::new(),
+        Protocol::H2 | Protocol::H2c => Vec::new(),
     };
     let error = |status, server: Option<usize>, cause: String| ProxyError {
         status,
@@ -141,6 +141,7 @@ where
                     keepalive: upstream.spec.keepalive,
                     pool,
                     pool_key: Key {
+                        upstream: upstream.id,
                         server: server.spec.address,
                         client: upstream.spec.proxy_protocol.map(|_| origin.client),
                     },
@@ -153,7 +154,9 @@ where
                     .map(|v| crate::proxy_protocol::encode(v, origin.client, origin.local));
                 http1_attempt(exchange, pool, proxy_header, body_now, progress).await
             }
-            Protocol::H2c => crate::h2::send(&pool.h2, &parts, body_now, progress, &attempt).await,
+            Protocol::H2 | Protocol::H2c => {
+                crate::h2::send(&pool.h2, &parts, body_now, progress, &attempt).await
+            }
         };
         let failed = match outcome {
             Ok(resp) => return Ok(resp),
@@ -175,7 +178,10 @@ where
         // server may have acted on it: only a request that is safe to repeat and whose
         // body it never saw goes (nginx's default proxy_next_upstream: error, not
         // timeouts, not non-idempotent methods).
-        let connect = matches!(failure, Failure::ConnectError | Failure::ConnectTimeout);
+        let connect = matches!(
+            failure,
+            Failure::ConnectError | Failure::ConnectTimeout | Failure::Tls
+        );
         let repeatable = body.is_some()
             && (connect
                 || is_idempotent(&parts.method)
@@ -202,10 +208,10 @@ where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
 {
     let server = progress.server();
-    let address = server.spec.address;
+    let tls = progress.upstream.spec.tls.as_ref();
     let (conn, reused) = match pool.take(exchange.pool_key) {
         Some(conn) => (conn, true),
-        None => match connect(address, exchange.timeouts.connect).await {
+        None => match connect(&server.spec, tls, exchange.timeouts.connect).await {
             Ok((stream, took)) => {
                 server.metrics.latency(Phase::Connect, took);
                 let mut conn = Conn::new(stream);
@@ -222,10 +228,10 @@ where
                 }
                 (conn, false)
             }
-            Err(failure) => {
+            Err(failed) => {
                 return Err(Failed {
-                    failure: Some(failure),
-                    detail: format!("connect: {}", failure.name()),
+                    failure: Some(failed.failure),
+                    detail: failed.detail,
                     body: Some(body),
                     stale: false,
                 })
@@ -255,23 +261,6 @@ fn is_idempotent(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
-}
-
-/// A new connection to `address`, and how long it took.
-pub(crate) async fn connect(
-    address: SocketAddr,
-    within: Duration,
-) -> Result<(TcpStream, Duration), Failure> {
-    let started = Instant::now();
-    match tokio::time::timeout(within, TcpStream::connect(address)).await {
-        Err(_) => Err(Failure::ConnectTimeout),
-        Ok(Err(_)) => Err(Failure::ConnectError),
-        Ok(Ok(stream)) => {
-            // Heads and small bodies go out at once, not after a delayed ACK.
-            let _ = stream.set_nodelay(true);
-            Ok((stream, started.elapsed()))
-        }
-    }
 }
 
 /// How the request body goes to the server: by its length when known, chunked when not,

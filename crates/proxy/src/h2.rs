@@ -1,5 +1,5 @@
-//! HTTP/2 to upstream servers in cleartext (h2c with prior knowledge, what gRPC backends
-//! speak): one connection per server per worker, multiplexing every request to it, driven
+//! HTTP/2 to upstream servers, over TLS (ALPN `h2`) or in cleartext (h2c with prior
+//! knowledge, what gRPC backends often speak): one connection per server per worker, multiplexing every request to it, driven
 //! by hyper's client on the worker's own event loop. Bodies stream both ways with h2's
 //! flow control as back-pressure, trailers included (gRPC's status travels in them).
 
@@ -19,6 +19,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 
+use crate::connect::{connect, Stream};
 use crate::forward::Attempt;
 use crate::headers::remove_hop_by_hop;
 use crate::http1::{Failed, Upstreamed};
@@ -52,7 +53,7 @@ impl Body for LocalBody {
 
 /// Runs hyper's connection tasks on the worker's `LocalSet`: nothing here is `Send`.
 #[derive(Clone, Copy)]
-struct LocalExec;
+pub(crate) struct LocalExec;
 
 impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     fn execute(&self, fut: F) {
@@ -60,9 +61,9 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     }
 }
 
-/// One worker's HTTP/2 connections, one per server.
+/// One worker's HTTP/2 connections, one per server of each upstream (by upstream id).
 #[derive(Default)]
-pub(crate) struct Connections(RefCell<HashMap<SocketAddr, SendRequest<LocalBody>>>);
+pub(crate) struct Connections(RefCell<HashMap<(u64, SocketAddr), SendRequest<LocalBody>>>);
 
 impl std::fmt::Debug for Connections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -71,13 +72,13 @@ impl std::fmt::Debug for Connections {
 }
 
 impl Connections {
-    /// The open connection to `address` that can take another stream, if there is one.
-    fn open(&self, address: SocketAddr) -> Option<SendRequest<LocalBody>> {
+    /// The open connection for `key` that can take another stream, if there is one.
+    fn open(&self, key: (u64, SocketAddr)) -> Option<SendRequest<LocalBody>> {
         let mut conns = self.0.borrow_mut();
-        match conns.get(&address) {
+        match conns.get(&key) {
             Some(send) if !send.is_closed() => Some(send.clone()),
             Some(_) => {
-                conns.remove(&address);
+                conns.remove(&key);
                 None
             }
             None => None,
@@ -105,25 +106,21 @@ where
         body,
         stale: false,
     };
-    let (mut send, reused) = match conns.open(address) {
+    let tls = progress.upstream.spec.tls.as_ref();
+    let key = (progress.upstream.id, address);
+    let (mut send, reused) = match conns.open(key) {
         Some(send) => (send, true),
         None => {
             let connected = Instant::now();
-            let stream = match crate::forward::connect(address, attempt.timeouts.connect).await {
+            let stream = match connect(&server.spec, tls, attempt.timeouts.connect).await {
                 Ok((stream, _)) => stream,
-                Err(failure) => {
-                    return Err(fail(
-                        failure,
-                        format!("connect: {}", failure.name()),
-                        Some(body),
-                    ))
-                }
+                Err(failed) => return Err(fail(failed.failure, failed.detail, Some(body))),
             };
-            let handshake = http2::Builder::new(LocalExec)
-                .timer(hyper_util::rt::TokioTimer::new())
-                .keep_alive_interval(Some(Duration::from_secs(30)))
-                .handshake::<_, LocalBody>(TokioIo::new(stream));
-            let (send, conn) = match tokio::time::timeout(attempt.timeouts.connect, handshake).await
+            let (send, conn) = match tokio::time::timeout(
+                attempt.timeouts.connect,
+                handshake::<LocalBody>(stream),
+            )
+            .await
             {
                 Ok(Ok(pair)) => pair,
                 Ok(Err(e)) => {
@@ -147,13 +144,13 @@ where
                 }
             });
             metrics.latency(Phase::Connect, connected.elapsed());
-            conns.0.borrow_mut().insert(address, send.clone());
+            conns.0.borrow_mut().insert(key, send.clone());
             (send, false)
         }
     };
     metrics.connection(reused);
     if send.ready().await.is_err() {
-        conns.0.borrow_mut().remove(&address);
+        conns.0.borrow_mut().remove(&key);
         return Err(Failed {
             stale: reused,
             ..fail(
@@ -166,7 +163,7 @@ where
 
     let mut req = Request::new(LocalBody(Box::pin(body)));
     *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = h2_uri(parts);
+    *req.uri_mut() = h2_uri(parts, tls.is_some());
     *req.headers_mut() = parts.headers.clone();
     // The authority travels as :authority; `te: trailers` is the one TE h2 allows, and
     // gRPC servers want it.
@@ -226,10 +223,28 @@ where
     Ok(Response::from_parts(parts, body))
 }
 
-/// `http://authority/path`: hyper's h2 client takes the scheme and :authority from the URI,
-/// the authority from `Host` (which the prepared fields always carry when the client
-/// named one).
-fn h2_uri(parts: &hyper::http::request::Parts) -> Uri {
+/// The HTTP/2 handshake on a new connection to a server; the connection's task runs on
+/// the worker's event loop until the connection ends.
+pub(crate) async fn handshake<B>(stream: Stream) -> hyper::Result<(SendRequest<B>, Driven<B>)>
+where
+    B: Body + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    http2::Builder::new(LocalExec)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .handshake::<_, B>(TokioIo::new(stream))
+        .await
+}
+
+/// A client connection's task, to be spawned.
+pub(crate) type Driven<B> = http2::Connection<TokioIo<Stream>, B, LocalExec>;
+
+/// `https://authority/path` (`http://` in cleartext): hyper's h2 client takes :scheme and
+/// :authority from the URI, the authority from `Host` (which the prepared fields always
+/// carry when the client named one).
+fn h2_uri(parts: &hyper::http::request::Parts, tls: bool) -> Uri {
     let authority = parts
         .headers
         .get(header::HOST)
@@ -237,7 +252,7 @@ fn h2_uri(parts: &hyper::http::request::Parts) -> Uri {
         .unwrap_or("localhost");
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     Uri::builder()
-        .scheme("http")
+        .scheme(if tls { "https" } else { "http" })
         .authority(authority)
         .path_and_query(path)
         .build()

@@ -8,15 +8,19 @@
 //! - [`upstream`]: an upstream at run time, shared by every worker: servers, their
 //!   [`health`] (failures in a row take a server out; [`checks`] probe it actively),
 //!   and the [`balance`]r;
+//! - [`connect`]: new connections to servers, plain or TLS;
 //! - [`pool`]: each worker's idle connections, reused under keep-alive;
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
-//!   connection taken or opened, exchange run ([`http1`], or HTTP/2 in cleartext for
-//!   gRPC backends), the [`response`] streamed back, retried where safe;
+//!   connection taken or opened, exchange run ([`http1`], or HTTP/2 over TLS or in
+//!   cleartext for gRPC backends), the [`response`] streamed back, retried where safe;
 //! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways;
+//! - [`stream`]: `[[stream]]` connections (TCP after TLS, or TLS passthrough) to their
+//!   upstream;
 //! - [`metrics`]: per-server series.
 
 pub mod balance;
 pub mod checks;
+pub mod connect;
 pub mod forward;
 mod h2;
 pub mod headers;
@@ -27,6 +31,7 @@ pub mod pool;
 pub mod proxy_protocol;
 pub mod response;
 pub mod spec;
+pub mod stream;
 pub mod tunnel;
 pub mod upstream;
 

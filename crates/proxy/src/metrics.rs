@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Render};
 
+use crate::stream::{Relay, StreamMode};
+
 const LATENCY_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -20,6 +22,9 @@ pub enum Failure {
     ConnectError,
     /// No connection within `timeouts.connect`.
     ConnectTimeout,
+    /// The TLS handshake with the server failed (its certificate, its name, no common
+    /// protocol).
+    Tls,
     /// The connection failed after it was established, before a whole response.
     Io,
     /// No response head within `timeouts.response_header`.
@@ -33,9 +38,10 @@ pub enum Failure {
 }
 
 impl Failure {
-    const ALL: [Failure; 7] = [
+    const ALL: [Failure; 8] = [
         Self::ConnectError,
         Self::ConnectTimeout,
+        Self::Tls,
         Self::Io,
         Self::ResponseTimeout,
         Self::IdleTimeout,
@@ -48,6 +54,7 @@ impl Failure {
         match self {
             Self::ConnectError => "connect_error",
             Self::ConnectTimeout => "connect_timeout",
+            Self::Tls => "tls_error",
             Self::Io => "io_error",
             Self::ResponseTimeout => "response_timeout",
             Self::IdleTimeout => "idle_timeout",
@@ -72,7 +79,7 @@ pub struct ServerMetrics {
     address: SocketAddr,
     requests: Labelled<1>,
     responses: Labelled<5>,
-    failures: Labelled<7>,
+    failures: Labelled<8>,
     connections: Labelled<2>,
     retries: Labelled<1>,
     health: Labelled<2>,
@@ -80,6 +87,10 @@ pub struct ServerMetrics {
     active: Labelled<1>,
     idle: Labelled<1>,
     latency: Histograms<3>,
+    /// Streams by (mode, relay): terminate and passthrough, each splice or userspace.
+    streams: Labelled<4>,
+    /// Stream bytes by (relay, direction).
+    stream_bytes: Labelled<4>,
 }
 
 impl ServerMetrics {
@@ -140,6 +151,16 @@ impl ServerMetrics {
                 LATENCY_BOUNDS,
                 label_values("phase", ["connect", "response_header", "total"], &rest),
             ),
+            streams: Labelled::counter(
+                "terminus_stream_connections_total",
+                "Streams ([[stream]]) carried to an upstream server, by mode and by how their bytes moved.",
+                pairs(("mode", ["terminate", "passthrough"]), ("method", RELAYS), &rest),
+            ),
+            stream_bytes: Labelled::counter(
+                "terminus_stream_bytes_total",
+                "Stream bytes to the upstream server (sent) and back (received), by how they moved.",
+                pairs(("method", RELAYS), ("direction", ["sent", "received"]), &rest),
+            ),
         }
     }
 
@@ -185,6 +206,14 @@ impl ServerMetrics {
         self.idle.add(0, delta);
     }
 
+    pub(crate) fn stream(&self, mode: StreamMode, relay: Relay, up: u64, down: u64) {
+        let m = (mode == StreamMode::Passthrough) as usize;
+        let r = (relay == Relay::Userspace) as usize;
+        self.streams.inc(m * 2 + r);
+        self.stream_bytes.add(r * 2, up as i64);
+        self.stream_bytes.add(r * 2 + 1, down as i64);
+    }
+
     pub(crate) fn latency(&self, phase: Phase, d: Duration) {
         self.latency.get(phase as usize).observe_duration(d);
     }
@@ -220,7 +249,7 @@ impl Render for ProxyMetrics {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         // Family by family: a family's samples must be together on the page.
-        let families: [fn(&ServerMetrics) -> &dyn Render; 10] = [
+        let families: [fn(&ServerMetrics) -> &dyn Render; 12] = [
             |s| &s.requests,
             |s| &s.responses,
             |s| &s.failures,
@@ -231,6 +260,8 @@ impl Render for ProxyMetrics {
             |s| &s.active,
             |s| &s.idle,
             |s| &s.latency,
+            |s| &s.streams,
+            |s| &s.stream_bytes,
         ];
         for family in families {
             for s in &servers {
@@ -238,4 +269,21 @@ impl Render for ProxyMetrics {
             }
         }
     }
+}
+
+/// How stream bytes move, as label values.
+const RELAYS: [&str; 2] = ["splice", "userspace"];
+
+/// Label values for two labels of two values each, the first varying slowest (the
+/// series of (a, b) is at index `a * 2 + b`).
+fn pairs(a: (&str, [&str; 2]), b: (&str, [&str; 2]), rest: &str) -> [String; 4] {
+    std::array::from_fn(|i| {
+        format!(
+            "{}=\"{}\",{}=\"{}\",{rest}",
+            a.0,
+            a.1[i / 2],
+            b.0,
+            b.1[i % 2]
+        )
+    })
 }

@@ -6,14 +6,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Context;
 use std::time::{Duration, Instant};
 
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, ReadBuf};
 
+use crate::connect::{ReadHalf, Stream, WriteHalf};
 use crate::metrics::ServerMetrics;
 use crate::spec::Keepalive;
 
@@ -21,10 +22,13 @@ use crate::spec::Keepalive;
 /// putting sweep only their own server's list).
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Which requests an idle connection may carry: any to its server, or, where the
-/// connection began with a PROXY protocol header naming a client, only that client's.
+/// Which requests an idle connection may carry: its upstream's to its server, or, where
+/// the connection began with a PROXY protocol header naming a client, only that
+/// client's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
+    /// [`crate::Upstream`]'s id.
+    pub(crate) upstream: u64,
     pub(crate) server: SocketAddr,
     pub(crate) client: Option<SocketAddr>,
 }
@@ -53,15 +57,15 @@ impl Default for Pool {
 /// reused connection costs no allocation.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    pub(crate) read: OwnedReadHalf,
-    pub(crate) write: OwnedWriteHalf,
+    pub(crate) read: ReadHalf,
+    pub(crate) write: WriteHalf,
     /// Empty between exchanges.
     pub(crate) buf: Vec<u8>,
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream) -> Self {
-        let (read, write) = stream.into_split();
+    pub(crate) fn new(stream: Stream) -> Self {
+        let (read, write) = tokio::io::split(stream);
         Conn {
             read,
             write,
@@ -92,8 +96,8 @@ impl Pool {
         let list = idle.get_mut(&key)?;
         let now = Instant::now();
         while let Some(mut idle) = list.pop() {
-            let conn = idle.conn.take()?;
-            if idle.until > now && still_open(&conn.read) {
+            let mut conn = idle.conn.take()?;
+            if idle.until > now && still_open(&mut conn.read) {
                 return Some(conn);
             }
         }
@@ -137,9 +141,13 @@ impl Pool {
     }
 }
 
-/// An idle connection has nothing to read: a FIN (0) or unsolicited bytes mean the
-/// server is done with it.
-fn still_open(read: &OwnedReadHalf) -> bool {
+/// An idle connection has nothing to read: a FIN or close_notify (0), an error, or
+/// unsolicited bytes mean the server is done with it. One read attempt that must not
+/// wait: over TLS it also takes in what the server may send unasked and that is not
+/// data (session tickets), which leaves the connection usable.
+fn still_open(read: &mut ReadHalf) -> bool {
     let mut probe = [0u8; 1];
-    matches!(read.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    let mut buf = ReadBuf::new(&mut probe);
+    let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+    Pin::new(read).poll_read(&mut cx, &mut buf).is_pending()
 }

@@ -1,7 +1,7 @@
 //! What an upstream is, as configured: its servers and how requests are spread over
 //! them, how long each step may take, and when a server is taken out. The server's
 //! configuration resolves `[[upstream]]` into these (with file and line for every error);
-//! this crate never reads a file.
+//! this crate reads no file but the CA file a TLS upstream names.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -26,6 +26,8 @@ pub struct UpstreamSpec {
     /// A PROXY protocol header at the start of each connection to a server (HTTP/1.1
     /// upstreams; a connection then carries only its client's requests).
     pub proxy_protocol: Option<crate::proxy_protocol::Version>,
+    /// TLS to the servers (`tls = { ... }`), when configured.
+    pub tls: Option<crate::connect::UpstreamTls>,
 }
 
 /// One server of an upstream.
@@ -33,6 +35,9 @@ pub struct UpstreamSpec {
 pub struct ServerSpec {
     /// Where it listens.
     pub address: SocketAddr,
+    /// The host name it was written with, if it was not an address (the default TLS
+    /// server name, as nginx's `proxy_ssl_name`).
+    pub host: Option<String>,
     /// Its share of requests relative to the others (round robin and hash).
     pub weight: u32,
     /// Used only while every primary server is down.
@@ -42,8 +47,12 @@ pub struct ServerSpec {
 /// What an upstream's servers speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
-    /// HTTP/1.1, a connection per request in progress, kept alive between them.
+    /// HTTP/1.1, a connection per request in progress, kept alive between them (over
+    /// TLS when the upstream has `tls`).
     Http1,
+    /// HTTP/2 over TLS, chosen by ALPN: one connection per server per worker, every
+    /// request a stream on it.
+    H2,
     /// HTTP/2 in cleartext with prior knowledge (gRPC backends): one connection per
     /// server per worker, every request a stream on it.
     H2c,

@@ -54,15 +54,14 @@ impl Upgrade {
             .take()
             .ok_or_else(|| io::Error::other("the upgrade was already taken"))?;
         let Conn { read, write, buf } = conn;
-        let mut upstream = read
-            .reunite(write)
-            .map_err(|_| io::Error::other("upstream halves do not match"))?;
+        let mut upstream = read.unsplit(write);
         upstream.write_all(early).await?;
+        upstream.flush().await?;
         client.write_all(&buf).await?;
         client.flush().await?;
         let last = Cell::new(Instant::now());
         let (cr, mut cw) = tokio::io::split(client);
-        let (ur, mut uw) = upstream.split();
+        let (ur, mut uw) = tokio::io::split(upstream);
         let (mut cr, mut ur) = (Watched(cr, &last), Watched(ur, &last));
         let up = async {
             let n = tokio::io::copy(&mut cr, &mut uw).await?;

@@ -3,7 +3,7 @@
 //! shared by every worker (`Arc`); what is per worker (idle connections) is in
 //! [`crate::pool`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::balance::Balancer;
@@ -14,6 +14,9 @@ use crate::spec::{ServerSpec, UpstreamSpec};
 /// A configured upstream, ready to take requests.
 #[derive(Debug)]
 pub struct Upstream {
+    /// Unique in the process: pooled connections belong to one upstream (its TLS
+    /// settings and names), not to whichever upstream has the same address.
+    pub(crate) id: u64,
     pub(crate) spec: UpstreamSpec,
     pub(crate) servers: Vec<Server>,
     pub(crate) balancer: Balancer,
@@ -27,7 +30,9 @@ impl Upstream {
             .iter()
             .map(|s| Server::new(s.clone(), &spec.name, metrics))
             .collect();
+        static IDS: AtomicU64 = AtomicU64::new(0);
         Upstream {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             balancer: Balancer::new(spec.balance.clone(), &servers),
             servers,
             spec,

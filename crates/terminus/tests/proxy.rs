@@ -798,3 +798,153 @@ fn sigterm_lets_a_proxied_request_finish() {
     assert_eq!(body(&slow), "slow\n", "the request in flight finished");
     assert!(server.wait_exit(Duration::from_secs(10)).success());
 }
+
+/// A TLS upstream's routes: `/app/` to the server under its certificate's name, `/wrong/`
+/// under a name the certificate does not have, `/noverify/` with verification off.
+const TLS_ROUTES: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[server.route]]\npath = \"/wrong/\"\nupstream = \"wrong\"\n[[server.route]]\npath = \"/noverify/\"\nupstream = \"noverify\"\n";
+
+#[test]
+fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
+    let dir = TestDir::new("proxy-tls-http1");
+    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["backend.internal"]);
+    let app = App::launch(
+        "app.py",
+        &[
+            "0",
+            "a",
+            backend.cert.to_str().unwrap(),
+            backend.key.to_str().unwrap(),
+        ],
+    );
+    let ca = backend.cert.display();
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{a}\"]\ntls = {{ server_name = \"backend.internal\", ca = \"{ca}\" }}\nhealth = {{ path = \"/app/whoami\", interval = \"200ms\" }}\n\
+         [[upstream]]\nname = \"wrong\"\nservers = [\"{a}\"]\ntls = {{ server_name = \"other.internal\", ca = \"{ca}\" }}\n\
+         [[upstream]]\nname = \"noverify\"\nservers = [\"{a}\"]\ntls = {{ verify = false }}\n",
+        a = app.addr()
+    );
+    let server = proxy(&dir, &upstreams, TLS_ROUTES);
+
+    // Keep-alive requests share the TLS connections.
+    let urls: Vec<String> = (0..50).map(|_| server.url("/app/whoami")).collect();
+    let resolve = format!("localhost:{}:127.0.0.1", server.port());
+    let out = run(Command::new("curl")
+        .args(["-sS", "-k", "--resolve", &resolve])
+        .args(&urls));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(50));
+    let app_label = "upstream=\"app\"";
+    let metrics = server.metrics();
+    let count = |kind: &str| {
+        let kind = format!("kind=\"{kind}\"");
+        metric_sum(
+            &metrics,
+            "terminus_upstream_connections_total",
+            &[app_label, &kind],
+        )
+    };
+    assert!(
+        count("reused") >= 48.0,
+        "{} new, {} reused",
+        count("new"),
+        count("reused")
+    );
+
+    // Bodies both ways, every framing, through TLS records.
+    let expected: Vec<u8> = (0..3_000_000u32).map(|i| (i % 256) as u8).collect();
+    for mode in ["length", "chunked", "close"] {
+        let out = curl(&server, &[], &format!("/app/bytes?n=3000000&mode={mode}"));
+        assert!(out.status.success(), "{mode}: {:?}", out.status);
+        assert!(out.stdout == expected, "{mode}: the body differs");
+    }
+    let upload = dir.write("upload.bin", &expected);
+    let at = format!("@{}", upload.display());
+    for extra in [&[][..], &["-H", "Transfer-Encoding: chunked"][..]] {
+        let mut args = vec!["--data-binary", &at];
+        args.extend_from_slice(extra);
+        let out = curl(&server, &args, "/app/sha256");
+        assert!(
+            out.status.success(),
+            "{extra:?}: {out:?}\n{}",
+            server.stderr()
+        );
+        assert_eq!(
+            body(&out),
+            format!("{} 3000000\n", sha256_hex(&expected)),
+            "{extra:?}"
+        );
+    }
+
+    // A certificate that does not name the server is refused: 502, counted, logged.
+    let (code, _, _) = headers(&server, &[], "/wrong/whoami");
+    assert_eq!(code, 502);
+    assert!(
+        server.metric(
+            "terminus_upstream_failures_total",
+            &["upstream=\"wrong\"", "cause=\"tls_error\""]
+        ) >= 1.0
+    );
+    // Unless the operator turned verification off, which the log says at start.
+    assert_eq!(body(&curl(&server, &[], "/noverify/whoami")), "a");
+    let log = server.stderr();
+    assert!(log.contains("TLS handshake"), "{log}");
+    assert!(log.contains("not verified (verify = false)"), "{log}");
+
+    // The active checks went over TLS too: a plaintext probe would have failed and taken
+    // the server out.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        server.metric(
+            "terminus_upstream_health_changes_total",
+            &[app_label, "to=\"down\""]
+        ),
+        0.0,
+        "{}",
+        server.stderr()
+    );
+    // A close-delimited body that ends without close_notify may have been cut short:
+    // the client sees it broken off, never as complete.
+    let out = curl(&server, &[], "/app/bytes?n=3000000&mode=close&end=abrupt");
+    assert!(
+        !out.status.success(),
+        "an unclean TLS end passed as complete"
+    );
+}
+
+#[test]
+fn grpc_goes_through_to_an_h2_backend_over_tls() {
+    if !python_packages() {
+        return;
+    }
+    let dir = TestDir::new("proxy-tls-grpc");
+    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["backend.internal"]);
+    let grpc = App::launch(
+        "grpc_app.py",
+        &[
+            "serve",
+            backend.cert.to_str().unwrap(),
+            backend.key.to_str().unwrap(),
+        ],
+    );
+    let upstreams = format!(
+        "[[upstream]]\nname = \"grpc\"\nservers = [\"{}\"]\nprotocol = \"h2\"\ntls = {{ server_name = \"backend.internal\", ca = \"{}\" }}\n",
+        grpc.addr(),
+        backend.cert.display()
+    );
+    let routes = "[[server.route]]\npath = \"/test.Echo/\"\nupstream = \"grpc\"\n";
+    let server = proxy(&dir, &upstreams, routes);
+    let target = format!("localhost:{}", server.port());
+    let seen = call("grpc_app.py", &target, &dir, &server);
+    assert_eq!(seen["unary_ok"], true, "{seen}");
+    assert_eq!(seen["unary_trailer"], "yes", "{seen}");
+    assert_eq!(seen["stream"], serde_json::json!(["0", "1", "2", "3", "4"]));
+    assert_eq!(seen["sum"], "abc");
+    assert_eq!(
+        seen["fail"],
+        serde_json::json!(["NOT_FOUND", "no such thing"])
+    );
+    let (new, reused) = upstream_connections(&server);
+    assert!(
+        new <= 2.0 && reused >= 2.0,
+        "one h2 connection per worker carries the calls: {new} new, {reused} reused"
+    );
+}

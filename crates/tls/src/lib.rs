@@ -8,9 +8,12 @@
 //!   engine-backed signer and key-exchange groups rustls calls into;
 //! - [`ktls`] hands the record layer to the kernel after the handshake (sendfile, splice);
 //! - [`stream`] is the userspace record layer, where the kernel cannot take over;
-//! - [`record`] frames whole records before rustls or the kernel sees them.
+//! - [`record`] frames whole records before rustls or the kernel sees them;
+//! - [`client`] is how terminus's own client side (the load generator, the proxy's TLS
+//!   upstreams) trusts a server.
 
 pub mod certs;
+pub mod client;
 pub mod config;
 pub mod handshake;
 pub mod ktls;

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use terminus_h1::{Decoded, Decoder};
-use tokio::net::tcp::OwnedReadHalf;
 
 use super::pump::Pump;
 use super::Stall;
@@ -30,7 +29,7 @@ const READ_SIZE: usize = 64 * 1024;
 pub(crate) struct Http1Body(Option<Box<Reading>>);
 
 pub(crate) struct Reading {
-    pub(crate) read: OwnedReadHalf,
+    pub(crate) read: crate::connect::ReadHalf,
     pub(crate) buf: Vec<u8>,
     pub(crate) decoder: Decoder,
     pub(crate) pump: Pump,

@@ -101,7 +101,12 @@ impl Exchange<'_> {
             body,
             stale: false,
         };
-        if let Err(e) = tokio::time::timeout(self.timeouts.idle, write.write_all(self.head))
+        // Flushed: over TLS a write may leave the record in rustls's buffer.
+        let send_head = async {
+            write.write_all(self.head).await?;
+            write.flush().await
+        };
+        if let Err(e) = tokio::time::timeout(self.timeouts.idle, send_head)
             .await
             .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
         {
@@ -300,10 +305,7 @@ impl Exchange<'_> {
 }
 
 /// Reads what the socket has into the end of `buf`.
-async fn read_some(
-    read: &mut tokio::net::tcp::OwnedReadHalf,
-    buf: &mut Vec<u8>,
-) -> io::Result<usize> {
+async fn read_some(read: &mut crate::connect::ReadHalf, buf: &mut Vec<u8>) -> io::Result<usize> {
     buf.reserve(4 * 1024);
     read.read_buf(buf).await
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::body::Body;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 
+use crate::connect::WriteHalf;
 use crate::metrics::ServerMetrics;
 
 /// Why the body did not all go out.
@@ -26,19 +26,19 @@ pub(crate) enum PumpError {
     Upstream(io::Error),
 }
 
-type Running = Pin<Box<dyn Future<Output = Result<OwnedWriteHalf, PumpError>>>>;
+type Running = Pin<Box<dyn Future<Output = Result<WriteHalf, PumpError>>>>;
 
 /// The request body's progress; when it is done the write half is back.
 pub(crate) enum Pump {
     Running(Running),
-    Done(OwnedWriteHalf),
+    Done(WriteHalf),
     /// Failed: the connection cannot carry another request.
     Failed,
 }
 
 impl Pump {
     pub(crate) fn start<B>(
-        write: OwnedWriteHalf,
+        write: WriteHalf,
         body: B,
         chunked: bool,
         idle: Duration,
@@ -79,12 +79,12 @@ impl Pump {
 }
 
 async fn send<B>(
-    mut write: OwnedWriteHalf,
+    mut write: WriteHalf,
     body: B,
     chunked: bool,
     idle: Duration,
     metrics: Arc<ServerMetrics>,
-) -> Result<OwnedWriteHalf, PumpError>
+) -> Result<WriteHalf, PumpError>
 where
     B: Body<Data = Bytes, Error = io::Error>,
 {
@@ -127,5 +127,6 @@ where
         terminus_h1::chunked_end(&mut out, trailers.as_ref());
         timed(tokio::time::timeout(idle, write.write_all(&out)).await)?;
     }
+    timed(tokio::time::timeout(idle, write.flush()).await)?;
     Ok(write)
 }

@@ -18,12 +18,13 @@ use crate::http::files::CacheSettings;
 
 mod overrides;
 mod resolve;
+mod route;
 mod schema;
 mod upstream;
 
 pub use overrides::Overrides;
+pub use route::{RouteConfig, RouteTarget};
 pub use schema::{parse_duration, ConfigDuration, ConfigFile};
-pub use upstream::{RouteConfig, RouteTarget};
 
 pub use crate::connection::Cidr;
 

@@ -12,7 +12,7 @@ use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
 use super::schema::{parse_duration, ConfigFile, ListenEntry};
-use super::upstream;
+use super::{route, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
@@ -136,7 +136,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         });
     }
 
-    let upstreams = upstream::resolve_upstreams(&raw.upstream, ctx)?;
+    let upstreams = upstream::resolve_upstreams(&raw.upstream, &resolve_path, ctx)?;
     let mut servers = Vec::new();
     for s in &raw.server {
         let line = ctx.line_of(s.names.span());
@@ -179,7 +179,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         servers.push(ServerConfig {
             names: s.names.get_ref().clone(),
             default: s.default,
-            routes: upstream::resolve_routes(
+            routes: route::resolve_routes(
                 &s.route,
                 s.root.as_ref(),
                 &upstreams,

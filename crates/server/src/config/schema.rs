@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use super::upstream::{RouteSection, UpstreamSection};
+use super::route::RouteSection;
+use super::upstream::UpstreamSection;
 use crate::http::files::CacheSettings;
 
 /// The config file as written (all fields optional; defaults applied in [`Config::resolve`]).

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A real HTTP/1.1 application server for the reverse proxy's tests (Python's own
-http.server, threaded, keep-alive). Usage: app.py PORT NAME. It prints "ready" once
+http.server, threaded, keep-alive). Usage: app.py PORT NAME [CERT KEY]; with CERT and
+KEY it speaks TLS (Python's ssl, OpenSSL underneath). It prints "ready PORT" once
 listening. Endpoints:
 Endpoints are matched by the path's last segment ("/app/whoami" is /whoami), since the
 proxy passes the path on unchanged.
   /whoami            its NAME (which server a balanced request reached)
   /headers           the request line and headers as JSON
-  /bytes?n=N[&mode=length|chunked|close]   N bytes of a fixed pattern
+  /bytes?n=N[&mode=length|chunked|close[&end=abrupt]]   N bytes of a fixed pattern
+                     (over TLS, mode=close ends with close_notify unless end=abrupt)
   /sha256            (any method with a body) the body's sha256 and length
   /trailers          a chunked body followed by trailers
   /slow?ms=M         answers after M ms
@@ -114,6 +116,14 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(piece)
             if mode == "chunked":
                 self.wfile.write(b"0\r\n\r\n")
+            if mode == "close" and hasattr(self.connection, "unwrap") and q.get("end") != "abrupt":
+                # Over TLS the end of a close-delimited body is a close_notify; without
+                # one (end=abrupt) the body may have been cut short.
+                self.wfile.flush()
+                try:
+                    self.connection.unwrap()
+                except OSError:
+                    pass
             return
         if path == "/trailers":
             self.send_response(200)
@@ -160,5 +170,12 @@ class Server(ThreadingHTTPServer):
 if __name__ == "__main__":
     port, NAME = int(sys.argv[1]), sys.argv[2]
     server = Server(("127.0.0.1", port), Handler)
+    if len(sys.argv) > 4:
+        import ssl
+
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(sys.argv[3], sys.argv[4])
+        tls.set_alpn_protocols(["http/1.1"])
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     print("ready", server.server_address[1], flush=True)
     server.serve_forever()

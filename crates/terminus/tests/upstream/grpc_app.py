@@ -2,7 +2,8 @@
 """A real gRPC server and client (grpcio) for the reverse proxy's h2c tests, with raw-byte
 messages (no generated code).
 
-  grpc_app.py serve                  serves h2c on a free port; prints "ready PORT"
+  grpc_app.py serve [CERT KEY]       serves h2c (h2 over TLS with CERT and KEY) on a free
+                                     port; prints "ready PORT"
   grpc_app.py call HOST:PORT CA.pem  calls through TLS (SNI and name "localhost") and
                                      prints what came back as JSON
 
@@ -39,7 +40,7 @@ def fail(request, context):
     context.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
 
 
-def serve():
+def serve(tls):
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(unary, *IDENTITY),
         "Stream": grpc.unary_stream_rpc_method_handler(stream, *IDENTITY),
@@ -48,7 +49,11 @@ def serve():
     }
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls:
+        cert, key = (open(f, "rb").read() for f in tls)
+        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print("ready", port, flush=True)
     server.wait_for_termination()
@@ -76,6 +81,6 @@ def call(target, ca):
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve()
+        serve(sys.argv[2:4])
     else:
         call(sys.argv[2], sys.argv[3])

@@ -1,6 +1,7 @@
-//! `[[upstream]]` and `[[server.route]]`: the reverse proxy's part of the file, as
-//! written and resolved to [`UpstreamSpec`]s and [`RouteConfig`]s, every error at its
-//! line.
+//! `[[upstream]]`: the servers the proxy sends requests to, as written and resolved to
+//! [`UpstreamSpec`]s, every error at its line; [`tls`] is its re-encryption part.
+
+mod tls;
 
 use std::collections::HashSet;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -32,6 +33,7 @@ pub struct UpstreamSection {
     pub timeouts: Option<TimeoutsSection>,
     pub health: Option<HealthSection>,
     pub proxy_protocol: Option<Spanned<String>>,
+    pub tls: Option<Spanned<tls::TlsSection>>,
 }
 
 /// A server: `"HOST:PORT"` or `{ address = "HOST:PORT", weight = 2, backup = true }`.
@@ -77,36 +79,11 @@ pub struct HealthSection {
     pub passes: Option<u32>,
 }
 
-/// A `[[server.route]]` as written: a path prefix and what answers under it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteSection {
-    pub path: Spanned<String>,
-    pub upstream: Option<Spanned<String>>,
-    pub root: Option<Spanned<String>>,
-}
-
-/// What answers the requests under a path prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteTarget {
-    /// Files from this directory.
-    Root(PathBuf),
-    /// The `[[upstream]]` of this name.
-    Upstream(String),
-}
-
-/// One route of a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteConfig {
-    pub path: String,
-    pub target: RouteTarget,
-    pub line: Option<usize>,
-}
-
 const MAX_WEIGHT: u32 = 1000;
 
 pub(super) fn resolve_upstreams(
     raw: &[UpstreamSection],
+    resolve_path: &dyn Fn(&str) -> PathBuf,
     ctx: &Ctx<'_>,
 ) -> Result<Vec<UpstreamSpec>, ConfigError> {
     let mut names = HashSet::new();
@@ -120,12 +97,16 @@ pub(super) fn resolve_upstreams(
                     Some("give each [[upstream]] its own name".to_owned()),
                 ));
             }
-            resolve_upstream(u, ctx)
+            resolve_upstream(u, resolve_path, ctx)
         })
         .collect()
 }
 
-fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, ConfigError> {
+fn resolve_upstream(
+    u: &UpstreamSection,
+    resolve_path: &dyn Fn(&str) -> PathBuf,
+    ctx: &Ctx<'_>,
+) -> Result<UpstreamSpec, ConfigError> {
     let mut servers = Vec::new();
     for entry in u.servers.get_ref() {
         let (address, weight, backup) = match entry.get_ref() {
@@ -140,9 +121,16 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
                 Some(format!("a weight is between 1 and {MAX_WEIGHT}")),
             ));
         }
+        // A name (not an address) is also what TLS asks the server for by default.
+        let host = address
+            .parse::<SocketAddr>()
+            .is_err()
+            .then(|| address.rsplit_once(':').map(|(h, _)| h.to_owned()))
+            .flatten();
         for address in resolve_address(address, entry.span(), ctx)? {
             servers.push(ServerSpec {
                 address,
+                host: host.clone(),
                 weight,
                 backup,
             });
@@ -179,12 +167,27 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
     }
     let protocol = match u.protocol.as_ref().map(|p| (p.get_ref().as_str(), p.span())) {
         None | Some(("http1", _)) => Protocol::Http1,
+        Some(("h2", span)) if u.tls.is_none() => {
+            return Err(ctx.err(
+                Some(span),
+                "protocol = \"h2\" is HTTP/2 over TLS and needs tls = { ... }",
+                Some("add tls = {} (verified against the system's CAs) or use \"h2c\" for HTTP/2 in cleartext".to_owned()),
+            ))
+        }
+        Some(("h2", _)) => Protocol::H2,
+        Some(("h2c", span)) if u.tls.is_some() => {
+            return Err(ctx.err(
+                Some(span),
+                "protocol = \"h2c\" is HTTP/2 in cleartext, but this upstream has tls",
+                Some("use \"h2\" for HTTP/2 over TLS".to_owned()),
+            ))
+        }
         Some(("h2c", _)) => Protocol::H2c,
         Some((other, span)) => {
             return Err(ctx.err(
                 Some(span),
                 format!("protocol = {other:?} is not supported"),
-                Some("use \"http1\" (HTTP/1.1) or \"h2c\" (HTTP/2 in cleartext, as gRPC backends speak); HTTP/2 over TLS to upstreams is not there yet".to_owned()),
+                Some("use \"http1\" (HTTP/1.1), \"h2\" (HTTP/2 over TLS) or \"h2c\" (HTTP/2 in cleartext, as gRPC backends speak)".to_owned()),
             ))
         }
     };
@@ -266,14 +269,20 @@ fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, 
             ))
         }
     };
-    if let (Some(_), Protocol::H2c) = (proxy_protocol, protocol) {
+    if let (Some(_), Protocol::H2 | Protocol::H2c) = (proxy_protocol, protocol) {
         return Err(ctx.err(
             u.proxy_protocol.as_ref().map(|p| p.span()),
             "proxy_protocol is for http1 upstreams",
-            Some("an h2c connection carries many clients' requests; one PROXY header cannot name them all".to_owned()),
+            Some("an HTTP/2 connection carries many clients' requests; one PROXY header cannot name them all".to_owned()),
         ));
     }
+    let tls = u
+        .tls
+        .as_ref()
+        .map(|t| tls::resolve(t, u.name.get_ref(), protocol, resolve_path, ctx))
+        .transpose()?;
     Ok(UpstreamSpec {
+        tls,
         name: u.name.get_ref().clone(),
         servers,
         balance,
@@ -332,74 +341,6 @@ fn resolve_address(
     Ok(resolved)
 }
 
-/// A server's routes: `root` is the route "/" when no `[[server.route]]` says otherwise.
-pub(super) fn resolve_routes(
-    routes: &[RouteSection],
-    root: Option<&Spanned<String>>,
-    upstreams: &[UpstreamSpec],
-    resolve_path: &dyn Fn(&str) -> PathBuf,
-    ctx: &Ctx<'_>,
-) -> Result<Vec<RouteConfig>, ConfigError> {
-    let mut out = Vec::new();
-    for r in routes {
-        let path = r.path.get_ref();
-        if !path.starts_with('/') {
-            return Err(ctx.err(
-                Some(r.path.span()),
-                format!("route path {path:?} does not start with /"),
-                Some("a route matches by path prefix: \"/api/\"".to_owned()),
-            ));
-        }
-        if out.iter().any(|o: &RouteConfig| &o.path == path) {
-            return Err(ctx.err(
-                Some(r.path.span()),
-                format!("two routes for {path:?}"),
-                None,
-            ));
-        }
-        let target = match (&r.upstream, &r.root) {
-            (Some(u), None) => {
-                if !upstreams.iter().any(|s| &s.name == u.get_ref()) {
-                    return Err(ctx.err(
-                        Some(u.span()),
-                        format!("no [[upstream]] is named {:?}", u.get_ref()),
-                        Some("define it: [[upstream]] name = ... servers = [...]".to_owned()),
-                    ));
-                }
-                RouteTarget::Upstream(u.get_ref().clone())
-            }
-            (None, Some(root)) => RouteTarget::Root(resolve_path(root.get_ref())),
-            _ => {
-                return Err(ctx.err(
-                    Some(r.path.span()),
-                    format!("route {path:?} needs upstream or root, and not both"),
-                    None,
-                ))
-            }
-        };
-        out.push(RouteConfig {
-            path: path.clone(),
-            target,
-            line: ctx.line_of(r.path.span()),
-        });
-    }
-    if let Some(root) = root {
-        if out.iter().any(|r| r.path == "/") {
-            return Err(ctx.err(
-                Some(root.span()),
-                "root and a [[server.route]] for \"/\" both say what serves \"/\"",
-                Some("keep one of them".to_owned()),
-            ));
-        }
-        out.push(RouteConfig {
-            path: "/".into(),
-            target: RouteTarget::Root(resolve_path(root.get_ref())),
-            line: ctx.line_of(root.span()),
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -441,26 +382,6 @@ mod tests {
     }
 
     #[test]
-    fn routes_take_an_upstream_or_a_root_and_root_is_the_slash_route() {
-        let c = parse(&format!(
-            "{APP}[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/api/\"\nupstream = \"app\"\n"
-        ))
-        .unwrap();
-        let routes: Vec<(&str, &RouteTarget)> = c.servers[0]
-            .routes
-            .iter()
-            .map(|r| (r.path.as_str(), &r.target))
-            .collect();
-        assert_eq!(
-            routes,
-            [
-                ("/api/", &RouteTarget::Upstream("app".into())),
-                ("/", &RouteTarget::Root("/srv".into()))
-            ]
-        );
-    }
-
-    #[test]
     fn mistakes_are_refused_at_their_line() {
         for (text, line, says) in [
             ("[[upstream]]\nname = \"a\"\nservers = [\"no-such-host.invalid:80\"]\n", 3, "no-such-host"),
@@ -470,6 +391,12 @@ mod tests {
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhash_key = \"uri\"\n", 4, "only for"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nbalance = \"hash\"\nhash_key = \"cookie\"\n", 5, "hash key"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h3\"\n", 4, "not supported"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h2\"\n", 4, "needs tls"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h2c\"\ntls = {}\n", 4, "has tls"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { ca = \"ca.pem\", verify = false }\n", 4, "not used when verify = false"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { server_name = \"a b\" }\n", 4, "not a DNS name"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n\ntls = { ca = \"/nonexistent/ca.pem\" }\n", 5, "/nonexistent/ca.pem"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { sni = \"x\" }\n", 4, "unknown field"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntimeouts = { connect = \"soon\" }\n", 4, "not a duration"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:2\"]\n", 5, "used twice"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"api\"\nroot = \"/srv\"\n", 4, "does not start with /"),

@@ -1,0 +1,132 @@
+//! `[[server.route]]`: which path prefixes of a server are answered from files and which
+//! go to an upstream, resolved with their lines.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use terminus_proxy::UpstreamSpec;
+use toml::Spanned;
+
+use super::{ConfigError, Ctx};
+
+/// A `[[server.route]]` as written: a path prefix and what answers under it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    pub path: Spanned<String>,
+    pub upstream: Option<Spanned<String>>,
+    pub root: Option<Spanned<String>>,
+}
+
+/// What answers the requests under a path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteTarget {
+    /// Files from this directory.
+    Root(PathBuf),
+    /// The `[[upstream]]` of this name.
+    Upstream(String),
+}
+
+/// One route of a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    pub path: String,
+    pub target: RouteTarget,
+    pub line: Option<usize>,
+}
+
+/// A server's routes: `root` is the route "/" when no `[[server.route]]` says otherwise.
+pub(super) fn resolve_routes(
+    routes: &[RouteSection],
+    root: Option<&Spanned<String>>,
+    upstreams: &[UpstreamSpec],
+    resolve_path: &dyn Fn(&str) -> PathBuf,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<RouteConfig>, ConfigError> {
+    let mut out = Vec::new();
+    for r in routes {
+        let path = r.path.get_ref();
+        if !path.starts_with('/') {
+            return Err(ctx.err(
+                Some(r.path.span()),
+                format!("route path {path:?} does not start with /"),
+                Some("a route matches by path prefix: \"/api/\"".to_owned()),
+            ));
+        }
+        if out.iter().any(|o: &RouteConfig| &o.path == path) {
+            return Err(ctx.err(
+                Some(r.path.span()),
+                format!("two routes for {path:?}"),
+                None,
+            ));
+        }
+        let target = match (&r.upstream, &r.root) {
+            (Some(u), None) => {
+                if !upstreams.iter().any(|s| &s.name == u.get_ref()) {
+                    return Err(ctx.err(
+                        Some(u.span()),
+                        format!("no [[upstream]] is named {:?}", u.get_ref()),
+                        Some("define it: [[upstream]] name = ... servers = [...]".to_owned()),
+                    ));
+                }
+                RouteTarget::Upstream(u.get_ref().clone())
+            }
+            (None, Some(root)) => RouteTarget::Root(resolve_path(root.get_ref())),
+            _ => {
+                return Err(ctx.err(
+                    Some(r.path.span()),
+                    format!("route {path:?} needs upstream or root, and not both"),
+                    None,
+                ))
+            }
+        };
+        out.push(RouteConfig {
+            path: path.clone(),
+            target,
+            line: ctx.line_of(r.path.span()),
+        });
+    }
+    if let Some(root) = root {
+        if out.iter().any(|r| r.path == "/") {
+            return Err(ctx.err(
+                Some(root.span()),
+                "root and a [[server.route]] for \"/\" both say what serves \"/\"",
+                Some("keep one of them".to_owned()),
+            ));
+        }
+        out.push(RouteConfig {
+            path: "/".into(),
+            target: RouteTarget::Root(resolve_path(root.get_ref())),
+            line: ctx.line_of(root.span()),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Overrides};
+
+    #[test]
+    fn routes_take_an_upstream_or_a_root_and_root_is_the_slash_route() {
+        let c = Config::parse(
+            "[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:8081\"]\n[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/api/\"\nupstream = \"app\"\n",
+            "t.toml",
+            &Overrides::default(),
+        )
+        .unwrap();
+        let routes: Vec<(&str, &RouteTarget)> = c.servers[0]
+            .routes
+            .iter()
+            .map(|r| (r.path.as_str(), &r.target))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                ("/api/", &RouteTarget::Upstream("app".into())),
+                ("/", &RouteTarget::Root("/srv".into()))
+            ]
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! `tls = { ... }` on an `[[upstream]]`: re-encryption to its servers. Certificates are
+//! verified unless the operator writes `verify = false` (a warning says so at every
+//! load), against `ca` or the system bundle; the name checked is `server_name`, else each
+//! server's host as written (nginx's `proxy_ssl_name` default), else its address.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use terminus_proxy::connect::UpstreamTls;
+use terminus_proxy::spec::Protocol;
+use terminus_tls::client::Trust;
+use toml::Spanned;
+
+use crate::config::{ConfigError, Ctx};
+
+/// `tls = { server_name = "app.internal", ca = "ca.pem", verify = true }` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub server_name: Option<Spanned<String>>,
+    pub ca: Option<Spanned<String>>,
+    pub verify: Option<Spanned<bool>>,
+}
+
+pub(super) fn resolve(
+    tls: &Spanned<TlsSection>,
+    upstream: &str,
+    protocol: Protocol,
+    resolve_path: &dyn Fn(&str) -> PathBuf,
+    ctx: &Ctx<'_>,
+) -> Result<UpstreamTls, ConfigError> {
+    let section = tls.get_ref();
+    let server_name = match &section.server_name {
+        None => None,
+        Some(name) => Some(name.get_ref().clone().try_into().map_err(|_| {
+            ctx.err(
+                Some(name.span()),
+                format!("server_name {:?} is not a DNS name or IP address", name.get_ref()),
+                Some("the name the upstream's certificate is issued for: server_name = \"app.internal\"".to_owned()),
+            )
+        })?),
+    };
+    let verify = section.verify.as_ref().map(|v| *v.get_ref()) != Some(false);
+    let trust = match (&section.ca, verify) {
+        (Some(ca), false) => {
+            return Err(ctx.err(
+                Some(ca.span()),
+                "ca is not used when verify = false",
+                Some("keep ca and verify = true (recommended), or drop ca".to_owned()),
+            ))
+        }
+        (Some(ca), true) => Trust::CaFile(resolve_path(ca.get_ref())),
+        (None, true) => Trust::System,
+        (None, false) => {
+            tracing::warn!(
+                upstream,
+                "upstream TLS certificates are not verified (verify = false): anyone on the path can pose as its servers"
+            );
+            Trust::Insecure
+        }
+    };
+    UpstreamTls::new(server_name, trust, protocol).map_err(|e| {
+        ctx.err(
+            section.ca.as_ref().map_or(Some(tls.span()), |c| Some(c.span())),
+            format!("upstream {upstream:?} tls: {e}"),
+            Some("ca = \"FILE\": the PEM certificate(s) of the CA that signed the servers' certificates".to_owned()),
+        )
+    })
+}
