@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use terminus_engine::SigningKeyPair;
+use terminus_proxy::stream::StreamMode;
 use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
@@ -18,6 +19,8 @@ use crate::http::route::{Route, Routes};
 pub struct Host {
     pub names: Vec<String>,
     pub routes: Routes,
+    /// A `[[stream]]`'s upstream and mode: its connections carry bytes, not HTTP.
+    pub stream: Option<(Arc<Upstream>, StreamMode)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +33,9 @@ pub struct Timeouts {
 /// Everything a connection needs, fixed for its lifetime.
 pub struct Site {
     pub tls: Arc<rustls::ServerConfig>,
+    /// The same without ALPN, for `[[stream]]`s: a stream is not HTTP, so no HTTP
+    /// protocol is agreed on for it.
+    pub stream_tls: Arc<rustls::ServerConfig>,
     pub resolver: Arc<SniResolver>,
     pub hosts: Vec<Host>,
     pub timeouts: Timeouts,
@@ -69,8 +75,20 @@ impl Site {
             .map(|spec| Arc::new(Upstream::new(spec.clone(), proxy_metrics)))
             .collect();
         for server in &config.servers {
+            let find = |name: &str| {
+                upstreams
+                    .iter()
+                    .find(|u| u.name() == name)
+                    .expect("routes and streams name defined upstreams (checked when resolved)")
+                    .clone()
+            };
+            let stream = server.stream.as_ref().map(|s| (find(&s.upstream), s.mode));
             let mut certs = VirtualHostCerts::default();
-            let loaded: Vec<LoadedCert> = if server.certificates.is_empty() {
+            let passthrough = matches!(stream, Some((_, StreamMode::Passthrough)));
+            let loaded: Vec<LoadedCert> = if passthrough {
+                // Its server answers the handshake.
+                Vec::new()
+            } else if server.certificates.is_empty() {
                 self_signed.to_vec()
             } else {
                 server
@@ -83,7 +101,7 @@ impl Site {
                     })
                     .collect::<Result<_, _>>()?
             };
-            if loaded.is_empty() {
+            if loaded.is_empty() && !passthrough {
                 return Err(err(
                     server.line,
                     format!("server {:?} has no certificate", server.names),
@@ -123,13 +141,7 @@ impl Site {
                                 )
                             })?)
                         }
-                        RouteTarget::Upstream(name) => Route::Proxy(
-                            upstreams
-                                .iter()
-                                .find(|u| u.name() == name.as_str())
-                                .expect("routes name defined upstreams (checked when resolved)")
-                                .clone(),
-                        ),
+                        RouteTarget::Upstream(name) => Route::Proxy(find(name)),
                     };
                     routes.push((r.path.clone(), route));
                 }
@@ -139,6 +151,7 @@ impl Site {
             hosts.push(Host {
                 names: server.names.clone(),
                 routes,
+                stream,
             });
         }
         let resolver = Arc::new(SniResolver::new(
@@ -156,8 +169,11 @@ impl Site {
                 Some("log.access is \"off\", \"stdout\" or a writable file path"),
             )
         })?;
+        let mut stream_tls = (*tls).clone();
+        stream_tls.alpn_protocols.clear();
         Ok(Self {
             tls,
+            stream_tls: Arc::new(stream_tls),
             resolver,
             hosts,
             timeouts: Timeouts {

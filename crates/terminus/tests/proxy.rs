@@ -948,3 +948,75 @@ fn grpc_goes_through_to_an_h2_backend_over_tls() {
         "one h2 connection per worker carries the calls: {new} new, {reused} reused"
     );
 }
+
+#[test]
+fn streams_terminate_or_pass_through_by_sni() {
+    let dir = TestDir::new("proxy-streams");
+    // Passthrough: the TLS server behind terminus holds the only key for pass.test.
+    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["pass.test"]);
+    let tls_app = App::launch(
+        "app.py",
+        &[
+            "0",
+            "behind",
+            backend.cert.to_str().unwrap(),
+            backend.key.to_str().unwrap(),
+        ],
+    );
+    let plain_app = App::start("plain");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"tls-app\"\nservers = [\"{}\"]\n[[upstream]]\nname = \"plain-app\"\nservers = [\"{}\"]\n\
+         [[stream]]\nnames = [\"pass.test\"]\nupstream = \"tls-app\"\nmode = \"passthrough\"\n\
+         [[stream]]\nnames = [\"plain.test\"]\nupstream = \"plain-app\"\n",
+        tls_app.addr(),
+        plain_app.addr()
+    );
+    let server = proxy(&dir, &upstreams, "");
+    let port = server.port();
+
+    // The client verifies the backend's own certificate: terminus only forwarded.
+    let url = format!("https://pass.test:{port}/x/whoami");
+    let resolve = format!("pass.test:{port}:127.0.0.1");
+    let out = run(Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--resolve", &resolve, "--cacert"])
+        .arg(&backend.cert)
+        .arg(&url));
+    assert_eq!(body(&out), "behind", "{}", server.stderr());
+
+    // Terminated: the plaintext goes to the app as it is, no HTTP proxying in between
+    // (no forwarding headers added), and bodies arrive whole.
+    let out = curl_host(&server, "plain.test", &[], "/x/headers");
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let names: Vec<&str> = seen["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h[0].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"x-forwarded-for"), "{seen}");
+    let out = curl_host(&server, "plain.test", &[], "/x/bytes?n=20000000");
+    assert!(out.status.success(), "{:?}", out.status);
+    let expected: Vec<u8> = (0..20_000_000u32).map(|i| (i % 256) as u8).collect();
+    assert!(out.stdout == expected, "the streamed body differs");
+    // HTTP servers on the same listener are untouched.
+    assert_eq!(body(&curl(&server, &[], "/index.html")), "from files\n");
+
+    let streams = |mode: &str, method: &str| {
+        server.metric(
+            "terminus_stream_connections_total",
+            &[&format!("mode=\"{mode}\""), &format!("method=\"{method}\"")],
+        )
+    };
+    eventually(Duration::from_secs(5), "both streams counted", || {
+        streams("passthrough", "splice") >= 1.0 && streams("terminate", "userspace") >= 2.0
+    });
+    let received = server.metric(
+        "terminus_stream_bytes_total",
+        &[
+            "upstream=\"plain-app\"",
+            "method=\"userspace\"",
+            "direction=\"received\"",
+        ],
+    );
+    assert!(received > 20_000_000.0, "{received}");
+}

@@ -20,11 +20,13 @@ mod overrides;
 mod resolve;
 mod route;
 mod schema;
+mod stream;
 mod upstream;
 
 pub use overrides::Overrides;
 pub use route::{RouteConfig, RouteTarget};
 pub use schema::{parse_duration, ConfigDuration, ConfigFile};
+pub use stream::StreamTarget;
 
 pub use crate::connection::Cidr;
 
@@ -71,6 +73,8 @@ pub struct ServerConfig {
     /// Empty: the self-signed default certificates.
     pub certificates: Vec<CertPaths>,
     pub line: Option<usize>,
+    /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
+    pub stream: Option<StreamTarget>,
 }
 
 /// Whether a listener hands connections to kernel TLS after the handshake.

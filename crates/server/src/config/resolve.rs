@@ -11,12 +11,56 @@ use std::time::Duration;
 use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
-use super::schema::{parse_duration, ConfigFile, ListenEntry};
-use super::{route, upstream};
+use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry};
+use super::{route, stream, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
 };
+
+/// A `[[server]]`'s or `[[stream]]`'s names (checked) and certificates; the line of its
+/// names.
+fn names_and_certificates(
+    names: &Spanned<Vec<String>>,
+    certificate: &[CertificateSection],
+    what: &str,
+    resolve_path: &dyn Fn(&str) -> PathBuf,
+    ctx: &Ctx<'_>,
+) -> Result<(Option<usize>, Vec<CertPaths>), ConfigError> {
+    if names.get_ref().is_empty() {
+        return Err(ctx.err(
+            Some(names.span()),
+            format!("a {what} needs at least one name"),
+            Some("names = [\"example.com\", \"*.example.com\"]".to_owned()),
+        ));
+    }
+    for name in names.get_ref() {
+        let bare = name.strip_prefix("*.").unwrap_or(name);
+        if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
+            return Err(ctx.err(
+                Some(names.span()),
+                format!("server name {name:?} is not valid"),
+                Some("use exact names or one leading wildcard label: \"*.example.com\"".to_owned()),
+            ));
+        }
+    }
+    let certificates = certificate
+        .iter()
+        .map(|c| CertPaths {
+            cert: resolve_path(c.cert.get_ref()),
+            key: resolve_path(c.key.get_ref()),
+            line: ctx.line_of(c.cert.span()),
+        })
+        .collect::<Vec<_>>();
+    if certificates.len() > 2 {
+        return Err(ctx.err(
+            Some(names.span()),
+            format!("a {what} takes at most two certificates (one RSA and one ECDSA)"),
+            None,
+        ));
+    }
+    Ok((ctx.line_of(names.span()), certificates))
+}
 
 pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
     let file = ctx.file;
@@ -139,43 +183,8 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     let upstreams = upstream::resolve_upstreams(&raw.upstream, &resolve_path, ctx)?;
     let mut servers = Vec::new();
     for s in &raw.server {
-        let line = ctx.line_of(s.names.span());
-        if s.names.get_ref().is_empty() {
-            return Err(ctx.err(
-                Some(s.names.span()),
-                "a [[server]] needs at least one name",
-                Some("names = [\"example.com\", \"*.example.com\"]".to_owned()),
-            ));
-        }
-        for name in s.names.get_ref() {
-            let bare = name.strip_prefix("*.").unwrap_or(name);
-            if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
-                return Err(ctx.err(
-                    Some(s.names.span()),
-                    format!("server name {name:?} is not valid"),
-                    Some(
-                        "use exact names or one leading wildcard label: \"*.example.com\""
-                            .to_owned(),
-                    ),
-                ));
-            }
-        }
-        let certificates = s
-            .certificate
-            .iter()
-            .map(|c| CertPaths {
-                cert: resolve_path(c.cert.get_ref()),
-                key: resolve_path(c.key.get_ref()),
-                line: ctx.line_of(c.cert.span()),
-            })
-            .collect::<Vec<_>>();
-        if certificates.len() > 2 {
-            return Err(ctx.err(
-                Some(s.names.span()),
-                "a server takes at most two certificates (one RSA and one ECDSA)",
-                None,
-            ));
-        }
+        let (line, certificates) =
+            names_and_certificates(&s.names, &s.certificate, "[[server]]", &resolve_path, ctx)?;
         servers.push(ServerConfig {
             names: s.names.get_ref().clone(),
             default: s.default,
@@ -188,6 +197,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             )?,
             certificates,
             line,
+            stream: None,
         });
     }
     if servers.iter().filter(|s| s.default).count() > 1 {
@@ -206,6 +216,31 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             routes: Vec::new(),
             certificates: Vec::new(),
             line: None,
+            stream: None,
+        });
+    }
+    for s in &raw.stream {
+        let (line, certificates) =
+            names_and_certificates(&s.names, &s.certificate, "[[stream]]", &resolve_path, ctx)?;
+        let taken = |n: &String| {
+            servers
+                .iter()
+                .any(|o: &ServerConfig| o.names.iter().any(|m| m.eq_ignore_ascii_case(n)))
+        };
+        if let Some(name) = s.names.get_ref().iter().find(|n| taken(n)) {
+            return Err(ctx.err(
+                Some(s.names.span()),
+                format!("{name:?} is already the name of a [[server]] or [[stream]]"),
+                Some("SNI chooses between them: give each name to one".to_owned()),
+            ));
+        }
+        servers.push(ServerConfig {
+            names: s.names.get_ref().clone(),
+            default: false,
+            routes: Vec::new(),
+            certificates,
+            line,
+            stream: Some(stream::resolve(s, &upstreams, ctx)?),
         });
     }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use super::route::RouteSection;
+use super::stream::StreamSection;
 use super::upstream::UpstreamSection;
 use crate::http::files::CacheSettings;
 
@@ -36,6 +37,8 @@ pub struct ConfigFile {
     pub server: Vec<ServerSection>,
     #[serde(default)]
     pub upstream: Vec<UpstreamSection>,
+    #[serde(default)]
+    pub stream: Vec<StreamSection>,
 }
 
 /// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.

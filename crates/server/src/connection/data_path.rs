@@ -14,7 +14,7 @@ use crate::metrics::DataPath;
 use crate::worker::{OpenConnection, Worker};
 
 /// The record layer of an established connection.
-enum Records {
+pub(super) enum Records {
     Kernel(KtlsStream),
     /// Boxed: rustls's connection state is large, and this enum is moved stage to stage.
     Userspace(Box<TlsStream>),
@@ -22,11 +22,11 @@ enum Records {
 
 /// Stage 3: a connection ready for its application.
 pub(crate) struct Secured {
-    records: Records,
+    pub(super) records: Records,
     h2: bool,
-    info: ConnectionInfo,
+    pub(super) info: ConnectionInfo,
     /// Held to the end: the connection counts as open until the application is done.
-    _open: OpenConnection,
+    pub(super) _open: OpenConnection,
 }
 
 impl Established {

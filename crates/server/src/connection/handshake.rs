@@ -6,7 +6,7 @@ use rustls::ServerConnection;
 use terminus_tls::handshake;
 use tokio::time::timeout_at;
 
-use super::{Accepted, Closed, Hello};
+use super::{Accepted, Closed, Hello, Route};
 use crate::metrics::HandshakeLabels;
 use crate::worker::Worker;
 
@@ -27,15 +27,19 @@ impl Hello {
             accepted,
             read,
             host,
-            route: _,
+            route,
         } = self;
+        let config = match route {
+            Route::Stream(_) => accepted.site.stream_tls.clone(),
+            _ => accepted.site.tls.clone(),
+        };
         let metrics = &worker.shared.metrics;
         let done = timeout_at(
             accepted.handshake_deadline,
             handshake(
                 &accepted.socket,
                 read,
-                accepted.site.tls.clone(),
+                config,
                 &worker.engine,
                 &accepted.ctx,
                 &metrics.traffic,

@@ -2,12 +2,15 @@
 //!
 //! The server block (virtual host) and the tenant are resolved from SNI here, before the
 //! handshake, so that every crypto request of the handshake is charged to its tenant and
-//! so that a route other than terminating TLS here (passthrough) can be chosen.
+//! so that a route other than terminating TLS and serving HTTP here (a `[[stream]]`,
+//! terminated or passed through) can be chosen.
 
 use std::rc::Rc;
 use std::sync::Arc;
 
 use terminus_engine::Tenant;
+use terminus_proxy::stream::StreamMode;
+use terminus_proxy::Upstream;
 use terminus_tls::{read_client_hello, ClientHelloRead};
 use tokio::time::timeout_at;
 
@@ -15,10 +18,16 @@ use super::{Accepted, Closed};
 use crate::worker::Worker;
 
 /// What to do with a connection once its ClientHello is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Route {
-    /// Complete the handshake here and serve the application.
+    /// Complete the handshake here and serve HTTP.
     Terminate,
+    /// Complete the handshake here and carry the plaintext to the upstream (a
+    /// `[[stream]]` in terminate mode).
+    Stream(Arc<Upstream>),
+    /// Carry the client's bytes to the upstream untouched, the ClientHello first (a
+    /// `[[stream]]` in passthrough mode).
+    Passthrough(Arc<Upstream>),
 }
 
 /// Stage 1: the ClientHello has been read; nothing has been answered yet.
@@ -45,12 +54,17 @@ impl Accepted {
         };
         let sni = read.client_hello().server_name().map(Arc::<str>::from);
         let host = self.site.resolver.lookup(sni.as_deref());
+        let route = match &self.site.hosts[host].stream {
+            None => Route::Terminate,
+            Some((upstream, StreamMode::Terminate)) => Route::Stream(upstream.clone()),
+            Some((upstream, StreamMode::Passthrough)) => Route::Passthrough(upstream.clone()),
+        };
         self.ctx.hello(sni, Tenant::default());
         Ok(Hello {
             accepted: self,
             read,
             host,
-            route: Route::Terminate,
+            route,
         })
     }
 }

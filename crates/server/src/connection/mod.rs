@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! Accepted --hello()--> Hello --handshake()--> Established --secure()--> Secured --serve()
-//!  TCP, site,          ClientHello read,      rustls done,            kernel TLS or
+//!  TCP, site,          ClientHello read,      rustls done,            kernel TLS or   (HTTP)
 //!  context, deadline   host, tenant, route    timeline finished       userspace records
+//!                        |                                                 `--relay()
+//!                        `--pass_through() (a passthrough [[stream]])          ([[stream]])
 //! ```
 //!
 //! A stage that cannot go on returns [`Closed`], which says why once, in the metrics and
@@ -15,6 +17,7 @@ mod data_path;
 mod handshake;
 mod hello;
 mod proxy_header;
+mod stream;
 
 pub use proxy_header::Cidr;
 
@@ -59,16 +62,22 @@ pub(crate) async fn run(
         }
     };
     let accepted = Accepted::new(socket, peer, open, &worker);
+    let hello = match accepted.hello(&worker).await {
+        Ok(hello) => hello,
+        Err(closed) => return closed.record(&worker, peer),
+    };
+    let route = match hello.route.clone() {
+        Route::Passthrough(upstream) => return hello.pass_through(upstream).await,
+        route => route,
+    };
     let served = async {
-        let hello = accepted.hello(&worker).await?;
-        let established = match hello.route {
-            Route::Terminate => hello.handshake(&worker).await?,
-        };
+        let established = hello.handshake(&worker).await?;
         established.secure(ktls, &worker).await
     };
-    match served.await {
-        Ok(secured) => secured.serve(&worker).await,
-        Err(closed) => closed.record(&worker, peer),
+    match (served.await, route) {
+        (Ok(secured), Route::Stream(upstream)) => secured.relay(upstream).await,
+        (Ok(secured), _) => secured.serve(&worker).await,
+        (Err(closed), _) => closed.record(&worker, peer),
     }
 }
 

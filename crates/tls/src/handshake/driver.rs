@@ -44,6 +44,7 @@ pub async fn handshake(
         mut inbox,
         _in_flight,
     } = hello;
+    inbox.release();
     let mut out = Vec::with_capacity(4096);
     // Answering the ClientHello is where TLS 1.3 signs and exchanges keys: on the bridge.
     // Everything crossing the coroutine is boxed: corosensei copies the closure and the
@@ -100,6 +101,10 @@ pub async fn handshake(
 #[derive(Default)]
 pub(super) struct Inbox {
     buf: Vec<u8>,
+    /// While the ClientHello is read, what rustls took stays at the front of `buf` (up to
+    /// here): a connection passed through untouched needs every byte.
+    fed: usize,
+    keep: bool,
 }
 
 impl Inbox {
@@ -110,7 +115,7 @@ impl Inbox {
         stream: &TcpStream,
         counters: &TrafficCounters,
     ) -> Result<(), HandshakeError> {
-        while whole_records(&self.buf) == 0 {
+        while whole_records(&self.buf[self.fed..]) == 0 {
             self.buf.reserve(4096);
             stream.readable().await?;
             match stream.try_read_buf(&mut self.buf) {
@@ -129,20 +134,44 @@ impl Inbox {
         &mut self,
         mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
     ) -> io::Result<()> {
-        let whole = whole_records(&self.buf);
-        let mut rest = &self.buf[..whole];
+        let whole = whole_records(&self.buf[self.fed..]);
+        let mut rest = &self.buf[self.fed..self.fed + whole];
         while !rest.is_empty() {
             if read_tls(&mut rest)? == 0 {
                 break;
             }
         }
-        let fed = whole - rest.len();
-        self.buf.drain(..fed);
+        self.fed += whole - rest.len();
+        if !self.keep {
+            self.buf.drain(..self.fed);
+            self.fed = 0;
+        }
         Ok(())
     }
 
+    /// An inbox that keeps what rustls took, until [`Inbox::release`].
+    pub(super) fn keeping() -> Self {
+        Inbox {
+            keep: true,
+            ..Default::default()
+        }
+    }
+
+    /// Drops what rustls took and keeps no more.
+    pub(super) fn release(&mut self) {
+        self.buf.drain(..self.fed);
+        self.fed = 0;
+        self.keep = false;
+    }
+
     /// What rustls was not given: the head of one record at most.
-    pub(super) fn into_rest(self) -> Vec<u8> {
+    pub(super) fn into_rest(mut self) -> Vec<u8> {
+        self.release();
+        self.buf
+    }
+
+    /// Every byte read, rustls's or not.
+    pub(super) fn into_all(self) -> Vec<u8> {
         self.buf
     }
 }

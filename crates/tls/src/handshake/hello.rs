@@ -27,6 +27,12 @@ impl ClientHelloRead {
     pub fn client_hello(&self) -> ClientHello<'_> {
         self.accepted.client_hello()
     }
+
+    /// Every byte the client sent so far, the ClientHello first, for passing the
+    /// connection on untouched (TLS passthrough) instead of answering it.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.inbox.into_all()
+    }
 }
 
 /// Reads records from `stream` until rustls has a whole ClientHello. A malformed one is
@@ -38,7 +44,7 @@ pub async fn read_client_hello(
 ) -> Result<ClientHelloRead, HandshakeError> {
     let in_flight = engine.handshake_started();
     let mut acceptor = Acceptor::default();
-    let mut inbox = Inbox::default();
+    let mut inbox = Inbox::keeping();
     loop {
         inbox.fill(stream, counters).await?;
         inbox.feed(|records| acceptor.read_tls(records))?;

@@ -1,7 +1,8 @@
 //! splice(2) between a kernel TLS client socket and a plain TCP upstream: the primitive
 //! the reverse proxy moves bodies with. Bytes go socket -> pipe -> socket inside the
 //! kernel, which decrypts what it splices out of the client and encrypts what it splices
-//! into it; nothing is copied through user space.
+//! into it; nothing is copied through user space. Between two plain sockets (TLS passed
+//! through untouched) the same relay needs no kernel TLS at all.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -38,6 +39,23 @@ pub async fn splice_bidirectional(
     use tokio::io::AsyncWriteExt;
     client.shutdown().await?;
     Ok((up, down))
+}
+
+/// Relays both directions between two plain TCP sockets until each has ended, passing
+/// each FIN on. Returns the bytes moved (`a` to `b`, `b` to `a`).
+pub async fn splice_plain(a: &TcpStream, b: &TcpStream) -> io::Result<(u64, u64)> {
+    let (a_to_b, b_to_a) = (sys::pipe()?, sys::pipe()?);
+    let forward = async {
+        let (n, _) = pump(a, b, &a_to_b, false).await?;
+        sys::shutdown_write(b.as_raw_fd())?;
+        Ok::<_, io::Error>(n)
+    };
+    let back = async {
+        let (n, _) = pump(b, a, &b_to_a, false).await?;
+        sys::shutdown_write(a.as_raw_fd())?;
+        Ok::<_, io::Error>(n)
+    };
+    tokio::try_join!(forward, back)
 }
 
 /// Moves `from` to `to` through `pipe` until `from` ends; returns the bytes moved and the
