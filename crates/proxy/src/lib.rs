@@ -13,7 +13,7 @@
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
 //!   connection taken or opened, exchange run ([`http1`], or HTTP/2 over TLS or in
 //!   cleartext for gRPC backends), the [`response`] streamed back, retried where safe;
-//! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways;
+//! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways by [`relay`];
 //! - [`stream`]: `[[stream]]` connections (TCP after TLS, or TLS passthrough) to their
 //!   upstream;
 //! - [`metrics`]: per-server series.
@@ -29,6 +29,7 @@ pub mod http1;
 pub mod metrics;
 pub mod pool;
 pub mod proxy_protocol;
+pub mod relay;
 pub mod response;
 pub mod spec;
 pub mod stream;

@@ -124,6 +124,12 @@ impl StreamConn {
         self.progress.server().spec.address
     }
 
+    /// How long the stream may move nothing either way before it is closed: the
+    /// upstream's `timeouts.idle`.
+    pub fn idle(&self) -> std::time::Duration {
+        self.progress.upstream.spec.timeouts.idle
+    }
+
     /// Counts the stream's end: the bytes each way (to the upstream, to the client) and
     /// how they moved.
     pub fn finished(self, mode: StreamMode, relay: Relay, up: u64, down: u64) {

@@ -1,16 +1,13 @@
 //! After an upgrade (HTTP/1.1 `101 Switching Protocols`, WebSocket's handshake), the
-//! client's connection and the upstream's carry bytes both ways until either side is
-//! done or nothing moves for the idle timeout. The bytes each side sent early (after
+//! client's connection and the upstream's carry bytes both ways ([`crate::relay`]) until
+//! both sides are done or nothing moves for the idle timeout. The bytes each side sent early (after
 //! its head, before the switch) go first.
 
-use std::cell::Cell;
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::pool::Conn;
 
@@ -59,50 +56,7 @@ impl Upgrade {
         upstream.flush().await?;
         client.write_all(&buf).await?;
         client.flush().await?;
-        let last = Cell::new(Instant::now());
-        let (cr, mut cw) = tokio::io::split(client);
-        let (ur, mut uw) = tokio::io::split(upstream);
-        let (mut cr, mut ur) = (Watched(cr, &last), Watched(ur, &last));
-        let up = async {
-            let n = tokio::io::copy(&mut cr, &mut uw).await?;
-            uw.shutdown().await?;
-            io::Result::Ok(n)
-        };
-        let down = async {
-            let n = tokio::io::copy(&mut ur, &mut cw).await?;
-            cw.shutdown().await?;
-            io::Result::Ok(n)
-        };
-        let quiet = async {
-            loop {
-                let since = last.get().elapsed();
-                if since >= idle {
-                    return;
-                }
-                tokio::time::sleep(idle - since).await;
-            }
-        };
-        tokio::select! {
-            (up, down) = async { tokio::join!(up, down) } => Ok((up?, down?)),
-            () = quiet => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved for {idle:?}"))),
-        }
-    }
-}
-
-/// A reader that notes when it last read anything.
-struct Watched<'a, R>(R, &'a Cell<Instant>);
-
-impl<R: AsyncRead + Unpin> AsyncRead for Watched<'_, R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.0).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.1.set(Instant::now());
-        }
-        polled
+        let (up, down, ended) = crate::relay::relay(client, upstream, idle).await;
+        ended.map(|()| (up, down))
     }
 }

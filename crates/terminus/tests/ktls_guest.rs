@@ -79,6 +79,47 @@ fn auto_serves_every_check_on_the_host_kernel() {
     assert_all_checks_passed(&out);
 }
 
+/// A terminated `[[stream]]` on kernel TLS in the guest: 100 MB each way between Python's
+/// ssl and a plain upstream, moved by splice (terminus's stream metrics) with the kernel
+/// carrying the TLS (/proc/net/tls_stat), sha256-checked at each end.
+#[test]
+fn a_stream_moves_its_bytes_by_splice_on_kernel_tls() {
+    let Some(out) = in_guest(&[
+        "python3",
+        "tests/ktls-guest/stream_ktls.py",
+        env!("CARGO_BIN_EXE_terminus"),
+    ]) else {
+        return;
+    };
+    assert_stream_checks_passed(&out);
+}
+
+/// The same stream on this machine with `ktls = "auto"`: through rustls where the kernel
+/// has no kTLS, by splice where it has.
+#[test]
+fn a_stream_moves_its_bytes_on_the_host_kernel() {
+    let out = Command::new("python3")
+        .args([
+            "tests/ktls-guest/stream_ktls.py",
+            env!("CARGO_BIN_EXE_terminus"),
+            "auto",
+        ])
+        .current_dir(terminus_testkit::repo())
+        .output()
+        .expect("run stream_ktls.py");
+    assert_stream_checks_passed(&out);
+}
+
+fn assert_stream_checks_passed(out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("all stream checks passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `ktls = "required"` where the kernel cannot take connections: each is closed after the
 /// handshake, counted and logged. (Where the kernel can, it is served on kernel TLS.)
 #[test]

@@ -137,7 +137,9 @@ fn relay(version: &'static rustls::SupportedProtocolVersion, size: usize) -> (u6
         };
         ktls.write_all(b"go").await.unwrap();
         let upstream = tokio::net::TcpStream::connect(echo_addr).await.unwrap();
-        let (up, down) = splice_bidirectional(&mut ktls, &upstream).await.unwrap();
+        let (up, down, ended) =
+            splice_bidirectional(&mut ktls, &upstream, Duration::from_secs(60)).await;
+        ended.unwrap();
         (up, down, counters.sent_by(SendMethod::Splice))
     });
     let (sent, received) = client.join().unwrap();

@@ -2,11 +2,13 @@
 //! servers and back. Terminated TLS moves by splice(2) where the kernel holds the
 //! records (kTLS: the plaintext never enters terminus), else through rustls; passed-through
 //! TLS moves by splice between the two plain sockets, after the ClientHello terminus
-//! read to choose the stream. Either ends when both directions have.
+//! read to choose the stream. Either ends when both directions have, or when nothing has
+//! moved for the upstream's idle timeout.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use terminus_proxy::relay;
 use terminus_proxy::stream::{self, Relay, StreamConn, StreamMode};
 use terminus_proxy::Upstream;
 use terminus_tls::ktls::{splice_bidirectional, splice_plain};
@@ -25,7 +27,7 @@ impl Secured {
             ..
         } = self;
         let peer = info.peer;
-        let conn = match stream::open(&upstream, peer, info.local).await {
+        let mut conn = match stream::open(&upstream, peer, info.local).await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::warn!(client = %peer, "stream not opened: {e}");
@@ -38,18 +40,18 @@ impl Secured {
                 return;
             }
         };
-        let mut conn = conn;
-        let (moved, relay) = match records {
+        let idle = conn.idle();
+        let (how, moved) = match records {
             Records::Kernel(mut s) => (
-                splice_bidirectional(&mut s, &conn.socket).await,
                 Relay::Splice,
+                splice_bidirectional(&mut s, &conn.socket, idle).await,
             ),
-            Records::Userspace(mut s) => (
-                tokio::io::copy_bidirectional(&mut *s, &mut conn.socket).await,
+            Records::Userspace(s) => (
                 Relay::Userspace,
+                relay::relay(*s, &mut conn.socket, idle).await,
             ),
         };
-        finish(conn, StreamMode::Terminate, relay, moved, peer);
+        finish(conn, StreamMode::Terminate, how, moved, peer);
     }
 }
 
@@ -71,31 +73,29 @@ impl Hello {
         };
         let hello = read.into_bytes();
         let moved = match conn.socket.write_all(&hello).await {
-            Ok(()) => splice_plain(&accepted.socket, &conn.socket)
-                .await
-                .map(|(up, down)| (up + hello.len() as u64, down)),
-            Err(e) => Err(e),
+            Ok(()) => {
+                let (up, down, ended) =
+                    splice_plain(&accepted.socket, &conn.socket, conn.idle()).await;
+                (up + hello.len() as u64, down, ended)
+            }
+            Err(e) => (0, 0, Err(e)),
         };
         finish(conn, StreamMode::Passthrough, Relay::Splice, moved, peer);
     }
 }
 
+/// Counts the stream's bytes, whichever way it ended.
 fn finish(
     conn: StreamConn,
     mode: StreamMode,
     relay: Relay,
-    moved: std::io::Result<(u64, u64)>,
+    (up, down, ended): (u64, u64, std::io::Result<()>),
     peer: SocketAddr,
 ) {
     let server = conn.server();
-    match moved {
-        Ok((up, down)) => {
-            tracing::debug!(client = %peer, %server, up, down, "stream ended");
-            conn.finished(mode, relay, up, down);
-        }
-        Err(e) => {
-            tracing::debug!(client = %peer, %server, "stream broken off: {e}");
-            conn.finished(mode, relay, 0, 0);
-        }
+    match ended {
+        Ok(()) => tracing::debug!(client = %peer, %server, up, down, "stream ended"),
+        Err(e) => tracing::debug!(client = %peer, %server, up, down, "stream broken off: {e}"),
     }
+    conn.finished(mode, relay, up, down);
 }

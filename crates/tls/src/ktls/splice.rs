@@ -4,8 +4,10 @@
 //! into it; nothing is copied through user space. Between two plain sockets (TLS passed
 //! through untouched) the same relay needs no kernel TLS at all.
 
+use std::cell::Cell;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -20,76 +22,133 @@ const STEP: usize = 64 * 1024;
 
 /// Relays both directions until each has reached its end (close_notify or FIN from the
 /// client, FIN from the upstream), passing each end on (FIN to the upstream; close_notify
-/// and FIN to the client). Returns the bytes moved (client to upstream, upstream to client).
+/// and FIN to the client), or until nothing has moved either way for `idle`. Returns the
+/// bytes moved (client to upstream, upstream to client), counted even when the relay
+/// ended with an error, and how it ended.
 pub async fn splice_bidirectional(
     client: &mut KtlsStream,
     upstream: &TcpStream,
-) -> io::Result<(u64, u64)> {
-    let to_upstream = sys::pipe()?;
-    let to_client = sys::pipe()?;
+    idle: Duration,
+) -> (u64, u64, io::Result<()>) {
+    let moved = Moved::default();
     let socket = client.socket();
     let up = async {
-        let (n, _) = pump(socket, upstream, &to_upstream, true).await?;
-        sys::shutdown_write(upstream.as_raw_fd())?;
-        Ok::<_, io::Error>(n)
+        pump(socket, upstream, &moved.up, &moved.last, true).await?;
+        sys::shutdown_write(upstream.as_raw_fd())
     };
-    let down = pump(upstream, socket, &to_client, false);
-    let (up, (down, calls)) = tokio::try_join!(up, down)?;
+    let down = pump(upstream, socket, &moved.down, &moved.last, false);
+    let (ended, calls) =
+        match watched(async { tokio::try_join!(up, down) }, &moved.last, idle).await {
+            Ok(((), calls)) => (Ok(()), calls),
+            Err(e) => (Err(e), 0),
+        };
+    let (up, down) = (moved.up.get(), moved.down.get());
     client.charge(SendMethod::Splice, down, calls);
-    use tokio::io::AsyncWriteExt;
-    client.shutdown().await?;
-    Ok((up, down))
+    let ended = match ended {
+        Ok(()) => {
+            use tokio::io::AsyncWriteExt;
+            client.shutdown().await
+        }
+        Err(e) => Err(e),
+    };
+    (up, down, ended)
 }
 
 /// Relays both directions between two plain TCP sockets until each has ended, passing
-/// each FIN on. Returns the bytes moved (`a` to `b`, `b` to `a`).
-pub async fn splice_plain(a: &TcpStream, b: &TcpStream) -> io::Result<(u64, u64)> {
-    let (a_to_b, b_to_a) = (sys::pipe()?, sys::pipe()?);
+/// each FIN on, or until nothing has moved for `idle`. Returns the bytes moved (`a` to
+/// `b`, `b` to `a`), counted even when the relay ended with an error, and how it ended.
+pub async fn splice_plain(
+    a: &TcpStream,
+    b: &TcpStream,
+    idle: Duration,
+) -> (u64, u64, io::Result<()>) {
+    let moved = Moved::default();
     let forward = async {
-        let (n, _) = pump(a, b, &a_to_b, false).await?;
-        sys::shutdown_write(b.as_raw_fd())?;
-        Ok::<_, io::Error>(n)
+        pump(a, b, &moved.up, &moved.last, false).await?;
+        sys::shutdown_write(b.as_raw_fd())
     };
     let back = async {
-        let (n, _) = pump(b, a, &b_to_a, false).await?;
-        sys::shutdown_write(a.as_raw_fd())?;
-        Ok::<_, io::Error>(n)
+        pump(b, a, &moved.down, &moved.last, false).await?;
+        sys::shutdown_write(a.as_raw_fd())
     };
-    tokio::try_join!(forward, back)
+    let ended = watched(async { tokio::try_join!(forward, back) }, &moved.last, idle).await;
+    (moved.up.get(), moved.down.get(), ended.map(|_| ()))
 }
 
-/// Moves `from` to `to` through `pipe` until `from` ends; returns the bytes moved and the
-/// writes into `to` it took. `from_ktls`: `from` is the kernel TLS socket, where splice
+/// What a relay has moved each way, and when it last moved anything.
+struct Moved {
+    up: Cell<u64>,
+    down: Cell<u64>,
+    last: Cell<Instant>,
+}
+
+impl Default for Moved {
+    fn default() -> Self {
+        Moved {
+            up: Cell::new(0),
+            down: Cell::new(0),
+            last: Cell::new(Instant::now()),
+        }
+    }
+}
+
+/// `relay`, ended with `TimedOut` once nothing has moved for `idle`.
+async fn watched<T>(
+    relay: impl std::future::Future<Output = io::Result<T>>,
+    last: &Cell<Instant>,
+    idle: Duration,
+) -> io::Result<T> {
+    let quiet = async {
+        loop {
+            let since = last.get().elapsed();
+            if since >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - since).await;
+        }
+    };
+    tokio::select! {
+        ended = relay => ended,
+        () = quiet => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved for {idle:?}"))),
+    }
+}
+
+/// Moves `from` to `to` through a pipe of its own until `from` ends, adding what it moved
+/// to `total` and noting the time in `last`; returns the writes into `to` it took. `from_ktls`: `from` is the kernel TLS socket, where splice
 /// stops with EINVAL at a record that is not data.
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
-    pipe: &(OwnedFd, OwnedFd),
+    total: &Cell<u64>,
+    last: &Cell<Instant>,
     from_ktls: bool,
-) -> io::Result<(u64, u64)> {
+) -> io::Result<u64> {
+    let pipe = sys::pipe()?;
     let (pipe_out, pipe_in) = (pipe.0.as_raw_fd(), pipe.1.as_raw_fd());
-    let (mut total, mut writes) = (0u64, 0u64);
+    let mut writes = 0u64;
+    let moved = |n: usize| {
+        total.set(total.get() + n as u64);
+        last.set(Instant::now());
+    };
     loop {
         from.readable().await?;
         let n = match from.try_io(Interest::READABLE, || {
             sys::splice(from.as_raw_fd(), pipe_in, STEP)
         }) {
-            Ok(0) => return Ok((total, writes)),
+            Ok(0) => return Ok(writes),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if from_ktls && e.raw_os_error() == Some(libc::EINVAL) => {
                 match read_control_record(from)? {
                     None => continue,
-                    Some((ControlRecord::Data, data)) if data.is_empty() => {
-                        return Ok((total, writes))
-                    }
+                    Some((ControlRecord::Data, data)) if data.is_empty() => return Ok(writes),
                     Some((ControlRecord::Data, data)) => {
                         write_all(to, &data).await?;
-                        total += data.len() as u64;
+                        moved(data.len());
                         writes += 1;
                         continue;
                     }
-                    Some((ControlRecord::CloseNotify, _)) => return Ok((total, writes)),
+                    Some((ControlRecord::CloseNotify, _)) => return Ok(writes),
                     Some((other, _)) => return Err(other.into_error()),
                 }
             }
@@ -104,12 +163,12 @@ async fn pump(
                 Ok(m) => {
                     left -= m;
                     writes += 1;
+                    moved(m);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
         }
-        total += n as u64;
     }
 }
 

@@ -1,0 +1,81 @@
+//! Bytes both ways between a client and an upstream through terminus's memory: what an
+//! upgraded connection (WebSocket) and a stream over userspace TLS both are. It runs until
+//! both directions have ended (each end passed on as a shutdown) or nothing has moved
+//! either way for the idle timeout, and counts what moved even when it ends badly.
+
+use std::cell::Cell;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+/// Relays between `client` and `upstream`. Returns the bytes moved (to the upstream, to
+/// the client) and how the relay ended.
+pub async fn relay<C, U>(client: C, upstream: U, idle: Duration) -> (u64, u64, io::Result<()>)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let last = Cell::new(Instant::now());
+    let (up_bytes, down_bytes) = (Cell::new(0), Cell::new(0));
+    let (cr, mut cw) = tokio::io::split(client);
+    let (ur, mut uw) = tokio::io::split(upstream);
+    let mut cr = Watched {
+        inner: cr,
+        last: &last,
+        bytes: &up_bytes,
+    };
+    let mut ur = Watched {
+        inner: ur,
+        last: &last,
+        bytes: &down_bytes,
+    };
+    let up = async {
+        tokio::io::copy(&mut cr, &mut uw).await?;
+        uw.shutdown().await
+    };
+    let down = async {
+        tokio::io::copy(&mut ur, &mut cw).await?;
+        cw.shutdown().await
+    };
+    let quiet = async {
+        loop {
+            let since = last.get().elapsed();
+            if since >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - since).await;
+        }
+    };
+    let ended = tokio::select! {
+        ended = async { tokio::try_join!(up, down) } => ended.map(|_| ()),
+        () = quiet => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved for {idle:?}"))),
+    };
+    (up_bytes.get(), down_bytes.get(), ended)
+}
+
+/// A reader that counts what it read and notes when.
+struct Watched<'a, R> {
+    inner: R,
+    last: &'a Cell<Instant>,
+    bytes: &'a Cell<u64>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Watched<'_, R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.last.set(Instant::now());
+            self.bytes.set(self.bytes.get() + read as u64);
+        }
+        polled
+    }
+}
