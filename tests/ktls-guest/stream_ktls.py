@@ -13,7 +13,6 @@ must move through rustls instead. Both directions are checked by sha256 at the f
 Prints one line per check; exits 1 if any failed.
 """
 import hashlib
-import os
 import shutil
 import socket
 import ssl
@@ -22,25 +21,11 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
+
+from checklib import check, free_port, metrics, tls_stat, verdict
 
 BIG = 100 * 1024 * 1024
 BLOCK = hashlib.sha256(b"terminus stream").digest() * 2048  # 64 KiB
-
-failures = []
-
-
-def check(name, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
-    if not ok:
-        failures.append(name)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def read_exact(sock, n, digest):
     while n:
@@ -72,23 +57,6 @@ def upstream(listener, seen):
         conn.sendall(digest.hexdigest().encode() + b"\n")
         for _ in range(n // len(BLOCK)):
             conn.sendall(BLOCK)
-
-
-def stat():
-    if not os.path.exists("/proc/net/tls_stat"):
-        return {"TlsTxSw": 0, "TlsRxSw": 0}
-    with open("/proc/net/tls_stat") as f:
-        return {k: int(v) for k, v in (line.split() for line in f)}
-
-
-def metrics(admin):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
 
 
 def stream_metric(m, family, **labels):
@@ -130,7 +98,7 @@ upstream = "sink"
         kernel = mode == "required" or "kernel TLS available" in open(f"{root}/terminus.log").read()
         method = "splice" if kernel else "userspace"
         print(f"expecting the stream on {'kernel TLS, by splice' if kernel else 'userspace TLS'} ({mode})")
-        before = stat()
+        before = tls_stat()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -163,7 +131,7 @@ upstream = "sink"
         check(f"metrics: one terminated stream, its bytes moved by {method}",
               streams == 1 and sent >= BIG and received >= BIG,
               f"streams {streams}, sent {sent}, received {received}")
-        after = stat()
+        after = tls_stat()
         installed = (after["TlsTxSw"] - before["TlsTxSw"], after["TlsRxSw"] - before["TlsRxSw"])
         check("/proc/net/tls_stat: " + ("the kernel carried the stream's TLS" if kernel
                                         else "no connection went through the kernel"),
@@ -173,15 +141,9 @@ upstream = "sink"
         server.terminate()
         server.wait(timeout=30)
         log.close()
-        if failures:
-            print(open(f"{root}/terminus.log").read()[-3000:])
-        shutil.rmtree(root, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} stream checks failed: {', '.join(failures)}")
-        return 1
-    print("all stream checks passed")
-    return 0
-
+    status = verdict("stream", f"{root}/terminus.log")
+    shutil.rmtree(root, ignore_errors=True)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "required"))

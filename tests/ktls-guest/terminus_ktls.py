@@ -27,12 +27,8 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from checklib import check, free_port, metrics, tls_stat, verdict
 
 
 PORT = free_port()
@@ -53,30 +49,6 @@ MATRIX = [
 # Files whose responses are measured in records: one byte, 1 KiB, a response of exactly
 # one full record with terminus's head (16,384 bytes), and 1 MiB.
 RECORD_FILES = {"one.bin": 1, "1k.bin": 1024, "record.bin": 16384 - 228, "1m.bin": 1 << 20}
-
-failures = []
-
-
-def check(name, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
-    if not ok:
-        failures.append(name)
-
-
-def tls_stat():
-    with open("/proc/net/tls_stat") as f:
-        return {k: int(v) for k, v in (line.split() for line in f)}
-
-
-def metrics():
-    text = urllib.request.urlopen(f"http://127.0.0.1:{ADMIN}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
-
 
 def curl(version, cipher, *args, http="--http1.1"):
     cipher_flag = "--tls13-ciphers" if version == "1.3" else "--ciphers"
@@ -233,16 +205,14 @@ def main(terminus, mode):
         # The admin endpoint answers once start-up (and its kTLS probe) is over.
         for _ in range(100):
             try:
-                metrics()
+                metrics(ADMIN)
                 break
             except OSError:
                 time.sleep(0.1)
         kernel = mode == "required" or "kernel TLS available" in open(f"{root}/terminus.log").read()
         print(f"expecting every connection on {'kernel' if kernel else 'userspace'} TLS ({mode})")
         # Without kTLS there is no /proc/net/tls_stat: counters that stay at zero.
-        have_stat = os.path.exists("/proc/net/tls_stat")
-        stat_or_zero = tls_stat if have_stat else (lambda: {k: 0 for k in ("TlsTxSw", "TlsRxSw", "TlsDecryptError")})
-        before = stat_or_zero()
+        before = tls_stat()
         connections = 0
 
         for version, cipher, aead in MATRIX:
@@ -285,13 +255,13 @@ def main(terminus, mode):
             tail = f.read()
         check("Range of a large file's last 5000 bytes", r.stdout == tail, f"{len(r.stdout)} bytes")
 
-        stat = stat_or_zero()
+        stat = tls_stat()
         r = curl("1.3", "TLS_AES_128_GCM_SHA256", "-w", "%{num_connects}\n", "-o", "/dev/null",
                  f"{BASE}/small.bin", "-o", "/dev/null", f"{BASE}/small.bin", "-o", "/dev/null", f"{BASE}/big.bin")
         connections += 1
         opened = sum(int(x) for x in r.stdout.split())
         check("keep-alive: three requests on one connection",
-              r.returncode == 0 and opened == 1 and stat_or_zero()["TlsTxSw"] - stat["TlsTxSw"] == int(kernel),
+              r.returncode == 0 and opened == 1 and tls_stat()["TlsTxSw"] - stat["TlsTxSw"] == int(kernel),
               f"exit {r.returncode}, connects {r.stdout!r}")
 
         # close_notify: Python's unwrap() sends one and waits for the server's answer.
@@ -363,7 +333,7 @@ def main(terminus, mode):
               f"{len(nonces)} records, {len(set(nonces))} distinct nonces")
 
         # A record that fails to decrypt closes that connection; others go on.
-        stat = stat_or_zero()
+        stat = tls_stat()
         c = MemoryTls(insecure_context(ssl.TLSVersion.TLSv1_3))
         connections += 1
         c.obj.write(request("/small.bin"))
@@ -382,13 +352,13 @@ def main(terminus, mode):
             pass
         r = curl("1.3", "TLS_AES_128_GCM_SHA256", f"{BASE}/small.bin")
         connections += 1
-        decrypt_errors = stat_or_zero()["TlsDecryptError"] - stat["TlsDecryptError"]
+        decrypt_errors = tls_stat()["TlsDecryptError"] - stat["TlsDecryptError"]
         check("a corrupted record closes its connection and others are served",
               closed and decrypt_errors == int(kernel) and r.stdout == small,
               f"closed {closed}, {decrypt_errors} kernel decrypt errors")
 
         # KeyUpdate: answered with close_notify, nothing after it is taken as data.
-        m = metrics()
+        m = metrics(ADMIN)
         c = SClient("1.3", "TLS_AES_128_GCM_SHA256")
         c.send(request("/small.bin"))
         c.wait_for(lambda out: "HTTP/1.1 200" in out)
@@ -403,7 +373,7 @@ def main(terminus, mode):
         connections += 1
         answers = out.count("HTTP/1.1 200")
         summary = [line for line in out.splitlines() if re.match(r"HTTP/1.1|KEYUPDATE|closed|read:|DONE|Connection: close", line)]
-        closes = metrics()["terminus_ktls_key_update_closes_total"] - m["terminus_ktls_key_update_closes_total"]
+        closes = metrics(ADMIN)["terminus_ktls_key_update_closes_total"] - m["terminus_ktls_key_update_closes_total"]
         if kernel:
             check("client KeyUpdate: one answer before it, then a clean close",
                   "KEYUPDATE" in out and answers == 1 and closes == 1,
@@ -413,8 +383,8 @@ def main(terminus, mode):
                   "KEYUPDATE" in out and answers == 2 and closes == 0,
                   f"{answers} answers, {closes} key-update closes: {summary}")
 
-        stat = stat_or_zero()
-        m = metrics()
+        stat = tls_stat()
+        m = metrics(ADMIN)
         installed = (stat["TlsTxSw"] - before["TlsTxSw"], stat["TlsRxSw"] - before["TlsRxSw"])
         check("/proc/net/tls_stat: the kernel installed both directions of every connection"
               if kernel else "/proc/net/tls_stat: no connection went through the kernel",
@@ -441,15 +411,9 @@ def main(terminus, mode):
         server.terminate()
         server.wait(timeout=30)
         log.close()
-        if failures:
-            print(open(f"{root}/terminus.log").read()[-3000:])
-        shutil.rmtree(root, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} kTLS checks failed: {', '.join(failures)}")
-        return 1
-    print("all kTLS checks passed")
-    return 0
-
+    status = verdict("kTLS", f"{root}/terminus.log")
+    shutil.rmtree(root, ignore_errors=True)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "required"))

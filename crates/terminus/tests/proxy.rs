@@ -554,6 +554,27 @@ fn call(script: &str, target: &str, dir: &TestDir, server: &Server) -> serde_jso
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// What grpc_app.py's client saw: unary with its trailer, server and client streaming,
+/// and an error status with its details.
+fn assert_grpc_calls(seen: &serde_json::Value) {
+    assert_eq!(seen["unary_ok"], true, "{seen}");
+    assert_eq!(seen["unary_trailer"], "yes", "{seen}");
+    assert_eq!(seen["stream"], serde_json::json!(["0", "1", "2", "3", "4"]));
+    assert_eq!(seen["sum"], "abc");
+    assert_eq!(
+        seen["fail"],
+        serde_json::json!(["NOT_FOUND", "no such thing"])
+    );
+}
+
+fn assert_one_h2_connection_per_worker(server: &Server) {
+    let (new, reused) = upstream_connections(server);
+    assert!(
+        new <= 2.0 && reused >= 2.0,
+        "one h2 connection per worker carries the calls: {new} new, {reused} reused"
+    );
+}
+
 #[test]
 fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     if !python_packages() {
@@ -563,14 +584,7 @@ fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
         behind_proxy("grpc_app.py", "grpc", "protocol = \"h2c\"", "/test.Echo/");
     let target = format!("localhost:{}", server.port());
     let seen = call("grpc_app.py", &target, &dir, &server);
-    assert_eq!(seen["unary_ok"], true, "{seen}");
-    assert_eq!(seen["unary_trailer"], "yes", "{seen}");
-    assert_eq!(seen["stream"], serde_json::json!(["0", "1", "2", "3", "4"]));
-    assert_eq!(seen["sum"], "abc");
-    assert_eq!(
-        seen["fail"],
-        serde_json::json!(["NOT_FOUND", "no such thing"])
-    );
+    assert_grpc_calls(&seen);
     // An HTTP/1.1 client reaches the h2c backend too: one gRPC message, framed by hand.
     let message = dir.write("message.bin", [0u8, 0, 0, 0, 2, b'h', b'i']);
     let out = curl(
@@ -588,11 +602,7 @@ fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     );
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, [0u8, 0, 0, 0, 2, b'h', b'i'], "{out:?}");
-    let (new, reused) = upstream_connections(&server);
-    assert!(
-        new <= 2.0 && reused >= 2.0,
-        "one h2 connection per worker carries the calls: {new} new, {reused} reused"
-    );
+    assert_one_h2_connection_per_worker(&server);
 }
 
 #[test]
@@ -934,19 +944,8 @@ fn grpc_goes_through_to_an_h2_backend_over_tls() {
     let server = proxy(&dir, &upstreams, routes);
     let target = format!("localhost:{}", server.port());
     let seen = call("grpc_app.py", &target, &dir, &server);
-    assert_eq!(seen["unary_ok"], true, "{seen}");
-    assert_eq!(seen["unary_trailer"], "yes", "{seen}");
-    assert_eq!(seen["stream"], serde_json::json!(["0", "1", "2", "3", "4"]));
-    assert_eq!(seen["sum"], "abc");
-    assert_eq!(
-        seen["fail"],
-        serde_json::json!(["NOT_FOUND", "no such thing"])
-    );
-    let (new, reused) = upstream_connections(&server);
-    assert!(
-        new <= 2.0 && reused >= 2.0,
-        "one h2 connection per worker carries the calls: {new} new, {reused} reused"
-    );
+    assert_grpc_calls(&seen);
+    assert_one_h2_connection_per_worker(&server);
 }
 
 #[test]
