@@ -554,6 +554,27 @@ fn call(script: &str, target: &str, dir: &TestDir, server: &Server) -> serde_jso
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// One gRPC message ("hi"), framed by hand, sent by curl over HTTP/1.1 to the Unary
+/// method; what came back.
+fn grpc_over_http1(dir: &TestDir, server: &Server) -> Vec<u8> {
+    let message = dir.write("message.bin", [0u8, 0, 0, 0, 2, b'h', b'i']);
+    let out = curl(
+        server,
+        &[
+            "--http1.1",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "--data-binary",
+            &format!("@{}", message.display()),
+        ],
+        "/test.Echo/Unary",
+    );
+    assert!(out.status.success(), "{out:?}");
+    out.stdout
+}
+
 /// What grpc_app.py's client saw: unary with its trailer, server and client streaming,
 /// and an error status with its details.
 fn assert_grpc_calls(seen: &serde_json::Value) {
@@ -585,23 +606,11 @@ fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     let target = format!("localhost:{}", server.port());
     let seen = call("grpc_app.py", &target, &dir, &server);
     assert_grpc_calls(&seen);
-    // An HTTP/1.1 client reaches the h2c backend too: one gRPC message, framed by hand.
-    let message = dir.write("message.bin", [0u8, 0, 0, 0, 2, b'h', b'i']);
-    let out = curl(
-        &server,
-        &[
-            "--http1.1",
-            "-H",
-            "content-type: application/grpc",
-            "-H",
-            "te: trailers",
-            "--data-binary",
-            &format!("@{}", message.display()),
-        ],
-        "/test.Echo/Unary",
+    // An HTTP/1.1 client reaches the h2c backend too.
+    assert_eq!(
+        grpc_over_http1(&dir, &server),
+        [0u8, 0, 0, 0, 2, b'h', b'i']
     );
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(out.stdout, [0u8, 0, 0, 0, 2, b'h', b'i'], "{out:?}");
     assert_one_h2_connection_per_worker(&server);
 }
 
@@ -835,6 +844,8 @@ fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
     );
     let server = proxy(&dir, &upstreams, TLS_ROUTES);
 
+    // Both client protocols reach the TLS upstream.
+    assert_eq!(body(&curl(&server, &["--http1.1"], "/app/whoami")), "a");
     // Keep-alive requests share the TLS connections.
     let urls: Vec<String> = (0..50).map(|_| server.url("/app/whoami")).collect();
     let resolve = format!("localhost:{}:127.0.0.1", server.port());
@@ -945,6 +956,11 @@ fn grpc_goes_through_to_an_h2_backend_over_tls() {
     let target = format!("localhost:{}", server.port());
     let seen = call("grpc_app.py", &target, &dir, &server);
     assert_grpc_calls(&seen);
+    // An HTTP/1.1 client reaches the HTTP/2-over-TLS backend too.
+    assert_eq!(
+        grpc_over_http1(&dir, &server),
+        [0u8, 0, 0, 0, 2, b'h', b'i']
+    );
     assert_one_h2_connection_per_worker(&server);
 }
 
