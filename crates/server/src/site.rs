@@ -126,7 +126,9 @@ impl Site {
                     ));
                 }
             }
-            let routes = if server.routes.is_empty() {
+            let routes = if stream.is_some() {
+                Routes::everything(Route::Misdirected)
+            } else if server.routes.is_empty() {
                 Routes::everything(Route::BuiltinPage)
             } else {
                 let mut routes = Vec::new();

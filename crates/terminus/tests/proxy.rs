@@ -980,7 +980,7 @@ fn streams_terminate_or_pass_through_by_sni() {
     );
     let plain_app = App::start("plain");
     let upstreams = format!(
-        "[[upstream]]\nname = \"tls-app\"\nservers = [\"{}\"]\n[[upstream]]\nname = \"plain-app\"\nservers = [\"{}\"]\n\
+        "[[upstream]]\nname = \"tls-app\"\nservers = [\"{}\"]\n[[upstream]]\nname = \"plain-app\"\nservers = [\"{}\"]\ntimeouts = {{ idle = \"1s\" }}\n\
          [[stream]]\nnames = [\"pass.test\"]\nupstream = \"tls-app\"\nmode = \"passthrough\"\n\
          [[stream]]\nnames = [\"plain.test\"]\nupstream = \"plain-app\"\n",
         tls_app.addr(),
@@ -1015,6 +1015,45 @@ fn streams_terminate_or_pass_through_by_sni() {
     assert!(out.stdout == expected, "the streamed body differs");
     // HTTP servers on the same listener are untouched.
     assert_eq!(body(&curl(&server, &[], "/index.html")), "from files\n");
+    // A client without SNI that names a stream in Host is misdirected (421), not served.
+    let url = format!("https://127.0.0.1:{port}/x/whoami");
+    let out = run(Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "Host: plain.test",
+        ])
+        .arg(&url));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "421");
+    // A stream that moves nothing is closed after its upstream's idle timeout (1 s).
+    let started = Instant::now();
+    let mut quiet = Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-servername",
+            "plain.test",
+            "-connect",
+        ])
+        .arg(server.addr.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _held_open = quiet.stdin.take();
+    while quiet.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "an idle stream stayed open"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(started.elapsed() >= Duration::from_millis(900));
 
     let streams = |mode: &str, method: &str| {
         server.metric(
