@@ -1074,3 +1074,59 @@ fn streams_terminate_or_pass_through_by_sni() {
     );
     assert!(received > 20_000_000.0, "{received}");
 }
+
+#[test]
+fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
+    let dir = TestDir::new("proxy-tls-mtls");
+    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["backend.internal"]);
+    // The identity terminus shows: a self-signed client certificate, which the app trusts.
+    let (client_cert, client_key) = (dir.path("client.pem"), dir.path("client.key"));
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        client_key.to_str().unwrap(),
+        "-out",
+        client_cert.to_str().unwrap(),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=terminus-proxy",
+        "-addext",
+        "extendedKeyUsage=clientAuth",
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+    ]);
+    let app = App::launch(
+        "app.py",
+        &[
+            "0",
+            "a",
+            backend.cert.to_str().unwrap(),
+            backend.key.to_str().unwrap(),
+            client_cert.to_str().unwrap(),
+        ],
+    );
+    let tls = format!(
+        "server_name = \"backend.internal\", ca = \"{}\"",
+        backend.cert.display()
+    );
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{a}\"]\ntls = {{ {tls}, cert = \"{c}\", key = \"{k}\" }}\n\
+         [[upstream]]\nname = \"anonymous\"\nservers = [\"{a}\"]\ntls = {{ {tls} }}\n",
+        a = app.addr(),
+        c = client_cert.display(),
+        k = client_key.display()
+    );
+    let routes = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[server.route]]\npath = \"/anonymous/\"\nupstream = \"anonymous\"\n";
+    let server = proxy(&dir, &upstreams, routes);
+    assert_eq!(body(&curl(&server, &[], "/app/whoami")), "a");
+    // Without the certificate the app refuses the handshake: 502.
+    let (code, _, _) = headers(&server, &[], "/anonymous/whoami");
+    assert_eq!(code, 502, "{}", server.stderr());
+}

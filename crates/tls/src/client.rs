@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// How a server's certificate is checked.
@@ -47,6 +47,29 @@ impl Trust {
             .map(|v| v as Arc<dyn ServerCertVerifier>)
             .map_err(|e| e.to_string())
     }
+}
+
+/// A client certificate chain (leaf first) and its key, from PEM files, for servers that
+/// ask for one (mutual TLS). Errors name the file and what is wrong with it.
+pub fn load_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+    };
+    let pem = read(cert)?;
+    let chain = rustls_pemfile::certs(&mut pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: malformed PEM: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("{}: no CERTIFICATE block", cert.display()));
+    }
+    let pem = read(key)?;
+    let key_der = rustls_pemfile::private_key(&mut pem.as_slice())
+        .map_err(|e| format!("{}: malformed PEM: {e}", key.display()))?
+        .ok_or_else(|| format!("{}: no unencrypted private key", key.display()))?;
+    Ok((chain, key_der))
 }
 
 /// Where the system's CA bundle is.

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use rustls::client::Resumption;
-use rustls::pki_types::ServerName;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::ClientConfig;
 use terminus_tls::client::Trust;
 use tokio_rustls::TlsConnector;
@@ -22,25 +22,36 @@ pub struct UpstreamTls {
     pub server_name: Option<ServerName<'static>>,
     /// What the certificates are checked against.
     pub trust: Trust,
+    /// The certificate chain shown to servers that ask for one (mutual TLS).
+    pub client_chain: Option<Vec<CertificateDer<'static>>>,
     connector: TlsConnector,
 }
 
 impl UpstreamTls {
     /// The TLS side of an upstream speaking `protocol` (offered by ALPN: `h2` or
-    /// `http/1.1`). Reads the CA file `trust` names; the error says what is wrong with it.
+    /// `http/1.1`), showing `identity` (a chain and its key) to servers that ask for a
+    /// client certificate. Reads the CA file `trust` names; the error says what is wrong
+    /// with it or with the key.
     pub fn new(
         server_name: Option<ServerName<'static>>,
         trust: Trust,
+        identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
         protocol: Protocol,
     ) -> Result<Self, String> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let verifier = trust.verifier(&provider)?;
-        let mut config = ClientConfig::builder_with_provider(provider)
+        let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let client_chain = identity.as_ref().map(|(chain, _)| chain.clone());
+        let mut config = match identity {
+            None => builder.with_no_client_auth(),
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("client certificate: {e}"))?,
+        };
         config.alpn_protocols = vec![match protocol {
             Protocol::H2 => b"h2".to_vec(),
             Protocol::Http1 | Protocol::H2c => b"http/1.1".to_vec(),
@@ -49,6 +60,7 @@ impl UpstreamTls {
         Ok(UpstreamTls {
             server_name,
             trust,
+            client_chain,
             connector: TlsConnector::from(Arc::new(config)),
         })
     }
@@ -70,6 +82,7 @@ impl fmt::Debug for UpstreamTls {
         f.debug_struct("UpstreamTls")
             .field("server_name", &self.server_name)
             .field("trust", &self.trust)
+            .field("client_certificate", &self.client_chain.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +93,7 @@ impl PartialEq for UpstreamTls {
     fn eq(&self, other: &Self) -> bool {
         self.server_name == other.server_name
             && self.trust == other.trust
+            && self.client_chain == other.client_chain
             && self.connector.config().alpn_protocols == other.connector.config().alpn_protocols
     }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A real HTTP/1.1 application server for the reverse proxy's tests (Python's own
-http.server, threaded, keep-alive). Usage: app.py PORT NAME [CERT KEY]; with CERT and
-KEY it speaks TLS (Python's ssl, OpenSSL underneath). It prints "ready PORT" once
+http.server, threaded, keep-alive). Usage: app.py PORT NAME [CERT KEY [CLIENT_CA]]; with
+CERT and KEY it speaks TLS (Python's ssl, OpenSSL underneath), and with CLIENT_CA it
+requires a client certificate that CA signed. It prints "ready PORT" once
 listening. Endpoints:
 Endpoints are matched by the path's last segment ("/app/whoami" is /whoami), since the
 proxy passes the path on unchanged.
@@ -176,6 +177,9 @@ if __name__ == "__main__":
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(sys.argv[3], sys.argv[4])
         tls.set_alpn_protocols(["http/1.1"])
+        if len(sys.argv) > 5:
+            tls.verify_mode = ssl.CERT_REQUIRED
+            tls.load_verify_locations(sys.argv[5])
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     print("ready", server.server_address[1], flush=True)
     server.serve_forever()

@@ -397,6 +397,8 @@ mod tests {
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { server_name = \"a b\" }\n", 4, "not a DNS name"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n\ntls = { ca = \"/nonexistent/ca.pem\" }\n", 5, "/nonexistent/ca.pem"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { sni = \"x\" }\n", 4, "unknown field"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { cert = \"c.pem\" }\n", 4, "cert and key go together"),
+            ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntls = { cert = \"/nonexistent/c.pem\", key = \"/nonexistent/c.key\" }\n", 4, "cannot read"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\ntimeouts = { connect = \"soon\" }\n", 4, "not a duration"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\n[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:2\"]\n", 5, "used twice"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"api\"\nroot = \"/srv\"\n", 4, "does not start with /"),

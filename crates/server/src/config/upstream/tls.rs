@@ -1,14 +1,16 @@
 //! `tls = { ... }` on an `[[upstream]]`: re-encryption to its servers. Certificates are
 //! verified unless the operator writes `verify = false` (a warning says so at every
 //! load), against `ca` or the system bundle; the name checked is `server_name`, else each
-//! server's host as written (nginx's `proxy_ssl_name` default), else its address.
+//! server's host as written (nginx's `proxy_ssl_name` default), else its address. `cert`
+//! and `key` are shown to servers that ask for a client certificate (nginx's
+//! `proxy_ssl_certificate`).
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use terminus_proxy::connect::UpstreamTls;
 use terminus_proxy::spec::Protocol;
-use terminus_tls::client::Trust;
+use terminus_tls::client::{load_identity, Trust};
 use toml::Spanned;
 
 use crate::config::{ConfigError, Ctx};
@@ -20,6 +22,9 @@ pub struct TlsSection {
     pub server_name: Option<Spanned<String>>,
     pub ca: Option<Spanned<String>>,
     pub verify: Option<Spanned<bool>>,
+    /// A client certificate chain and its key, for servers that ask for one.
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
 }
 
 pub(super) fn resolve(
@@ -59,7 +64,28 @@ pub(super) fn resolve(
             Trust::Insecure
         }
     };
-    UpstreamTls::new(server_name, trust, protocol).map_err(|e| {
+    let identity = match (&section.cert, &section.key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(
+            load_identity(&resolve_path(cert.get_ref()), &resolve_path(key.get_ref())).map_err(
+                |e| {
+                    ctx.err(
+                        Some(cert.span()),
+                        format!("upstream {upstream:?} tls: {e}"),
+                        Some("cert is the client certificate chain (PEM, leaf first), key its unencrypted private key".to_owned()),
+                    )
+                },
+            )?,
+        ),
+        (Some(c), None) | (None, Some(c)) => {
+            return Err(ctx.err(
+                Some(c.span()),
+                "tls cert and key go together",
+                Some("tls = { cert = \"client.pem\", key = \"client.key\" }".to_owned()),
+            ))
+        }
+    };
+    UpstreamTls::new(server_name, trust, identity, protocol).map_err(|e| {
         ctx.err(
             section.ca.as_ref().map_or(Some(tls.span()), |c| Some(c.span())),
             format!("upstream {upstream:?} tls: {e}"),
