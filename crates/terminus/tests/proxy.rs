@@ -1073,6 +1073,19 @@ fn streams_terminate_or_pass_through_by_sni() {
         ],
     );
     assert!(received > 20_000_000.0, "{received}");
+    // One access log line per stream: mode, bytes each way, SNI, server.
+    let log = std::fs::read_to_string(dir.path("access.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("\"STREAM passthrough\"")
+            && l.contains("\"pass.test\"")
+            && l.contains(&format!("upstream={}", tls_app.addr()))),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("\"STREAM terminate\" 2000") && l.contains("\"plain.test\"")),
+        "{log}"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use terminus_proxy::relay;
 use terminus_proxy::stream::{self, Relay, StreamConn, StreamMode};
@@ -16,6 +17,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::data_path::{Records, Secured};
 use super::hello::Hello;
+use crate::site::Site;
 
 impl Secured {
     /// Carries the decrypted stream to `upstream` until both sides are done.
@@ -27,6 +29,12 @@ impl Secured {
             ..
         } = self;
         let peer = info.peer;
+        let log = Log {
+            site: &info.site,
+            sni: info.sni.as_deref(),
+            peer,
+            started: Instant::now(),
+        };
         let mut conn = match stream::open(&upstream, peer, info.local).await {
             Ok(conn) => conn,
             Err(e) => {
@@ -51,7 +59,7 @@ impl Secured {
                 relay::relay(*s, &mut conn.socket, idle).await,
             ),
         };
-        finish(conn, StreamMode::Terminate, how, moved, peer);
+        log.finish(conn, StreamMode::Terminate, how, moved);
     }
 }
 
@@ -60,6 +68,12 @@ impl Hello {
     pub(super) async fn pass_through(self, upstream: Arc<Upstream>) {
         let Hello { accepted, read, .. } = self;
         let peer = accepted.peer;
+        let log = Log {
+            site: &accepted.site,
+            sni: accepted.ctx.host(),
+            peer,
+            started: Instant::now(),
+        };
         let local = accepted
             .socket
             .local_addr()
@@ -80,22 +94,49 @@ impl Hello {
             }
             Err(e) => (0, 0, Err(e)),
         };
-        finish(conn, StreamMode::Passthrough, Relay::Splice, moved, peer);
+        log.finish(conn, StreamMode::Passthrough, Relay::Splice, moved);
     }
 }
 
-/// Counts the stream's bytes, whichever way it ended.
-fn finish(
-    conn: StreamConn,
-    mode: StreamMode,
-    relay: Relay,
-    (up, down, ended): (u64, u64, std::io::Result<()>),
+/// What a stream's end is reported with.
+struct Log<'a> {
+    site: &'a Site,
+    sni: Option<&'a str>,
     peer: SocketAddr,
-) {
-    let server = conn.server();
-    match ended {
-        Ok(()) => tracing::debug!(client = %peer, %server, up, down, "stream ended"),
-        Err(e) => tracing::debug!(client = %peer, %server, up, down, "stream broken off: {e}"),
+    started: Instant,
+}
+
+impl Log<'_> {
+    /// Counts the stream's bytes whichever way it ended, and writes its access log line
+    /// (nginx's stream log: client, mode, bytes each way, SNI, server, time, how it ended).
+    fn finish(
+        &self,
+        conn: StreamConn,
+        mode: StreamMode,
+        relay: Relay,
+        (up, down, ended): (u64, u64, std::io::Result<()>),
+    ) {
+        let server = conn.server();
+        let peer = self.peer;
+        match &ended {
+            Ok(()) => tracing::debug!(client = %peer, %server, up, down, "stream ended"),
+            Err(e) => tracing::debug!(client = %peer, %server, up, down, "stream broken off: {e}"),
+        }
+        conn.finished(mode, relay, up, down);
+        if let Some(log) = &self.site.access_log {
+            let mode = match mode {
+                StreamMode::Terminate => "terminate",
+                StreamMode::Passthrough => "passthrough",
+            };
+            let end = match &ended {
+                Ok(()) => "closed".to_owned(),
+                Err(e) => format!("\"{e}\""),
+            };
+            log.write(format_args!(
+                "{peer} \"STREAM {mode}\" {down} {up} \"{}\" upstream={server} time={:.3} end={end}",
+                self.sni.unwrap_or("-"),
+                self.started.elapsed().as_secs_f64(),
+            ));
+        }
     }
-    conn.finished(mode, relay, up, down);
 }
