@@ -38,8 +38,10 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Who the request came from, as the upstream is told.
-#[derive(Debug, Clone, Copy)]
+/// Who the requests of one client connection came from, as the upstream is told. Made
+/// once per connection: the address's text for the forwarding fields is written then,
+/// not per request.
+#[derive(Debug, Clone)]
 pub struct Origin {
     /// The client's address (the TCP peer, or what a trusted PROXY header said).
     pub client: SocketAddr,
@@ -47,6 +49,30 @@ pub struct Origin {
     pub local: SocketAddr,
     /// The scheme the client used: "https" at a TLS terminator.
     pub scheme: &'static str,
+    /// The client's IP address as X-Forwarded-For lists it.
+    ip: HeaderValue,
+    /// The RFC 7239 element without its host: `for=NODE;proto=SCHEME`.
+    element: HeaderValue,
+}
+
+impl Origin {
+    /// The origin of a client at `client` that connected to `local` over `scheme`.
+    pub fn new(client: SocketAddr, local: SocketAddr, scheme: &'static str) -> Self {
+        let ip = client.ip();
+        // RFC 7239: an IPv6 address is bracketed and the value quoted.
+        let node = match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("\"[{v6}]\""),
+        };
+        Origin {
+            client,
+            local,
+            scheme,
+            ip: HeaderValue::from_str(&ip.to_string()).expect("an address is a valid value"),
+            element: HeaderValue::from_str(&format!("for={node};proto={scheme}"))
+                .expect("an address and a scheme are a valid value"),
+        }
+    }
 }
 
 /// Adds the forwarding fields: `X-Forwarded-For` appended to (the client's list kept,
@@ -56,8 +82,7 @@ pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin) {
     const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
     const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
     const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
-    let ip = origin.client.ip();
-    append_list(headers, XFF, &ip.to_string());
+    append_list(headers, XFF, origin.ip.clone());
     headers.insert(XFP, HeaderValue::from_static(origin.scheme));
     let host = headers.get(header::HOST).cloned();
     match &host {
@@ -68,24 +93,33 @@ pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin) {
             headers.remove(XFH);
         }
     }
-    // RFC 7239: an IPv6 address is bracketed and the value quoted; a host with
-    // characters outside a token is quoted too.
-    let node = match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
-    };
-    let mut element = format!("for={node};proto={}", origin.scheme);
-    if let Some(h) = host.as_ref().and_then(|h| h.to_str().ok()) {
-        if h.bytes().all(is_token) {
-            element.push_str(&format!(";host={h}"));
-        } else if h
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+    // A host with characters outside a token is quoted (RFC 7239).
+    let host = host.as_ref().and_then(|h| h.to_str().ok());
+    let quote = match host {
+        Some(h) if h.bytes().all(is_token) => Some(""),
+        Some(h)
+            if h.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\') =>
         {
-            element.push_str(&format!(";host=\"{h}\""));
+            Some("\"")
         }
-    }
-    append_list(headers, header::FORWARDED, &element);
+        _ => None,
+    };
+    let element = match (host, quote) {
+        (Some(h), Some(q)) => {
+            let element = [
+                origin.element.as_bytes(),
+                b";host=",
+                q.as_bytes(),
+                h.as_bytes(),
+                q.as_bytes(),
+            ]
+            .concat();
+            HeaderValue::from_bytes(&element).unwrap_or_else(|_| origin.element.clone())
+        }
+        _ => origin.element.clone(),
+    };
+    append_list(headers, header::FORWARDED, element);
 }
 
 fn is_token(b: u8) -> bool {
@@ -93,23 +127,18 @@ fn is_token(b: u8) -> bool {
 }
 
 /// Appends `item` to the comma-separated list in `name`, folding repeated fields into one.
-fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
-    let mut list = String::new();
-    for v in headers
-        .get_all(&name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-    {
-        list.push_str(v);
-        list.push_str(", ");
+fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
+    if !headers.contains_key(&name) {
+        headers.insert(name, item);
+        return;
     }
-    let value = if list.is_empty() {
-        HeaderValue::from_str(item)
-    } else {
-        list.push_str(item);
-        HeaderValue::from_str(&list)
-    };
-    if let Ok(v) = value {
+    let mut list = Vec::new();
+    for v in headers.get_all(&name) {
+        list.extend_from_slice(v.as_bytes());
+        list.extend_from_slice(b", ");
+    }
+    list.extend_from_slice(item.as_bytes());
+    if let Ok(v) = HeaderValue::from_bytes(&list) {
         headers.insert(name, v);
     }
 }
@@ -156,11 +185,11 @@ mod tests {
             ("x-forwarded-for", "10.0.0.1"),
             ("forwarded", "for=10.0.0.1"),
         ]);
-        let origin = Origin {
-            client: "192.0.2.7:5555".parse().unwrap(),
-            local: "127.0.0.1:443".parse().unwrap(),
-            scheme: "https",
-        };
+        let origin = Origin::new(
+            "192.0.2.7:5555".parse().unwrap(),
+            "127.0.0.1:443".parse().unwrap(),
+            "https",
+        );
         add_forwarding(&mut h, &origin);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
         assert_eq!(h["x-forwarded-proto"], "https");
@@ -170,11 +199,11 @@ mod tests {
             "for=10.0.0.1, for=192.0.2.7;proto=https;host=app.example.com"
         );
         let mut h = map(&[("host", "app:8443")]);
-        let origin = Origin {
-            client: "[2001:db8::1]:5555".parse().unwrap(),
-            local: "127.0.0.1:443".parse().unwrap(),
-            scheme: "https",
-        };
+        let origin = Origin::new(
+            "[2001:db8::1]:5555".parse().unwrap(),
+            "127.0.0.1:443".parse().unwrap(),
+            "https",
+        );
         add_forwarding(&mut h, &origin);
         assert_eq!(h["x-forwarded-for"], "2001:db8::1");
         assert_eq!(

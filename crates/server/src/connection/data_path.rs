@@ -67,6 +67,7 @@ impl Established {
             metrics: metrics.clone(),
             files: worker.files.clone(),
             upstream_pool: worker.upstream_pool.clone(),
+            origin: terminus_proxy::Origin::new(peer, local, "https"),
         };
         let secured = |records| Secured {
             records,

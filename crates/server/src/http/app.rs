@@ -29,6 +29,8 @@ pub struct ConnectionInfo {
     pub files: Rc<files::FileCache>,
     /// The worker's idle upstream connections.
     pub upstream_pool: Rc<terminus_proxy::Pool>,
+    /// Who the connection's requests come from, as proxied requests tell upstreams.
+    pub origin: terminus_proxy::Origin,
 }
 
 impl Responder for ConnectionInfo {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use terminus_proxy::{Origin, Upstream};
+use terminus_proxy::Upstream;
 
 use super::body::{Body, RequestBody};
 use super::files::{self, DocRoot};
@@ -108,12 +108,7 @@ async fn proxy(
     cx: &ConnectionInfo,
 ) -> Response<Body> {
     let method = req.method().clone();
-    let origin = Origin {
-        client: cx.peer,
-        local: cx.local,
-        scheme: "https",
-    };
-    match terminus_proxy::forward(upstream, &cx.upstream_pool, req, &origin).await {
+    match terminus_proxy::forward(upstream, &cx.upstream_pool, req, &cx.origin).await {
         Ok(resp) => with_common_headers(resp.map(Body::stream)),
         Err(e) => {
             tracing::warn!(client = %cx.peer, "{e}");
