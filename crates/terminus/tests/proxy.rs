@@ -818,6 +818,23 @@ fn sigterm_lets_a_proxied_request_finish() {
     assert!(server.wait_exit(Duration::from_secs(10)).success());
 }
 
+/// A TLS backend: a certificate for `name` in `dir`, and tests/upstream/SCRIPT started
+/// with `args`, the certificate and key, then `after`.
+fn tls_backend(
+    dir: &TestDir,
+    name: &str,
+    script: &str,
+    args: &[&str],
+    after: &[&str],
+) -> (CertPair, App) {
+    let cert = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &[name]);
+    let mut all = args.to_vec();
+    all.extend([cert.cert.to_str().unwrap(), cert.key.to_str().unwrap()]);
+    all.extend_from_slice(after);
+    let app = App::launch(script, &all);
+    (cert, app)
+}
+
 /// A TLS upstream's routes: `/app/` to the server under its certificate's name, `/wrong/`
 /// under a name the certificate does not have, `/noverify/` with verification off.
 const TLS_ROUTES: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[server.route]]\npath = \"/wrong/\"\nupstream = \"wrong\"\n[[server.route]]\npath = \"/noverify/\"\nupstream = \"noverify\"\n";
@@ -825,16 +842,7 @@ const TLS_ROUTES: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"
 #[test]
 fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
     let dir = TestDir::new("proxy-tls-http1");
-    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["backend.internal"]);
-    let app = App::launch(
-        "app.py",
-        &[
-            "0",
-            "a",
-            backend.cert.to_str().unwrap(),
-            backend.key.to_str().unwrap(),
-        ],
-    );
+    let (backend, app) = tls_backend(&dir, "backend.internal", "app.py", &["0", "a"], &[]);
     let ca = backend.cert.display();
     let upstreams = format!(
         "[[upstream]]\nname = \"app\"\nservers = [\"{a}\"]\ntls = {{ server_name = \"backend.internal\", ca = \"{ca}\" }}\nhealth = {{ path = \"/app/whoami\", interval = \"200ms\" }}\n\
@@ -937,15 +945,7 @@ fn grpc_goes_through_to_an_h2_backend_over_tls() {
         return;
     }
     let dir = TestDir::new("proxy-tls-grpc");
-    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["backend.internal"]);
-    let grpc = App::launch(
-        "grpc_app.py",
-        &[
-            "serve",
-            backend.cert.to_str().unwrap(),
-            backend.key.to_str().unwrap(),
-        ],
-    );
+    let (backend, grpc) = tls_backend(&dir, "backend.internal", "grpc_app.py", &["serve"], &[]);
     let upstreams = format!(
         "[[upstream]]\nname = \"grpc\"\nservers = [\"{}\"]\nprotocol = \"h2\"\ntls = {{ server_name = \"backend.internal\", ca = \"{}\" }}\n",
         grpc.addr(),
@@ -968,16 +968,7 @@ fn grpc_goes_through_to_an_h2_backend_over_tls() {
 fn streams_terminate_or_pass_through_by_sni() {
     let dir = TestDir::new("proxy-streams");
     // Passthrough: the TLS server behind terminus holds the only key for pass.test.
-    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["pass.test"]);
-    let tls_app = App::launch(
-        "app.py",
-        &[
-            "0",
-            "behind",
-            backend.cert.to_str().unwrap(),
-            backend.key.to_str().unwrap(),
-        ],
-    );
+    let (backend, tls_app) = tls_backend(&dir, "pass.test", "app.py", &["0", "behind"], &[]);
     let plain_app = App::start("plain");
     let upstreams = format!(
         "[[upstream]]\nname = \"tls-app\"\nservers = [\"{}\"]\n[[upstream]]\nname = \"plain-app\"\nservers = [\"{}\"]\ntimeouts = {{ idle = \"1s\" }}\n\
@@ -1091,7 +1082,6 @@ fn streams_terminate_or_pass_through_by_sni() {
 #[test]
 fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
     let dir = TestDir::new("proxy-tls-mtls");
-    let backend = make_cert(&dir.0, "backend", KeyKind::EcdsaP256, &["backend.internal"]);
     // The identity terminus shows: a self-signed client certificate, which the app trusts.
     let (client_cert, client_key) = (dir.path("client.pem"), dir.path("client.key"));
     openssl(&[
@@ -1115,15 +1105,12 @@ fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
         "-addext",
         "basicConstraints=critical,CA:FALSE",
     ]);
-    let app = App::launch(
+    let (backend, app) = tls_backend(
+        &dir,
+        "backend.internal",
         "app.py",
-        &[
-            "0",
-            "a",
-            backend.cert.to_str().unwrap(),
-            backend.key.to_str().unwrap(),
-            client_cert.to_str().unwrap(),
-        ],
+        &["0", "a"],
+        &[client_cert.to_str().unwrap()],
     );
     let tls = format!(
         "server_name = \"backend.internal\", ca = \"{}\"",
