@@ -13,6 +13,7 @@ must move through rustls instead. Both directions are checked by sha256 at the f
 Prints one line per check; exits 1 if any failed.
 """
 import hashlib
+import os
 import shutil
 import socket
 import ssl
@@ -76,6 +77,8 @@ def main(terminus, mode):
         f.write(f"""
 listen = [{{ address = "127.0.0.1:{port}", ktls = "{mode}" }}]
 workers = 1
+[log]
+access = "{root}/access.log"
 [[upstream]]
 name = "sink"
 servers = ["127.0.0.1:{listener.getsockname()[1]}"]
@@ -87,6 +90,8 @@ upstream = "sink"
     server = subprocess.Popen(
         [terminus, "serve", "--config", f"{root}/terminus.toml", "--admin", f"127.0.0.1:{admin}"],
         stdout=log, stderr=subprocess.STDOUT,
+        # The relay's recheck lines (a socket found ready without a wakeup) are debug.
+        env={**os.environ, "RUST_LOG": "info,terminus_tls::ktls::splice=debug"},
     )
     try:
         for _ in range(100):
@@ -103,16 +108,19 @@ upstream = "sink"
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         started = time.time()
-        with socket.create_connection(("127.0.0.1", port)) as raw:
-            with context.wrap_socket(raw, server_hostname="stream.test") as tls:
-                tls.sendall(f"{BIG}\n".encode())
-                for _ in range(BIG // len(BLOCK)):
-                    tls.sendall(BLOCK)
-                answer = b""
-                while not answer.endswith(b"\n"):
-                    answer += tls.recv(1)
-                down = hashlib.sha256()
-                read_exact(tls, BIG, down)
+        answer, down = b"", hashlib.sha256()
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                with context.wrap_socket(raw, server_hostname="stream.test") as tls:
+                    tls.sendall(f"{BIG}\n".encode())
+                    for _ in range(BIG // len(BLOCK)):
+                        tls.sendall(BLOCK)
+                    while not answer.endswith(b"\n"):
+                        answer += tls.recv(1)
+                    read_exact(tls, BIG, down)
+        except OSError as e:
+            check("the stream carried both directions to their end", False,
+                  f"{e!r} after {time.time() - started:.1f} s")
         took = time.time() - started
         expected = pattern_sha(BIG)
         check("100 MB up: the upstream got every byte", seen.get("upload") == expected
@@ -141,6 +149,12 @@ upstream = "sink"
         server.terminate()
         server.wait(timeout=30)
         log.close()
+    if os.path.exists(f"{root}/access.log"):
+        print("".join(open(f"{root}/access.log").readlines()[-2:]), end="")
+    missed = [line for line in open(f"{root}/terminus.log") if "without a wakeup" in line]
+    print(f"relay rechecks that found the socket ready without a wakeup: {len(missed)}")
+    for line in missed[:3]:
+        print("  " + line.strip())
     status = verdict("stream", f"{root}/terminus.log")
     shutil.rmtree(root, ignore_errors=True)
     return status

@@ -193,13 +193,25 @@ pub fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
     // SAFETY: pipe2 succeeded, so both are open descriptors that nothing else owns.
-    Ok(unsafe {
+    let pipe = unsafe {
         (
             std::os::fd::OwnedFd::from_raw_fd(fds[0]),
             std::os::fd::OwnedFd::from_raw_fd(fds[1]),
         )
-    })
+    };
+    // A pipe holds 16 buffers by default, one per page fragment spliced in. A kTLS
+    // record splices as a whole, and when its plaintext lies in more fragments than the
+    // pipe has buffers, splice answers EAGAIN on an empty pipe while the record waits:
+    // the relay would wait for readiness that never comes. 1 MiB (256 buffers) is room
+    // for any record; where the limit (/proc/sys/fs/pipe-max-size) is lower, the default
+    // stays.
+    // SAFETY: a plain fcntl on the pipe just made.
+    let _ = unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    Ok(pipe)
 }
+
+/// The size asked for relay pipes.
+const PIPE_SIZE: libc::c_int = 1 << 20;
 
 /// Ends the sending direction of a socket (FIN after what is queued).
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
