@@ -575,6 +575,16 @@ fn grpc_over_http1(dir: &TestDir, server: &Server) -> Vec<u8> {
     out.stdout
 }
 
+/// grpc_app.py's client through `server` (unary, streaming both ways, an error status),
+/// one message from curl over HTTP/1.1, and every call on one HTTP/2 connection per
+/// worker.
+fn assert_grpc_goes_through(dir: &TestDir, server: &Server) {
+    let target = format!("localhost:{}", server.port());
+    assert_grpc_calls(&call("grpc_app.py", &target, dir, server));
+    assert_eq!(grpc_over_http1(dir, server), [0u8, 0, 0, 0, 2, b'h', b'i']);
+    assert_one_h2_connection_per_worker(server);
+}
+
 /// What grpc_app.py's client saw: unary with its trailer, server and client streaming,
 /// and an error status with its details.
 fn assert_grpc_calls(seen: &serde_json::Value) {
@@ -603,15 +613,7 @@ fn grpc_goes_through_to_an_h2c_backend_with_trailers_and_streams() {
     }
     let (_backend, dir, server) =
         behind_proxy("grpc_app.py", "grpc", "protocol = \"h2c\"", "/test.Echo/");
-    let target = format!("localhost:{}", server.port());
-    let seen = call("grpc_app.py", &target, &dir, &server);
-    assert_grpc_calls(&seen);
-    // An HTTP/1.1 client reaches the h2c backend too.
-    assert_eq!(
-        grpc_over_http1(&dir, &server),
-        [0u8, 0, 0, 0, 2, b'h', b'i']
-    );
-    assert_one_h2_connection_per_worker(&server);
+    assert_grpc_goes_through(&dir, &server);
 }
 
 #[test]
@@ -953,15 +955,7 @@ fn grpc_goes_through_to_an_h2_backend_over_tls() {
     );
     let routes = "[[server.route]]\npath = \"/test.Echo/\"\nupstream = \"grpc\"\n";
     let server = proxy(&dir, &upstreams, routes);
-    let target = format!("localhost:{}", server.port());
-    let seen = call("grpc_app.py", &target, &dir, &server);
-    assert_grpc_calls(&seen);
-    // An HTTP/1.1 client reaches the HTTP/2-over-TLS backend too.
-    assert_eq!(
-        grpc_over_http1(&dir, &server),
-        [0u8, 0, 0, 0, 2, b'h', b'i']
-    );
-    assert_one_h2_connection_per_worker(&server);
+    assert_grpc_goes_through(&dir, &server);
 }
 
 #[test]
