@@ -119,8 +119,8 @@ const GUEST_SKIP_MARKER: &str = "SKIPPED: kTLS guest tests";
 /// returns its output; None when no guest could start here (a skip, see [`runs_here`]).
 pub fn in_ktls_guest(program: impl AsRef<OsStr>, args: &[&str], dir: &Path) -> Option<Output> {
     // One guest at a time: a guest has one CPU, and two of them beside the host's own
-    // tests on a 2-core machine starve each other; the guest kernel's kTLS then stalls
-    // relays for tens of seconds (seen as a stream test failing by its idle timeout).
+    // tests on a 2-core machine starve each other (the guest stream test slowed to its
+    // idle timeout more often with two guests running).
     static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let out = Command::new(repo().join("tests/ktls-guest/run"))

@@ -182,11 +182,13 @@ const RECHECK_FIRST: Duration = Duration::from_millis(50);
 const RECHECK_MAX: Duration = Duration::from_secs(5);
 
 /// One splice on `socket` once it is ready for `interest`, or once `recheck` has passed
-/// without a wakeup. The second is a guard, not the path: on the guest's kernel (6.1) a
-/// kTLS relay stalled now and then with a record to read and no wakeup for it, the
-/// client blocked on a full window (a 100 MB upload stopped at 2.6 MB until the idle
-/// timeout). Trying again after a wait that doubles up to 5 s keeps such a stall short
-/// and costs an idle relay one system call per 5 s per direction.
+/// without a wakeup. The second is a guard, not the path: in the kTLS guest a relay
+/// stalled now and then waiting for a socket to become writable that already was (a
+/// 100 MB upload stopped at 2.6 MB until the idle timeout; with the guard, rechecks find
+/// the socket writable). The cause is not found: the kernel delivered every EPOLLOUT in
+/// a plain reproduction of the same splices. Trying again after a wait that doubles up
+/// to 5 s keeps such a stall short and costs an idle relay one system call per 5 s per
+/// direction.
 async fn attempt(
     socket: &TcpStream,
     interest: Interest,

@@ -199,12 +199,10 @@ pub fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
             std::os::fd::OwnedFd::from_raw_fd(fds[1]),
         )
     };
-    // A pipe holds 16 buffers by default, one per page fragment spliced in. A kTLS
-    // record splices as a whole, and when its plaintext lies in more fragments than the
-    // pipe has buffers, splice answers EAGAIN on an empty pipe while the record waits:
-    // the relay would wait for readiness that never comes. 1 MiB (256 buffers) is room
-    // for any record; where the limit (/proc/sys/fs/pipe-max-size) is lower, the default
-    // stays.
+    // A pipe holds 16 buffers by default, one per page fragment spliced in, and a kTLS
+    // record's plaintext can lie in many fragments: 1 MiB (256 buffers) leaves room for
+    // a whole 64 KiB step however it is cut. Where the limit
+    // (/proc/sys/fs/pipe-max-size) is lower, the default stays.
     // SAFETY: a plain fcntl on the pipe just made.
     let _ = unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, PIPE_SIZE) };
     Ok(pipe)
