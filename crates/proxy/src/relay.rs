@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use terminus_tls::ktls::until_quiet;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// Relays between `client` and `upstream`. Returns the bytes moved (to the upstream, to
@@ -40,20 +41,8 @@ where
         tokio::io::copy(&mut ur, &mut cw).await?;
         cw.shutdown().await
     };
-    let quiet = async {
-        loop {
-            let since = last.get().elapsed();
-            if since >= idle {
-                return;
-            }
-            tokio::time::sleep(idle - since).await;
-        }
-    };
-    let ended = tokio::select! {
-        ended = async { tokio::try_join!(up, down) } => ended.map(|_| ()),
-        () = quiet => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved for {idle:?}"))),
-    };
-    (up_bytes.get(), down_bytes.get(), ended)
+    let ended = until_quiet(async { tokio::try_join!(up, down) }, &last, idle).await;
+    (up_bytes.get(), down_bytes.get(), ended.map(|_| ()))
 }
 
 /// A reader that counts what it read and notes when.

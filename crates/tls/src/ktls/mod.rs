@@ -38,7 +38,7 @@ use rustls::{
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-pub use splice::{splice_bidirectional, splice_plain};
+pub use splice::{splice_bidirectional, splice_plain, until_quiet};
 pub use stream::KtlsStream;
 
 use crate::record::whole_records;

@@ -17,7 +17,7 @@ use super::sys;
 use super::KtlsStream;
 use crate::stream::SendMethod;
 
-/// Bytes moved per splice call: a pipe holds 16 pages by default.
+/// Bytes moved per splice call.
 const STEP: usize = 64 * 1024;
 
 /// Relays both directions until each has reached its end (close_notify or FIN from the
@@ -38,7 +38,7 @@ pub async fn splice_bidirectional(
     };
     let down = pump(upstream, socket, &moved.down, &moved.last, false);
     let (ended, calls) =
-        match watched(async { tokio::try_join!(up, down) }, &moved.last, idle).await {
+        match until_quiet(async { tokio::try_join!(up, down) }, &moved.last, idle).await {
             Ok(((), calls)) => (Ok(()), calls),
             Err(e) => (Err(e), 0),
         };
@@ -71,7 +71,7 @@ pub async fn splice_plain(
         pump(b, a, &moved.down, &moved.last, false).await?;
         sys::shutdown_write(a.as_raw_fd())
     };
-    let ended = watched(async { tokio::try_join!(forward, back) }, &moved.last, idle).await;
+    let ended = until_quiet(async { tokio::try_join!(forward, back) }, &moved.last, idle).await;
     (moved.up.get(), moved.down.get(), ended.map(|_| ()))
 }
 
@@ -92,8 +92,9 @@ impl Default for Moved {
     }
 }
 
-/// `relay`, ended with `TimedOut` once nothing has moved for `idle`.
-async fn watched<T>(
+/// `relay`, ended with `TimedOut` once nothing has moved for `idle` (`last` is when
+/// something last did): every relay's idle timeout, spliced or through user space.
+pub async fn until_quiet<T>(
     relay: impl std::future::Future<Output = io::Result<T>>,
     last: &Cell<Instant>,
     idle: Duration,
@@ -114,8 +115,9 @@ async fn watched<T>(
 }
 
 /// Moves `from` to `to` through a pipe of its own until `from` ends, adding what it moved
-/// to `total` and noting the time in `last`; returns the writes into `to` it took. `from_ktls`: `from` is the kernel TLS socket, where splice
-/// stops with EINVAL at a record that is not data.
+/// to `total` and noting the time in `last`; returns the writes into `to` it took.
+/// `from_ktls`: `from` is the kernel TLS socket, where splice stops with EINVAL at a
+/// record that is not data.
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
