@@ -27,6 +27,26 @@ def tls_stat():
         return {k: int(v) for k, v in (line.split() for line in f)}
 
 
+def tcp_losses():
+    """The kernel's TCP loss counters: retransmitted segments, segments dropped for a full
+    socket backlog or receive queue, and packets the per-CPU input queue (loopback's
+    path) dropped. A relay that stops for seconds with these rising is waiting out TCP
+    retransmission backoff, not a wakeup."""
+    counters = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            prefix = names.split(":")[0]
+            for k, v in zip(names.split()[1:], values.split()[1:]):
+                counters[f"{prefix}.{k}"] = int(v)
+    wanted = ("Tcp.RetransSegs", "TcpExt.TCPBacklogDrop", "TcpExt.TCPRcvQDrop", "TcpExt.TCPTimeouts")
+    out = {k: counters.get(k, 0) for k in wanted}
+    with open("/proc/net/softnet_stat") as f:
+        out["softnet.dropped"] = sum(int(line.split()[1], 16) for line in f)
+    return out
+
+
 def metrics(admin):
     text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read().decode()
     out = {}

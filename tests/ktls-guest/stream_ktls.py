@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from checklib import check, free_port, metrics, tls_stat, verdict
+from checklib import check, free_port, metrics, tcp_losses, tls_stat, verdict
 
 BIG = 100 * 1024 * 1024
 BLOCK = hashlib.sha256(b"terminus stream").digest() * 2048  # 64 KiB
@@ -103,7 +103,7 @@ upstream = "sink"
         kernel = mode == "required" or "kernel TLS available" in open(f"{root}/terminus.log").read()
         method = "splice" if kernel else "userspace"
         print(f"expecting the stream on {'kernel TLS, by splice' if kernel else 'userspace TLS'} ({mode})")
-        before = tls_stat()
+        before, losses_before = tls_stat(), tcp_losses()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -122,11 +122,12 @@ upstream = "sink"
             check("the stream carried both directions to their end", False,
                   f"{e!r} after {time.time() - started:.1f} s")
         took = time.time() - started
+        losses = {k: v - losses_before[k] for k, v in tcp_losses().items()}
         expected = pattern_sha(BIG)
         check("100 MB up: the upstream got every byte", seen.get("upload") == expected
               and answer.decode().strip() == expected, f"{seen}, answer {answer[:80]!r}")
         check("100 MB down: the client got every byte", down.hexdigest() == expected)
-        print(f"moved 2 x 100 MB in {took:.1f} s")
+        print(f"moved 2 x 100 MB in {took:.1f} s; TCP losses meanwhile: {losses}")
         m = {}
         for _ in range(50):
             m = metrics(admin)

@@ -184,13 +184,20 @@ const RECHECK_FIRST: Duration = Duration::from_millis(50);
 const RECHECK_MAX: Duration = Duration::from_secs(5);
 
 /// One splice on `socket` once it is ready for `interest`, or once `recheck` has passed
-/// without a wakeup. The second is a guard, not the path: in the kTLS guest a relay
-/// stalled now and then waiting for a socket to become writable that already was (a
-/// 100 MB upload stopped at 2.6 MB until the idle timeout; with the guard, rechecks find
-/// the socket writable). The cause is not found: the kernel delivered every EPOLLOUT in
-/// a plain reproduction of the same splices. Trying again after a wait that doubles up
-/// to 5 s keeps such a stall short and costs an idle relay one system call per 5 s per
-/// direction.
+/// without a wakeup. The second is a guard, not the path. What it does, measured in the
+/// kTLS guest (kernel 6.1) with a second epoll instance watching the same socket:
+/// - Most rechecks fall on the kTLS socket's send side: the queue had filled (splice:
+///   EAGAIN), and a recheck finds room before the kernel reports the socket writable,
+///   which it does only once a third of the send buffer is free (`sk_stream_min_wspace`).
+///   No wakeup was lost there: the witness epoll saw none either, and with the guard
+///   switched to logging only, every wait ended with a real EPOLLOUT within 750 ms.
+/// - Without the guard, a relay written as a plain wait for readiness stalled now and
+///   then until its idle timeout (2 of 7 runs, the upload stopped at 2.6 MB, no TCP loss
+///   in the guest). Waking the task every 2 s without any syscall cured it (0 of 7), so
+///   the lost wakeup is in user space, not the kernel; it did not recur with tokio's
+///   cooperative budget switched off for the relay (0 of 5), which is where the search
+///   goes next. The guard's retry covers it meanwhile, at one system call per 5 s per
+///   idle direction.
 async fn attempt(
     socket: &TcpStream,
     interest: Interest,
