@@ -1,6 +1,8 @@
 //! The splice primitive against a TCP echo upstream, on a real kernel TLS socket: a rustls
 //! client sends 100 MB through terminus's kTLS socket, `splice_bidirectional` moves it to
 //! an echo server and back, and the client checks that what came back is what it sent.
+//! Once more with the client's first bytes in the segment that carries its Finished, so
+//! rustls decrypts them before the kernel takes over and the relay must send them first.
 //!
 //! kTLS needs a kernel with `tls`; the outer test runs the inner one inside the guest
 //! kernel of `tests/ktls-guest/run` (a counted skip where none can start, a failure where the guest is required).
@@ -40,20 +42,28 @@ fn splice_moves_100_mb_through_kernel_tls_in_the_guest() {
 #[test]
 #[ignore = "needs kernel TLS: run inside the guest by splice_moves_100_mb_through_kernel_tls_in_the_guest"]
 fn inside_guest_splice() {
-    for (version, size) in [
-        (&rustls::version::TLS13, 100 << 20),
-        (&rustls::version::TLS12, 16 << 20),
+    for (version, size, early) in [
+        (&rustls::version::TLS13, 100 << 20, false),
+        (&rustls::version::TLS12, 16 << 20, false),
+        (&rustls::version::TLS13, 1 << 20, true),
     ] {
         let before = tls_stat();
-        let (up, down, spliced) = relay(version, size);
+        let (up, down, spliced) = relay(version, size, early);
         let after = tls_stat();
         assert_eq!((up, down), (size as u64, size as u64));
+        // Bytes rustls decrypted before the hand-off go to the upstream by write; the
+        // echo comes back by splice all the same.
         assert_eq!(spliced, size as u64, "bytes counted as spliced");
         assert!(
             after.0 > before.0 && after.1 > before.1,
             "tls_stat {before:?} -> {after:?}"
         );
-        println!("{version:?}: {size} bytes each way spliced intact");
+        let how = if early {
+            ", the first with the client's Finished,"
+        } else {
+            ""
+        };
+        println!("{version:?}: {size} bytes each way{how} spliced intact");
     }
 }
 
@@ -101,20 +111,28 @@ fn configs(
 }
 
 /// Client <-TLS-> kTLS socket <-splice-> echo upstream. Returns the bytes
-/// `splice_bidirectional` moved each way and the bytes counted as spliced.
-fn relay(version: &'static rustls::SupportedProtocolVersion, size: usize) -> (u64, u64, u64) {
+/// `splice_bidirectional` moved each way and the bytes counted as spliced. `early`: the
+/// client's first bytes ride with its Finished (TLS 1.3).
+fn relay(
+    version: &'static rustls::SupportedProtocolVersion,
+    size: usize,
+    early: bool,
+) -> (u64, u64, u64) {
     let (server_config, client_config) = configs(version);
     let echo = TcpListener::bind("127.0.0.1:0").unwrap();
     let echo_addr = echo.local_addr().unwrap();
     std::thread::spawn(move || echo_once(echo));
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let client = std::thread::spawn(move || client(addr, client_config, size));
+    let client = std::thread::spawn(move || client(addr, client_config, size, early));
 
     let (mut sock, _) = listener.accept().unwrap();
     let mut conn = ServerConnection::new(server_config).unwrap();
-    // The client sends nothing after its Finished until it has read "go" (sent by the
-    // kernel), so the handshake leaves no record half inside rustls.
+    // Otherwise the client sends nothing after its Finished until it has read "go" (sent
+    // by the kernel), so the handshake leaves no record half inside rustls.
+    if early {
+        handshake_reading_late(&mut conn, &mut sock);
+    }
     while conn.is_handshaking() {
         conn.complete_io(&mut sock).unwrap();
     }
@@ -147,6 +165,24 @@ fn relay(version: &'static rustls::SupportedProtocolVersion, size: usize) -> (u6
     (up, down, spliced)
 }
 
+/// The server's side of the handshake, waiting after its flight so that the client's
+/// Finished and the application data it sends straight after arrive together, and one
+/// read hands both to rustls.
+fn handshake_reading_late(conn: &mut ServerConnection, sock: &mut TcpStream) {
+    let mut flight_sent = false;
+    while conn.is_handshaking() {
+        while conn.wants_write() {
+            flight_sent |= conn.write_tls(sock).unwrap() > 0;
+        }
+        if flight_sent {
+            std::thread::sleep(Duration::from_millis(300));
+            flight_sent = false;
+        }
+        conn.read_tls(sock).unwrap();
+        conn.process_new_packets().unwrap();
+    }
+}
+
 fn echo_once(listener: TcpListener) {
     let (mut s, _) = listener.accept().unwrap();
     let mut buf = vec![0u8; 1 << 16];
@@ -162,9 +198,26 @@ fn echo_once(listener: TcpListener) {
 /// Sends `size` bytes and reads the echo at the same time (a non-blocking loop, so
 /// neither direction waits on the other); ends with close_notify and waits for the
 /// server's. Returns the sha256 of what was sent and of what came back.
-fn client(addr: SocketAddr, config: Arc<ClientConfig>, size: usize) -> (Vec<u8>, Vec<u8>) {
+fn client(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+    size: usize,
+    early: bool,
+) -> (Vec<u8>, Vec<u8>) {
     let mut sock = TcpStream::connect(addr).unwrap();
     let mut conn = ClientConnection::new(config, "localhost".try_into().unwrap()).unwrap();
+    let block: Vec<u8> = (0..1 << 16)
+        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let (mut sent_hash, mut received_hash) = (Sha256::new(), Sha256::new());
+    let mut sent = 0usize;
+    if early {
+        // Written before the handshake ends: rustls sends it right after the Finished.
+        let first = &block[..1000];
+        sent = conn.writer().write(first).unwrap();
+        assert_eq!(sent, first.len());
+        sent_hash.update(first);
+    }
     while conn.is_handshaking() {
         conn.complete_io(&mut sock).unwrap();
     }
@@ -180,11 +233,7 @@ fn client(addr: SocketAddr, config: Arc<ClientConfig>, size: usize) -> (Vec<u8>,
     }
     assert_eq!(&go, b"go");
     sock.set_nonblocking(true).unwrap();
-    let block: Vec<u8> = (0..1 << 16)
-        .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
-    let (mut sent_hash, mut received_hash) = (Sha256::new(), Sha256::new());
-    let (mut sent, mut received, mut closed, mut peer_closed) = (0usize, 0usize, false, false);
+    let (mut received, mut closed, mut peer_closed) = (0usize, false, false);
     let mut buf = vec![0u8; 1 << 16];
     while !(peer_closed && closed && !conn.wants_write()) {
         let mut progress = false;

@@ -24,16 +24,25 @@ const STEP: usize = 64 * 1024;
 /// client, FIN from the upstream), passing each end on (FIN to the upstream; close_notify
 /// and FIN to the client), or until nothing has moved either way for `idle`. Returns the
 /// bytes moved (client to upstream, upstream to client), counted even when the relay
-/// ended with an error, and how it ended.
+/// ended with an error, and how it ended. What the client sent with its last handshake
+/// flight was decrypted by rustls, not the kernel: it goes to the upstream first, by write.
 pub async fn splice_bidirectional(
     client: &mut KtlsStream,
     upstream: &TcpStream,
     idle: Duration,
 ) -> (u64, u64, io::Result<()>) {
     let moved = Moved::default();
+    let (early, client_done) = client.take_early();
     let socket = client.socket();
     let up = async {
-        pump(socket, upstream, &moved.up, &moved.last, true).await?;
+        if !early.is_empty() {
+            write_all(upstream, &early).await?;
+            moved.up.set(early.len() as u64);
+            moved.last.set(Instant::now());
+        }
+        if !client_done {
+            pump(socket, upstream, &moved.up, &moved.last, true).await?;
+        }
         sys::shutdown_write(upstream.as_raw_fd())
     };
     let down = pump(upstream, socket, &moved.down, &moved.last, false);
@@ -118,6 +127,11 @@ pub async fn until_quiet<T>(
 /// to `total` and noting the time in `last`; returns the writes into `to` it took.
 /// `from_ktls`: `from` is the kernel TLS socket, where splice stops with EINVAL at a
 /// record that is not data.
+///
+/// Each splice waits for its socket's readiness and nothing else. A kernel TLS socket
+/// whose send queue filled (splice: EAGAIN) is reported writable only once a third of its
+/// send buffer is free again (`sk_stream_min_wspace`), though it would take a few KiB
+/// before that: the relay waits for the report, like any epoll program.
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
@@ -132,16 +146,15 @@ async fn pump(
         total.set(total.get() + n as u64);
         last.set(Instant::now());
     };
-    let (mut read_recheck, mut write_recheck) = (RECHECK_FIRST, RECHECK_FIRST);
     loop {
-        let spliced = attempt(from, Interest::READABLE, &mut read_recheck, || {
-            sys::splice(from.as_raw_fd(), pipe_in, STEP)
-        })
-        .await;
+        let spliced = from
+            .async_io(Interest::READABLE, || {
+                sys::splice(from.as_raw_fd(), pipe_in, STEP)
+            })
+            .await;
         let n = match spliced {
             Ok(0) => return Ok(writes),
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) if from_ktls && e.raw_os_error() == Some(libc::EINVAL) => {
                 match read_control_record(from)? {
                     None => continue,
@@ -160,73 +173,14 @@ async fn pump(
         };
         let mut left = n;
         while left > 0 {
-            let spliced = attempt(to, Interest::WRITABLE, &mut write_recheck, || {
-                sys::splice(pipe_out, to.as_raw_fd(), left)
-            })
-            .await;
-            match spliced {
-                Ok(m) => {
-                    left -= m;
-                    writes += 1;
-                    moved(m);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// How long a relay first waits for readiness before trying the socket anyway, and the
-/// longest it waits once the waits have doubled (they start again at the first after
-/// any progress).
-const RECHECK_FIRST: Duration = Duration::from_millis(50);
-const RECHECK_MAX: Duration = Duration::from_secs(5);
-
-/// One splice on `socket` once it is ready for `interest`, or once `recheck` has passed
-/// without a wakeup. The second is a guard, not the path. What it does, measured in the
-/// kTLS guest (kernel 6.1) with a second epoll instance watching the same socket:
-/// - Most rechecks fall on the kTLS socket's send side: the queue had filled (splice:
-///   EAGAIN), and a recheck finds room before the kernel reports the socket writable,
-///   which it does only once a third of the send buffer is free (`sk_stream_min_wspace`).
-///   No wakeup was lost there: the witness epoll saw none either, and with the guard
-///   switched to logging only, every wait ended with a real EPOLLOUT within 750 ms.
-/// - Without the guard, a relay written as a plain wait for readiness stalled now and
-///   then until its idle timeout (2 of 7 runs, the upload stopped at 2.6 MB, no TCP loss
-///   in the guest). Waking the task every 2 s without any syscall cured it (0 of 7), so
-///   the lost wakeup is in user space, not the kernel; it did not recur with tokio's
-///   cooperative budget switched off for the relay (0 of 5), which is where the search
-///   goes next. The guard's retry covers it meanwhile, at one system call per 5 s per
-///   idle direction.
-async fn attempt(
-    socket: &TcpStream,
-    interest: Interest,
-    recheck: &mut Duration,
-    op: impl FnMut() -> io::Result<usize>,
-) -> io::Result<usize> {
-    match tokio::time::timeout(*recheck, socket.ready(interest)).await {
-        // Readiness was signalled: try_io clears it if the call would block.
-        Ok(ready) => {
-            ready?;
-            let done = socket.try_io(interest, op);
-            if done.is_ok() {
-                *recheck = RECHECK_FIRST;
-            }
-            done
-        }
-        Err(_) => {
-            *recheck = (*recheck * 2).min(RECHECK_MAX);
-            let mut op = op;
-            let done = op();
-            if let Ok(n) = &done {
-                tracing::debug!(
-                    bytes = n,
-                    ?interest,
-                    "relay: the socket was ready without a wakeup"
-                );
-                *recheck = RECHECK_FIRST;
-            }
-            done
+            let m = to
+                .async_io(Interest::WRITABLE, || {
+                    sys::splice(pipe_out, to.as_raw_fd(), left)
+                })
+                .await?;
+            left -= m;
+            writes += 1;
+            moved(m);
         }
     }
 }
@@ -247,8 +201,8 @@ async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
 /// all). None: it was not ready.
 fn read_control_record(socket: &TcpStream) -> io::Result<Option<(ControlRecord, Vec<u8>)>> {
     let mut body = vec![0u8; 16 * 1024];
-    // Called right after splice said a record other than data is at the head: read it
-    // whether or not readiness was signalled (see `attempt`).
+    // Called right after splice said a record other than data is at the head, so the
+    // record is there to read: no readiness to wait for.
     match sys::recv_record(socket.as_raw_fd(), &mut body) {
         Ok((n, record_type)) => {
             body.truncate(n);

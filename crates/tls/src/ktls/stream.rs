@@ -106,7 +106,8 @@ impl KtlsStream {
     ) -> Self {
         Self {
             io,
-            read_done: peer_closed && early.is_empty(),
+            // Served before the end, which poll_read reports only once `early` is read.
+            read_done: peer_closed,
             early,
             early_at: 0,
             close_notify_sent: false,
@@ -221,6 +222,18 @@ impl KtlsStream {
             }
         }
         Ok(())
+    }
+
+    /// Takes the plaintext rustls decrypted before the hand-off that no read has returned
+    /// yet, and whether the client's stream ends with it (it closed before the hand-off).
+    /// A relay that splices from `socket()` must send these bytes first: they arrived
+    /// before anything the kernel holds (a client's first request often rides in the
+    /// same segment as its Finished).
+    pub fn take_early(&mut self) -> (Vec<u8>, bool) {
+        let mut early = std::mem::take(&mut self.early);
+        early.drain(..self.early_at);
+        self.early_at = 0;
+        (early, self.read_done)
     }
 
     /// The socket, for splice(2) (the kernel encrypts what is spliced into it and
