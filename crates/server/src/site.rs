@@ -36,6 +36,9 @@ pub struct Site {
     /// The same without ALPN, for `[[stream]]`s: a stream is not HTTP, so no HTTP
     /// protocol is agreed on for it.
     pub stream_tls: Arc<rustls::ServerConfig>,
+    /// The versions both are built with (rustls does not tell), for the checks it leaves
+    /// to the server (`ClientHelloRead::refuse_downgrade`).
+    pub tls_versions: Vec<rustls::ProtocolVersion>,
     pub resolver: Arc<SniResolver>,
     pub hosts: Vec<Host>,
     pub timeouts: Timeouts,
@@ -176,6 +179,7 @@ impl Site {
         Ok(Self {
             tls,
             stream_tls: Arc::new(stream_tls),
+            tls_versions: config.tls.versions.iter().map(|v| v.version).collect(),
             resolver,
             hosts,
             timeouts: Timeouts {

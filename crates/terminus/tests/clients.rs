@@ -122,6 +122,31 @@ fn curl_http1_and_http2() {
     );
 }
 
+/// The version checks rustls leaves to the server (RFC 7507, RFC 8446 section 4.2.1):
+/// a client that says it fell back to TLS 1.2 from a higher version gets
+/// inappropriate_fallback, one below TLS 1.2 gets protocol_version; a TLS 1.2 client
+/// without the signal still gets TLS 1.2, and nothing reaches the engine for a refusal.
+#[test]
+fn downgrades_get_the_alerts_the_rfcs_name() {
+    let server = both_certs_server(&[]);
+    let fell_back = s_client(&server, &["-tls1_2", "-fallback_scsv"]);
+    assert!(
+        fell_back.contains("alert inappropriate fallback"),
+        "{fell_back}"
+    );
+    // OpenSSL's default security level will not offer TLS 1.1 at all.
+    let old = s_client(&server, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
+    assert!(old.contains("alert protocol version"), "{old}");
+    let plain12 = s_client(&server, &["-tls1_2"]);
+    assert!(plain12.contains("Protocol version: TLSv1.2"), "{plain12}");
+    assert_eq!(
+        server.metric("terminus_crypto_requests_total", &["op=\"rsa_sign\""])
+            + server.metric("terminus_crypto_requests_total", &["op=\"ecdsa_sign\""]),
+        1.0,
+        "only the accepted handshake signed"
+    );
+}
+
 #[test]
 fn s_client_each_version_and_key_type() {
     each_version_and_key_type("scalar");

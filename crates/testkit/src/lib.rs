@@ -38,6 +38,9 @@ pub enum Need {
     /// The Python packages the reverse proxy's gRPC and WebSocket tests drive (grpcio,
     /// websockets; `.ci/run` installs them).
     PythonPackages,
+    /// A tlsfuzzer checkout and its tlslite-ng library (`tests/conformance/run`): a GitHub
+    /// project, brought by hand where GitHub is reachable.
+    Tlsfuzzer,
 }
 
 impl Need {
@@ -47,6 +50,7 @@ impl Need {
             Need::Ifma => "ifma",
             Need::KtlsGuest => "ktls-guest",
             Need::PythonPackages => "python-packages",
+            Need::Tlsfuzzer => "tlsfuzzer",
         }
     }
 }

@@ -34,6 +34,13 @@ impl Hello {
             _ => accepted.site.tls.clone(),
         };
         let metrics = &worker.shared.metrics;
+        read.refuse_downgrade(
+            &accepted.socket,
+            &accepted.site.tls_versions,
+            &metrics.traffic,
+        )
+        .await
+        .map_err(Closed::Handshake)?;
         let done = timeout_at(
             accepted.handshake_deadline,
             handshake(

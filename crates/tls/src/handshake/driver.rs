@@ -174,6 +174,11 @@ impl Inbox {
     pub(super) fn into_all(self) -> Vec<u8> {
         self.buf
     }
+
+    /// Every byte read so far, while the inbox keeps them (see [`Inbox::keeping`]).
+    pub(super) fn all(&self) -> &[u8] {
+        &self.buf
+    }
 }
 
 /// Sends the alert rustls chose when it refused a ClientHello; the connection is closing,

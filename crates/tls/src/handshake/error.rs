@@ -11,6 +11,8 @@ use std::sync::Arc;
 use rustls::{OtherError, PeerMisbehaved};
 use terminus_engine::{CryptoError, CryptoOutput, OpKind};
 
+pub use super::downgrade::Downgrade;
+
 /// Who caused a failed handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorSource {
@@ -48,6 +50,9 @@ pub enum HandshakeError {
     #[error("TLS handshake failed: {0}")]
     /// The TLS exchange failed (the client's fault, or rustls's verdict).
     Tls(rustls::Error),
+    #[error("ClientHello refused: {0}")]
+    /// A version check rustls leaves to the server refused the ClientHello.
+    Downgrade(#[from] Downgrade),
     #[error("crypto engine failed during the handshake: {0}")]
     /// The crypto engine failed (ours).
     Crypto(CryptoError),
@@ -57,7 +62,7 @@ impl HandshakeError {
     /// Whose fault the failure is.
     pub fn source(&self) -> ErrorSource {
         match self {
-            Self::Io(_) | Self::Eof | Self::Tls(_) => ErrorSource::Client,
+            Self::Io(_) | Self::Eof | Self::Tls(_) | Self::Downgrade(_) => ErrorSource::Client,
             Self::Crypto(e) => crypto_source(e),
         }
     }

@@ -5,10 +5,12 @@
 //! before a byte of the handshake is answered or any crypto is asked for.
 
 use rustls::server::{Accepted, Acceptor, ClientHello};
+use rustls::ProtocolVersion;
 use terminus_engine::{Engine, HandshakeGuard};
 use tokio::net::TcpStream;
 
-use super::driver::{send_alert, Inbox};
+use super::downgrade::{self, Downgrade};
+use super::driver::{send_alert, write_all, Inbox};
 use super::HandshakeError;
 use crate::stream::TrafficCounters;
 
@@ -26,6 +28,21 @@ impl ClientHelloRead {
     /// The parsed ClientHello.
     pub fn client_hello(&self) -> ClientHello<'_> {
         self.accepted.client_hello()
+    }
+
+    /// Refuses a ClientHello that shares no version with `enabled` (`protocol_version`)
+    /// or signals a fallback below the highest of them (`inappropriate_fallback`): checks
+    /// rustls leaves to the server (see [`downgrade`]).
+    pub async fn refuse_downgrade(
+        &self,
+        stream: &TcpStream,
+        enabled: &[ProtocolVersion],
+        counters: &TrafficCounters,
+    ) -> Result<(), HandshakeError> {
+        match downgrade::check(self.inbox.all(), enabled) {
+            Some(refused) => Err(refuse(stream, refused, counters).await),
+            None => Ok(()),
+        }
     }
 
     /// Every byte the client sent so far, the ClientHello first, for passing the
@@ -58,9 +75,33 @@ pub async fn read_client_hello(
             }
             Ok(None) => {}
             Err((e, alert)) => {
+                // rustls refuses a client older than anything it implements before looking
+                // at versions (TLS 1.1 and older send no signature_algorithms), and says
+                // handshake_failure: RFC 8446 asks for protocol_version.
+                let anything = rustls::ALL_VERSIONS.iter().map(|v| v.version);
+                let anything: Vec<_> = anything.collect();
+                if let Some(refused @ Downgrade::NoCommonVersion) =
+                    downgrade::check(inbox.all(), &anything)
+                {
+                    return Err(refuse(stream, refused, counters).await);
+                }
                 send_alert(stream, alert, counters).await;
                 return Err(e.into());
             }
         }
     }
+}
+
+/// Sends `refused`'s alert, in the clear (nothing is negotiated yet), and returns the error.
+async fn refuse(
+    stream: &TcpStream,
+    refused: Downgrade,
+    counters: &TrafficCounters,
+) -> HandshakeError {
+    const ALERT: u8 = 21;
+    const FATAL: u8 = 2;
+    let record = [ALERT, 3, 3, 0, 2, FATAL, u8::from(refused.alert())];
+    counters.add_out(record.len());
+    let _ = write_all(stream, &record).await;
+    HandshakeError::Downgrade(refused)
 }
