@@ -1,13 +1,16 @@
-//! TLS conformance: tlsfuzzer's scripts against terminus (`tests/conformance/run`, which
-//! judges each script against the expected failures and reasons in
-//! `tests/conformance/tlsfuzzer.toml`). tlsfuzzer is a GitHub project, not a package:
-//! where no checkout is found this counts as a skip, or fails where `TERMINUS_REQUIRE`
-//! names `tlsfuzzer` (see terminus_testkit).
+//! Protocol conformance under third-party suites: tlsfuzzer's scripts against terminus
+//! (`tests/conformance/run`, which judges each script against the expected failures and
+//! reasons in `tests/conformance/tlsfuzzer.toml`), and h2spec's HTTP/2 suite. Where a
+//! suite is not installed the test counts as a skip, or fails where `TERMINUS_REQUIRE`
+//! names it (see terminus_testkit): tlsfuzzer is a GitHub project CI machines cannot
+//! fetch; h2spec comes from Go's module proxy, and `.ci/run` installs it.
 
 mod common;
 
+use std::path::PathBuf;
 use std::process::Command;
 
+use common::Server;
 use terminus_testkit::{repo, runs_here, Need};
 
 const SKIP_MARKER: &str = "SKIPPED: tlsfuzzer conformance";
@@ -27,4 +30,50 @@ fn tlsfuzzer_scripts_fail_only_as_listed() {
     }
     println!("{stdout}");
     assert!(out.status.success(), "{stdout}{stderr}");
+}
+
+/// h2spec's binary: `$TERMINUS_H2SPEC`, else `target/tools/h2spec` (where `.ci/run`
+/// installs it), else `h2spec` on the PATH.
+fn h2spec() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TERMINUS_H2SPEC") {
+        return Some(path.into());
+    }
+    let local = repo().join("target/tools/h2spec");
+    if local.exists() {
+        return Some(local);
+    }
+    let on_path = Command::new("h2spec").arg("--version").output();
+    on_path.is_ok().then(|| "h2spec".into())
+}
+
+/// Every h2spec test, strict mode included (146 with h2spec 2.2.1), over TLS with ALPN h2.
+#[test]
+fn h2spec_passes_every_test_in_strict_mode() {
+    let Some(h2spec) = h2spec() else {
+        runs_here(
+            Need::H2spec,
+            false,
+            "no h2spec (go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible, \
+             or set TERMINUS_H2SPEC)",
+        );
+        return;
+    };
+    let server = Server::start(&["--workers", "1"]);
+    let out = Command::new(&h2spec)
+        .args(["-t", "-k", "-S", "-o", "5", "-h", "127.0.0.1", "-p"])
+        .arg(server.port().to_string())
+        .output()
+        .expect("h2spec runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" tests, "))
+        .unwrap_or_default();
+    println!("h2spec: {summary}");
+    assert!(
+        out.status.success() && summary.contains(" 0 skipped, 0 failed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

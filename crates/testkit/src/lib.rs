@@ -41,6 +41,8 @@ pub enum Need {
     /// A tlsfuzzer checkout and its tlslite-ng library (`tests/conformance/run`): a GitHub
     /// project, brought by hand where GitHub is reachable.
     Tlsfuzzer,
+    /// h2spec, the HTTP/2 conformance suite (`.ci/run` installs it with `go install`).
+    H2spec,
 }
 
 impl Need {
@@ -51,6 +53,7 @@ impl Need {
             Need::KtlsGuest => "ktls-guest",
             Need::PythonPackages => "python-packages",
             Need::Tlsfuzzer => "tlsfuzzer",
+            Need::H2spec => "h2spec",
         }
     }
 }
