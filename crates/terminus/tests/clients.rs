@@ -531,6 +531,47 @@ cipher_suites = ["TLS13_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_S
     }
 }
 
+/// The server's order decides by default (AES-128-GCM first), the client's where
+/// `tls.prefer_server_ciphers = false`; TLS 1.3 and 1.2 alike.
+#[test]
+fn the_server_chooses_the_suite_unless_told_otherwise() {
+    let f = fixture();
+    let client_prefers_256: [(&[&str], &str, &str); 2] = [
+        (
+            &[
+                "-tls1_3",
+                "-ciphersuites",
+                "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256",
+            ],
+            "TLS_AES_128_GCM_SHA256",
+            "TLS_AES_256_GCM_SHA384",
+        ),
+        (
+            &[
+                "-tls1_2",
+                "-cipher",
+                "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256",
+            ],
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+        ),
+    ];
+    for (setting, server_order) in [("", true), ("prefer_server_ciphers = false\n", false)] {
+        let dir = TestDir::new("order");
+        dir.write("www/index.html", "hi\n");
+        let conf = config(&dir, &f.ecdsa, &format!("[tls]\n{setting}"));
+        let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+        for (args, ours, theirs) in client_prefers_256 {
+            let text = s_client(&server, args);
+            let expect = if server_order { ours } else { theirs };
+            assert!(
+                text.contains(&format!("Ciphersuite: {expect}")),
+                "{setting:?} {args:?}: {text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn access_log_records_requests() {
     let f = fixture();

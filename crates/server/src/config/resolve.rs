@@ -412,6 +412,7 @@ fn resolve_tls(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<TlsSettings, ConfigErr
         ));
     }
     tls.session_tickets = t.session_tickets.unwrap_or(true);
+    tls.prefer_server_ciphers = t.prefer_server_ciphers.unwrap_or(true);
     tls.session_cache = t.session_cache.unwrap_or(256 * 1024);
     Ok(tls)
 }

@@ -67,6 +67,7 @@ pub struct TlsSection {
     pub groups: Option<Spanned<Vec<String>>>,
     pub session_tickets: Option<bool>,
     pub session_cache: Option<usize>,
+    pub prefer_server_ciphers: Option<bool>,
     /// The default `ktls` of every listener.
     pub ktls: Option<Spanned<String>>,
 }
