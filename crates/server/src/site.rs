@@ -21,6 +21,8 @@ pub struct Host {
     pub routes: Routes,
     /// A `[[stream]]`'s upstream and mode: its connections carry bytes, not HTTP.
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
+    /// Strict-Transport-Security for every answer (`[[server]] hsts`).
+    pub hsts: Option<hyper::header::HeaderValue>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -157,6 +159,7 @@ impl Site {
                 names: server.names.clone(),
                 routes,
                 stream,
+                hsts: server.hsts.clone(),
             });
         }
         let resolver = Arc::new(SniResolver::new(

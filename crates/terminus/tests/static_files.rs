@@ -236,3 +236,76 @@ fn nothing_outside_the_root_is_served() {
     let (code, _, body) = headers(&s.server, &["--path-as-is"], "/sub/../digits.txt");
     assert_eq!((code, body.as_slice()), (200, b"0123456789".as_slice()));
 }
+
+/// `[[server]] hsts`: Strict-Transport-Security on every answer of that server (a file,
+/// a 404), over HTTP/1.1 and HTTP/2, and on none of a server without it.
+#[test]
+fn hsts_is_sent_where_configured() {
+    let dir = TestDir::new("hsts");
+    dir.write("www/index.html", "hi\n");
+    let pair = make_cert(
+        &dir.path(""),
+        "c",
+        KeyKind::EcdsaP256,
+        &["localhost", "plain.test"],
+    );
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            r#"listen = ["127.0.0.1:0"]
+workers = 1
+[[server]]
+names = ["localhost"]
+root = "{www}"
+hsts = "max-age=31536000; includeSubDomains"
+[[server.certificate]]
+cert = "{cert}"
+key = "{key}"
+[[server]]
+names = ["plain.test"]
+root = "{www}"
+[[server.certificate]]
+cert = "{cert}"
+key = "{key}"
+"#,
+            www = dir.path("www").display(),
+            cert = pair.cert.display(),
+            key = pair.key.display()
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    for http in ["--http1.1", "--http2"] {
+        for (path, status) in [("/", 200), ("/missing", 404)] {
+            let (code, head, _) = headers(&server, &[http], path);
+            assert_eq!(code, status, "{http} {path}");
+            assert_eq!(
+                header_value(&head, "strict-transport-security").as_deref(),
+                Some("max-age=31536000; includeSubDomains"),
+                "{http} {path}: {head}"
+            );
+        }
+        let resolve = format!("plain.test:{}:127.0.0.1", server.port());
+        let url = format!("https://plain.test:{}/", server.port());
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-D",
+                "-",
+                "-o",
+                "/dev/null",
+                http,
+                "--resolve",
+                &resolve,
+                &url,
+            ])
+            .output()
+            .unwrap();
+        let head = String::from_utf8_lossy(&out.stdout);
+        assert!(head.contains(" 200"), "{head}");
+        assert_eq!(
+            header_value(&head, "strict-transport-security"),
+            None,
+            "{head}"
+        );
+    }
+}

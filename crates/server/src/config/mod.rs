@@ -16,6 +16,7 @@ use terminus_tls::TlsSettings;
 
 use crate::http::files::CacheSettings;
 
+mod hsts;
 mod overrides;
 mod resolve;
 mod route;
@@ -75,6 +76,8 @@ pub struct ServerConfig {
     pub line: Option<usize>,
     /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
     pub stream: Option<StreamTarget>,
+    /// The Strict-Transport-Security value sent with every answer; none: not sent.
+    pub hsts: Option<hyper::header::HeaderValue>,
 }
 
 /// Whether a listener hands connections to kernel TLS after the handshake.
@@ -262,6 +265,19 @@ mod tests {
         assert_eq!(c.servers.len(), 1);
         assert_eq!(c.crypto_backend, BackendChoice::Auto);
         assert!(c.tls.session_tickets);
+    }
+
+    #[test]
+    fn hsts_is_checked_where_it_is_written() {
+        let server = "[[server]]\nnames = [\"a\"]\n";
+        let c = parse(&format!("{server}hsts = \"max-age=600; preload\"\n")).unwrap();
+        assert_eq!(c.servers[0].hsts.as_ref().unwrap(), "max-age=600; preload");
+        assert!(parse(server).unwrap().servers[0].hsts.is_none());
+        for bad in ["max-age=soon", "includeSubDomains", "max-age=1; nope"] {
+            let e = parse(&format!("{server}hsts = \"{bad}\"\n")).unwrap_err();
+            assert_eq!(e.line, Some(3), "{bad}: {e}");
+            assert!(e.message.starts_with("hsts:"), "{bad}: {e}");
+        }
     }
 
     #[test]

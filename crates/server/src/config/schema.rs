@@ -120,6 +120,7 @@ pub struct ServerSection {
     pub certificate: Vec<CertificateSection>,
     #[serde(default)]
     pub route: Vec<RouteSection>,
+    pub hsts: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -44,7 +44,8 @@ impl Responder for ConnectionInfo {
                 .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
             self.site.resolver.lookup(host)
         });
-        match self.site.hosts[index].routes.choose(req.uri().path()) {
+        let host = &self.site.hosts[index];
+        let mut resp = match host.routes.choose(req.uri().path()) {
             Some(route) => route.respond(req, self).await,
             None => {
                 let method = req.method().clone();
@@ -52,7 +53,15 @@ impl Responder for ConnectionInfo {
                 req.into_body().discard(super::DISCARD_LIMIT, within).await;
                 error_response(StatusCode::NOT_FOUND, &method)
             }
+        };
+        // Every answer, errors too (nginx `add_header ... always`); an upstream's own
+        // header wins.
+        if let Some(hsts) = &host.hsts {
+            resp.headers_mut()
+                .entry(header::STRICT_TRANSPORT_SECURITY)
+                .or_insert_with(|| hsts.clone());
         }
+        resp
     }
 
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
