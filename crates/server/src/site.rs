@@ -21,8 +21,8 @@ pub struct Host {
     pub routes: Routes,
     /// A `[[stream]]`'s upstream and mode: its connections carry bytes, not HTTP.
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
-    /// Strict-Transport-Security for every answer (`[[server]] hsts`).
-    pub hsts: Option<hyper::header::HeaderValue>,
+    /// Headers added to every answer (`[[server]] headers`).
+    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -159,7 +159,7 @@ impl Site {
                 names: server.names.clone(),
                 routes,
                 stream,
-                hsts: server.hsts.clone(),
+                headers: server.headers.clone(),
             });
         }
         let resolver = Arc::new(SniResolver::new(

@@ -237,10 +237,10 @@ fn nothing_outside_the_root_is_served() {
     assert_eq!((code, body.as_slice()), (200, b"0123456789".as_slice()));
 }
 
-/// `[[server]] hsts`: Strict-Transport-Security on every answer of that server (a file,
-/// a 404), over HTTP/1.1 and HTTP/2, and on none of a server without it.
+/// `[[server]] headers`: added to every answer of that server (a file, a 404), over
+/// HTTP/1.1 and HTTP/2, and to none of a server without them.
 #[test]
-fn hsts_is_sent_where_configured() {
+fn configured_headers_are_added_to_every_answer() {
     let dir = TestDir::new("hsts");
     dir.write("www/index.html", "hi\n");
     let pair = make_cert(
@@ -257,7 +257,7 @@ workers = 1
 [[server]]
 names = ["localhost"]
 root = "{www}"
-hsts = "max-age=31536000; includeSubDomains"
+headers = {{ "Strict-Transport-Security" = "max-age=31536000; includeSubDomains", "X-Content-Type-Options" = "nosniff" }}
 [[server.certificate]]
 cert = "{cert}"
 key = "{key}"
@@ -281,6 +281,11 @@ key = "{key}"
             assert_eq!(
                 header_value(&head, "strict-transport-security").as_deref(),
                 Some("max-age=31536000; includeSubDomains"),
+                "{http} {path}: {head}"
+            );
+            assert_eq!(
+                header_value(&head, "x-content-type-options").as_deref(),
+                Some("nosniff"),
                 "{http} {path}: {head}"
             );
         }

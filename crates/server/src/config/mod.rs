@@ -16,7 +16,7 @@ use terminus_tls::TlsSettings;
 
 use crate::http::files::CacheSettings;
 
-mod hsts;
+mod headers;
 mod overrides;
 mod resolve;
 mod route;
@@ -76,8 +76,8 @@ pub struct ServerConfig {
     pub line: Option<usize>,
     /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
     pub stream: Option<StreamTarget>,
-    /// The Strict-Transport-Security value sent with every answer; none: not sent.
-    pub hsts: Option<hyper::header::HeaderValue>,
+    /// Headers added to every answer (`headers`).
+    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
 }
 
 /// Whether a listener hands connections to kernel TLS after the handshake.
@@ -268,15 +268,37 @@ mod tests {
     }
 
     #[test]
-    fn hsts_is_checked_where_it_is_written() {
+    fn headers_are_checked_where_they_are_written() {
         let server = "[[server]]\nnames = [\"a\"]\n";
-        let c = parse(&format!("{server}hsts = \"max-age=600; preload\"\n")).unwrap();
-        assert_eq!(c.servers[0].hsts.as_ref().unwrap(), "max-age=600; preload");
-        assert!(parse(server).unwrap().servers[0].hsts.is_none());
-        for bad in ["max-age=soon", "includeSubDomains", "max-age=1; nope"] {
-            let e = parse(&format!("{server}hsts = \"{bad}\"\n")).unwrap_err();
+        let c = parse(&format!(
+            "{server}headers = {{ \"Strict-Transport-Security\" = \"max-age=600; preload\", \"X-Content-Type-Options\" = \"nosniff\" }}\n"
+        ))
+        .unwrap();
+        let h = &c.servers[0].headers;
+        assert_eq!(h.len(), 2);
+        assert_eq!(h[0].0, "strict-transport-security");
+        assert_eq!(h[0].1, "max-age=600; preload");
+        assert!(parse(server).unwrap().servers[0].headers.is_empty());
+        for (bad, says) in [
+            (
+                "\"Strict-Transport-Security\" = \"max-age=soon\"",
+                "max-age must be",
+            ),
+            (
+                "\"Strict-Transport-Security\" = \"includeSubDomains\"",
+                "max-age is required",
+            ),
+            (
+                "\"Strict-Transport-Security\" = \"max-age=1; nope\"",
+                "unknown directive",
+            ),
+            ("\"Content-Length\" = \"5\"", "written by the connection"),
+            ("\"Bad Name\" = \"x\"", "not a header name"),
+            ("\"X-A\" = \"line\\nbreak\"", "not a valid header value"),
+        ] {
+            let e = parse(&format!("{server}headers = {{ {bad} }}\n")).unwrap_err();
             assert_eq!(e.line, Some(3), "{bad}: {e}");
-            assert!(e.message.starts_with("hsts:"), "{bad}: {e}");
+            assert!(e.message.contains(says), "{bad}: {e}");
         }
     }
 

@@ -12,7 +12,7 @@ use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
 use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry};
-use super::{hsts, route, stream, upstream};
+use super::{headers, route, stream, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
@@ -198,7 +198,10 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             certificates,
             line,
             stream: None,
-            hsts: s.hsts.as_ref().map(|v| hsts::resolve(v, ctx)).transpose()?,
+            headers: match &s.headers {
+                Some(table) => headers::resolve(table, ctx)?,
+                None => Vec::new(),
+            },
         });
     }
     if servers.iter().filter(|s| s.default).count() > 1 {
@@ -218,7 +221,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             certificates: Vec::new(),
             line: None,
             stream: None,
-            hsts: None,
+            headers: Vec::new(),
         });
     }
     for s in &raw.stream {
@@ -243,7 +246,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             certificates,
             line,
             stream: Some(stream::resolve(s, &upstreams, ctx)?),
-            hsts: None,
+            headers: Vec::new(),
         });
     }
 

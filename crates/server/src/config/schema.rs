@@ -120,7 +120,7 @@ pub struct ServerSection {
     pub certificate: Vec<CertificateSection>,
     #[serde(default)]
     pub route: Vec<RouteSection>,
-    pub hsts: Option<Spanned<String>>,
+    pub headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
 }
 
 #[derive(Debug, Deserialize)]

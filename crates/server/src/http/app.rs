@@ -54,12 +54,12 @@ impl Responder for ConnectionInfo {
                 error_response(StatusCode::NOT_FOUND, &method)
             }
         };
-        // Every answer, errors too (nginx `add_header ... always`); an upstream's own
-        // header wins.
-        if let Some(hsts) = &host.hsts {
+        // Every answer, errors too (nginx `add_header ... always`); a header the answer
+        // already has (an upstream's own) wins.
+        for (name, value) in &host.headers {
             resp.headers_mut()
-                .entry(header::STRICT_TRANSPORT_SECURITY)
-                .or_insert_with(|| hsts.clone());
+                .entry(name)
+                .or_insert_with(|| value.clone());
         }
         resp
     }
