@@ -43,6 +43,8 @@ pub enum Need {
     Tlsfuzzer,
     /// h2spec, the HTTP/2 conformance suite (`.ci/run` installs it with `go install`).
     H2spec,
+    /// testssl.sh (`.ci/run` installs Debian's).
+    Testssl,
 }
 
 impl Need {
@@ -54,6 +56,7 @@ impl Need {
             Need::PythonPackages => "python-packages",
             Need::Tlsfuzzer => "tlsfuzzer",
             Need::H2spec => "h2spec",
+            Need::Testssl => "testssl",
         }
     }
 }
