@@ -80,6 +80,20 @@ fn embedded_default_serves_builtin_page_with_self_signed_certs() {
             printed.ends_with(&format!("SHA256 Fingerprint={served}")),
             "{kind}: served {served}, printed {printed}"
         );
+        // Valid for about 397 days from a day ago: within what browsers accept (398).
+        let dir = TestDir::new("validity");
+        let pem = dir.write("c.pem", served_pem(&server, &["-sigalgs", sigalg]));
+        let expires_within = |days: u64| {
+            let secs = (days * 24 * 3600).to_string();
+            !std::process::Command::new("openssl")
+                .args(["x509", "-noout", "-checkend", &secs, "-in"])
+                .arg(&pem)
+                .output()
+                .unwrap()
+                .status
+                .success()
+        };
+        assert!(!expires_within(395) && expires_within(397), "{kind}");
     }
 }
 

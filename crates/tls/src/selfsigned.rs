@@ -1,6 +1,7 @@
 //! The self-signed RSA-2048 and ECDSA P-256 certificates of the embedded default config.
 
 use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::certs::{CertError, LoadedCert};
 
@@ -15,7 +16,12 @@ pub enum SelfSignedError {
     Load(#[from] CertError),
 }
 
-/// Makes a fresh RSA-2048 and ECDSA P-256 certificate for `names`, valid from now.
+/// How long a self-signed certificate is valid: browsers refuse leaf certificates valid
+/// for more than 398 days, and TLS scanners flag them (it is remade at every start).
+const VALIDITY: Duration = Duration::from_secs(397 * 24 * 3600);
+
+/// Makes a fresh RSA-2048 and ECDSA P-256 certificate for `names`, valid from a day ago
+/// (clients whose clock is a little behind) for [`VALIDITY`].
 pub fn generate(names: &[String]) -> Result<Vec<LoadedCert>, SelfSignedError> {
     let rsa = rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)?;
     let ecdsa = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
@@ -28,6 +34,12 @@ pub fn generate(names: &[String]) -> Result<Vec<LoadedCert>, SelfSignedError> {
                 rcgen::DnType::CommonName,
                 names.first().map_or("localhost", |n| n.as_str()),
             );
+            let since_epoch = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .saturating_sub(Duration::from_secs(24 * 3600));
+            params.not_before = rcgen::date_time_ymd(1970, 1, 1) + since_epoch;
+            params.not_after = params.not_before + VALIDITY;
             let cert = params.self_signed(&key)?;
             let origin = Path::new("<self-signed>");
             Ok(LoadedCert::from_pem(

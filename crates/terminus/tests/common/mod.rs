@@ -148,6 +148,12 @@ key = "{}"
 
 /// SHA-256 fingerprint of the certificate the server presents to `openssl s_client ARGS`.
 pub fn served_fingerprint(server: &Server, args: &[&str]) -> String {
+    let dir = TestDir::new("served");
+    fingerprint(&dir.write("served.pem", served_pem(server, args)))
+}
+
+/// The certificate (PEM) the server presents to `openssl s_client ARGS`.
+pub fn served_pem(server: &Server, args: &[&str]) -> String {
     let out = run(Command::new("openssl")
         .args([
             "s_client",
@@ -162,8 +168,7 @@ pub fn served_fingerprint(server: &Server, args: &[&str]) -> String {
         .find("-----BEGIN CERTIFICATE-----")
         .unwrap_or_else(|| panic!("no certificate served to {args:?}: {text}"));
     let end = text.find("-----END CERTIFICATE-----").unwrap() + 25;
-    let dir = TestDir::new("served");
-    fingerprint(&dir.write("served.pem", &text[start..end]))
+    text[start..end].to_owned()
 }
 
 /// A running terminus, killed on drop if the test has not stopped it.
