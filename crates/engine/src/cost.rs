@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lc_rs::encoding::AsDer;
-use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::rsa::{KeyPair as RsaKeyPair, KeySize};
 use aws_lc_rs::signature::{
     EcdsaKeyPair, EcdsaSigningAlgorithm, ECDSA_P256_SHA256_ASN1_SIGNING,
@@ -21,6 +20,7 @@ use rustls::SignatureScheme;
 use terminus_metrics::{Exposition, Kind, Render};
 
 use crate::multibuffer::emsa::Encoding;
+use crate::multibuffer::kernel::CryptoMb;
 use crate::multibuffer::{ecdsa, kx, rsa};
 use crate::op::{CryptoOp, CryptoOutput, KxGroup};
 use crate::scalar;
@@ -46,11 +46,15 @@ pub enum Operation {
     EcdhP256,
     /// ECDH P-384 key generation and agreement.
     EcdhP384,
+    /// X25519MLKEM768 as a server computes it: an ML-KEM-768 encapsulation (never
+    /// batched) and an X25519 key pair and secret (batched). Its batches are decided by
+    /// X25519's crossover ([`Operation::decided_by`]).
+    X25519MlKem768,
 }
 
 impl Operation {
     /// How many operations there are.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     /// Every operation, in table order.
     pub const ALL: [Operation; Self::COUNT] = [
         Operation::Rsa2048,
@@ -61,6 +65,7 @@ impl Operation {
         Operation::X25519,
         Operation::EcdhP256,
         Operation::EcdhP384,
+        Operation::X25519MlKem768,
     ];
 
     /// The name `terminus speed` prints and accepts.
@@ -74,6 +79,7 @@ impl Operation {
             Operation::X25519 => "x25519",
             Operation::EcdhP256 => "ecdhp256",
             Operation::EcdhP384 => "ecdhp384",
+            Operation::X25519MlKem768 => "x25519mlkem768",
         }
     }
 
@@ -88,6 +94,17 @@ impl Operation {
             Operation::X25519 | Operation::EcdhP256 | Operation::EcdhP384 => {
                 "key pair + shared secret"
             }
+            Operation::X25519MlKem768 => "ML-KEM encaps + X25519",
+        }
+    }
+
+    /// The operation whose crossover decides this one's batches: itself, or for a hybrid
+    /// its batched half. A hybrid batch of n costs n KEM operations either way, so it pays
+    /// exactly when n X25519 operations do.
+    pub fn decided_by(self) -> Self {
+        match self {
+            Operation::X25519MlKem768 => Operation::X25519,
+            op => op,
         }
     }
 
@@ -121,6 +138,7 @@ impl Operation {
             KxGroup::X25519 => Operation::X25519,
             KxGroup::Secp256r1 => Operation::EcdhP256,
             KxGroup::Secp384r1 => Operation::EcdhP384,
+            KxGroup::X25519MlKem768 => Operation::X25519MlKem768,
         }
     }
 
@@ -134,6 +152,7 @@ impl Operation {
             Operation::EcdsaP256 => 3,
             Operation::EcdsaP384 => 2,
             Operation::X25519 | Operation::EcdhP256 | Operation::EcdhP384 => 3,
+            Operation::X25519MlKem768 => Operation::X25519.default_crossover(),
         }
     }
 }
@@ -198,6 +217,7 @@ impl Workload {
             Operation::X25519 => return Self::for_group(KxGroup::X25519),
             Operation::EcdhP256 => return Self::for_group(KxGroup::Secp256r1),
             Operation::EcdhP384 => return Self::for_group(KxGroup::Secp384r1),
+            Operation::X25519MlKem768 => return Self::for_group(KxGroup::X25519MlKem768),
         };
         let key = SigningKeyPair::from_der(&der).map_err(|e| format!("{}: {e}", op.name()))?;
         Self::for_key(Arc::new(key)).ok_or_else(|| failed("a key crypto_mb takes"))
@@ -234,7 +254,7 @@ impl Workload {
 
     /// Eight operations in one crypto_mb call (two for a key exchange: public keys, then
     /// secrets), with everything the backend does around it (encoding, the RSA result
-    /// check, fresh nonces and keys). False if any lane failed.
+    /// check, fresh nonces and keys, a hybrid's KEM parts). False if any lane failed.
     pub fn run_batch(&self) -> bool {
         match &self.input {
             Input::Sign { key, scheme } => match key.batch_key() {
@@ -258,18 +278,14 @@ impl Workload {
                 None => false,
             },
             Input::Kx { group, peer_public } => {
-                let rng = SystemRandom::new();
-                let Some(privates) = (0..LANES)
-                    .map(|_| kx::random_private(*group, &rng))
-                    .collect::<Option<Vec<_>>>()
-                else {
-                    return false;
-                };
-                let keys: Vec<&[u8]> = privates.iter().map(|k| k.as_slice()).collect();
-                let pairs: Vec<(&[u8], &[u8])> =
-                    keys.iter().map(|&k| (k, peer_public.as_slice())).collect();
-                kx::public_keys(*group, &keys).iter().all(Result::is_ok)
-                    && kx::shared_secrets(*group, &pairs).iter().all(Result::is_ok)
+                let ops = (0..LANES)
+                    .map(|_| CryptoOp::KxGenerateAgree {
+                        group: *group,
+                        peer_public: peer_public.clone(),
+                    })
+                    .collect();
+                let (results, _) = kx::compute_on(&CryptoMb, *group, ops);
+                results.iter().all(Result::is_ok)
             }
         }
     }
@@ -352,6 +368,7 @@ impl Default for Crossovers {
 impl Crossovers {
     /// The smallest batch of `op` the multibuffer backend computes in one call.
     pub fn get(&self, op: Operation) -> usize {
+        let op = op.decided_by();
         match self.measured[op.index()].load(Ordering::Relaxed) {
             0 => op.default_crossover(),
             n => n,
@@ -360,19 +377,23 @@ impl Crossovers {
 
     /// Fixes the crossover of `op` to `batch` (clamped to 1..=9), as if measured.
     pub fn set(&self, op: Operation, batch: usize) {
-        self.measured[op.index()].store(batch.clamp(1, LANES + 1), Ordering::Relaxed);
+        self.measured[op.decided_by().index()].store(batch.clamp(1, LANES + 1), Ordering::Relaxed);
     }
 
     /// Whether `op` was timed (an operation no key or group uses is not).
     pub fn is_measured(&self, op: Operation) -> bool {
-        self.measured[op.index()].load(Ordering::Relaxed) != 0
+        self.measured[op.decided_by().index()].load(Ordering::Relaxed) != 0
     }
 
-    /// Measures each workload not measured yet and records its crossover.
+    /// Measures each workload not measured yet and records its crossover (a hybrid's is
+    /// its batched half's: measure that one).
     pub fn measure(&self, workloads: &[Workload]) -> Vec<(Operation, Cost)> {
         let mut done = Vec::new();
         for w in workloads {
-            if self.is_measured(w.op) || done.iter().any(|(op, _)| *op == w.op) {
+            if w.op.decided_by() != w.op
+                || self.is_measured(w.op)
+                || done.iter().any(|(op, _)| *op == w.op)
+            {
                 continue;
             }
             if let Some(cost) = Cost::measure(w) {
@@ -383,10 +404,11 @@ impl Crossovers {
         done
     }
 
-    /// (operation, crossover, measured?) for every operation.
+    /// (operation, crossover, measured?) for every operation with a crossover of its own.
     pub fn all(&self) -> impl Iterator<Item = (Operation, usize, bool)> + '_ {
         Operation::ALL
             .into_iter()
+            .filter(|op| op.decided_by() == *op)
             .map(|op| (op, self.get(op), self.is_measured(op)))
     }
 }

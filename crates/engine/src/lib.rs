@@ -19,6 +19,7 @@ mod backend;
 pub mod context;
 pub mod cost;
 mod engine;
+mod hybrid;
 mod metrics;
 // The FFI boundary: crypto_mb's 8-lane calls.
 #[allow(unsafe_code)]
@@ -34,7 +35,9 @@ pub use context::{HandshakeContext, Tenant, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use metrics::EngineMetrics;
 pub use multibuffer::MultibufferBackend;
-pub use op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
+pub use op::{
+    CryptoError, CryptoOp, CryptoOutput, HybridPrivateKey, KxGroup, KxPrivateKey, OpKind,
+};
 pub use scalar::{warm_up_csprng, ScalarBackend};
 pub use signing_key::{BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
 pub use threads::{ThreadPool, ThreadPoolBackend};

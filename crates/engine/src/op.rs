@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use aws_lc_rs::agreement;
+use aws_lc_rs::{agreement, kem};
 use rustls::{NamedGroup, SignatureScheme};
 use zeroize::Zeroizing;
 
@@ -18,11 +18,24 @@ pub enum KxGroup {
     Secp256r1,
     /// NIST P-384.
     Secp384r1,
+    /// The post-quantum hybrid of ML-KEM-768 and X25519 (draft-ietf-tls-ecdhe-mlkem),
+    /// TLS 1.3 only: see [`crate::hybrid`].
+    X25519MlKem768,
 }
 
 impl KxGroup {
-    /// Every group, in the order terminus offers them.
-    pub const ALL: [KxGroup; 3] = [KxGroup::X25519, KxGroup::Secp256r1, KxGroup::Secp384r1];
+    /// Every group, in the order terminus offers them: the hybrid first, as browsers and
+    /// rustls order them.
+    pub const ALL: [KxGroup; 4] = [
+        KxGroup::X25519MlKem768,
+        KxGroup::X25519,
+        KxGroup::Secp256r1,
+        KxGroup::Secp384r1,
+    ];
+
+    /// The groups without a post-quantum part: what a client comparing servers that
+    /// cannot offer one (nginx on OpenSSL 3.0) offers by default.
+    pub const CLASSICAL: [KxGroup; 3] = [KxGroup::X25519, KxGroup::Secp256r1, KxGroup::Secp384r1];
 
     /// The group's TLS code point.
     pub fn named_group(self) -> NamedGroup {
@@ -30,13 +43,35 @@ impl KxGroup {
             KxGroup::X25519 => NamedGroup::X25519,
             KxGroup::Secp256r1 => NamedGroup::secp256r1,
             KxGroup::Secp384r1 => NamedGroup::secp384r1,
+            KxGroup::X25519MlKem768 => NamedGroup::X25519MLKEM768,
         }
     }
 
-    /// aws-lc-rs's algorithm for the group.
-    pub fn algorithm(self) -> &'static agreement::Algorithm {
+    /// The elliptic-curve exchange in the group: itself, or a hybrid's classical half.
+    pub fn classical(self) -> KxGroup {
         match self {
-            KxGroup::X25519 => &agreement::X25519,
+            KxGroup::X25519MlKem768 => KxGroup::X25519,
+            group => group,
+        }
+    }
+
+    /// The hybrid's post-quantum KEM, None for a classical group.
+    pub fn kem(self) -> Option<&'static kem::Algorithm> {
+        match self {
+            KxGroup::X25519MlKem768 => Some(&kem::ML_KEM_768),
+            _ => None,
+        }
+    }
+
+    /// Whether TLS 1.2 can use the group (hybrids are defined for TLS 1.3 only).
+    pub fn tls12(self) -> bool {
+        self.kem().is_none()
+    }
+
+    /// aws-lc-rs's ECDH algorithm for the group's [classical](Self::classical) exchange.
+    pub fn algorithm(self) -> &'static agreement::Algorithm {
+        match self.classical() {
+            KxGroup::X25519 | KxGroup::X25519MlKem768 => &agreement::X25519,
             KxGroup::Secp256r1 => &agreement::ECDH_P256,
             KxGroup::Secp384r1 => &agreement::ECDH_P384,
         }
@@ -48,10 +83,12 @@ impl KxGroup {
             KxGroup::X25519 => "x25519",
             KxGroup::Secp256r1 => "secp256r1",
             KxGroup::Secp384r1 => "secp384r1",
+            KxGroup::X25519MlKem768 => "x25519mlkem768",
         }
     }
 
-    /// The group configuration names (`x25519`, `secp256r1`, `secp384r1`).
+    /// The group configuration names (`x25519mlkem768`, `x25519`, `secp256r1`,
+    /// `secp384r1`, `P-256`, `P-384`), in any case.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|g| {
             g.name().eq_ignore_ascii_case(name)
@@ -68,6 +105,7 @@ impl KxGroup {
             KxGroup::X25519 => OpKind::X25519,
             KxGroup::Secp256r1 => OpKind::P256,
             KxGroup::Secp384r1 => OpKind::P384,
+            KxGroup::X25519MlKem768 => OpKind::X25519MlKem768,
         }
     }
 }
@@ -81,6 +119,29 @@ pub enum KxPrivateKey {
     /// A private key the multi-buffer kernels drew from the OS CSPRNG: X25519's 32 bytes
     /// or a NIST curve's big-endian scalar.
     Raw(Zeroizing<Vec<u8>>),
+    /// A hybrid group's two halves.
+    Hybrid(Box<HybridPrivateKey>),
+}
+
+/// The private half of a hybrid key share (a client's, kept until the server's share
+/// arrives).
+pub struct HybridPrivateKey {
+    /// The KEM decapsulation key (aws-lc zeroizes it).
+    pub kem: kem::DecapsulationKey,
+    /// The classical exchange's private key.
+    pub classical: KxPrivateKey,
+}
+
+impl KxPrivateKey {
+    /// The classical exchange's key: a hybrid's classical half, or the key itself. A
+    /// client that offered a hybrid's classical half as its own share, and saw the
+    /// server choose it, completes with this.
+    pub fn into_classical(self) -> KxPrivateKey {
+        match self {
+            KxPrivateKey::Hybrid(h) => h.classical,
+            key => key,
+        }
+    }
 }
 
 impl fmt::Debug for KxPrivateKey {
@@ -205,6 +266,9 @@ pub enum CryptoError {
     #[error("the {0} crypto backend shut down before answering")]
     /// The backend stopped before answering.
     BackendGone(&'static str),
+    #[error("a {0} exchange was completed with a private key of another group")]
+    /// [`CryptoOp::KxAgree`] got a private key its group does not make.
+    KeyMismatch(&'static str),
     #[error("the engine answered a {} request with a result of another kind", .0.name())]
     /// The backend answered with another kind of output.
     WrongOutput(OpKind),
@@ -223,11 +287,14 @@ pub enum OpKind {
     P256,
     /// P-384 key exchange.
     P384,
+    /// X25519MLKEM768 key exchange: its own queue, so that its metrics show how much of
+    /// the traffic is post-quantum; its X25519 halves are batched together.
+    X25519MlKem768,
 }
 
 impl OpKind {
     /// How many queues there are.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
     /// Every queue, in index order.
     pub const ALL: [OpKind; Self::COUNT] = [
         OpKind::RsaSign,
@@ -235,6 +302,7 @@ impl OpKind {
         OpKind::X25519,
         OpKind::P256,
         OpKind::P384,
+        OpKind::X25519MlKem768,
     ];
 
     /// The queue's index in per-kind arrays.
@@ -250,6 +318,7 @@ impl OpKind {
             OpKind::X25519 => "x25519",
             OpKind::P256 => "p256",
             OpKind::P384 => "p384",
+            OpKind::X25519MlKem768 => "x25519mlkem768",
         }
     }
 }

@@ -10,10 +10,15 @@ use aws_lc_rs::agreement::{self, UnparsedPublicKey};
 use zeroize::Zeroizing;
 
 use crate::backend::{Backend, BackendKind, Job};
+use crate::hybrid;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
 
 /// Computes one operation synchronously.
 pub fn compute(op: CryptoOp) -> Result<CryptoOutput, CryptoError> {
+    if hybrid::is_hybrid(&op) {
+        let (kem, classical) = hybrid::split(op)?;
+        return hybrid::join(kem, compute(classical));
+    }
     match op {
         CryptoOp::Sign {
             key,
@@ -66,6 +71,7 @@ fn agree(
                 .map_err(|_| CryptoError::KeyGenFailed(group.name()))?;
             &imported
         }
+        KxPrivateKey::Hybrid(_) => return Err(CryptoError::KeyMismatch(group.name())),
     };
     let peer = UnparsedPublicKey::new(group.algorithm(), peer_public);
     agreement::agree(

@@ -199,7 +199,7 @@ fn generate(group: KxGroup) -> (terminus_engine::KxPrivateKey, Vec<u8>) {
 
 #[test]
 fn key_exchange_both_sides_agree() {
-    for group in KxGroup::ALL {
+    for group in KxGroup::CLASSICAL {
         for _ in 0..20 {
             let (a_priv, a_pub) = generate(group);
             let (b_priv, b_pub) = generate(group);

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use terminus_engine::{EngineMetrics, OpKind};
+use terminus_engine::{EngineMetrics, KxGroup, OpKind};
 
 use crate::stats::{Percentiles, Phase, Stats};
 
@@ -58,9 +58,9 @@ pub struct KxEngineReport {
 impl KxEngineReport {
     pub fn new(metrics: &EngineMetrics) -> Self {
         let sum = |f: fn(&EngineMetrics, OpKind) -> u64| -> u64 {
-            [OpKind::X25519, OpKind::P256, OpKind::P384]
+            KxGroup::ALL
                 .into_iter()
-                .map(|k| f(metrics, k))
+                .map(|g| f(metrics, g.op_kind()))
                 .sum()
         };
         let batches = sum(EngineMetrics::batches);

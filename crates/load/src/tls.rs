@@ -23,7 +23,8 @@ pub struct TlsChoice {
     /// rustls suite names, in preference order; empty = rustls's default set in
     /// browsers' order (AES-128-GCM first).
     pub ciphers: Vec<String>,
-    /// `x25519`, `secp256r1`, `secp384r1`; empty = all three.
+    /// `x25519mlkem768`, `x25519`, `secp256r1`, `secp384r1`; empty = the three classical
+    /// ones ([`KxGroup::CLASSICAL`]).
     pub groups: Vec<String>,
     /// TLS signature scheme names (`rsa_pss_rsae_sha256`, `ecdsa_secp256r1_sha256`, ...);
     /// empty = every scheme aws-lc verifies.
@@ -77,7 +78,9 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
         aws_lc_group
     };
     let kx_groups: Vec<&'static dyn SupportedKxGroup> = if choice.groups.is_empty() {
-        KxGroup::ALL.into_iter().map(group_impl).collect()
+        // Like for like against servers that cannot offer the post-quantum hybrid
+        // (nginx on OpenSSL 3.0); `--group x25519mlkem768` asks for it.
+        KxGroup::CLASSICAL.into_iter().map(group_impl).collect()
     } else {
         choice
             .groups
@@ -127,6 +130,7 @@ fn aws_lc_group(group: KxGroup) -> &'static dyn SupportedKxGroup {
         KxGroup::X25519 => aws_lc_rs::kx_group::X25519,
         KxGroup::Secp256r1 => aws_lc_rs::kx_group::SECP256R1,
         KxGroup::Secp384r1 => aws_lc_rs::kx_group::SECP384R1,
+        KxGroup::X25519MlKem768 => aws_lc_rs::kx_group::X25519MLKEM768,
     }
 }
 

@@ -278,8 +278,9 @@ fn measure_crossovers(crossovers: &Crossovers, site: &Site) {
         .iter()
         .filter_map(|k| Workload::for_key(k.clone()))
         .collect();
+    // A hybrid's batches are decided by its classical half's crossover.
     workloads.extend(
-        KxGroup::ALL
+        KxGroup::CLASSICAL
             .into_iter()
             .filter_map(|g| Workload::for_group(g).ok()),
     );

@@ -45,7 +45,9 @@ pub struct LoadArgs {
     /// (e.g. TLS13_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256).
     #[arg(long, value_name = "SUITES", value_delimiter = ',')]
     cipher: Vec<String>,
-    /// Key-exchange group(s) to offer: x25519, secp256r1, secp384r1.
+    /// Key-exchange group(s) to offer, in order: x25519mlkem768 (post-quantum hybrid,
+    /// TLS 1.3), x25519, secp256r1, secp384r1. Default: the three classical ones, so that
+    /// comparisons with servers without ML-KEM are like for like.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',')]
     group: Vec<String>,
     /// Signature algorithm(s) to offer (e.g. rsa_pss_rsae_sha256, ecdsa_secp256r1_sha256):

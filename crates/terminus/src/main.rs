@@ -38,7 +38,7 @@ enum Command {
     /// size from which batching pays.
     Speed {
         /// Operations to measure (default: all): rsa2048 rsa3072 rsa4096 ecdsap256
-        /// ecdsap384 x25519 ecdhp256 ecdhp384.
+        /// ecdsap384 x25519 ecdhp256 ecdhp384 x25519mlkem768.
         #[arg(value_name = "OP")]
         ops: Vec<String>,
         /// Seconds per measurement.

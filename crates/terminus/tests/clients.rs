@@ -161,6 +161,113 @@ fn downgrades_get_the_alerts_the_rfcs_name() {
     );
 }
 
+/// One handshake from a rustls client offering `groups` (the first with a key share,
+/// unless `share` names another) over `versions`: what was negotiated, and whether the
+/// server asked for another share.
+fn rustls_handshake(
+    server: &Server,
+    versions: &[&str],
+    groups: &[&str],
+    share: Option<rustls::NamedGroup>,
+) -> (rustls::NamedGroup, rustls::HandshakeKind) {
+    use rustls::client::{ClientSessionMemoryCache, ClientSessionStore, Resumption};
+    use rustls::pki_types::ServerName;
+    let name = ServerName::try_from("localhost").unwrap();
+    let config = terminus_load::tls::client_config(&terminus_load::TlsChoice {
+        versions: versions.iter().map(|v| v.to_string()).collect(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+        trust: terminus_load::Trust::Insecure,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut config = (*config).clone();
+    if let Some(group) = share {
+        // rustls sends its first key share for the group it last negotiated with a server
+        // (its "kx hint"), while supported_groups keeps the configured order.
+        let cache = ClientSessionMemoryCache::new(4);
+        cache.set_kx_hint(name.clone(), group);
+        config.resumption = Resumption::store(std::sync::Arc::new(cache));
+    }
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut tcp = std::net::TcpStream::connect(server.addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp)
+            .unwrap_or_else(|e| panic!("{versions:?} {groups:?}: {e}"));
+    }
+    (
+        conn.negotiated_key_exchange_group().unwrap().name(),
+        conn.handshake_kind().unwrap(),
+    )
+}
+
+/// The post-quantum hybrid X25519MLKEM768 (issue 16): negotiated with a client that offers
+/// it, through the engine's own queue; a client that lists it first but sent only an
+/// X25519 share gets a HelloRetryRequest for it (rustls's server takes the client's first
+/// group both support, then asks for its share: RFC 8446 section 4.1.1 lets it); TLS 1.2
+/// and clients without it get X25519, as before.
+#[test]
+fn the_post_quantum_hybrid_is_negotiated_when_the_client_offers_it() {
+    use rustls::{HandshakeKind::*, NamedGroup};
+    let server = both_certs_server(&[]);
+    let hybrid = NamedGroup::X25519MLKEM768;
+    // (versions, groups offered, key share sent if not the first's, negotiated, kind)
+    type Case = (
+        &'static [&'static str],
+        &'static [&'static str],
+        Option<NamedGroup>,
+        NamedGroup,
+        rustls::HandshakeKind,
+    );
+    let cases: [Case; 5] = [
+        (&["1.3"], &["x25519mlkem768"], None, hybrid, Full),
+        (&["1.3"], &["x25519mlkem768", "x25519"], None, hybrid, Full),
+        (
+            &["1.3"],
+            &["x25519mlkem768", "x25519"],
+            Some(NamedGroup::X25519),
+            hybrid,
+            FullWithHelloRetryRequest,
+        ),
+        (
+            &["1.2"],
+            &["x25519mlkem768", "x25519"],
+            None,
+            NamedGroup::X25519,
+            Full,
+        ),
+        (&["1.3"], &[], None, NamedGroup::X25519, Full),
+    ];
+    for (versions, groups, share, group, kind) in cases {
+        assert_eq!(
+            rustls_handshake(&server, versions, groups, share),
+            (group, kind),
+            "{versions:?} {groups:?} share {share:?}"
+        );
+    }
+    let text = s_client(&server, &["-tls1_3"]);
+    assert!(text.contains("Server Temp Key: X25519"), "{text}");
+    // One engine request per hybrid handshake (TLS 1.3 generates and agrees in one), none
+    // of them counted as plain X25519, no errors.
+    let m = server.metrics();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "terminus_crypto_requests_total",
+            &["op=\"x25519mlkem768\""]
+        ),
+        3.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "terminus_crypto_requests_total", &["op=\"x25519\""]),
+        4.0,
+        "TLS 1.2 (two requests), the classical client's and s_client's"
+    );
+    assert_eq!(metric_sum(&m, "terminus_crypto_errors_total", &[]), 0.0);
+}
+
 #[test]
 fn s_client_each_version_and_key_type() {
     each_version_and_key_type("scalar");

@@ -39,7 +39,7 @@ pub enum TlsSettingsError {
     #[error("unknown cipher suite {0:?} (known: {1})")]
     /// A cipher suite name terminus does not know (the name, and what to use instead).
     CipherSuite(String, String),
-    #[error("unknown group {0:?} (known: x25519, secp256r1, secp384r1)")]
+    #[error("unknown group {0:?} (known: x25519mlkem768, x25519, secp256r1, secp384r1)")]
     /// A group name terminus does not know.
     Group(String),
     #[error("{0} list is empty")]
@@ -48,6 +48,9 @@ pub enum TlsSettingsError {
     #[error("no configured cipher suite belongs to a configured TLS version")]
     /// No configured suite works with any configured version.
     NoUsableSuite,
+    #[error("TLS 1.2 is enabled but no configured group works with it (x25519mlkem768 is TLS 1.3 only): add x25519, secp256r1 or secp384r1 to groups, or set versions = [\"1.3\"]")]
+    /// TLS 1.2 clients could never complete: every group is TLS 1.3 only.
+    NoTls12Group,
     #[error("building the TLS configuration failed: {0}")]
     /// rustls refused the configuration.
     Rustls(String),
@@ -118,12 +121,9 @@ impl TlsSettings {
         KxGroup::from_name(name).ok_or_else(|| TlsSettingsError::Group(name.to_owned()))
     }
 
-    /// The rustls configuration: aws-lc-rs for everything but key exchange and signing,
-    /// which go to the crypto engine through [`EngineKxGroup`] and the resolver's keys.
-    pub fn server_config(
-        &self,
-        resolver: Arc<SniResolver>,
-    ) -> Result<Arc<ServerConfig>, TlsSettingsError> {
+    /// Whether the settings can make a working configuration: no empty list, a suite for
+    /// some version, a group for TLS 1.2 if it is on.
+    pub fn check(&self) -> Result<(), TlsSettingsError> {
         for (list, empty) in [
             (self.versions.is_empty(), "versions"),
             (self.cipher_suites.is_empty(), "cipher_suites"),
@@ -140,6 +140,21 @@ impl TlsSettings {
         {
             return Err(TlsSettingsError::NoUsableSuite);
         }
+        if self.versions.contains(&&rustls::version::TLS12)
+            && !self.groups.iter().any(|g| g.tls12())
+        {
+            return Err(TlsSettingsError::NoTls12Group);
+        }
+        Ok(())
+    }
+
+    /// The rustls configuration: aws-lc-rs for everything but key exchange and signing,
+    /// which go to the crypto engine through [`EngineKxGroup`] and the resolver's keys.
+    pub fn server_config(
+        &self,
+        resolver: Arc<SniResolver>,
+    ) -> Result<Arc<ServerConfig>, TlsSettingsError> {
+        self.check()?;
         let provider = CryptoProvider {
             cipher_suites: self.cipher_suites.clone(),
             kx_groups: self

@@ -6,9 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use aws_lc_rs::rand::SystemRandom;
-use zeroize::Zeroizing;
-
 use crate::backend::{Backend, BackendKind, Job, Reply};
 use crate::cost::{Crossovers, Operation};
 use crate::metrics::EngineMetrics;
@@ -17,7 +14,7 @@ use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::kernel::{CryptoMb, Kernels};
 use crate::multibuffer::kx;
 use crate::multibuffer::rsa::{self, RsaCrtKey};
-use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey, OpKind};
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, OpKind};
 use crate::scalar;
 use crate::signing_key::BatchKey;
 
@@ -132,98 +129,20 @@ impl MultibufferBackend {
         }
     }
 
-    /// Runs a batch of key exchanges of one group: one mb8 call for the public keys of the
-    /// lanes that generate, one for the shared secrets of the lanes that agree.
+    /// Runs a batch of key exchanges of one group (see [`kx::compute_on`]), or computes
+    /// it scalar when it is below the crossover.
     fn kx_batch(&self, group: KxGroup, jobs: Vec<(CryptoOp, Reply)>) {
         if jobs.len() < self.crossovers.get(Operation::for_group(group)) {
             self.scalar_all(jobs);
             return;
         }
-        let rng = SystemRandom::new();
-        let mut lanes = Vec::with_capacity(jobs.len());
-        for (op, reply) in jobs {
-            let existing = match &op {
-                CryptoOp::KxAgree { private_key, .. } => Some(private_key),
-                _ => None,
-            };
-            let private = match existing {
-                None => match kx::random_private(group, &rng) {
-                    Some(fresh) => Some(fresh),
-                    None => {
-                        reply.complete(Err(CryptoError::KeyGenFailed(group.name())));
-                        continue;
-                    }
-                },
-                Some(KxPrivateKey::Raw(raw)) => Some(raw.clone()),
-                // A key the scalar path made.
-                Some(KxPrivateKey::AwsLc(k)) => kx::raw_private(group, k),
-            };
-            match private {
-                Some(private) => lanes.push(KxLane {
-                    generate: existing.is_none(),
-                    op,
-                    reply,
-                    private,
-                }),
-                None => self.scalar(op, reply),
-            }
+        let (ops, replies): (Vec<CryptoOp>, Vec<Reply>) = jobs.into_iter().unzip();
+        let (results, computed_scalar) = kx::compute_on(&*self.kernels, group, ops);
+        for _ in 0..computed_scalar {
+            self.metrics.computed_scalar(group.op_kind());
         }
-        let mut publics: Vec<Option<Result<Vec<u8>, rsa::LaneError>>> = vec![None; lanes.len()];
-        let generating: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].generate).collect();
-        for chunk in generating.chunks(crypto_mb_sys::LANES) {
-            let keys: Vec<&[u8]> = chunk.iter().map(|&i| lanes[i].private.as_slice()).collect();
-            for (&i, public) in chunk
-                .iter()
-                .zip(kx::public_keys_on(&*self.kernels, group, &keys))
-            {
-                publics[i] = Some(public);
-            }
-        }
-        let mut shared = vec![None; lanes.len()];
-        let agreeing: Vec<usize> = (0..lanes.len())
-            .filter(|&i| lanes[i].peer_public().is_some())
-            .collect();
-        for chunk in agreeing.chunks(crypto_mb_sys::LANES) {
-            let pairs: Vec<(&[u8], &[u8])> = chunk
-                .iter()
-                .map(|&i| {
-                    let peer = lanes[i].peer_public().expect("filtered to agreeing lanes");
-                    (lanes[i].private.as_slice(), peer)
-                })
-                .collect();
-            for (&i, secret) in
-                chunk
-                    .iter()
-                    .zip(kx::shared_secrets_on(&*self.kernels, group, &pairs))
-            {
-                shared[i] = Some(secret);
-            }
-        }
-        for (i, lane) in lanes.into_iter().enumerate() {
-            let public = publics[i]
-                .take()
-                .map(|p| p.map_err(|_| CryptoError::KeyGenFailed(group.name())));
-            let secret = shared[i]
-                .take()
-                .map(|s| s.map_err(|_| CryptoError::BadPeerKey(group.name())));
-            let result = match lane.op {
-                CryptoOp::KxGenerate { .. } => {
-                    public
-                        .expect("generated")
-                        .map(|public| CryptoOutput::KeyPair {
-                            private_key: KxPrivateKey::Raw(lane.private),
-                            public,
-                        })
-                }
-                CryptoOp::KxGenerateAgree { .. } => public.expect("generated").and_then(|public| {
-                    secret
-                        .expect("agreed")
-                        .map(|shared| CryptoOutput::PublicAndShared { public, shared })
-                }),
-                CryptoOp::KxAgree { .. } => secret.expect("agreed").map(CryptoOutput::Shared),
-                CryptoOp::Sign { .. } => unreachable!("key-exchange batches hold no signatures"),
-            };
-            lane.reply.complete(result);
+        for (reply, result) in replies.into_iter().zip(results) {
+            reply.complete(result);
         }
     }
 
@@ -271,6 +190,7 @@ impl Backend for MultibufferBackend {
             Some(OpKind::X25519) => self.kx_batch(KxGroup::X25519, jobs),
             Some(OpKind::P256) => self.kx_batch(KxGroup::Secp256r1, jobs),
             Some(OpKind::P384) => self.kx_batch(KxGroup::Secp384r1, jobs),
+            Some(OpKind::X25519MlKem768) => self.kx_batch(KxGroup::X25519MlKem768, jobs),
             None => {}
         }
         Box::pin(std::future::ready(()))
@@ -291,25 +211,6 @@ impl RsaLane {
                 .rsa_crt()
                 .expect("lanes are made from keys with a CRT form"),
             _ => unreachable!("RSA lanes hold signatures"),
-        }
-    }
-}
-
-/// What one key-exchange request needs from the kernels.
-struct KxLane {
-    op: CryptoOp,
-    reply: Reply,
-    private: Zeroizing<Vec<u8>>,
-    /// This lane's private key is fresh: its public key must be computed.
-    generate: bool,
-}
-
-impl KxLane {
-    fn peer_public(&self) -> Option<&[u8]> {
-        match &self.op {
-            CryptoOp::KxAgree { peer_public, .. }
-            | CryptoOp::KxGenerateAgree { peer_public, .. } => Some(peer_public),
-            _ => None,
         }
     }
 }

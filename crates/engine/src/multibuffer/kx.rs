@@ -1,5 +1,6 @@
 //! One interface over the batched key exchanges (X25519 and ECDH on P-256/P-384): fresh
-//! private keys, public keys and shared secrets, in the byte forms TLS uses.
+//! private keys, public keys and shared secrets, in the byte forms TLS uses; and
+//! [`compute_on`], which runs whole key-exchange requests (hybrids included) through them.
 
 use aws_lc_rs::agreement;
 use aws_lc_rs::encoding::{AsBigEndian, Curve25519SeedBin, EcPrivateKeyBin};
@@ -10,13 +11,15 @@ use super::kernel::{CryptoMb, Kernels};
 use super::nist::Curve;
 use super::rsa::LaneError;
 use super::{ecdh, x25519};
-use crate::op::KxGroup;
+use crate::hybrid;
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, KxPrivateKey};
+use crate::scalar;
 
 fn curve(group: KxGroup) -> Option<Curve> {
-    match group {
-        KxGroup::X25519 => None,
+    match group.classical() {
         KxGroup::Secp256r1 => Some(Curve::P256),
         KxGroup::Secp384r1 => Some(Curve::P384),
+        KxGroup::X25519 | KxGroup::X25519MlKem768 => None,
     }
 }
 
@@ -92,5 +95,156 @@ pub(crate) fn shared_secrets_on(
     match curve(group) {
         None => x25519::shared_secrets_on(kernels, pairs),
         Some(c) => ecdh::shared_secrets_on(kernels, c, pairs),
+    }
+}
+
+/// Computes key-exchange requests of `group` together: one mb8 call per 8 public keys of
+/// the requests that generate, one per 8 shared secrets of those that agree. A hybrid's
+/// KEM parts are computed first, one by one, and its X25519 halves batched
+/// ([`crate::hybrid`]). Returns each request's result in order, and how many were
+/// computed scalar instead (a key the scalar path made that cannot be imported).
+pub(crate) fn compute_on(
+    kernels: &dyn Kernels,
+    group: KxGroup,
+    ops: Vec<CryptoOp>,
+) -> (Vec<Result<CryptoOutput, CryptoError>>, usize) {
+    if group.kem().is_some() {
+        let mut kem_parts = Vec::with_capacity(ops.len());
+        let mut classical = Vec::with_capacity(ops.len());
+        for op in ops {
+            match hybrid::split(op) {
+                Ok((kem, op)) => {
+                    kem_parts.push(Ok(kem));
+                    classical.push(op);
+                }
+                Err(e) => kem_parts.push(Err(e)),
+            }
+        }
+        let (results, scalar) = compute_on(kernels, group.classical(), classical);
+        let mut results = results.into_iter();
+        let joined = kem_parts
+            .into_iter()
+            .map(|kem| {
+                // A request refused by its KEM part has no classical half.
+                let kem = kem?;
+                let classical = results.next().expect("one result per classical request");
+                hybrid::join(kem, classical)
+            })
+            .collect();
+        return (joined, scalar);
+    }
+    let rng = SystemRandom::new();
+    let mut results: Vec<Option<Result<CryptoOutput, CryptoError>>> =
+        (0..ops.len()).map(|_| None).collect();
+    let mut computed_scalar = 0;
+    let mut lanes = Vec::with_capacity(ops.len());
+    for (slot, op) in ops.into_iter().enumerate() {
+        let existing = match &op {
+            CryptoOp::KxAgree { private_key, .. } => Some(private_key),
+            _ => None,
+        };
+        let private = match existing {
+            None => match random_private(group, &rng) {
+                Some(fresh) => fresh,
+                None => {
+                    results[slot] = Some(Err(CryptoError::KeyGenFailed(group.name())));
+                    continue;
+                }
+            },
+            Some(KxPrivateKey::Raw(raw)) => raw.clone(),
+            // A key the scalar path made.
+            Some(KxPrivateKey::AwsLc(k)) => match raw_private(group, k) {
+                Some(raw) => raw,
+                None => {
+                    computed_scalar += 1;
+                    results[slot] = Some(scalar::compute(op));
+                    continue;
+                }
+            },
+            Some(KxPrivateKey::Hybrid(_)) => {
+                results[slot] = Some(Err(CryptoError::KeyMismatch(group.name())));
+                continue;
+            }
+        };
+        lanes.push(Lane {
+            slot,
+            generate: existing.is_none(),
+            op,
+            private,
+        });
+    }
+    let mut publics: Vec<Option<Result<Vec<u8>, LaneError>>> = vec![None; lanes.len()];
+    let generating: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].generate).collect();
+    for chunk in generating.chunks(crypto_mb_sys::LANES) {
+        let keys: Vec<&[u8]> = chunk.iter().map(|&i| lanes[i].private.as_slice()).collect();
+        for (&i, public) in chunk.iter().zip(public_keys_on(kernels, group, &keys)) {
+            publics[i] = Some(public);
+        }
+    }
+    let mut shared = vec![None; lanes.len()];
+    let agreeing: Vec<usize> = (0..lanes.len())
+        .filter(|&i| lanes[i].peer_public().is_some())
+        .collect();
+    for chunk in agreeing.chunks(crypto_mb_sys::LANES) {
+        let pairs: Vec<(&[u8], &[u8])> = chunk
+            .iter()
+            .map(|&i| {
+                let peer = lanes[i].peer_public().expect("filtered to agreeing lanes");
+                (lanes[i].private.as_slice(), peer)
+            })
+            .collect();
+        for (&i, secret) in chunk.iter().zip(shared_secrets_on(kernels, group, &pairs)) {
+            shared[i] = Some(secret);
+        }
+    }
+    for (i, lane) in lanes.into_iter().enumerate() {
+        let public = publics[i]
+            .take()
+            .map(|p| p.map_err(|_| CryptoError::KeyGenFailed(group.name())));
+        let secret = shared[i]
+            .take()
+            .map(|s| s.map_err(|_| CryptoError::BadPeerKey(group.name())));
+        results[lane.slot] = Some(match lane.op {
+            CryptoOp::KxGenerate { .. } => {
+                public
+                    .expect("generated")
+                    .map(|public| CryptoOutput::KeyPair {
+                        private_key: KxPrivateKey::Raw(lane.private),
+                        public,
+                    })
+            }
+            CryptoOp::KxGenerateAgree { .. } => public.expect("generated").and_then(|public| {
+                secret
+                    .expect("agreed")
+                    .map(|shared| CryptoOutput::PublicAndShared { public, shared })
+            }),
+            CryptoOp::KxAgree { .. } => secret.expect("agreed").map(CryptoOutput::Shared),
+            CryptoOp::Sign { .. } => unreachable!("key-exchange batches hold no signatures"),
+        });
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.expect("every request answered"))
+        .collect();
+    (results, computed_scalar)
+}
+
+/// What one key-exchange request needs from the kernels.
+struct Lane {
+    /// Where its result goes in the answer.
+    slot: usize,
+    op: CryptoOp,
+    private: Zeroizing<Vec<u8>>,
+    /// This lane's private key is fresh: its public key must be computed.
+    generate: bool,
+}
+
+impl Lane {
+    fn peer_public(&self) -> Option<&[u8]> {
+        match &self.op {
+            CryptoOp::KxAgree { peer_public, .. }
+            | CryptoOp::KxGenerateAgree { peer_public, .. } => Some(peer_public),
+            _ => None,
+        }
     }
 }

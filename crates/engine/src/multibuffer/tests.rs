@@ -534,6 +534,62 @@ fn key_exchange_lanes_map_to_their_own_requests() {
     }
 }
 
+/// Hybrid (X25519MLKEM768) requests through the batching code: each lane's X25519 half in
+/// the batch and its ML-KEM part beside it, put back together in its own lane, agree with
+/// rustls's own hybrid (the independent implementation) as server and as client.
+#[test]
+fn hybrid_lanes_map_to_their_own_requests() {
+    use rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768;
+    let group = KxGroup::X25519MlKem768;
+    for lanes in [1, 5, 8] {
+        let clients: Vec<_> = (0..lanes)
+            .map(|_| X25519MLKEM768.start().unwrap())
+            .collect();
+        let mut ops: Vec<CryptoOp> = clients
+            .iter()
+            .map(|c| CryptoOp::KxGenerateAgree {
+                group,
+                peer_public: c.pub_key().to_vec(),
+            })
+            .collect();
+        ops.push(CryptoOp::KxGenerate { group });
+        let (mut results, scalar) = kx::compute_on(&Reference::default(), group, ops);
+        assert_eq!(scalar, 0);
+        let Ok(CryptoOutput::KeyPair {
+            private_key,
+            public,
+        }) = results.pop().unwrap()
+        else {
+            panic!("generate")
+        };
+        for (i, (client, result)) in clients.into_iter().zip(results).enumerate() {
+            let Ok(CryptoOutput::PublicAndShared { public, shared }) = result else {
+                panic!("lane {i}: {result:?}")
+            };
+            let theirs = client.complete(&public).unwrap();
+            assert_eq!(
+                theirs.secret_bytes(),
+                &shared[..],
+                "{lanes} lanes, lane {i}"
+            );
+        }
+        let server = X25519MLKEM768.start_and_complete(&public).unwrap();
+        let (agreed, _) = kx::compute_on(
+            &Reference::default(),
+            group,
+            vec![CryptoOp::KxAgree {
+                group,
+                private_key,
+                peer_public: server.pub_key.clone(),
+            }],
+        );
+        let Ok(CryptoOutput::Shared(ours)) = &agreed[0] else {
+            panic!("{:?}", agreed[0])
+        };
+        assert_eq!(&ours[..], server.secret.secret_bytes());
+    }
+}
+
 /// Peer points that must be refused, each in its own lane beside a good one: wrong
 /// length, compressed or infinity encodings, coordinates not below p (checked before the
 /// kernel), and points off the curve (the kernel's lane fails; an invalid-curve attack
@@ -609,7 +665,7 @@ fn private_scalars_are_in_range_and_unbiased() {
             if let Some(curve) = match group {
                 KxGroup::Secp256r1 => Some(Curve::P256),
                 KxGroup::Secp384r1 => Some(Curve::P384),
-                KxGroup::X25519 => None,
+                _ => None,
             } {
                 assert!(
                     curve.is_valid_scalar(&k),

@@ -321,6 +321,11 @@ mod tests {
         let c = parse("[tls]\nversions = [\"1.3\"]\ngroups = [\"x25519\"]\n").unwrap();
         assert_eq!(c.tls.versions, vec![&rustls::version::TLS13]);
         assert_eq!(c.tls.groups, vec![terminus_engine::KxGroup::X25519]);
+        let pq = parse("[tls]\nversions = [\"1.3\"]\ngroups = [\"X25519MLKEM768\"]\n").unwrap();
+        assert_eq!(
+            pq.tls.groups,
+            vec![terminus_engine::KxGroup::X25519MlKem768]
+        );
         for (text, line, says) in [
             ("\n[tls]\nversions = [\"1.1\"]\n", 3, "unknown TLS version"),
             ("[tls]\ngroups = []\n", 2, "tls.groups is empty"),
@@ -329,6 +334,11 @@ mod tests {
                 "[tls]\nversions = [\"1.3\"]\ncipher_suites = [\"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]\n",
                 3,
                 "no configured cipher suite",
+            ),
+            (
+                "[tls]\n\ngroups = [\"X25519MLKEM768\"]\n",
+                3,
+                "TLS 1.2 is enabled but no configured group works with it",
             ),
             ("[log]\nlevel = \"loud\"\n", 2, "log level"),
         ] {

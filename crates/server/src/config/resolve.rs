@@ -396,26 +396,21 @@ fn resolve_tls(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<TlsSettings, ConfigErr
         ctx,
         &t.groups,
         "groups",
-        "e.g. [\"x25519\", \"secp256r1\"]",
+        "e.g. [\"x25519mlkem768\", \"x25519\", \"secp256r1\"]",
         TlsSettings::group_from_name,
     )? {
         tls.groups = g;
     }
-    if !tls
-        .cipher_suites
-        .iter()
-        .any(|s| tls.versions.iter().any(|v| s.version() == *v))
-    {
-        let at = t
-            .cipher_suites
-            .as_ref()
-            .or(t.versions.as_ref())
-            .map(|v| v.span());
-        return Err(ctx.err(
-            at,
-            TlsSettingsError::NoUsableSuite.to_string(),
-            Some("add a suite of each version in tls.versions".to_owned()),
-        ));
+    if let Err(e) = tls.check() {
+        let (at, hint) = match e {
+            TlsSettingsError::NoTls12Group => (&t.groups, None),
+            _ => (
+                &t.cipher_suites,
+                Some("add a suite of each version in tls.versions".to_owned()),
+            ),
+        };
+        let at = at.as_ref().or(t.versions.as_ref()).map(|v| v.span());
+        return Err(ctx.err(at, e.to_string(), hint));
     }
     tls.session_tickets = t.session_tickets.unwrap_or(true);
     tls.prefer_server_ciphers = t.prefer_server_ciphers.unwrap_or(true);

@@ -74,7 +74,9 @@ fn crypto_source(e: &CryptoError) -> ErrorSource {
         CryptoError::SignFailed | CryptoError::KeyGenFailed(_) | CryptoError::BackendGone(_) => {
             ErrorSource::CryptoBackend
         }
-        CryptoError::SchemeMismatch(_) | CryptoError::WrongOutput(_) => ErrorSource::Internal,
+        CryptoError::SchemeMismatch(_)
+        | CryptoError::KeyMismatch(_)
+        | CryptoError::WrongOutput(_) => ErrorSource::Internal,
     }
 }
 
