@@ -73,6 +73,13 @@ fn agree(
         }
         KxPrivateKey::Hybrid(_) => return Err(CryptoError::KeyMismatch(group.name())),
     };
+    // A NIST-curve share must be an uncompressed point (RFC 8446 section 4.2.8.2, RFC 8422
+    // section 5.4.1); aws-lc also takes compressed and hybrid forms, which the multibuffer
+    // path refuses: both backends answer alike.
+    const UNCOMPRESSED: u8 = 4;
+    if group.classical() != KxGroup::X25519 && peer_public.first() != Some(&UNCOMPRESSED) {
+        return Err(CryptoError::BadPeerKey(group.name()));
+    }
     let peer = UnparsedPublicKey::new(group.algorithm(), peer_public);
     agreement::agree(
         private,

@@ -240,6 +240,41 @@ fn key_exchange_both_sides_agree() {
     }
 }
 
+/// NIST-curve shares in the compressed (0x02/0x03) and hybrid (0x06/0x07) forms X9.62
+/// also defines are refused: TLS allows only the uncompressed one, and aws-lc alone would
+/// take them (the multibuffer path refuses them too: multibuffer_kx.rs).
+#[test]
+fn nist_shares_must_be_uncompressed_points() {
+    for group in [KxGroup::Secp256r1, KxGroup::Secp384r1] {
+        let (_, good) = generate(group);
+        let len = (good.len() - 1) / 2;
+        let y_odd = good[2 * len] & 1;
+        let mut compressed = vec![0x02 | y_odd];
+        compressed.extend_from_slice(&good[1..=len]);
+        let mut hybrid = good.clone();
+        hybrid[0] = 0x06 | y_odd;
+        for (form, share) in [("compressed", compressed), ("hybrid", hybrid)] {
+            let (private_key, _) = generate(group);
+            let result = scalar::compute(CryptoOp::KxAgree {
+                group,
+                private_key,
+                peer_public: share,
+            });
+            assert!(
+                matches!(result, Err(CryptoError::BadPeerKey(_))),
+                "{group:?} {form}: {result:?}"
+            );
+        }
+        let (private_key, _) = generate(group);
+        let ok = scalar::compute(CryptoOp::KxAgree {
+            group,
+            private_key,
+            peer_public: good,
+        });
+        assert!(ok.is_ok(), "{group:?} uncompressed");
+    }
+}
+
 #[test]
 fn x25519_matches_openssl() {
     let dir = TestDir::new("x25519");

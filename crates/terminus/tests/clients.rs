@@ -530,12 +530,103 @@ fn malformed_tls_gets_an_alert_and_others_are_served() {
     );
     assert_eq!(reply.get(5), Some(&2), "fatal alert: {reply:?}");
     assert_eq!(status(&server, &[], "/index.html"), 200);
-    assert!(
+    // After its alert the server reads what the client still sends until the client
+    // closes (a bounded lingering close), and counts the failure then.
+    drop(sock);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let failures = || {
         server.metric(
             "terminus_handshake_failures_total",
-            &["reason=\"tls_error\""]
-        ) >= 2.0
-    );
+            &["reason=\"tls_error\""],
+        )
+    };
+    while failures() < 2.0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(failures() >= 2.0, "{}", server.metrics());
+}
+
+/// A TLS 1.3 ClientHello offering X25519 (its share the base point) and AES-128-GCM,
+/// padded with `padding` bytes (RFC 7685), cut into records of at most 16 KiB.
+fn padded_client_hello(padding: usize) -> Vec<u8> {
+    fn ext(id: u16, body: &[u8]) -> Vec<u8> {
+        let mut e = id.to_be_bytes().to_vec();
+        e.extend((body.len() as u16).to_be_bytes());
+        e.extend_from_slice(body);
+        e
+    }
+    let mut share = vec![0, 36, 0, 0x1d, 0, 32, 9];
+    share.resize(share.len() + 31, 0);
+    let mut exts = [
+        ext(43, &[2, 3, 4]),
+        ext(10, &[0, 2, 0, 0x1d]),
+        ext(13, &[0, 4, 8, 4, 4, 3]),
+        ext(51, &share),
+    ]
+    .concat();
+    // The extensions block's length is 16 bits: a longer padding spills into a second one.
+    let mut left = padding;
+    while left > 0 {
+        let n = left.min(60_000);
+        exts.extend(ext(21, &vec![0; n]));
+        left -= n;
+    }
+    let mut body = vec![3, 3];
+    body.extend([7; 32]);
+    body.push(32);
+    body.extend([1; 32]);
+    body.extend([0, 2, 0x13, 0x01, 1, 0]);
+    body.extend(((exts.len() as u32).min(0xffff) as u16).to_be_bytes());
+    body.extend(exts);
+    let mut hello = vec![1];
+    hello.extend(&(body.len() as u32).to_be_bytes()[1..]);
+    hello.extend(body);
+    hello
+        .chunks(16384)
+        .flat_map(|chunk| {
+            let mut record = vec![22, 3, 1];
+            record.extend((chunk.len() as u16).to_be_bytes());
+            record.extend_from_slice(chunk);
+            record
+        })
+        .collect()
+}
+
+/// A ClientHello spread over several records is read whole (rustls takes up to 64 KiB,
+/// processed a record at a time), and one over that gets decode_error and a clean close,
+/// not a reset that would lose the alert (issue 16).
+#[test]
+fn client_hellos_over_a_record_are_read_and_oversized_ones_refused_with_an_alert() {
+    use std::io::{Read, Write};
+    let server = both_certs_server(&[]);
+    let exchange = |padding: usize| -> Vec<u8> {
+        let mut sock = std::net::TcpStream::connect(server.addr).unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        // Record by record, as a client sends a long hello: the server refuses an
+        // oversized one before it is all sent, and a reset would fail these writes.
+        for record in padded_client_hello(padding).chunks(16389) {
+            sock.write_all(record)
+                .expect("the server reads what the client sends");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut reply = vec![0; 5];
+        sock.read_exact(&mut reply).expect("an answer, not a reset");
+        let len = u16::from_be_bytes([reply[3], reply[4]]) as usize;
+        reply.resize(5 + len, 0);
+        sock.read_exact(&mut reply[5..]).unwrap();
+        reply
+    };
+    for padding in [20_000, 45_000] {
+        let reply = exchange(padding);
+        assert_eq!(
+            (reply[0], reply[5]),
+            (22, 2),
+            "{padding}: a ServerHello: {reply:?}"
+        );
+    }
+    let reply = exchange(150_000);
+    assert_eq!(reply, [21, 3, 3, 0, 2, 2, 50], "fatal decode_error");
 }
 
 #[test]

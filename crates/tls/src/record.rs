@@ -9,6 +9,12 @@
 /// whole, so rustls sees it and rejects it at once instead of us waiting for bytes that
 /// will never be valid (plain HTTP sent to the TLS port, say).
 pub fn whole_records(buf: &[u8]) -> usize {
+    whole_records_within(buf, usize::MAX)
+}
+
+/// [`whole_records`], stopping before the record that would take the prefix past `limit`
+/// bytes; the first record counts whatever its size.
+pub fn whole_records_within(buf: &[u8], limit: usize) -> usize {
     const MAX_CIPHERTEXT: usize = 16384 + 2048;
     let mut at = 0;
     while let Some(header) = buf.get(at..at + 5) {
@@ -16,10 +22,11 @@ pub fn whole_records(buf: &[u8]) -> usize {
         if !(20..=24).contains(&header[0]) || header[1] != 3 || len > MAX_CIPHERTEXT {
             return buf.len();
         }
-        if at + 5 + len > buf.len() {
+        let end = at + 5 + len;
+        if end > buf.len() || (at > 0 && end > limit) {
             break;
         }
-        at += 5 + len;
+        at = end;
     }
     at
 }
@@ -38,6 +45,10 @@ mod tests {
         // An impossible length is handed on for rustls to reject.
         assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
         assert_eq!(whole_records(b"GET / HTTP/1.1\r\n"), 16);
+        // Within a limit: at least the first record, then only what fits.
+        assert_eq!(whole_records_within(&buf, 1), 7);
+        assert_eq!(whole_records_within(&buf, 15), 7);
+        assert_eq!(whole_records_within(&buf, 16), 16);
     }
 
     mod properties {

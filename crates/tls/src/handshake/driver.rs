@@ -4,14 +4,14 @@ use std::io;
 use std::sync::Arc;
 
 use rustls::server::AcceptedAlert;
-use rustls::{ServerConfig, ServerConnection};
+use rustls::{AlertDescription, ServerConfig, ServerConnection};
 use terminus_engine::{Engine, HandshakeContext};
 use tokio::net::TcpStream;
 
 use super::bridge;
 use super::hello::ClientHelloRead;
 use super::HandshakeError;
-use crate::record::whole_records;
+use crate::record::{whole_records, whole_records_within};
 use crate::stream::TrafficCounters;
 
 /// A completed handshake.
@@ -65,7 +65,7 @@ pub async fn handshake(
         Ok(conn) => conn,
         Err(failed) => {
             let (e, alert) = *failed;
-            send_alert(stream, alert, counters).await;
+            send_alert(stream, alert, &e, counters).await;
             return Err(e.into());
         }
     };
@@ -91,6 +91,7 @@ pub async fn handshake(
         conn = returned;
         if let Err(e) = result {
             let _ = send_pending(&mut conn, stream, &mut out, ctx, counters).await;
+            linger(stream).await;
             return Err(e.into());
         }
     }
@@ -128,13 +129,17 @@ impl Inbox {
         Ok(())
     }
 
-    /// Gives `read_tls` (rustls's) the whole records buffered. rustls takes less when its
-    /// own buffer is full; the rest waits for the next pass.
+    /// Gives `read_tls` (rustls's) the whole records buffered, one record's worth at a
+    /// time: rustls buffers more than a record only once it has processed the start of a
+    /// handshake message the records continue (then up to 64 KiB), so a ClientHello larger
+    /// than a record must be fed and processed in turns. The rest waits for the next pass,
+    /// which [`Inbox::fill`] starts at once.
     pub(super) fn feed(
         &mut self,
         mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
     ) -> io::Result<()> {
-        let whole = whole_records(&self.buf[self.fed..]);
+        const ONE_RECORD: usize = 5 + 16384 + 256;
+        let whole = whole_records_within(&self.buf[self.fed..], ONE_RECORD);
         let mut rest = &self.buf[self.fed..self.fed + whole];
         while !rest.is_empty() {
             if read_tls(&mut rest)? == 0 {
@@ -186,16 +191,79 @@ impl Inbox {
 pub(super) async fn send_alert(
     stream: &TcpStream,
     mut alert: AcceptedAlert,
+    error: &rustls::Error,
     counters: &TrafficCounters,
 ) {
     let mut out = Vec::new();
-    if alert.write_all(&mut out).is_ok() {
-        counters.add_out(out.len());
-        let _ = write_all(stream, &out).await;
+    let _ = alert.write_all(&mut out);
+    if out.is_empty() {
+        // rustls queues no alert for a message its record layer refuses before parsing
+        // (a handshake message over its 64 KiB bound): the client still gets one.
+        return refuse_with(stream, fallback_alert(error), counters).await;
+    }
+    send_and_linger(stream, &out, counters).await;
+}
+
+/// Refuses the connection before the ServerHello with a fatal `description` alert (in
+/// the clear: nothing is negotiated yet), then [`linger`]s.
+pub(super) async fn refuse_with(
+    stream: &TcpStream,
+    description: AlertDescription,
+    counters: &TrafficCounters,
+) {
+    const ALERT: u8 = 21;
+    const FATAL: u8 = 2;
+    let record = [ALERT, 3, 3, 0, 2, FATAL, u8::from(description)];
+    send_and_linger(stream, &record, counters).await;
+}
+
+async fn send_and_linger(stream: &TcpStream, alert: &[u8], counters: &TrafficCounters) {
+    counters.add_out(alert.len());
+    let _ = write_all(stream, alert).await;
+    linger(stream).await;
+}
+
+/// The alert RFC 8446 section 6.2 names for a refusal rustls sent none for.
+fn fallback_alert(error: &rustls::Error) -> AlertDescription {
+    match error {
+        rustls::Error::InvalidMessage(_) => AlertDescription::DecodeError,
+        rustls::Error::InappropriateMessage { .. }
+        | rustls::Error::InappropriateHandshakeMessage { .. } => {
+            AlertDescription::UnexpectedMessage
+        }
+        rustls::Error::PeerMisbehaved(_) => AlertDescription::IllegalParameter,
+        _ => AlertDescription::HandshakeFailure,
     }
 }
 
-pub(super) async fn write_all(stream: &TcpStream, mut rest: &[u8]) -> io::Result<()> {
+/// Ends a connection refused with a fatal alert: stops sending, then reads and drops what
+/// the client still sends until it closes, for a second and 256 KiB at most (nginx's
+/// lingering close, bounded). Closing a socket with unread input sends a reset, which can
+/// reach the client before it has read the alert, and the alert is then lost: a
+/// ClientHello larger than rustls takes is refused before the client has sent all of it.
+async fn linger(stream: &TcpStream) {
+    const FOR: std::time::Duration = std::time::Duration::from_secs(1);
+    const AT_MOST: usize = 256 * 1024;
+    let _ = socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write);
+    let drain = async {
+        let mut scratch = vec![0u8; 16 * 1024];
+        let mut drained = 0;
+        while drained < AT_MOST {
+            if stream.readable().await.is_err() {
+                return;
+            }
+            match stream.try_read(&mut scratch) {
+                Ok(0) => return,
+                Ok(n) => drained += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(FOR, drain).await;
+}
+
+async fn write_all(stream: &TcpStream, mut rest: &[u8]) -> io::Result<()> {
     while !rest.is_empty() {
         match stream.try_write(rest) {
             Ok(n) => rest = &rest[n..],

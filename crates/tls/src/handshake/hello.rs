@@ -10,7 +10,7 @@ use terminus_engine::{Engine, HandshakeGuard};
 use tokio::net::TcpStream;
 
 use super::downgrade::{self, Downgrade};
-use super::driver::{send_alert, write_all, Inbox};
+use super::driver::{refuse_with, send_alert, Inbox};
 use super::HandshakeError;
 use crate::stream::TrafficCounters;
 
@@ -64,7 +64,12 @@ pub async fn read_client_hello(
     let mut inbox = Inbox::keeping();
     loop {
         inbox.fill(stream, counters).await?;
-        inbox.feed(|records| acceptor.read_tls(records))?;
+        if let Err(e) = inbox.feed(|records| acceptor.read_tls(records)) {
+            // rustls's buffer is full: the ClientHello is over the 64 KiB it takes, and
+            // its record layer noticed before its parser could (which says decode_error).
+            refuse_with(stream, rustls::AlertDescription::DecodeError, counters).await;
+            return Err(e.into());
+        }
         match acceptor.accept() {
             Ok(Some(accepted)) => {
                 return Ok(ClientHelloRead {
@@ -85,23 +90,19 @@ pub async fn read_client_hello(
                 {
                     return Err(refuse(stream, refused, counters).await);
                 }
-                send_alert(stream, alert, counters).await;
+                send_alert(stream, alert, &e, counters).await;
                 return Err(e.into());
             }
         }
     }
 }
 
-/// Sends `refused`'s alert, in the clear (nothing is negotiated yet), and returns the error.
+/// Sends `refused`'s alert and returns the error.
 async fn refuse(
     stream: &TcpStream,
     refused: Downgrade,
     counters: &TrafficCounters,
 ) -> HandshakeError {
-    const ALERT: u8 = 21;
-    const FATAL: u8 = 2;
-    let record = [ALERT, 3, 3, 0, 2, FATAL, u8::from(refused.alert())];
-    counters.add_out(record.len());
-    let _ = write_all(stream, &record).await;
+    refuse_with(stream, refused.alert(), counters).await;
     HandshakeError::Downgrade(refused)
 }
