@@ -58,10 +58,15 @@ fn check_as_client(
         private_key,
         peer_public: server.pub_key.clone(),
     });
-    let Ok(CryptoOutput::Shared(ours)) = ours else {
-        panic!("{ours:?}")
-    };
-    assert_eq!(&ours[..], server.secret.secret_bytes());
+    assert_eq!(shared(ours), server.secret.secret_bytes());
+}
+
+/// The secret of a completed exchange.
+fn shared(result: Result<CryptoOutput, CryptoError>) -> Vec<u8> {
+    match result {
+        Ok(CryptoOutput::Shared(secret)) => secret.to_vec(),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -99,10 +104,7 @@ fn the_classical_half_of_a_hybrid_key_completes_plain_x25519() {
         private_key: private_key.into_classical(),
         peer_public: server.pub_key.clone(),
     });
-    let Ok(CryptoOutput::Shared(ours)) = ours else {
-        panic!("{ours:?}")
-    };
-    assert_eq!(&ours[..], server.secret.secret_bytes());
+    assert_eq!(shared(ours), server.secret.secret_bytes());
 }
 
 #[test]
@@ -246,11 +248,7 @@ fn multibuffer_batches_of_hybrids_agree_with_rustls() {
                 }));
             }
             for (t, want) in agreed.into_iter().zip(expected) {
-                let got = t.await.unwrap();
-                let Ok(CryptoOutput::Shared(got)) = got else {
-                    panic!("{got:?}")
-                };
-                assert_eq!(got.to_vec(), want);
+                assert_eq!(shared(t.await.unwrap()), want);
             }
         });
     }

@@ -277,12 +277,7 @@ fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
         "x25519",
         600,
     );
-    let ecdsa = mean_batch(&m, "ecdsa_sign");
-    println!("mean batch: ecdsa_sign {ecdsa:.2}");
-    assert!(
-        ecdsa >= 4.0,
-        "ECDSA batches mostly full: mean {ecdsa:.2} of 8\n{m}"
-    );
+    assert_batched(&m, "ecdsa_sign", 4.0);
 }
 
 #[test]
@@ -291,16 +286,17 @@ fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_fill_batches() 
         return;
     }
     let m = run_storm("multibuffer", KeyKind::EcdsaP384, "ecdsa_sign", "p256", 600);
-    let ecdsa = mean_batch(&m, "ecdsa_sign");
-    let p256 = mean_batch(&m, "p256");
-    println!("mean batch: ecdsa_sign (P-384) {ecdsa:.2}, p256 {p256:.2}");
+    assert_batched(&m, "ecdsa_sign", 4.0);
+    assert_batched(&m, "p256", 2.0);
+}
+
+/// The mean batch of `op` is at least `least` (4: mostly full; 2: batched at all).
+fn assert_batched(m: &str, op: &str, least: f64) {
+    let mean = mean_batch(m, op);
+    println!("mean batch: {op} {mean:.2}");
     assert!(
-        ecdsa >= 4.0,
-        "ECDSA P-384 batches mostly full: mean {ecdsa:.2} of 8\n{m}"
-    );
-    assert!(
-        p256 >= 2.0,
-        "P-256 key exchanges batched: mean {p256:.2}\n{m}"
+        mean >= least,
+        "{op}: mean batch {mean:.2}, want {least}\n{m}"
     );
 }
 
@@ -318,12 +314,7 @@ fn six_hundred_concurrent_hybrid_key_exchanges_fill_multibuffer_batches() {
         "x25519mlkem768",
         600,
     );
-    let hybrid = mean_batch(&m, "x25519mlkem768");
-    println!("mean batch: x25519mlkem768 {hybrid:.2}");
-    assert!(
-        hybrid >= 2.0,
-        "hybrid key exchanges batched: mean {hybrid:.2}\n{m}"
-    );
+    assert_batched(&m, "x25519mlkem768", 2.0);
     assert_eq!(
         metric_sum(&m, "terminus_crypto_requests_total", &["op=\"x25519\""]),
         0.0,
