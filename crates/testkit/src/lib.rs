@@ -45,6 +45,9 @@ pub enum Need {
     H2spec,
     /// testssl.sh (`.ci/run` installs Debian's).
     Testssl,
+    /// testssl.sh 3.2 or later, which grades servers (a GitHub project: Debian 12 packages
+    /// 3.0), brought by hand where GitHub is reachable.
+    TestsslGrade,
 }
 
 impl Need {
@@ -57,6 +60,7 @@ impl Need {
             Need::Tlsfuzzer => "tlsfuzzer",
             Need::H2spec => "h2spec",
             Need::Testssl => "testssl",
+            Need::TestsslGrade => "testssl-grade",
         }
     }
 }
