@@ -51,39 +51,38 @@ fn engine(backend: Box<dyn Backend>) -> Engine {
     Engine::new(backend, FlushPolicy::default(), metrics)
 }
 
-/// A rustls client that trusts `certs`, connects, handshakes as `localhost` (the server's
-/// chain and signature verified as any client would) and reports how it ended.
-fn client(addr: SocketAddr, certs: &[LoadedCert]) -> thread::JoinHandle<Result<(), String>> {
+/// Roots that trust `certs`, as a client of the test server needs.
+fn roots(certs: &[LoadedCert]) -> RootCertStore {
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots.add(cert.certified.cert[0].clone()).unwrap();
     }
-    thread::spawn(move || {
-        let config = ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let conn =
-            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-                .unwrap();
-        let tcp = std::net::TcpStream::connect(addr).unwrap();
-        tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        let mut tls = StreamOwned::new(conn, tcp);
-        tls.write_all(b"ping").map_err(|e| e.to_string())?;
-        tls.flush().map_err(|e| e.to_string())?;
-        let mut byte = [0u8; 1];
-        tls.read_exact(&mut byte).map_err(|e| e.to_string())
-    })
+    roots
 }
 
-/// Runs both stages for one client connection on `engine`.
-fn serve_one(
+/// A rustls client that trusts `certs`, connects, handshakes as `localhost` (the server's
+/// chain and signature verified as any client would) and reports how it ended.
+fn client(addr: SocketAddr, certs: &[LoadedCert]) -> Result<(), String> {
+    let config = ClientConfig::builder()
+        .with_root_certificates(roots(certs))
+        .with_no_client_auth();
+    let conn = ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+        .unwrap();
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut tls = StreamOwned::new(conn, tcp);
+    tls.write_all(b"ping").map_err(|e| e.to_string())?;
+    tls.flush().map_err(|e| e.to_string())?;
+    let mut byte = [0u8; 1];
+    tls.read_exact(&mut byte).map_err(|e| e.to_string())
+}
+
+/// Runs both stages for one connection of `client` (on its own thread) on `engine`.
+fn serve_one<T: Send + 'static>(
     engine: Engine,
-) -> (
-    Result<(), HandshakeError>,
-    HandshakeContext,
-    Result<(), String>,
-) {
+    client: fn(SocketAddr, &[LoadedCert]) -> T,
+) -> (Result<(), HandshakeError>, HandshakeContext, T) {
     let certs = selfsigned::generate(&["localhost".to_owned()]).unwrap();
     let mut host = VirtualHostCerts::default();
     for cert in &certs {
@@ -98,7 +97,8 @@ fn serve_one(
     let local = tokio::task::LocalSet::new();
     let (result, ctx, client) = local.block_on(&rt, async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = client(listener.local_addr().unwrap(), &certs);
+        let addr = listener.local_addr().unwrap();
+        let client = thread::spawn(move || client(addr, &certs));
         let (socket, _) = listener.accept().await.unwrap();
         let counters = TrafficCounters::default();
         let mut ctx = HandshakeContext::starting_now();
@@ -129,7 +129,7 @@ fn serve_one(
 
 #[test]
 fn the_context_records_host_tenant_and_every_crypto_request() {
-    let (result, ctx, client) = serve_one(engine(Box::new(ScalarBackend)));
+    let (result, ctx, client) = serve_one(engine(Box::new(ScalarBackend)), client);
     result.unwrap();
     client.unwrap();
     assert_eq!(ctx.host(), Some("localhost"));
@@ -155,9 +155,12 @@ fn the_context_records_host_tenant_and_every_crypto_request() {
 
 #[test]
 fn a_failing_backend_is_the_backends_fault_not_the_clients() {
-    let (result, ctx, client) = serve_one(engine(Box::new(Faulty {
-        sign: |_| Err(CryptoError::SignFailed),
-    })));
+    let (result, ctx, client) = serve_one(
+        engine(Box::new(Faulty {
+            sign: |_| Err(CryptoError::SignFailed),
+        })),
+        client,
+    );
     let err = result.expect_err("the handshake cannot complete without a signature");
     assert!(
         matches!(err, HandshakeError::Crypto(CryptoError::SignFailed)),
@@ -175,9 +178,12 @@ fn a_failing_backend_is_the_backends_fault_not_the_clients() {
 
 #[test]
 fn a_wrong_answer_from_the_engine_is_an_internal_error() {
-    let (result, _, client) = serve_one(engine(Box::new(Faulty {
-        sign: |_| Ok(CryptoOutput::Shared(zeroize::Zeroizing::new(vec![0; 32]))),
-    })));
+    let (result, _, client) = serve_one(
+        engine(Box::new(Faulty {
+            sign: |_| Ok(CryptoOutput::Shared(zeroize::Zeroizing::new(vec![0; 32]))),
+        })),
+        client,
+    );
     let err = result.expect_err("a key exchange result is no signature");
     assert!(
         matches!(
@@ -221,4 +227,251 @@ fn a_malformed_client_hello_is_the_clients_fault_and_gets_an_alert() {
         assert_eq!(reply.first(), Some(&21), "an alert record: {reply:?}");
         assert_eq!(reply.get(5), Some(&2), "a fatal alert: {reply:?}");
     });
+}
+
+/// Records rustls 0.23 refuses without queueing an alert (issue 16): the client still gets
+/// one, never a bare close. Each client handshakes by hand up to the point where it would
+/// answer the server's flight, and sends the offending records instead of its answer.
+mod refused_without_a_rustls_alert {
+    use super::*;
+    use aws_lc_rs::{aead, hkdf};
+    use std::sync::Mutex;
+
+    fn record(typ: u8, payload: &[u8]) -> Vec<u8> {
+        let len = (payload.len() as u16).to_be_bytes();
+        [&[typ, 3, 3, len[0], len[1]][..], payload].concat()
+    }
+
+    /// Sends the ClientHello and reads the server's flight until `answering` says the
+    /// client has all of it; what the client would answer is not sent.
+    fn until_answering(
+        conn: &mut ClientConnection,
+        tcp: &mut std::net::TcpStream,
+        answering: fn(&ClientConnection) -> bool,
+    ) {
+        while conn.wants_write() {
+            conn.write_tls(tcp).unwrap();
+        }
+        while !answering(conn) {
+            assert!(conn.read_tls(tcp).unwrap() > 0, "the server's flight");
+            conn.process_new_packets().unwrap();
+        }
+    }
+
+    /// Everything the server sends until it closes.
+    fn reply(tcp: &mut std::net::TcpStream) -> Vec<u8> {
+        let mut reply = Vec::new();
+        let _ = tcp.read_to_end(&mut reply);
+        reply
+    }
+
+    fn connect(addr: SocketAddr) -> std::net::TcpStream {
+        let tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        tcp
+    }
+
+    /// The TLS 1.2 ClientKeyExchange (in the clear) split across two records with an
+    /// application data record between: RFC 8446 section 5.1 (and 5246 6.2.1) owes a
+    /// fatal unexpected_message, which terminus sends in the clear.
+    fn interleaved_tls12(addr: SocketAddr, certs: &[LoadedCert]) -> String {
+        let config = ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS12])
+            .with_root_certificates(roots(certs))
+            .with_no_client_auth();
+        let mut conn =
+            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+                .unwrap();
+        let mut tcp = connect(addr);
+        until_answering(&mut conn, &mut tcp, |c| c.wants_write());
+        let mut answer = Vec::new();
+        conn.write_tls(&mut answer).unwrap();
+        assert_eq!(answer[0], 22, "the ClientKeyExchange record comes first");
+        let len = u16::from_be_bytes([answer[3], answer[4]]) as usize;
+        let (head, tail) = answer[5..5 + len].split_at(len / 2);
+        let sent = [record(22, head), record(23, b"data"), record(22, tail)].concat();
+        tcp.write_all(&sent).unwrap();
+        match reply(&mut tcp)[..] {
+            [21, 3, 3, 0, 2, level, description] => format!(
+                "alert {level} {:?}",
+                rustls::AlertDescription::from(description)
+            ),
+            ref other => format!("not one plaintext alert: {other:?}"),
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct Secrets(Mutex<Vec<(String, Vec<u8>)>>);
+
+    impl rustls::KeyLog for Secrets {
+        fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
+            let mut secrets = self.0.lock().unwrap();
+            secrets.push((label.to_owned(), secret.to_vec()));
+        }
+    }
+
+    /// HKDF-Expand-Label (RFC 8446 section 7.1) with an empty context.
+    fn expand_label(secret: &hkdf::Prk, label: &str, len: usize) -> Vec<u8> {
+        struct Len(usize);
+        impl hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let label = format!("tls13 {label}");
+        let info = [
+            &(len as u16).to_be_bytes()[..],
+            &[label.len() as u8],
+            label.as_bytes(),
+            &[0],
+        ];
+        let mut out = vec![0; len];
+        secret
+            .expand(&info, Len(len))
+            .unwrap()
+            .fill(&mut out)
+            .unwrap();
+        out
+    }
+
+    /// `inner` sealed as the client's first record under its handshake traffic secret
+    /// with TLS_AES_128_GCM_SHA256 (RFC 8446 sections 5.2 and 7.3: sequence number 0).
+    fn sealed_first_record(secret: &[u8], inner: &[u8]) -> Vec<u8> {
+        let prk = hkdf::Prk::new_less_safe(hkdf::HKDF_SHA256, secret);
+        let key = aead::UnboundKey::new(&aead::AES_128_GCM, &expand_label(&prk, "key", 16));
+        let nonce = aead::Nonce::try_assume_unique_for_key(&expand_label(&prk, "iv", 12));
+        let len = ((inner.len() + 16) as u16).to_be_bytes();
+        let header = [23, 3, 3, len[0], len[1]];
+        let mut body = inner.to_vec();
+        aead::LessSafeKey::new(key.unwrap())
+            .seal_in_place_append_tag(nonce.unwrap(), aead::Aad::from(header), &mut body)
+            .unwrap();
+        [&header[..], &body].concat()
+    }
+
+    /// In place of the client's Finished, a TLS 1.3 record whose inner plaintext is all
+    /// padding (content type 0): RFC 8446 section 5.4 owes unexpected_message, sealed
+    /// with the server's keys, which rustls keeps to itself; the client gets the
+    /// close_notify rustls seals instead.
+    fn all_padding_tls13(addr: SocketAddr, certs: &[LoadedCert]) -> String {
+        let provider = rustls::crypto::CryptoProvider {
+            cipher_suites: vec![rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256],
+            ..rustls::crypto::aws_lc_rs::default_provider()
+        };
+        let secrets = Arc::new(Secrets::default());
+        let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots(certs))
+            .with_no_client_auth();
+        config.key_log = secrets.clone();
+        let mut conn =
+            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+                .unwrap();
+        let mut tcp = connect(addr);
+        until_answering(&mut conn, &mut tcp, |c| !c.is_handshaking());
+        let secret = secrets
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(label, _)| label == "CLIENT_HANDSHAKE_TRAFFIC_SECRET")
+            .map(|(_, secret)| secret.clone())
+            .expect("the client's handshake secret");
+        tcp.write_all(&sealed_first_record(&secret, &[0; 8]))
+            .unwrap();
+        let reply = reply(&mut tcp);
+        if reply.is_empty() {
+            return "closed without an alert".into();
+        }
+        // The client reads with the server's application traffic keys from the server's
+        // Finished on, as the server writes.
+        conn.read_tls(&mut &reply[..]).unwrap();
+        match conn.process_new_packets() {
+            Ok(state) if state.peer_has_closed() => "close_notify".into(),
+            Ok(_) => format!("no alert in {reply:?}"),
+            Err(e) => format!("{e}"),
+        }
+    }
+
+    /// A record of two change_cipher_spec bytes in the ClientHello's segment: RFC 8446
+    /// section 5 owes unexpected_message, which rustls sends sealed after the server's
+    /// flight, as long as something processes the record without waiting for more.
+    fn ccs_record_with_the_client_hello(addr: SocketAddr, certs: &[LoadedCert]) -> String {
+        let config = ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
+            .with_root_certificates(roots(certs))
+            .with_no_client_auth();
+        let mut conn =
+            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+                .unwrap();
+        let mut tcp = connect(addr);
+        let mut hello = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut hello).unwrap();
+        }
+        tcp.write_all(&[hello, record(20, &[1, 1])].concat())
+            .unwrap();
+        let reply = reply(&mut tcp);
+        let mut rest = &reply[..];
+        while !rest.is_empty() {
+            conn.read_tls(&mut rest).unwrap();
+        }
+        match conn.process_new_packets() {
+            Ok(_) => format!("no alert in {} bytes", reply.len()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn refused(client: fn(SocketAddr, &[LoadedCert]) -> String) -> (HandshakeError, String) {
+        let (result, ctx, seen) = serve_one(engine(Box::new(ScalarBackend)), client);
+        let err = result.expect_err("the server refuses the record");
+        assert_eq!(err.source(), ErrorSource::Client, "{err:?}");
+        assert!(ctx.timeline().finished.is_none());
+        (err, seen)
+    }
+
+    #[test]
+    fn application_data_inside_a_handshake_message_gets_unexpected_message() {
+        let (err, seen) = refused(interleaved_tls12);
+        assert!(
+            matches!(
+                err,
+                HandshakeError::Tls(rustls::Error::PeerMisbehaved(
+                    rustls::PeerMisbehaved::MessageInterleavedWithHandshakeMessage
+                ))
+            ),
+            "{err:?}"
+        );
+        assert_eq!(seen, "alert 2 UnexpectedMessage");
+    }
+
+    #[test]
+    fn an_all_padding_record_gets_a_sealed_close_notify() {
+        let (err, seen) = refused(all_padding_tls13);
+        assert!(
+            matches!(
+                err,
+                HandshakeError::Tls(rustls::Error::PeerMisbehaved(
+                    rustls::PeerMisbehaved::IllegalTlsInnerPlaintext
+                ))
+            ),
+            "{err:?}"
+        );
+        assert_eq!(seen, "close_notify");
+    }
+
+    #[test]
+    fn records_that_came_with_the_client_hello_are_processed_at_once() {
+        let (err, seen) = refused(ccs_record_with_the_client_hello);
+        assert!(
+            matches!(
+                err,
+                HandshakeError::Tls(rustls::Error::PeerMisbehaved(
+                    rustls::PeerMisbehaved::IllegalMiddleboxChangeCipherSpec
+                ))
+            ),
+            "{err:?}"
+        );
+        assert_eq!(seen, "received fatal alert: UnexpectedMessage");
+    }
 }

@@ -91,7 +91,7 @@ pub async fn handshake(
         conn = returned;
         if let Err(e) = result {
             let _ = send_pending(&mut conn, stream, &mut out, ctx, counters).await;
-            linger(stream).await;
+            alert_if_rustls_did_not(&mut conn, &e, stream, counters).await;
             return Err(e.into());
         }
     }
@@ -136,10 +136,29 @@ impl Inbox {
     /// which [`Inbox::fill`] starts at once.
     pub(super) fn feed(
         &mut self,
-        mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
+        read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
     ) -> io::Result<()> {
         const ONE_RECORD: usize = 5 + 16384 + 256;
-        let whole = whole_records_within(&self.buf[self.fed..], ONE_RECORD);
+        self.feed_within(ONE_RECORD, read_tls)
+    }
+
+    /// Gives `read_tls` the first whole record only. The ClientHello is read this way:
+    /// the `Acceptor` takes only the ClientHello from what it holds, and nothing would
+    /// process records that came with it (change_cipher_spec in the same segment) until
+    /// the client sent more, so they stay here for the handshake's first pass.
+    pub(super) fn feed_record(
+        &mut self,
+        read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        self.feed_within(1, read_tls)
+    }
+
+    fn feed_within(
+        &mut self,
+        limit: usize,
+        mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        let whole = whole_records_within(&self.buf[self.fed..], limit);
         let mut rest = &self.buf[self.fed..self.fed + whole];
         while !rest.is_empty() {
             if read_tls(&mut rest)? == 0 {
@@ -223,14 +242,47 @@ async fn send_and_linger(stream: &TcpStream, alert: &[u8], counters: &TrafficCou
     linger(stream).await;
 }
 
-/// The alert RFC 8446 section 6.2 names for a refusal rustls sent none for.
+/// Ends a handshake rustls failed (its alert, if any, already sent) with an alert when
+/// rustls queued none, then [`linger`]s.
+///
+/// rustls 0.23 fails some records without an alert, against RFC 8446's MUSTs: a record
+/// whose inner content type is 0 (section 5.4), another record type inside a fragmented
+/// handshake message (5.1), a third change_cipher_spec (5). Before encryption starts,
+/// terminus sends the fatal alert RFC 8446 names. After it, an alert must be sealed with
+/// traffic keys that rustls does not expose, and `send_close_notify` is the one alert its
+/// API seals: the client gets an orderly close_notify, not an abrupt close.
+/// `send_close_notify` queues nothing when rustls already sent a fatal alert, which is
+/// how the two cases are told apart.
+async fn alert_if_rustls_did_not(
+    conn: &mut ServerConnection,
+    error: &rustls::Error,
+    stream: &TcpStream,
+    counters: &TrafficCounters,
+) {
+    const ALERT: u8 = 21;
+    conn.send_close_notify();
+    let mut close = Vec::new();
+    let _ = conn.write_tls(&mut close);
+    match close.first() {
+        None => linger(stream).await,
+        // In the clear, so not yet encrypting.
+        Some(&ALERT) => refuse_with(stream, fallback_alert(error), counters).await,
+        Some(_) => send_and_linger(stream, &close, counters).await,
+    }
+}
+
+/// The alert RFC 8446 names for a refusal rustls sent none for.
 fn fallback_alert(error: &rustls::Error) -> AlertDescription {
+    use rustls::PeerMisbehaved;
     match error {
         rustls::Error::InvalidMessage(_) => AlertDescription::DecodeError,
         rustls::Error::InappropriateMessage { .. }
-        | rustls::Error::InappropriateHandshakeMessage { .. } => {
-            AlertDescription::UnexpectedMessage
-        }
+        | rustls::Error::InappropriateHandshakeMessage { .. }
+        // Sections 5.1 and 5.
+        | rustls::Error::PeerMisbehaved(
+            PeerMisbehaved::MessageInterleavedWithHandshakeMessage
+            | PeerMisbehaved::IllegalMiddleboxChangeCipherSpec,
+        ) => AlertDescription::UnexpectedMessage,
         rustls::Error::PeerMisbehaved(_) => AlertDescription::IllegalParameter,
         _ => AlertDescription::HandshakeFailure,
     }

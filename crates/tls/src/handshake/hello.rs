@@ -64,7 +64,7 @@ pub async fn read_client_hello(
     let mut inbox = Inbox::keeping();
     loop {
         inbox.fill(stream, counters).await?;
-        if let Err(e) = inbox.feed(|records| acceptor.read_tls(records)) {
+        if let Err(e) = inbox.feed_record(|records| acceptor.read_tls(records)) {
             // rustls's buffer is full: the ClientHello is over the 64 KiB it takes, and
             // its record layer noticed before its parser could (which says decode_error).
             refuse_with(stream, rustls::AlertDescription::DecodeError, counters).await;
