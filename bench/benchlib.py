@@ -214,6 +214,31 @@ def start_server(server: str, work: Path, port: int, key: str, version=None, res
     return proc, text
 
 
+def engine_counters(admin_port: int, op: str) -> dict:
+    """terminus's engine counters for one operation (`rsa_sign`, `x25519`, ...), from its
+    admin port's /metrics: batches, batched requests and requests computed scalar."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5).read().decode()
+    names = {"terminus_crypto_batches_total": "batches",
+             "terminus_crypto_batched_requests_total": "requests",
+             "terminus_crypto_scalar_computed_total": "scalar"}
+    values = dict.fromkeys(names.values(), 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in names and f'op="{op}"' in line:
+            values[names[name]] = float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def mean_batch(admin_port: int, op: str, since: dict = None) -> float:
+    """Mean size of the batches terminus handed its backend for `op` (since an earlier
+    engine_counters reading, if given)."""
+    now = engine_counters(admin_port, op)
+    since = since or dict.fromkeys(now, 0.0)
+    batches = now["batches"] - since["batches"]
+    return (now["requests"] - since["requests"]) / batches if batches else float("nan")
+
+
 def stop_server(proc):
     proc.terminate()
     try:

@@ -1,9 +1,10 @@
 //! The per-worker engine: queues per operation kind and the flush policy.
 //!
-//! A queue is flushed when it holds a full batch for the backend, when every handshake
-//! in flight on this worker is parked waiting for crypto (nothing else could add to the
-//! batch), or when its oldest request has waited `max_batch_delay`. With a backend whose
-//! batch size is 1 every request is flushed at once.
+//! A queue is flushed when it holds a full batch for the backend; when no request can join
+//! it before the next network event: every handshake in flight on this worker is parked
+//! waiting for crypto, or the worker's event loop is about to sleep (see [`crate::idle`]);
+//! or when its oldest request has waited `max_batch_delay`. With a backend whose batch
+//! size is 1 every request is flushed at once.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -13,13 +14,15 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendKind, Job};
 use crate::context::{CryptoEvent, HandshakeContext};
+use crate::idle;
 use crate::metrics::EngineMetrics;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, OpKind};
 
 /// When a partial batch is flushed.
 #[derive(Debug, Clone, Copy)]
 pub struct FlushPolicy {
-    /// Upper bound on how long a request waits in a queue for company.
+    /// Upper bound on how long a request waits in a queue for company while the worker
+    /// has other work.
     pub max_batch_delay: Duration,
 }
 
@@ -52,7 +55,7 @@ type Dispatched = Rc<Cell<Option<(Instant, usize)>>>;
 #[derive(Default)]
 struct State {
     queues: [VecDeque<(Job, Dispatched)>; OpKind::COUNT],
-    deadline_armed: [bool; OpKind::COUNT],
+    flush_armed: [bool; OpKind::COUNT],
     /// Handshakes running on this worker, and how many of them wait on the engine.
     in_flight: usize,
     parked: usize,
@@ -132,7 +135,7 @@ impl Engine {
             // Only this queue is ready; the others keep gathering.
             self.flush(kind).await;
         } else {
-            self.arm_deadline(kind);
+            self.arm_flush(kind);
         }
         let result = answer
             .await
@@ -188,14 +191,15 @@ impl Engine {
         }
     }
 
-    /// Makes sure the oldest request of `kind` is flushed by `max_batch_delay` at the latest.
-    fn arm_deadline(&self, kind: OpKind) {
+    /// Makes sure the requests of `kind` are flushed when the worker runs out of other
+    /// work, or once the oldest has waited `max_batch_delay`, whichever comes first.
+    fn arm_flush(&self, kind: OpKind) {
         {
             let mut st = self.inner.state.borrow_mut();
-            if st.deadline_armed[kind.index()] {
+            if st.flush_armed[kind.index()] {
                 return;
             }
-            st.deadline_armed[kind.index()] = true;
+            st.flush_armed[kind.index()] = true;
         }
         let engine = self.clone();
         tokio::task::spawn_local(async move {
@@ -204,14 +208,22 @@ impl Engine {
                     .front()
                     .map(|(j, _)| j.queued_at);
                 let Some(oldest) = oldest else { break };
-                let due = oldest + engine.inner.policy.max_batch_delay;
-                if Instant::now() < due {
-                    tokio::time::sleep_until(due.into()).await;
-                    continue;
+                // tokio's clock, which sleep_until keeps (and tests pause).
+                let due =
+                    tokio::time::Instant::from_std(oldest + engine.inner.policy.max_batch_delay);
+                if tokio::time::Instant::now() < due {
+                    tokio::select! {
+                        () = idle::next_idle() => {
+                            // The hook ran before the runtime polled the network once more:
+                            // handshakes woken by that poll run first and can still join.
+                            tokio::task::yield_now().await;
+                        }
+                        () = tokio::time::sleep_until(due) => continue,
+                    }
                 }
                 engine.flush(kind).await;
             }
-            engine.inner.state.borrow_mut().deadline_armed[kind.index()] = false;
+            engine.inner.state.borrow_mut().flush_armed[kind.index()] = false;
         });
     }
 }

@@ -20,6 +20,7 @@ pub mod context;
 pub mod cost;
 mod engine;
 mod hybrid;
+mod idle;
 mod metrics;
 // The FFI boundary: crypto_mb's 8-lane calls.
 #[allow(unsafe_code)]
@@ -33,6 +34,7 @@ mod threads;
 pub use backend::{Backend, BackendKind, EngineSpec, Job, Reply};
 pub use context::{HandshakeContext, Tenant, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
+pub use idle::worker_idle;
 pub use metrics::EngineMetrics;
 pub use multibuffer::MultibufferBackend;
 pub use op::{

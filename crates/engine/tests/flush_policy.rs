@@ -12,6 +12,7 @@ use terminus_engine::{
     scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,
     FlushPolicy, HandshakeContext, Job, KxGroup, OpKind,
 };
+use tokio::time::Instant;
 
 /// Computes batches of up to `size` (1 for signatures, as a backend without a batched
 /// form for them would) with the scalar code and records each batch's size.
@@ -76,6 +77,18 @@ fn local<F: Future>(f: F) -> F::Output {
     tokio::task::LocalSet::new().block_on(&rt, f)
 }
 
+/// Like [`local`], on a runtime that tells the engine when its loop is about to sleep, as
+/// a worker's does.
+fn worker<F: Future>(f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .on_thread_park(terminus_engine::worker_idle)
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, f)
+}
+
 /// Submits `n` requests concurrently and collects their results.
 async fn submit_many(engine: &Engine, n: usize) -> Vec<Result<CryptoOutput, CryptoError>> {
     let handles: Vec<_> = (0..n)
@@ -99,7 +112,7 @@ fn full_batch_flushes_at_once() {
         let (engine, batches) = engine(4);
         // Eight handshakes in flight, four asking: the queue fills and goes.
         let _guards: Vec<_> = (0..8).map(|_| engine.handshake_started()).collect();
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         let results = submit_many(&engine, 4).await;
         assert!(results.iter().all(|r| r.is_ok()));
         assert_eq!(*batches.borrow(), vec![4]);
@@ -113,7 +126,7 @@ fn everyone_parked_flushes_a_partial_batch() {
         let (engine, batches) = engine(8);
         let _a = engine.handshake_started();
         let _b = engine.handshake_started();
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         // Both handshakes in flight ask: nobody else can join, so no waiting.
         let results = submit_many(&engine, 2).await;
         assert!(results.iter().all(|r| r.is_ok()));
@@ -128,7 +141,7 @@ fn lone_request_waits_at_most_the_deadline() {
         let (engine, batches) = engine(8);
         let _asking = engine.handshake_started();
         let _busy = engine.handshake_started(); // still reading from its socket
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         assert!(engine
             .submit(kx(), &HandshakeContext::starting_now())
             .await
@@ -155,7 +168,7 @@ fn finishing_handshake_releases_the_waiting_batch() {
             "partial batch held while another handshake runs"
         );
         // The other handshake ends: everyone left is parked, so flush now.
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         drop(other);
         assert!(waiter.await.unwrap().is_ok());
         assert!(start.elapsed() < DELAY);
@@ -232,7 +245,7 @@ fn scalar_backend_never_queues() {
         // Another handshake is in flight and not waiting: a batching backend would hold
         // this request for company until the deadline (the paused clock would jump to it).
         let _g = (engine.handshake_started(), engine.handshake_started());
-        let start = tokio::time::Instant::now();
+        let start = Instant::now();
         assert!(engine
             .submit(kx(), &HandshakeContext::starting_now())
             .await
@@ -244,5 +257,59 @@ fn scalar_backend_never_queues() {
         );
         assert_eq!(metrics.requests(OpKind::X25519), 1);
         assert_eq!(metrics.batches(OpKind::X25519), 1);
+    });
+}
+
+#[test]
+fn an_idle_worker_does_not_hold_a_partial_batch() {
+    worker(async {
+        let (engine, batches) = engine(8);
+        let _asking = engine.handshake_started();
+        // Waiting a round trip for its client's next flight: in flight, not parked.
+        let _waiting_on_its_client = engine.handshake_started();
+        let start = Instant::now();
+        assert!(engine
+            .submit(kx(), &HandshakeContext::starting_now())
+            .await
+            .is_ok());
+        assert_eq!(*batches.borrow(), vec![1]);
+        assert!(
+            start.elapsed() < DELAY,
+            "the worker had nothing else to do, yet the request waited {:?}",
+            start.elapsed()
+        );
+    });
+}
+
+#[test]
+fn a_busy_worker_gathers_a_batch_until_the_deadline() {
+    worker(async {
+        let (engine, batches) = engine(8);
+        let _guards: Vec<_> = (0..3).map(|_| engine.handshake_started()).collect();
+        // Other work for twice the DELAY, in slices: the loop never idles meanwhile.
+        let busy = tokio::task::spawn_local(async {
+            for _ in 0..100 {
+                tokio::time::advance(DELAY / 50).await;
+            }
+        });
+        let start = Instant::now();
+        let e = engine.clone();
+        let first = tokio::task::spawn_local(async move {
+            e.submit(kx(), &HandshakeContext::starting_now()).await
+        });
+        tokio::time::sleep(DELAY / 5).await;
+        assert!(batches.borrow().is_empty(), "held while the worker is busy");
+        assert!(engine
+            .submit(kx(), &HandshakeContext::starting_now())
+            .await
+            .is_ok());
+        assert!(first.await.unwrap().is_ok());
+        assert_eq!(
+            *batches.borrow(),
+            vec![2],
+            "the second request joined the first"
+        );
+        assert!(start.elapsed() >= DELAY);
+        busy.await.unwrap();
     });
 }

@@ -38,6 +38,10 @@ pub struct Endpoint {
     pub http2: bool,
     /// False for an `http://` target: plain HTTP/1.1, no handshake.
     pub tls: bool,
+    /// A simulated network round trip: every flight that answers the server waits this
+    /// long first, as if the server's flight had taken that long to arrive and the
+    /// answer to get back. Zero: loopback as it is.
+    pub rtt: Duration,
 }
 
 /// An established connection, ready for requests.
@@ -114,20 +118,20 @@ impl Endpoint {
         // The engine flushes a partial batch once every handshake in flight waits on it.
         let in_flight = engine.map(Engine::handshake_started);
         let (config, name) = (self.config.clone(), self.server_name.clone());
-        let session = match timeout_at(deadline, async {
+        let (session, waited) = match timeout_at(deadline, async {
             let session = on_bridge(engine, move || ClientConnection::new(config, name))
                 .await
                 .map_err(io::Error::other)?;
-            handshake(&mut tcp, Box::new(session), engine).await
+            handshake(&mut tcp, Box::new(session), engine, self.rtt).await
         })
         .await
         {
-            Ok(Ok(session)) => *session,
+            Ok(Ok((session, waited))) => (*session, waited),
             Ok(Err(e)) => return Err(failed(Failure::Handshake(e), Some(connect))),
             Err(_) => return Err(failed(Failure::HandshakeTimeout, Some(connect))),
         };
         drop(in_flight);
-        let handshake = t1.elapsed();
+        let handshake = t1.elapsed().saturating_sub(waited);
         let resumed = session.handshake_kind() == Some(HandshakeKind::Resumed);
         let negotiated = describe(&session);
         let h2 = session.alpn_protocol() == Some(b"h2");
@@ -231,13 +235,22 @@ async fn on_bridge<T: 'static>(engine: Option<&Engine>, f: impl FnOnce() -> T + 
 }
 
 /// Drives the handshake until rustls has the server's last flight. What the client must
-/// still send (TLS 1.3: Finished) stays queued for the first request's write.
+/// still send (TLS 1.3: Finished) stays queued for the first request's write. Each flight
+/// after the ClientHello waits `rtt` first; returns how long that was in all.
 async fn handshake(
     tcp: &mut TcpStream,
     mut session: Box<ClientConnection>,
     engine: Option<&Engine>,
-) -> io::Result<Box<ClientConnection>> {
+    rtt: Duration,
+) -> io::Result<(Box<ClientConnection>, Duration)> {
+    let mut waited = Duration::ZERO;
+    let mut client_hello = true;
     loop {
+        if session.wants_write() && !client_hello && !rtt.is_zero() {
+            tokio::time::sleep(rtt).await;
+            waited += rtt;
+        }
+        client_hello = false;
         while session.wants_write() {
             match session.write_tls(&mut SocketIo(tcp)) {
                 Ok(_) => {}
@@ -266,7 +279,7 @@ async fn handshake(
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
         if !session.is_handshaking() {
-            return Ok(session);
+            return Ok((session, waited));
         }
     }
 }

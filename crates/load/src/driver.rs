@@ -55,6 +55,8 @@ pub enum ThreadLoad {
 pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Partial key-exchange batches (--batch-kx) go when the loop would sleep.
+        .on_thread_park(terminus_engine::worker_idle)
         .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
@@ -241,6 +243,10 @@ impl Worker {
         }
         let c = conn.as_mut().expect("opened above");
         let reused = c.used > 0;
+        if !self.endpoint.rtt.is_zero() {
+            // The request answers the server's last flight or response.
+            tokio::time::sleep(self.endpoint.rtt).await;
+        }
         let sent = Instant::now();
         c.request(&self.endpoint, deadline)
             .await

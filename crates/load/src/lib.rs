@@ -69,6 +69,9 @@ pub struct LoadOptions {
     pub tls: TlsChoice,
     /// Open loop: most connections at once (the rest of the requests wait, clock running).
     pub max_connections: usize,
+    /// A simulated round trip before every flight that answers the server (see
+    /// [`conn::Endpoint::rtt`]).
+    pub rtt: Duration,
     /// Per request: connect, handshake and response must be done within it.
     pub timeout: Duration,
     /// Allow a target that is not a loopback address.
@@ -88,6 +91,7 @@ impl Default for LoadOptions {
             new_connection: false,
             tls: TlsChoice::default(),
             max_connections: 10_000,
+            rtt: Duration::ZERO,
             timeout: Duration::from_secs(10),
             allow_remote: false,
             progress: true,
@@ -237,6 +241,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
                 uri: uri.clone(),
                 http2: options.tls.http2,
                 tls: target.tls,
+                rtt: options.rtt,
             },
             load,
             start,

@@ -65,6 +65,8 @@ pub fn run(
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Partial crypto batches are computed when the loop would otherwise sleep.
+        .on_thread_park(terminus_engine::worker_idle)
         .build();
     let _ = ready.send(
         runtime

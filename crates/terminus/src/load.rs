@@ -71,6 +71,13 @@ pub struct LoadArgs {
     /// latency.
     #[arg(long)]
     batch_kx: bool,
+    /// Simulate a network round trip of D: each flight the client sends in answer to the
+    /// server (a TLS 1.2 key exchange, the Finished, every request) leaves D after what it
+    /// answers arrived, so the server has handshakes waiting on their clients as on a real
+    /// network. Handshake times and closed-loop request times leave these waits out; open-loop
+    /// request times, counted from the schedule, include them.
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = parse_duration)]
+    rtt: Duration,
     /// Open loop: the most connections open at once; further requests wait for one,
     /// their latency clock running.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -130,6 +137,7 @@ pub fn run(args: LoadArgs) -> ExitCode {
             batch_kx: args.batch_kx,
         },
         max_connections: args.max_connections,
+        rtt: args.rtt,
         timeout: args.timeout,
         allow_remote: args.allow_remote,
         progress: !args.json,

@@ -635,3 +635,40 @@ fn http_targets_load_a_plain_server_for_baselines() {
     assert!(n(&report, "requests") >= 40.0, "{report:#}");
     assert_eq!(n(&report, "errors_total"), 0.0, "{report:#}");
 }
+
+#[test]
+fn a_simulated_round_trip_delays_each_answer_and_stays_out_of_the_times() {
+    let _alone = exclusive();
+    let server = Server::start(&["--workers", "1", "--no-resumption"]);
+    // TLS 1.3: the Finished and request answer the server's flight (one round trip per
+    // request); TLS 1.2 also waits one before its key exchange (two).
+    for (tls, round_trips) in [("1.3", 1.0), ("1.2", 2.0)] {
+        let r = load(&[
+            &url(&server, "/"),
+            "-c",
+            "1",
+            "-d",
+            "1s",
+            "--new-connection",
+            "-k",
+            "--tls",
+            tls,
+            "--rtt",
+            "100ms",
+        ]);
+        assert_eq!(n(&r, "errors_total"), 0.0, "{r:#}");
+        let requests = n(&r, "requests");
+        let most = 10.0 / round_trips;
+        assert!(
+            requests <= most + 1.0 && requests >= most / 2.0,
+            "TLS {tls}: {requests} requests in a second with {round_trips} round trips of 100 ms each: {r:#}"
+        );
+        for phase in ["handshake", "request"] {
+            let p50 = r["latency_ms"][phase]["p50"].as_f64().unwrap();
+            assert!(
+                p50 < 50.0,
+                "TLS {tls}: {phase} p50 {p50} ms counts the waits: {r:#}"
+            );
+        }
+    }
+}
