@@ -150,6 +150,36 @@ impl Reply {
     }
 }
 
+/// Why a batching backend computed a request on the scalar path after its batch failed
+/// it: the handshake does not pay for a fault of the batched code or the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FallbackCause {
+    /// The batched call reported an error for the request's lane.
+    LaneError,
+    /// The lane's result failed its check (an RSA signature that does not verify).
+    CheckFailed,
+    /// The batch refused the request's inputs, which the scalar path takes.
+    BadInput,
+}
+
+impl FallbackCause {
+    /// Every cause, in label order.
+    pub const ALL: [FallbackCause; 3] = [
+        FallbackCause::LaneError,
+        FallbackCause::CheckFailed,
+        FallbackCause::BadInput,
+    ];
+
+    /// The metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            FallbackCause::LaneError => "lane_error",
+            FallbackCause::CheckFailed => "check_failed",
+            FallbackCause::BadInput => "bad_input",
+        }
+    }
+}
+
 /// Computes flushed batches. One instance per worker; `!Send` is fine.
 pub trait Backend {
     /// Which backend this is (for metrics and logs).

@@ -284,7 +284,7 @@ impl Workload {
                         peer_public: peer_public.clone(),
                     })
                     .collect();
-                let (results, _) = kx::compute_on(&CryptoMb, *group, ops);
+                let results = kx::compute_on(&CryptoMb, *group, ops).results;
                 results.iter().all(Result::is_ok)
             }
         }

@@ -31,7 +31,7 @@ mod signing_key;
 pub mod speed;
 mod threads;
 
-pub use backend::{Backend, BackendKind, EngineSpec, Job, Reply};
+pub use backend::{Backend, BackendKind, EngineSpec, FallbackCause, Job, Reply};
 pub use context::{HandshakeContext, Tenant, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use idle::worker_idle;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Render};
 
-use crate::backend::BackendKind;
+use crate::backend::{BackendKind, FallbackCause};
 use crate::op::OpKind;
 
 /// Queue-wait and compute-time buckets: 10 µs to 50 ms.
@@ -17,6 +17,7 @@ const ENGINE_BOUNDS: &[f64] = &[
 const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
 
 const OPS: usize = OpKind::COUNT;
+const CAUSES: usize = FallbackCause::ALL.len();
 
 /// All engine series of the process for one backend.
 #[derive(Debug)]
@@ -28,6 +29,8 @@ pub struct EngineMetrics {
     batches: Labelled<OPS>,
     batched_requests: Labelled<OPS>,
     scalar_computed: Labelled<OPS>,
+    /// By operation and cause (`op * CAUSES + cause`).
+    fallbacks: Labelled<{ OPS * CAUSES }>,
     /// Submit to answer, summed in µs.
     latency: Labelled<OPS>,
     batch_size: Histograms<OPS>,
@@ -76,6 +79,18 @@ impl EngineMetrics {
                 "terminus_crypto_scalar_computed_total",
                 "Operations a batching backend computed one by one: their batch was below the crossover, or they have no batched form.",
                 labels(),
+            ),
+            fallbacks: Labelled::counter(
+                "terminus_crypto_fallbacks_total",
+                "Operations a batching backend recomputed on the scalar path after its batch failed them (the handshake went on).",
+                std::array::from_fn(|i| {
+                    format!(
+                        "op=\"{}\",cause=\"{}\",backend=\"{}\"",
+                        OpKind::ALL[i / CAUSES].name(),
+                        FallbackCause::ALL[i % CAUSES].name(),
+                        backend.name()
+                    )
+                }),
             ),
             latency: Labelled::counter(
                 "terminus_crypto_latency_seconds_sum",
@@ -145,6 +160,19 @@ impl EngineMetrics {
         self.scalar_computed.inc(kind.index());
     }
 
+    pub(crate) fn fell_back(&self, kind: OpKind, cause: FallbackCause) {
+        let cause = FallbackCause::ALL.iter().position(|c| *c == cause);
+        self.fallbacks
+            .inc(kind.index() * CAUSES + cause.expect("every cause is in ALL"));
+    }
+
+    /// Requests of `kind` recomputed on the scalar path for `cause`.
+    pub fn fallbacks(&self, kind: OpKind, cause: FallbackCause) -> u64 {
+        let cause = FallbackCause::ALL.iter().position(|c| *c == cause);
+        self.fallbacks
+            .get(kind.index() * CAUSES + cause.expect("every cause is in ALL")) as u64
+    }
+
     /// Requests of `kind` submitted so far.
     pub fn requests(&self, kind: OpKind) -> u64 {
         self.requests.get(kind.index()) as u64
@@ -174,6 +202,7 @@ impl Render for EngineMetrics {
         self.batches.render(out);
         self.batched_requests.render(out);
         self.scalar_computed.render(out);
+        self.fallbacks.render(out);
         self.latency.render(out);
         self.batch_size.render(out);
         self.queue_wait.render(out);

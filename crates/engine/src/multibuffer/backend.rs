@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendKind, Job, Reply};
+use crate::backend::{Backend, BackendKind, FallbackCause, Job, Reply};
 use crate::cost::{Crossovers, Operation};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::ecdsa::{self, EcKey};
@@ -14,7 +14,7 @@ use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::kernel::{CryptoMb, Kernels};
 use crate::multibuffer::kx;
 use crate::multibuffer::rsa::{self, RsaCrtKey};
-use crate::op::{CryptoError, CryptoOp, CryptoOutput, KxGroup, OpKind};
+use crate::op::{CryptoOp, CryptoOutput, KxGroup, OpKind};
 use crate::scalar;
 use crate::signing_key::BatchKey;
 
@@ -49,6 +49,14 @@ impl MultibufferBackend {
 
     fn scalar(&self, op: CryptoOp, reply: Reply) {
         self.metrics.computed_scalar(op.kind());
+        reply.complete(scalar::compute(op));
+    }
+
+    /// Computes on the scalar path a request its batch failed (see [`FallbackCause`]): a
+    /// fault of crypto_mb or of the lane bookkeeping costs the request a scalar
+    /// operation, not its handshake. Only if the scalar path fails too does it fail.
+    fn fall_back(&self, op: CryptoOp, reply: Reply, cause: FallbackCause) {
+        self.metrics.fell_back(op.kind(), cause);
         reply.complete(scalar::compute(op));
     }
 
@@ -121,11 +129,10 @@ impl MultibufferBackend {
             .collect();
         let results = rsa::private_crt_on(&*self.kernels, bits, &inputs);
         for (lane, result) in lanes.into_iter().zip(results) {
-            lane.reply.complete(
-                result
-                    .map(CryptoOutput::Signature)
-                    .map_err(|_| CryptoError::SignFailed),
-            );
+            match result {
+                Ok(signature) => lane.reply.complete(Ok(CryptoOutput::Signature(signature))),
+                Err(e) => self.fall_back(lane.op, lane.reply, e.into()),
+            }
         }
     }
 
@@ -137,11 +144,14 @@ impl MultibufferBackend {
             return;
         }
         let (ops, replies): (Vec<CryptoOp>, Vec<Reply>) = jobs.into_iter().unzip();
-        let (results, computed_scalar) = kx::compute_on(&*self.kernels, group, ops);
-        for _ in 0..computed_scalar {
+        let batch = kx::compute_on(&*self.kernels, group, ops);
+        for _ in 0..batch.computed_scalar {
             self.metrics.computed_scalar(group.op_kind());
         }
-        for (reply, result) in replies.into_iter().zip(results) {
+        for cause in batch.fallbacks {
+            self.metrics.fell_back(group.op_kind(), cause);
+        }
+        for (reply, result) in replies.into_iter().zip(batch.results) {
             reply.complete(result);
         }
     }
@@ -159,15 +169,12 @@ impl MultibufferBackend {
                 _ => unreachable!("grouped signatures"),
             })
             .collect();
-        for (reply, result) in replies
-            .into_iter()
-            .zip(ecdsa::sign_on(&*self.kernels, &inputs))
-        {
-            reply.complete(
-                result
-                    .map(CryptoOutput::Signature)
-                    .map_err(|_| CryptoError::SignFailed),
-            );
+        let results = ecdsa::sign_on(&*self.kernels, &inputs);
+        for ((op, reply), result) in ops.into_iter().zip(replies).zip(results) {
+            match result {
+                Ok(signature) => reply.complete(Ok(CryptoOutput::Signature(signature))),
+                Err(e) => self.fall_back(op, reply, e.into()),
+            }
         }
     }
 }

@@ -98,16 +98,24 @@ pub(crate) fn shared_secrets_on(
     }
 }
 
+/// What [`compute_on`] did with a batch.
+pub(crate) struct KxBatch {
+    /// Each request's result, in order.
+    pub results: Vec<Result<CryptoOutput, CryptoError>>,
+    /// Requests computed scalar instead: a key the scalar path made that cannot be
+    /// imported.
+    pub computed_scalar: usize,
+    /// Requests a lane failed and the scalar path computed (see
+    /// [`crate::FallbackCause`]): a fresh key's public half, or a shared secret the
+    /// scalar path could compute (one it refuses too was the peer's bad key).
+    pub fallbacks: Vec<crate::FallbackCause>,
+}
+
 /// Computes key-exchange requests of `group` together: one mb8 call per 8 public keys of
 /// the requests that generate, one per 8 shared secrets of those that agree. A hybrid's
 /// KEM parts are computed first, one by one, and its X25519 halves batched
-/// ([`crate::hybrid`]). Returns each request's result in order, and how many were
-/// computed scalar instead (a key the scalar path made that cannot be imported).
-pub(crate) fn compute_on(
-    kernels: &dyn Kernels,
-    group: KxGroup,
-    ops: Vec<CryptoOp>,
-) -> (Vec<Result<CryptoOutput, CryptoError>>, usize) {
+/// ([`crate::hybrid`]).
+pub(crate) fn compute_on(kernels: &dyn Kernels, group: KxGroup, ops: Vec<CryptoOp>) -> KxBatch {
     if group.kem().is_some() {
         let mut kem_parts = Vec::with_capacity(ops.len());
         let mut classical = Vec::with_capacity(ops.len());
@@ -120,8 +128,8 @@ pub(crate) fn compute_on(
                 Err(e) => kem_parts.push(Err(e)),
             }
         }
-        let (results, scalar) = compute_on(kernels, group.classical(), classical);
-        let mut results = results.into_iter();
+        let inner = compute_on(kernels, group.classical(), classical);
+        let mut results = inner.results.into_iter();
         let joined = kem_parts
             .into_iter()
             .map(|kem| {
@@ -131,12 +139,16 @@ pub(crate) fn compute_on(
                 hybrid::join(kem, classical)
             })
             .collect();
-        return (joined, scalar);
+        return KxBatch {
+            results: joined,
+            ..inner
+        };
     }
     let rng = SystemRandom::new();
     let mut results: Vec<Option<Result<CryptoOutput, CryptoError>>> =
         (0..ops.len()).map(|_| None).collect();
     let mut computed_scalar = 0;
+    let mut fallbacks = Vec::new();
     let mut lanes = Vec::with_capacity(ops.len());
     for (slot, op) in ops.into_iter().enumerate() {
         let existing = match &op {
@@ -198,12 +210,24 @@ pub(crate) fn compute_on(
         }
     }
     for (i, lane) in lanes.into_iter().enumerate() {
-        let public = publics[i]
-            .take()
-            .map(|p| p.map_err(|_| CryptoError::KeyGenFailed(group.name())));
-        let secret = shared[i]
-            .take()
-            .map(|s| s.map_err(|_| CryptoError::BadPeerKey(group.name())));
+        let (public, secret) = (publics[i].take(), shared[i].take());
+        // Inputs the lane refused before the call are the peer's; any other lane failure
+        // may be the kernel's, and the scalar path says which.
+        let fault = match (&public, &secret) {
+            (Some(Err(e)), _) => Some(*e),
+            (_, Some(Err(e))) if *e != LaneError::BadInput => Some(*e),
+            _ => None,
+        };
+        if let Some(fault) = fault {
+            let result = scalar::compute(lane.op);
+            if result.is_ok() {
+                fallbacks.push(fault.into());
+            }
+            results[lane.slot] = Some(result);
+            continue;
+        }
+        let public = public.map(|p| p.map_err(|_| CryptoError::KeyGenFailed(group.name())));
+        let secret = secret.map(|s| s.map_err(|_| CryptoError::BadPeerKey(group.name())));
         results[lane.slot] = Some(match lane.op {
             CryptoOp::KxGenerate { .. } => {
                 public
@@ -226,7 +250,11 @@ pub(crate) fn compute_on(
         .into_iter()
         .map(|r| r.expect("every request answered"))
         .collect();
-    (results, computed_scalar)
+    KxBatch {
+        results,
+        computed_scalar,
+        fallbacks,
+    }
 }
 
 /// What one key-exchange request needs from the kernels.

@@ -86,6 +86,16 @@ pub enum LaneError {
     CheckFailed,
 }
 
+impl From<LaneError> for crate::FallbackCause {
+    fn from(e: LaneError) -> Self {
+        match e {
+            LaneError::Status(_) => crate::FallbackCause::LaneError,
+            LaneError::BadInput => crate::FallbackCause::BadInput,
+            LaneError::CheckFailed => crate::FallbackCause::CheckFailed,
+        }
+    }
+}
+
 /// Computes `input^d mod n` (big-endian, `bits/8` bytes each) for up to 8 lanes, all
 /// keys of `bits` bits, with crypto_mb. Every result is raised to e = 65537 and compared
 /// with its input before it is returned, so a faulty lane can never leak a CRT signature.

@@ -553,8 +553,9 @@ fn hybrid_lanes_map_to_their_own_requests() {
             })
             .collect();
         ops.push(CryptoOp::KxGenerate { group });
-        let (mut results, scalar) = kx::compute_on(&Reference::default(), group, ops);
-        assert_eq!(scalar, 0);
+        let batch = kx::compute_on(&Reference::default(), group, ops);
+        assert_eq!((batch.computed_scalar, batch.fallbacks.len()), (0, 0));
+        let mut results = batch.results;
         let Ok(CryptoOutput::KeyPair {
             private_key,
             public,
@@ -574,7 +575,7 @@ fn hybrid_lanes_map_to_their_own_requests() {
             );
         }
         let server = X25519MLKEM768.start_and_complete(&public).unwrap();
-        let (agreed, _) = kx::compute_on(
+        let agreed = kx::compute_on(
             &Reference::default(),
             group,
             vec![CryptoOp::KxAgree {
@@ -582,7 +583,8 @@ fn hybrid_lanes_map_to_their_own_requests() {
                 private_key,
                 peer_public: server.pub_key.clone(),
             }],
-        );
+        )
+        .results;
         let Ok(CryptoOutput::Shared(ours)) = &agreed[0] else {
             panic!("{:?}", agreed[0])
         };
@@ -698,6 +700,43 @@ fn private_scalars_are_in_range_and_unbiased() {
     }
 }
 
+/// Submits `ops` concurrently to an engine on the multibuffer backend with `kernels` (one
+/// batch per kind, every handshake parked), and returns their results in order.
+fn through_the_engine(
+    kernels: Reference,
+    ops: Vec<CryptoOp>,
+) -> (
+    Vec<Result<CryptoOutput, crate::CryptoError>>,
+    Arc<EngineMetrics>,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, async {
+        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
+        let backend = MultibufferBackend::on(Box::new(kernels), metrics.clone());
+        let engine = Engine::new(Box::new(backend), FlushPolicy::default(), metrics.clone());
+        let _guards: Vec<_> = (0..ops.len() + 1)
+            .map(|_| engine.handshake_started())
+            .collect();
+        let tasks: Vec<_> = ops
+            .into_iter()
+            .map(|op| {
+                let e = engine.clone();
+                tokio::task::spawn_local(async move {
+                    e.submit(op, &HandshakeContext::starting_now()).await
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        (results, metrics)
+    })
+}
+
 /// The whole multibuffer backend on the reference kernels, under the engine: eight
 /// concurrent requests of one batch (RSA signatures with two keys and schemes mixed), each
 /// answered with a signature that verifies for its own message only.
@@ -708,52 +747,105 @@ fn the_backend_answers_every_request_with_its_own_result() {
         .iter()
         .map(|k| Arc::new(SigningKeyPair::from_der(&k.pkcs8).unwrap()))
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    tokio::task::LocalSet::new().block_on(&rt, async {
-        let metrics = Arc::new(EngineMetrics::new(BackendKind::Multibuffer));
-        let backend = MultibufferBackend::on(Box::new(Reference::default()), metrics.clone());
-        let engine = Engine::new(Box::new(backend), FlushPolicy::default(), metrics.clone());
-        let _guards: Vec<_> = (0..9).map(|_| engine.handshake_started()).collect();
-        let tasks: Vec<_> = (0..8)
-            .map(|i| {
-                let e = engine.clone();
-                let key = pairs[i % 2].clone();
-                let scheme = RSA_SCHEMES[i % RSA_SCHEMES.len()];
-                let message = format!("transcript {i}").into_bytes();
-                tokio::task::spawn_local(async move {
-                    let op = CryptoOp::Sign {
-                        key,
-                        scheme,
-                        message: message.clone(),
-                    };
-                    (
-                        i,
-                        scheme,
-                        message,
-                        e.submit(op, &HandshakeContext::starting_now()).await,
-                    )
-                })
-            })
-            .collect();
-        for t in tasks {
-            let (i, scheme, message, result) = t.await.unwrap();
+    let requests: Vec<(SignatureScheme, Vec<u8>)> = (0..8)
+        .map(|i| {
+            let scheme = RSA_SCHEMES[i % RSA_SCHEMES.len()];
+            (scheme, format!("transcript {i}").into_bytes())
+        })
+        .collect();
+    let ops = requests
+        .iter()
+        .enumerate()
+        .map(|(i, (scheme, message))| CryptoOp::Sign {
+            key: pairs[i % 2].clone(),
+            scheme: *scheme,
+            message: message.clone(),
+        })
+        .collect();
+    let (results, metrics) = through_the_engine(Reference::default(), ops);
+    for (i, ((scheme, message), result)) in requests.iter().zip(results).enumerate() {
+        let Ok(CryptoOutput::Signature(sig)) = result else {
+            panic!("request {i}: {result:?}")
+        };
+        let verifier = UnparsedPublicKey::new(rsa_verifier(*scheme), &keys[i % 2].public);
+        verifier
+            .verify(message, &sig)
+            .unwrap_or_else(|_| panic!("request {i} got another request's signature"));
+    }
+    let rsa = crate::OpKind::RsaSign;
+    assert_eq!(metrics.batches(rsa), 1, "one batch of eight");
+    assert_eq!(
+        metrics.scalar_computed(rsa),
+        0,
+        "all eight in the 8-lane call"
+    );
+}
+
+/// A faulty kernel costs its request a scalar operation, not its handshake: an RSA lane
+/// whose result fails its check, and a lane the kernel reports failed (a signature, a
+/// key share), are computed again on the scalar path, answered correctly and counted by
+/// cause. A peer's bad key is refused all the same, and is no fallback.
+#[test]
+fn requests_a_faulty_lane_fails_are_computed_scalar_and_counted() {
+    use crate::{FallbackCause, OpKind};
+    let key = &rsa_keys()[0];
+    let pair = Arc::new(SigningKeyPair::from_der(&key.pkcs8).unwrap());
+    let sign = |i: usize| CryptoOp::Sign {
+        key: pair.clone(),
+        scheme: SignatureScheme::RSA_PSS_SHA256,
+        message: format!("m{i}").into_bytes(),
+    };
+    let lane_error = crypto_mb_sys::MBX_STATUS_NULL_PARAM_ERR;
+    for (corrupt, fail, cause) in [
+        (Some(3), None, FallbackCause::CheckFailed),
+        (None, Some((5, lane_error)), FallbackCause::LaneError),
+    ] {
+        let kernels = Reference::default();
+        kernels.corrupt_rsa_lane.set(corrupt);
+        kernels.fail_lane.set(fail);
+        let (results, metrics) = through_the_engine(kernels, (0..8).map(sign).collect());
+        for (i, result) in results.into_iter().enumerate() {
             let Ok(CryptoOutput::Signature(sig)) = result else {
-                panic!("request {i}: {result:?}")
+                panic!("{cause:?}: request {i}: {result:?}")
             };
-            let verifier = UnparsedPublicKey::new(rsa_verifier(scheme), &keys[i % 2].public);
-            verifier
-                .verify(&message, &sig)
-                .unwrap_or_else(|_| panic!("request {i} got another request's signature"));
+            UnparsedPublicKey::new(&signature::RSA_PSS_2048_8192_SHA256, &key.public)
+                .verify(format!("m{i}").as_bytes(), &sig)
+                .unwrap_or_else(|_| panic!("{cause:?}: request {i} does not verify"));
         }
-        let rsa = crate::OpKind::RsaSign;
-        assert_eq!(metrics.batches(rsa), 1, "one batch of eight");
-        assert_eq!(
-            metrics.scalar_computed(rsa),
-            0,
-            "all eight in the 8-lane call"
-        );
-    });
+        assert_eq!(metrics.fallbacks(OpKind::RsaSign, cause), 1, "{cause:?}");
+        assert_eq!(metrics.batches(OpKind::RsaSign), 1);
+    }
+    // Key shares: lane 2's public key fails; a low-order peer in lane 6 is refused.
+    let group = KxGroup::X25519;
+    let peer = aws_public(
+        group,
+        &kx::random_private(group, &SystemRandom::new()).unwrap(),
+    );
+    let ops = (0..8)
+        .map(|i| CryptoOp::KxGenerateAgree {
+            group,
+            peer_public: if i == 6 { vec![0; 32] } else { peer.clone() },
+        })
+        .collect();
+    let kernels = Reference::default();
+    kernels.fail_lane.set(Some((2, lane_error)));
+    let (results, metrics) = through_the_engine(kernels, ops);
+    for (i, result) in results.iter().enumerate() {
+        match (i, result) {
+            (6, Err(crate::CryptoError::BadPeerKey(_))) => {}
+            (6, other) => panic!("a low-order peer was accepted: {other:?}"),
+            (_, Ok(CryptoOutput::PublicAndShared { public, shared })) => {
+                assert_eq!((public.len(), shared.len()), (32, 32), "lane {i}")
+            }
+            (_, other) => panic!("lane {i}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        metrics.fallbacks(OpKind::X25519, FallbackCause::LaneError),
+        1
+    );
+    assert_eq!(
+        metrics.fallbacks(OpKind::X25519, FallbackCause::BadInput),
+        0
+    );
 }
