@@ -6,6 +6,7 @@
 
 mod access_log;
 mod admin;
+mod admission;
 mod config;
 mod connection;
 mod health_checks;
@@ -168,6 +169,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         connection_limit: Arc::new(Semaphore::new(config.max_connections)),
         shutdown: shutdown_rx.clone(),
         shutdown_grace: config.shutdown_grace,
+        handshake_queue: config.handshake_queue,
         engine: EngineSpec {
             backend,
             policy: FlushPolicy {
@@ -375,6 +377,10 @@ fn reload(
                 (
                     "limits.max_connections",
                     config.max_connections != running.max_connections,
+                ),
+                (
+                    "limits.handshake_queue",
+                    config.handshake_queue != running.handshake_queue,
                 ),
             ] {
                 if changed {

@@ -1,6 +1,7 @@
 //! The server's series (connections, handshakes, responses, data paths) and the
 //! exposition `GET /metrics` serves, with every crate's series in it.
 
+use crate::admission::Refusal;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -101,6 +102,7 @@ pub struct Metrics {
     data_paths: Labelled<2>,
     ktls_fallbacks: Labelled<{ FallbackCause::ALL.len() }>,
     ktls_refused: Counter,
+    handshakes_refused: Labelled<{ Refusal::ALL.len() }>,
     /// Shared with every connection's record layer.
     pub traffic: Arc<TrafficCounters>,
     /// Shared with every worker's engine.
@@ -183,6 +185,11 @@ impl Metrics {
                 "terminus_ktls_refused_total",
                 "Connections closed because their ktls = required listener could not hand them to the kernel.",
             ),
+            handshakes_refused: Labelled::counter(
+                "terminus_handshakes_refused_total",
+                "Connections turned away by admission control (limits.handshake_queue): reset at accept, or refused with an alert after the ClientHello.",
+                label_values("cause", Refusal::ALL.map(Refusal::name), ""),
+            ),
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
@@ -231,6 +238,10 @@ impl Metrics {
         self.ktls_refused.inc();
     }
 
+    pub(crate) fn handshake_refused(&self, why: Refusal) {
+        self.handshakes_refused.inc(why as usize);
+    }
+
     pub fn response(&self, status: u16) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
         self.responses.inc(class);
@@ -239,7 +250,7 @@ impl Metrics {
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = Exposition::new();
-        let own: [&dyn Render; 10] = [
+        let own: [&dyn Render; 11] = [
             &self.connections_open,
             &self.connections_total,
             &self.accept_errors,
@@ -250,6 +261,7 @@ impl Metrics {
             &self.data_paths,
             &self.ktls_fallbacks,
             &self.ktls_refused,
+            &self.handshakes_refused,
         ];
         for series in own {
             series.render(&mut out);

@@ -1,6 +1,7 @@
 //! A worker: one thread, one current-thread tokio runtime, its own listeners and its own
 //! crypto engine. Connections never move between workers, so nothing here is `Send`.
 
+use crate::admission::{Admission, Refusal};
 use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
@@ -27,6 +28,8 @@ pub struct Shared {
     pub connection_limit: Arc<Semaphore>,
     pub shutdown: watch::Receiver<bool>,
     pub shutdown_grace: Duration,
+    /// `limits.handshake_queue`: each worker's admission bound.
+    pub handshake_queue: Duration,
     /// Each worker's crypto engine.
     pub engine: EngineSpec,
     /// What the kernel's TLS can take, probed at start-up.
@@ -36,6 +39,7 @@ pub struct Shared {
 pub(crate) struct Worker {
     pub(crate) shared: Shared,
     pub(crate) engine: Engine,
+    pub(crate) admission: Rc<Admission>,
     open: Cell<usize>,
     drained: Notify,
     /// Fallback causes already logged by this worker: one debug line per cause.
@@ -84,6 +88,7 @@ pub fn run(
     local.block_on(&runtime, async move {
         let worker = Rc::new(Worker {
             engine: shared.engine.build(shared.metrics.engine.clone()),
+            admission: Admission::new(shared.handshake_queue),
             shared,
             open: Cell::new(0),
             drained: Notify::new(),
@@ -135,6 +140,18 @@ async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) 
         // one to close and this worker accepts nothing more: no spin, and at most one
         // waiting connection per worker beyond the limit.
         let accepted = match accepted {
+            Ok((socket, _))
+                if !worker
+                    .admission
+                    .at_accept(terminus_sys::tcp_quiet_for(&socket).unwrap_or_default()) =>
+            {
+                // Overloaded: turned away unread, with a reset (no FIN handshake, no
+                // TIME_WAIT), and the next connection accepted at once: the stale ones
+                // in the listen queue go in a few µs each.
+                let _ = socket2::SockRef::from(&socket).set_linger(Some(Duration::ZERO));
+                worker.shared.metrics.handshake_refused(Refusal::AtAccept);
+                continue;
+            }
             Ok(conn) => tokio::select! {
                 p = worker.shared.connection_limit.clone().acquire_owned() => match p {
                     Ok(permit) => Ok((conn, permit)),

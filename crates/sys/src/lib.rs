@@ -42,11 +42,20 @@ pub fn configured_cpus() -> usize {
 
 /// User plus system CPU time of the whole process so far.
 pub fn process_cpu_time() -> io::Result<Duration> {
+    cpu_time(libc::RUSAGE_SELF)
+}
+
+/// User plus system CPU time of the calling thread so far.
+pub fn thread_cpu_time() -> io::Result<Duration> {
+    cpu_time(libc::RUSAGE_THREAD)
+}
+
+fn cpu_time(who: libc::c_int) -> io::Result<Duration> {
     // SAFETY: rusage is a plain C struct for which all-zero is valid; getrusage writes
     // only into the one we pass.
     let (rc, usage) = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
-        let rc = libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        let rc = libc::getrusage(who, &mut usage);
         (rc, usage)
     };
     if rc != 0 {
@@ -109,6 +118,31 @@ pub fn open_beneath(dir: impl AsFd, path: &[u8]) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
+/// How long ago the TCP connection `socket` last received data, or was established if it
+/// has received none (the kernel's `tcpi_last_data_recv`, to its tick: 1-10 ms). For a
+/// connection just accepted, that is how long it waited in the listen queue, or how long
+/// its first bytes have.
+pub fn tcp_quiet_for(socket: impl AsFd) -> io::Result<Duration> {
+    // SAFETY: tcp_info is a plain C struct of integers, for which all-zero is valid.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that large, and
+    // the new length into `len`; the fd is borrowed for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Duration::from_millis(u64::from(info.tcpi_last_data_recv)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +161,19 @@ mod tests {
             assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{escape:?}: {e}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What admission control reads at accept: a connection left in the listen queue
+    /// reports the time it waited there.
+    #[test]
+    fn a_connection_reports_how_long_it_waited_to_be_accepted() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let (accepted, _) = listener.accept().unwrap();
+        let waited = tcp_quiet_for(&accepted).unwrap();
+        assert!(waited >= Duration::from_millis(40), "{waited:?}");
+        assert!(thread_cpu_time().is_ok());
     }
 
     #[test]

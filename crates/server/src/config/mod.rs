@@ -150,6 +150,8 @@ pub struct Config {
     pub keepalive_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_connections: usize,
+    /// Admission control's bound on a worker's handshake work (zero: off).
+    pub handshake_queue: Duration,
     pub access_log: AccessLogTarget,
     pub log_level: tracing::Level,
     pub admin: Option<SocketAddr>,

@@ -303,6 +303,11 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             Duration::from_secs(10),
         )?,
         max_connections: raw.limits.max_connections.unwrap_or(10_000).max(1),
+        handshake_queue: duration(
+            &raw.limits.handshake_queue,
+            "handshake_queue",
+            Duration::from_secs(1),
+        )?,
         access_log,
         log_level: match &raw.log.level {
             None => tracing::Level::INFO,

@@ -94,6 +94,7 @@ pub struct TimeoutsSection {
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
     pub max_connections: Option<usize>,
+    pub handshake_queue: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

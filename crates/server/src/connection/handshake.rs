@@ -1,5 +1,6 @@
 //! Stage 2: the TLS handshake, its crypto in the worker's engine.
 
+use rustls::AlertDescription;
 use std::rc::Rc;
 
 use rustls::ServerConnection;
@@ -41,6 +42,16 @@ impl Hello {
         )
         .await
         .map_err(Closed::Handshake)?;
+        // Work taken on until the handshake ends, however it ends.
+        let Some(_admitted) = worker.admission.at_hello(read.offers_resumption()) else {
+            read.refuse(
+                &accepted.socket,
+                AlertDescription::InternalError,
+                &metrics.traffic,
+            )
+            .await;
+            return Err(Closed::Overloaded);
+        };
         let done = timeout_at(
             accepted.handshake_deadline,
             handshake(

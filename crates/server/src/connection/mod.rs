@@ -31,6 +31,7 @@ use terminus_tls::HandshakeError;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::admission::Refusal;
 use crate::config::Listen;
 use crate::metrics::HandshakeFailure;
 use crate::site::Site;
@@ -119,6 +120,8 @@ pub(crate) enum Closed {
     KtlsFailed(terminus_tls::ktls::OffloadError),
     /// The userspace record layer could not be built.
     Userspace(std::io::Error),
+    /// Admission control refused the handshake (the worker is overloaded).
+    Overloaded,
 }
 
 impl Closed {
@@ -142,6 +145,7 @@ impl Closed {
                 tracing::warn!(%peer, "kernel TLS hand-off failed, connection closed: {e}");
             }
             Closed::Userspace(e) => tracing::debug!(%peer, "{e}"),
+            Closed::Overloaded => metrics.handshake_refused(Refusal::AtHello),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Version checks on the ClientHello that rustls leaves to the server.
+//! Version checks on the ClientHello that rustls leaves to the server, and whether it
+//! asks to resume (for the server's admission control: resumptions are cheap).
 //!
 //! rustls answers a client whose versions it does not share with `handshake_failure`, and
 //! knows nothing of TLS_FALLBACK_SCSV. RFC 8446 (section 4.2.1, and 4.1.2 for clients
@@ -16,6 +17,8 @@ use crate::record::whole_records;
 /// RFC 7507's signalling cipher suite value.
 const TLS_FALLBACK_SCSV: u16 = 0x5600;
 const EXTENSION_SUPPORTED_VERSIONS: u16 = 43;
+const EXTENSION_SESSION_TICKET: u16 = 35;
+const EXTENSION_PRE_SHARED_KEY: u16 = 41;
 const RECORD_HANDSHAKE: u8 = 22;
 const HANDSHAKE_CLIENT_HELLO: u8 = 1;
 const TLS12: u16 = 0x0303;
@@ -51,6 +54,9 @@ struct Offer {
     /// whatever its legacy_version says).
     legacy: u16,
     fallback: bool,
+    /// A TLS 1.3 pre_shared_key or a non-empty TLS 1.2 session ticket. (A session ID
+    /// alone says nothing: TLS 1.3 clients send a random one.)
+    resumption: bool,
 }
 
 impl Offer {
@@ -83,6 +89,12 @@ pub(crate) fn check(records: &[u8], enabled: &[ProtocolVersion]) -> Option<Downg
     (offer.fallback && offer.highest() < ours).then_some(Downgrade::InappropriateFallback)
 }
 
+/// Whether the ClientHello at the head of `records` offers to resume a session; false
+/// when it does not parse.
+pub(crate) fn offers_resumption(records: &[u8]) -> bool {
+    parse(records).is_some_and(|offer| offer.resumption)
+}
+
 fn parse(records: &[u8]) -> Option<Offer> {
     let message = handshake_message(records)?;
     let mut r = Reader(&message);
@@ -100,10 +112,13 @@ fn parse(records: &[u8]) -> Option<Offer> {
     }
     body.vec(1)?;
     let mut listed = None;
+    let mut resumption = false;
     if let Some(extensions) = body.vec(2) {
         let mut extensions = Reader(extensions);
         while let Some(kind) = extensions.u16() {
             let data = extensions.vec(2)?;
+            resumption |= kind == EXTENSION_PRE_SHARED_KEY
+                || (kind == EXTENSION_SESSION_TICKET && !data.is_empty());
             if kind == EXTENSION_SUPPORTED_VERSIONS {
                 let mut list = Reader(Reader(data).vec(1)?);
                 let mut versions = Vec::new();
@@ -120,6 +135,7 @@ fn parse(records: &[u8]) -> Option<Offer> {
         listed,
         legacy,
         fallback,
+        resumption,
     })
 }
 
@@ -187,6 +203,17 @@ mod tests {
 
     /// A ClientHello in records of at most `fragment` bytes.
     fn hello(legacy: u16, suites: &[u16], versions: Option<&[u16]>, fragment: usize) -> Vec<u8> {
+        hello_with(legacy, suites, versions, fragment, &[])
+    }
+
+    /// [`hello`] with `extra` extensions (type, data) after the others.
+    fn hello_with(
+        legacy: u16,
+        suites: &[u16],
+        versions: Option<&[u16]>,
+        fragment: usize,
+        extra: &[(u16, &[u8])],
+    ) -> Vec<u8> {
         let mut body = legacy.to_be_bytes().to_vec();
         body.extend([7u8; 32]);
         body.push(0);
@@ -206,6 +233,11 @@ mod tests {
                 extensions.extend(v.to_be_bytes());
             }
         }
+        for (kind, data) in extra {
+            extensions.extend(kind.to_be_bytes());
+            extensions.extend((data.len() as u16).to_be_bytes());
+            extensions.extend(*data);
+        }
         body.extend((extensions.len() as u16).to_be_bytes());
         body.extend(extensions);
         let mut message = vec![HANDSHAKE_CLIENT_HELLO];
@@ -222,6 +254,23 @@ mod tests {
 
     fn versions(v: &[u16]) -> Vec<ProtocolVersion> {
         v.iter().map(|v| ProtocolVersion::from(*v)).collect()
+    }
+
+    #[test]
+    fn a_psk_or_a_ticket_is_a_resumption_and_an_empty_ticket_is_not() {
+        let offer = |extra: &[(u16, &[u8])]| {
+            let h = hello_with(TLS12, &[0x1301], Some(&[TLS13, TLS12]), 200, extra);
+            offers_resumption(&h)
+        };
+        assert!(!offer(&[]));
+        assert!(offer(&[(EXTENSION_PRE_SHARED_KEY, &[0, 4, 1, 2, 3, 4])]));
+        assert!(offer(&[(EXTENSION_SESSION_TICKET, &[9; 100])]));
+        // Sent empty by a client that can take a ticket but has none.
+        assert!(!offer(&[(EXTENSION_SESSION_TICKET, &[])]));
+        assert!(
+            !offers_resumption(&[22, 3, 1, 0, 1, 1]),
+            "not a ClientHello"
+        );
     }
 
     #[test]

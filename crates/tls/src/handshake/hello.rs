@@ -5,7 +5,7 @@
 //! before a byte of the handshake is answered or any crypto is asked for.
 
 use rustls::server::{Accepted, Acceptor, ClientHello};
-use rustls::ProtocolVersion;
+use rustls::{AlertDescription, ProtocolVersion};
 use terminus_engine::{Engine, HandshakeGuard};
 use tokio::net::TcpStream;
 
@@ -43,6 +43,22 @@ impl ClientHelloRead {
             Some(refused) => Err(refuse(stream, refused, counters).await),
             None => Ok(()),
         }
+    }
+
+    /// Whether the client asks to resume a session (a TLS 1.3 PSK or a TLS 1.2 ticket):
+    /// such a handshake costs no signature, and admission control lets it in first.
+    pub fn offers_resumption(&self) -> bool {
+        downgrade::offers_resumption(self.inbox.all())
+    }
+
+    /// Refuses the connection before anything is answered, with a fatal `alert`.
+    pub async fn refuse(
+        &self,
+        stream: &TcpStream,
+        alert: AlertDescription,
+        counters: &TrafficCounters,
+    ) {
+        refuse_with(stream, alert, counters).await;
     }
 
     /// Every byte the client sent so far, the ClientHello first, for passing the
