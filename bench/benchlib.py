@@ -154,12 +154,12 @@ http {{
 """
 
 
-def haproxy_config(work: Path, port: int, key: str, version=None, resumption=False) -> str:
+def haproxy_config(work: Path, port: int, key: str, version=None, resumption=False, tune="") -> str:
     vs = versions_list(version)
     tickets = "" if resumption else " no-tls-tickets"
     cache = "" if resumption else "    tune.ssl.cachesize 0\n"
     return f"""global
-    nbthread 1
+{tune}    nbthread 1
     cpu-map 1/1 0
     maxconn 8000
     # return file answers from one buffer: room for a 16 KiB file and its head.
@@ -183,8 +183,9 @@ frontend bench
 
 
 def start_server(server: str, work: Path, port: int, key: str, version=None, resumption=False,
-                 admin_port=None, cgroup=False):
-    """Starts `terminus-BACKEND[@PATH]`, `nginx` or `haproxy`; returns (Popen, config text)."""
+                 admin_port=None, cgroup=False, tune=""):
+    """Starts `terminus-BACKEND[@PATH]`, `nginx` or `haproxy`; returns (Popen, config text).
+    `tune`: lines for HAProxy's global section, or TOML appended to terminus's config."""
     name = server.split("@")[0]
     conf = work / f"{name}-{key}.conf"
     err = open(work / f"{name}.err", "a")
@@ -195,14 +196,14 @@ def start_server(server: str, work: Path, port: int, key: str, version=None, res
         env = {k: v for k, v in os.environ.items() if k != "NGINX"}
         cmd = ["nginx", "-c", str(conf), "-p", str(work)]
     elif name == "haproxy":
-        text = haproxy_config(work, port, key, version, resumption)
+        text = haproxy_config(work, port, key, version, resumption, tune)
         conf.write_text(text)
         env = dict(os.environ)
         cmd = ["haproxy", "-db", "-f", str(conf)]
     elif name.startswith("terminus-"):
         _, _, path = server.partition("@")
         binary = Path(path) if path else REPO / "target/release/terminus"
-        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption)
+        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption) + tune
         conf.write_text(text)
         env = dict(os.environ, RUST_LOG="warn")
         cmd = [str(binary), "serve", "--config", str(conf)]

@@ -38,6 +38,9 @@ impl Failure {
                 "connect_refused".into()
             }
             Failure::Connect(e) if e.kind() == io::ErrorKind::TimedOut => "connect_timeout".into(),
+            // The server reset the connection before the client saw it established: a
+            // server shedding load at accept.
+            Failure::Connect(e) if peer_closed(e) => "connect_reset".into(),
             Failure::Connect(_) => "connect_error".into(),
             Failure::ConnectTimeout => "connect_timeout".into(),
             Failure::Handshake(e) => match rustls_error(e) {

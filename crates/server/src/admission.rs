@@ -30,6 +30,8 @@ const REFUSAL_COST: Duration = Duration::from_micros(20);
 const REFUSAL_SHARE: f64 = 0.05;
 /// The cost assumed before the first measurement: a scalar RSA-2048 handshake.
 const FIRST_COST: Duration = Duration::from_micros(500);
+/// How far beyond the bound resumptions are taken on, and so connections read.
+const RESUMPTION_ROOM: f64 = 1.25;
 
 /// One worker's admission state.
 pub(crate) struct Admission {
@@ -71,16 +73,30 @@ impl Refusal {
     }
 }
 
-/// An admitted handshake: counted as work taken on until dropped.
-pub(crate) struct Ticket(Rc<Admission>);
+/// A connection taken on: counted as handshake work until dropped.
+pub(crate) struct Ticket {
+    admission: Rc<Admission>,
+    /// Counts in the cost measurement when dropped (it did a handshake's work).
+    worked: bool,
+}
+
+impl Ticket {
+    /// Gives the room back without counting as a handshake done: a connection refused
+    /// after its ClientHello, or passed through untouched.
+    pub(crate) fn cancel(mut self) {
+        self.worked = false;
+    }
+}
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let a = &self.0;
+        let a = &self.admission;
         a.admitted.set(a.admitted.get() - 1);
-        let mut w = a.window.get();
-        w.finished += 1;
-        a.window.set(w);
+        if self.worked {
+            let mut w = a.window.get();
+            w.finished += 1;
+            a.window.set(w);
+        }
     }
 }
 
@@ -101,22 +117,49 @@ impl Admission {
         })
     }
 
-    /// Whether a connection just accepted, after `waited` in the listen queue, may be
-    /// read; false: reset it. A connection that waited longer than the bound, less the
-    /// work admitted before it, would be answered too late: the queue that builds under
-    /// overload is the kernel's, which the work taken on does not see.
-    pub(crate) fn at_accept(&self, waited: Duration) -> bool {
+    /// Whether admission control is on: the accept loop then drains the listen queue
+    /// each time it runs, since every connection beyond the bound costs only a reset.
+    pub(crate) fn bounded(&self) -> bool {
+        self.bound.is_some()
+    }
+
+    /// Takes on a connection just accepted after `waited` in the listen queue, or says to
+    /// reset it: when the time it waited and the work taken on before it (its own
+    /// included) go beyond the bound, it would be answered too late. Up to a quarter more
+    /// is read, for a resumption's sake (see [`Admission::at_hello`]), unless refusing
+    /// ClientHellos has come to cost too much.
+    pub(crate) fn at_accept(self: &Rc<Self>, waited: Duration) -> Option<Ticket> {
         self.roll();
-        let Some(bound) = self.bound else {
-            return true;
-        };
-        let stale = waited + self.cost.get() * self.admitted.get() > bound;
-        if stale || (self.shedding.get() && self.full(1.0)) {
-            // Counted as a refusal too: shedding lasts while the flood would cost that much.
-            self.refused();
-            return false;
+        if let Some(bound) = self.bound {
+            let room = if self.shedding.get() {
+                1.0
+            } else {
+                RESUMPTION_ROOM
+            };
+            let ahead = waited + self.cost.get() * (self.admitted.get() + 1);
+            if ahead.as_secs_f64() > bound.as_secs_f64() * room {
+                self.refused();
+                return None;
+            }
         }
-        true
+        self.admitted.set(self.admitted.get() + 1);
+        Some(Ticket {
+            admission: self.clone(),
+            worked: true,
+        })
+    }
+
+    /// Keeps `ticket` for a handshake whose ClientHello was read (`resumption`: it asks
+    /// to resume), or refuses a full handshake beyond the bound, the room above it being
+    /// the resumptions'.
+    pub(crate) fn at_hello(&self, ticket: Ticket, resumption: bool) -> Option<Ticket> {
+        self.roll();
+        if resumption || !self.over(1.0) {
+            return Some(ticket);
+        }
+        self.refused();
+        ticket.cancel();
+        None
     }
 
     fn refused(&self) {
@@ -125,25 +168,12 @@ impl Admission {
         self.window.set(w);
     }
 
-    /// Admits a handshake whose ClientHello was read (`resumption`: it asks to resume),
-    /// or says no.
-    pub(crate) fn at_hello(self: &Rc<Self>, resumption: bool) -> Option<Ticket> {
-        self.roll();
-        let room = if resumption { 1.25 } else { 1.0 };
-        if self.full(room) {
-            self.refused();
-            return None;
-        }
-        self.admitted.set(self.admitted.get() + 1);
-        Some(Ticket(self.clone()))
-    }
-
-    /// The work taken on, with one more handshake, is over `share` of the bound.
-    fn full(&self, share: f64) -> bool {
+    /// The work taken on is over `share` of the bound.
+    fn over(&self, share: f64) -> bool {
         let Some(bound) = self.bound else {
             return false;
         };
-        let work = self.cost.get() * (self.admitted.get() + 1);
+        let work = self.cost.get() * self.admitted.get();
         work.as_secs_f64() > bound.as_secs_f64() * share
     }
 
@@ -183,90 +213,86 @@ fn thread_cpu() -> Duration {
 mod tests {
     use super::*;
 
-    /// Room for `bound / FIRST_COST` handshakes until a measurement says otherwise.
-    #[test]
-    fn full_handshakes_are_admitted_up_to_the_bound_and_resumptions_a_quarter_beyond() {
-        let admission = Admission::new(FIRST_COST * 20);
-        let full: Vec<Ticket> = (0..20)
+    fn take(admission: &Rc<Admission>, n: usize) -> Vec<Ticket> {
+        (0..n)
             .map(|i| {
                 admission
-                    .at_hello(false)
-                    .unwrap_or_else(|| panic!("full handshake {i} refused"))
+                    .at_accept(Duration::ZERO)
+                    .unwrap_or_else(|| panic!("connection {i} reset"))
             })
-            .collect();
-        assert!(
-            admission.at_hello(false).is_none(),
-            "the 21st is over the bound"
-        );
-        let resumed: Vec<Ticket> = (0..5)
-            .map(|i| {
-                admission
-                    .at_hello(true)
-                    .unwrap_or_else(|| panic!("resumption {i} refused"))
-            })
-            .collect();
-        assert!(
-            admission.at_hello(true).is_none(),
-            "room for a quarter more only"
-        );
-        assert!(
-            !admission.at_accept(Duration::ZERO),
-            "the work ahead is over the bound"
-        );
-        drop(resumed);
-        drop(full.into_iter().next());
-        assert!(
-            admission.at_accept(Duration::ZERO),
-            "not shedding: refusals were cheap"
-        );
-        assert!(
-            admission.at_hello(false).is_some(),
-            "a finished one made room"
-        );
+            .collect()
     }
 
+    /// Room for `bound / FIRST_COST` handshakes until a measurement says otherwise, and
+    /// a quarter more for resumptions.
     #[test]
-    fn a_costly_flood_of_refusals_turns_to_resets_at_accept_while_there_is_no_room() {
-        let admission = Admission::new(FIRST_COST * 2);
-        let held: Vec<Ticket> = (0..2).filter_map(|_| admission.at_hello(false)).collect();
-        assert_eq!(held.len(), 2);
-        // More refusals in a window than REFUSAL_SHARE of it pays for.
-        let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
-        for _ in 0..over {
-            assert!(admission.at_hello(false).is_none());
-        }
-        std::thread::sleep(WINDOW);
-        assert!(!admission.at_accept(Duration::ZERO), "shedding while full");
-        drop(held);
+    fn full_handshakes_are_taken_on_up_to_the_bound_and_resumptions_a_quarter_beyond() {
+        let admission = Admission::new(FIRST_COST * 20);
+        let full: Vec<Ticket> = take(&admission, 20)
+            .into_iter()
+            .map(|t| admission.at_hello(t, false).expect("within the bound"))
+            .collect();
+        // Read, for they could be resumptions; the full one is refused after its hello.
+        let mut extra = take(&admission, 5);
         assert!(
-            admission.at_accept(Duration::ZERO),
-            "room again: read the next one"
+            admission.at_accept(Duration::ZERO).is_none(),
+            "a quarter more only"
+        );
+        assert!(admission.at_hello(extra.pop().unwrap(), false).is_none());
+        let resumed: Vec<Ticket> = extra
+            .into_iter()
+            .map(|t| admission.at_hello(t, true).expect("a resumption's room"))
+            .collect();
+        drop(resumed);
+        drop(full.into_iter().next());
+        let next = admission.at_accept(Duration::ZERO).expect("room again");
+        assert!(
+            admission.at_hello(next, false).is_some(),
+            "a finished one made room"
         );
     }
 
     #[test]
     fn a_connection_that_waited_out_the_bound_is_reset_at_accept() {
         let admission = Admission::new(FIRST_COST * 20);
-        assert!(admission.at_accept(FIRST_COST * 19));
+        assert!(admission.at_accept(FIRST_COST * 19).is_some());
         assert!(
-            !admission.at_accept(FIRST_COST * 21),
-            "waited longer than the bound"
+            admission.at_accept(FIRST_COST * 30).is_none(),
+            "waited longer than the bound and its quarter"
         );
-        let held: Vec<Ticket> = (0..10).filter_map(|_| admission.at_hello(false)).collect();
+        let _held = take(&admission, 10);
         assert!(
-            !admission.at_accept(FIRST_COST * 11),
+            admission.at_accept(FIRST_COST * 15).is_none(),
             "waited less than the bound, but the work ahead of it adds up to more"
         );
-        drop(held);
     }
 
     #[test]
-    fn no_bound_admits_everything() {
+    fn a_costly_flood_of_refusals_turns_to_resets_at_accept_beyond_the_bound() {
+        let admission = Admission::new(FIRST_COST * 4);
+        let held = take(&admission, 4);
+        // More refusals after a ClientHello in a window than REFUSAL_SHARE of it pays for.
+        let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
+        for _ in 0..over {
+            let ticket = admission
+                .at_accept(Duration::ZERO)
+                .expect("read: the quarter");
+            assert!(admission.at_hello(ticket, false).is_none());
+        }
+        std::thread::sleep(WINDOW);
+        assert!(
+            admission.at_accept(Duration::ZERO).is_none(),
+            "shedding: no quarter to read into"
+        );
+        drop(held);
+        assert!(admission.at_accept(Duration::ZERO).is_some(), "room again");
+    }
+
+    #[test]
+    fn no_bound_takes_everything() {
         let admission = Admission::new(Duration::ZERO);
-        let held: Vec<Ticket> = (0..10_000)
-            .filter_map(|_| admission.at_hello(false))
-            .collect();
+        let held = take(&admission, 10_000);
         assert_eq!(held.len(), 10_000);
-        assert!(admission.at_accept(Duration::ZERO));
+        assert!(!admission.bounded());
     }
 }

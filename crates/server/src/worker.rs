@@ -2,6 +2,7 @@
 //! crypto engine. Connections never move between workers, so nothing here is `Send`.
 
 use crate::admission::{Admission, Refusal};
+use socket2::SockRef;
 use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
@@ -140,18 +141,22 @@ async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) 
         // one to close and this worker accepts nothing more: no spin, and at most one
         // waiting connection per worker beyond the limit.
         let accepted = match accepted {
-            Ok((socket, _))
-                if !worker
-                    .admission
-                    .at_accept(terminus_sys::tcp_quiet_for(&socket).unwrap_or_default()) =>
-            {
-                // Overloaded: turned away unread, with a reset (no FIN handshake, no
-                // TIME_WAIT), and the next connection accepted at once: the stale ones
-                // in the listen queue go in a few µs each.
-                let _ = socket2::SockRef::from(&socket).set_linger(Some(Duration::ZERO));
-                worker.shared.metrics.handshake_refused(Refusal::AtAccept);
-                continue;
+            Ok((socket, peer)) => {
+                let waited = terminus_sys::tcp_quiet_for(&socket).unwrap_or_default();
+                match worker.admission.at_accept(waited) {
+                    Some(ticket) => Ok((socket, peer, ticket)),
+                    None => {
+                        // Overloaded: turned away unread, with a reset (no FIN exchange,
+                        // no TIME_WAIT), and the next connection accepted at once.
+                        let _ = SockRef::from(&socket).set_linger(Some(Duration::ZERO));
+                        worker.shared.metrics.handshake_refused(Refusal::AtAccept);
+                        continue;
+                    }
+                }
             }
+            Err(e) => Err(e),
+        };
+        let accepted = match accepted {
             Ok(conn) => tokio::select! {
                 p = worker.shared.connection_limit.clone().acquire_owned() => match p {
                     Ok(permit) => Ok((conn, permit)),
@@ -162,16 +167,19 @@ async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) 
             Err(e) => Err(e),
         };
         match accepted {
-            Ok(((socket, peer), permit)) => {
+            Ok(((socket, peer, ticket), permit)) => {
                 let open = OpenConnection::new(worker.clone(), permit);
-                let (listen, worker) = (listen.clone(), worker.clone());
+                let (listen, worker2) = (listen.clone(), worker.clone());
                 tokio::task::spawn_local(async move {
-                    connection::run(socket, peer, open, &listen, worker).await
+                    connection::run(socket, peer, open, ticket, &listen, worker2).await
                 });
-                // One accept per scheduler pass, like nginx without multi_accept:
-                // connections already in progress finish before the backlog is drained,
-                // which keeps latency bounded under overload at the same throughput.
-                tokio::task::yield_now().await;
+                // Without admission control, one accept per scheduler pass, like nginx
+                // without multi_accept: connections in progress finish before the backlog
+                // is drained. With it, the whole backlog is decided at once (what is
+                // taken on is bounded anyway): a refusal comes within one pass.
+                if !worker.admission.bounded() {
+                    tokio::task::yield_now().await;
+                }
             }
             Err(e) => {
                 worker.shared.metrics.accept_failed();

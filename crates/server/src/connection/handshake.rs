@@ -1,6 +1,8 @@
 //! Stage 2: the TLS handshake, its crypto in the worker's engine.
 
 use rustls::AlertDescription;
+
+use crate::admission::Ticket;
 use std::rc::Rc;
 
 use rustls::ServerConnection;
@@ -23,7 +25,13 @@ pub(crate) struct Established {
 impl Hello {
     /// Completes the handshake with the site's TLS configuration, by the deadline set
     /// at accept.
-    pub(super) async fn handshake(self, worker: &Rc<Worker>) -> Result<Established, Closed> {
+    /// `admitted`: the connection's room in admission control, kept until the handshake
+    /// ends, however it ends.
+    pub(super) async fn handshake(
+        self,
+        admitted: Ticket,
+        worker: &Rc<Worker>,
+    ) -> Result<Established, Closed> {
         let Hello {
             accepted,
             read,
@@ -42,8 +50,10 @@ impl Hello {
         )
         .await
         .map_err(Closed::Handshake)?;
-        // Work taken on until the handshake ends, however it ends.
-        let Some(_admitted) = worker.admission.at_hello(read.offers_resumption()) else {
+        let Some(_admitted) = worker
+            .admission
+            .at_hello(admitted, read.offers_resumption())
+        else {
             read.refuse(
                 &accepted.socket,
                 AlertDescription::InternalError,

@@ -31,7 +31,7 @@ use terminus_tls::HandshakeError;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::admission::Refusal;
+use crate::admission::{Refusal, Ticket};
 use crate::config::Listen;
 use crate::metrics::HandshakeFailure;
 use crate::site::Site;
@@ -45,6 +45,7 @@ pub(crate) async fn run(
     socket: TcpStream,
     peer: SocketAddr,
     open: OpenConnection,
+    admitted: Ticket,
     listen: &Listen,
     worker: Rc<Worker>,
 ) {
@@ -68,11 +69,15 @@ pub(crate) async fn run(
         Err(closed) => return closed.record(&worker, peer),
     };
     let route = match hello.route.clone() {
-        Route::Passthrough(upstream) => return hello.pass_through(upstream).await,
+        Route::Passthrough(upstream) => {
+            // No handshake here: no handshake work for admission control to count.
+            admitted.cancel();
+            return hello.pass_through(upstream).await;
+        }
         route => route,
     };
     let served = async {
-        let established = hello.handshake(&worker).await?;
+        let established = hello.handshake(admitted, &worker).await?;
         established.secure(ktls, &worker).await
     };
     match (served.await, route) {
