@@ -16,6 +16,7 @@
 //! to and the [`Timeline`] the engine records its queueing and batching in.
 
 mod backend;
+pub mod capacity;
 pub mod context;
 pub mod cost;
 mod engine;

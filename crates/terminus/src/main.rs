@@ -1,5 +1,6 @@
 //! The `terminus` command: `serve`, `check`, `speed` and `load`.
 
+mod capacity;
 mod load;
 mod speed;
 
@@ -47,6 +48,18 @@ enum Command {
         /// Run on N threads at once (N cores) and report the total.
         #[arg(long, value_name = "N", default_value_t = 1)]
         multi: usize,
+    },
+    /// Measure this machine's crypto capacity in appliance units: ACU (RSA-2048
+    /// private-key operations per second) per core and for the machine with a backend,
+    /// the ACU cost of every handshake operation one by one and batched, and SCU (Mbps of
+    /// record encryption) per cipher.
+    Capacity {
+        /// auto, scalar or multibuffer (as crypto.backend).
+        #[arg(long, value_name = "NAME", default_value = "auto")]
+        backend: String,
+        /// Seconds per measurement.
+        #[arg(long, value_name = "S", default_value_t = 1.0)]
+        seconds: f64,
     },
     /// Load an HTTPS server and report connect, handshake and request latency
     /// (p50/p90/p99/p99.9/max), achieved rate and errors by kind. Open loop with --rate
@@ -186,6 +199,15 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Capacity { backend, seconds } => {
+            match capacity::run(capacity::CapacityArgs { backend, seconds }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("terminus: error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Load(args) => load::run(args),
     }
 }

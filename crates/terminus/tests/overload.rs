@@ -16,32 +16,15 @@ fn a_flood_beyond_capacity_is_refused_quickly_and_the_admitted_complete() {
     let dir = TestDir::new("overload");
     let pair = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/index.html", "ok");
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 1
-[crypto]
-backend = "scalar"
-[limits]
-handshake_queue = "20ms"
-[[server]]
-names = ["localhost"]
-root = "{}"
-[[server.certificate]]
-cert = "{}"
-key = "{}"
-"#,
-            dir.path("www").display(),
-            pair.cert.display(),
-            pair.key.display()
-        ),
-    );
+    let conf = config(&dir, &pair, "[limits]\nhandshake_queue = \"20ms\"\n");
     let server = Server::start_with(
         &[
             "--config",
             conf.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--crypto-backend",
+            "scalar",
             "--no-resumption",
             "--admin",
             "127.0.0.1:0",
