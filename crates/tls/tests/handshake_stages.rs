@@ -242,6 +242,17 @@ mod refused_without_a_rustls_alert {
         [&[typ, 3, 3, len[0], len[1]][..], payload].concat()
     }
 
+    /// A client of `version` only, trusting `certs`, for `localhost`.
+    fn client_of(
+        version: &'static rustls::SupportedProtocolVersion,
+        certs: &[LoadedCert],
+    ) -> ClientConnection {
+        let config = ClientConfig::builder_with_protocol_versions(&[version])
+            .with_root_certificates(roots(certs))
+            .with_no_client_auth();
+        ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap()).unwrap()
+    }
+
     /// Sends the ClientHello and reads the server's flight until `answering` says the
     /// client has all of it; what the client would answer is not sent.
     fn until_answering(
@@ -276,12 +287,7 @@ mod refused_without_a_rustls_alert {
     /// application data record between: RFC 8446 section 5.1 (and 5246 6.2.1) owes a
     /// fatal unexpected_message, which terminus sends in the clear.
     fn interleaved_tls12(addr: SocketAddr, certs: &[LoadedCert]) -> String {
-        let config = ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS12])
-            .with_root_certificates(roots(certs))
-            .with_no_client_auth();
-        let mut conn =
-            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-                .unwrap();
+        let mut conn = client_of(&rustls::version::TLS12, certs);
         let mut tcp = connect(addr);
         until_answering(&mut conn, &mut tcp, |c| c.wants_write());
         let mut answer = Vec::new();
@@ -398,12 +404,7 @@ mod refused_without_a_rustls_alert {
     /// section 5 owes unexpected_message, which rustls sends sealed after the server's
     /// flight, as long as something processes the record without waiting for more.
     fn ccs_record_with_the_client_hello(addr: SocketAddr, certs: &[LoadedCert]) -> String {
-        let config = ClientConfig::builder_with_protocol_versions(&[&rustls::version::TLS13])
-            .with_root_certificates(roots(certs))
-            .with_no_client_auth();
-        let mut conn =
-            ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-                .unwrap();
+        let mut conn = client_of(&rustls::version::TLS13, certs);
         let mut tcp = connect(addr);
         let mut hello = Vec::new();
         while conn.wants_write() {
