@@ -67,7 +67,9 @@ impl BackendKind {
         pool: Option<&Arc<ThreadPool>>,
     ) -> Box<dyn Backend> {
         match (self, pool) {
-            (BackendKind::Threads, Some(pool)) => Box::new(ThreadPoolBackend::new(pool.clone())),
+            (BackendKind::Threads, Some(pool)) => {
+                Box::new(ThreadPoolBackend::new(pool.clone(), metrics))
+            }
             (BackendKind::Multibuffer, _) => Box::new(
                 MultibufferBackend::new(metrics)
                     .expect("multibuffer is only chosen where crypto_mb runs")
@@ -150,8 +152,9 @@ impl Reply {
     }
 }
 
-/// Why a batching backend computed a request on the scalar path after its batch failed
-/// it: the handshake does not pay for a fault of the batched code or the CPU.
+/// Why a backend computed a request on the scalar path on the worker instead of its own
+/// way: the handshake does not pay for a fault of the batched code, the CPU or the
+/// offload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FallbackCause {
     /// The batched call reported an error for the request's lane.
@@ -160,14 +163,20 @@ pub enum FallbackCause {
     CheckFailed,
     /// The batch refused the request's inputs, which the scalar path takes.
     BadInput,
+    /// The offload queue stayed full past the bounded wait (the `threads` backend).
+    QueueFull,
+    /// The offload threads are gone.
+    BackendGone,
 }
 
 impl FallbackCause {
     /// Every cause, in label order.
-    pub const ALL: [FallbackCause; 3] = [
+    pub const ALL: [FallbackCause; 5] = [
         FallbackCause::LaneError,
         FallbackCause::CheckFailed,
         FallbackCause::BadInput,
+        FallbackCause::QueueFull,
+        FallbackCause::BackendGone,
     ];
 
     /// The metrics label.
@@ -176,6 +185,8 @@ impl FallbackCause {
             FallbackCause::LaneError => "lane_error",
             FallbackCause::CheckFailed => "check_failed",
             FallbackCause::BadInput => "bad_input",
+            FallbackCause::QueueFull => "queue_full",
+            FallbackCause::BackendGone => "backend_gone",
         }
     }
 }

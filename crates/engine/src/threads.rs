@@ -2,18 +2,28 @@
 //!
 //! It stands in for an offload device (QAT): the worker hands an operation over and goes
 //! on running other connections; the completion wakes the handshake later. When the
-//! queue is full the submitting handshake waits for room instead of the queue growing.
+//! queue is full the submitting handshake waits for room instead of the queue growing,
+//! for [`QUEUE_WAIT`] at most: then the worker computes the operation itself, as it does
+//! when the threads are gone (counted as fallbacks).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 use terminus_metrics::{Counter, Exposition, Kind, Render};
 
-use crate::backend::{Backend, BackendKind, Job};
-use crate::op::{CryptoError, OpKind};
+use crate::backend::{Backend, BackendKind, FallbackCause, Job};
+use crate::metrics::EngineMetrics;
+use crate::op::OpKind;
 use crate::scalar;
+
+/// The longest a dispatch waits for room in the full queue: past it, threads that busy
+/// are no better than the worker.
+pub const QUEUE_WAIT: Duration = Duration::from_millis(10);
+/// How often a waiting dispatch looks for room.
+const QUEUE_POLL: Duration = Duration::from_millis(1);
 
 /// The crypto threads, shared by all workers of the process.
 pub struct ThreadPool {
@@ -82,12 +92,20 @@ impl Render for ThreadPool {
 #[derive(Debug, Clone)]
 pub struct ThreadPoolBackend {
     pool: Arc<ThreadPool>,
+    metrics: Arc<EngineMetrics>,
 }
 
 impl ThreadPoolBackend {
-    /// A backend sending its jobs to `pool`.
-    pub fn new(pool: Arc<ThreadPool>) -> Self {
-        Self { pool }
+    /// A backend sending its jobs to `pool`, counting fallbacks into `metrics`.
+    pub fn new(pool: Arc<ThreadPool>, metrics: Arc<EngineMetrics>) -> Self {
+        Self { pool, metrics }
+    }
+
+    /// Computes `job` here, on the worker.
+    fn fall_back(&self, job: Job, cause: FallbackCause) {
+        let (op, reply) = job.into_parts();
+        self.metrics.fell_back(op.kind(), cause);
+        reply.complete(scalar::compute(op));
     }
 }
 
@@ -107,15 +125,33 @@ impl Backend for ThreadPoolBackend {
                     Ok(()) => continue,
                     Err(flume::TrySendError::Full(job)) => job,
                     Err(flume::TrySendError::Disconnected(job)) => {
-                        let (_, reply) = job.into_parts();
-                        reply.complete(Err(CryptoError::BackendGone("threads")));
+                        self.fall_back(job, FallbackCause::BackendGone);
                         continue;
                     }
                 };
                 self.pool.backpressure_waits.inc();
-                if let Err(flume::SendError(job)) = self.pool.tx.send_async(job).await {
-                    let (_, reply) = job.into_parts();
-                    reply.complete(Err(CryptoError::BackendGone("threads")));
+                // Retried on a timer rather than awaited with send_async: a send future
+                // dropped at a deadline would drop the job (and its handshake) with it.
+                let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+                let mut job = job;
+                loop {
+                    tokio::time::sleep(QUEUE_POLL).await;
+                    job = match self.pool.tx.try_send(job) {
+                        Ok(()) => break,
+                        Err(flume::TrySendError::Full(job))
+                            if tokio::time::Instant::now() < deadline =>
+                        {
+                            job
+                        }
+                        Err(flume::TrySendError::Full(job)) => {
+                            self.fall_back(job, FallbackCause::QueueFull);
+                            break;
+                        }
+                        Err(flume::TrySendError::Disconnected(job)) => {
+                            self.fall_back(job, FallbackCause::BackendGone);
+                            break;
+                        }
+                    };
                 }
             }
         })
