@@ -370,7 +370,11 @@ where
             }
             match this.poll_fill(cx) {
                 Poll::Ready(Ok(())) => {
-                    // Processing may have queued records (a KeyUpdate answer); send them.
+                    // A KeyUpdate asking for ours is answered now. rustls holds the answer
+                    // until our next application data (RFC 8446 section 4.6.3 allows
+                    // that), and a client may wait for it before it sends the rest of its
+                    // request; an empty write releases it.
+                    let _ = this.conn.writer().write(&[]);
                     if let Poll::Ready(Err(e)) = this.poll_flush_tls(cx) {
                         return Poll::Ready(Err(e));
                     }

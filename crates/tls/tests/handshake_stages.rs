@@ -229,10 +229,12 @@ fn a_malformed_client_hello_is_the_clients_fault_and_gets_an_alert() {
     });
 }
 
-/// Records rustls 0.23 refuses without queueing an alert (issue 16): the client still gets
-/// one, never a bare close. Each client handshakes by hand up to the point where it would
-/// answer the server's flight, and sends the offending records instead of its answer.
-mod refused_without_a_rustls_alert {
+/// Clients driven record by record (issue 16). Records rustls 0.23 refuses without
+/// queueing an alert still get one, never a bare close: each such client handshakes up to
+/// the point where it would answer the server's flight and sends the offending records
+/// instead. And a KeyUpdate asking for the server's, sent in the middle of a request, is
+/// answered before the request is complete.
+mod hand_driven_clients {
     use super::*;
     use aws_lc_rs::{aead, hkdf};
     use std::sync::Mutex;
@@ -459,5 +461,55 @@ mod refused_without_a_rustls_alert {
             refused(ccs_record_with_the_client_hello, why),
             "received fatal alert: UnexpectedMessage"
         );
+    }
+
+    /// A TLS 1.3 client that sends half its data, then a KeyUpdate asking for the
+    /// server's, and waits for that before sending the rest (as tlsfuzzer's "app data
+    /// split, conversation with KeyUpdate msg" does).
+    fn key_update_mid_request(addr: SocketAddr, certs: &[LoadedCert]) -> String {
+        let mut conn = client_of(&rustls::version::TLS13, certs);
+        let mut tcp = connect(addr);
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).unwrap();
+        }
+        conn.writer().write_all(b"pi").unwrap();
+        conn.complete_io(&mut tcp).unwrap();
+        // Whatever the server sends after its handshake (tickets) is taken first, so
+        // that the next bytes can only be the KeyUpdate's answer.
+        tcp.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        while let Ok(n) = conn.read_tls(&mut tcp) {
+            if n == 0 {
+                return "closed after the handshake".into();
+            }
+            conn.process_new_packets().unwrap();
+        }
+        conn.refresh_traffic_keys().unwrap();
+        while conn.wants_write() {
+            conn.write_tls(&mut tcp).unwrap();
+        }
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .unwrap();
+        match conn.read_tls(&mut tcp) {
+            Ok(0) => return "closed instead of answering the KeyUpdate".into(),
+            Ok(_) => conn.process_new_packets().unwrap(),
+            Err(e) => return format!("no answer to the KeyUpdate: {e}"),
+        };
+        conn.writer().write_all(b"ng").unwrap();
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut tls = rustls::Stream::new(&mut conn, &mut tcp);
+        let mut byte = [0u8; 1];
+        match tls.read_exact(&mut byte) {
+            Ok(()) => "answered".into(),
+            Err(e) => format!("no reply after the KeyUpdate: {e}"),
+        }
+    }
+
+    #[test]
+    fn a_key_update_request_is_answered_before_the_request_is_complete() {
+        let (result, _, seen) = serve_one(engine(Box::new(ScalarBackend)), key_update_mid_request);
+        result.unwrap();
+        assert_eq!(seen, "answered");
     }
 }
