@@ -12,7 +12,7 @@ use crate::engine::{Engine, FlushPolicy};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::MultibufferBackend;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput};
-use crate::scalar::ScalarBackend;
+use crate::scalar::{self, ScalarBackend};
 use crate::threads::{ThreadPool, ThreadPoolBackend};
 
 /// Which backend computes the operations (`crypto.backend` in the config).
@@ -149,6 +149,14 @@ impl Reply {
     pub fn complete(self, result: Result<CryptoOutput, CryptoError>) {
         // The handshake may have timed out and gone; its result is then of no use.
         let _ = self.0.send(result);
+    }
+
+    /// Answers with `op` computed on the scalar path, on this thread, for a backend that
+    /// could not compute it its own way; counted in `metrics` by `cause`. Only if the
+    /// scalar path fails too does the handshake get an error.
+    pub(crate) fn fall_back(self, op: CryptoOp, cause: FallbackCause, metrics: &EngineMetrics) {
+        metrics.fell_back(op.kind(), cause);
+        self.complete(scalar::compute(op));
     }
 }
 

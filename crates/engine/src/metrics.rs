@@ -19,6 +19,12 @@ const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
 const OPS: usize = OpKind::COUNT;
 const CAUSES: usize = FallbackCause::ALL.len();
 
+/// Where `kind`'s count for `cause` is in the fallbacks series (causes are declared in
+/// `FallbackCause::ALL`'s order).
+fn fallback_slot(kind: OpKind, cause: FallbackCause) -> usize {
+    kind.index() * CAUSES + cause as usize
+}
+
 /// All engine series of the process for one backend.
 #[derive(Debug)]
 pub struct EngineMetrics {
@@ -161,16 +167,12 @@ impl EngineMetrics {
     }
 
     pub(crate) fn fell_back(&self, kind: OpKind, cause: FallbackCause) {
-        let cause = FallbackCause::ALL.iter().position(|c| *c == cause);
-        self.fallbacks
-            .inc(kind.index() * CAUSES + cause.expect("every cause is in ALL"));
+        self.fallbacks.inc(fallback_slot(kind, cause));
     }
 
     /// Requests of `kind` recomputed on the scalar path for `cause`.
     pub fn fallbacks(&self, kind: OpKind, cause: FallbackCause) -> u64 {
-        let cause = FallbackCause::ALL.iter().position(|c| *c == cause);
-        self.fallbacks
-            .get(kind.index() * CAUSES + cause.expect("every cause is in ALL")) as u64
+        self.fallbacks.get(fallback_slot(kind, cause)) as u64
     }
 
     /// Requests of `kind` submitted so far.
@@ -207,5 +209,18 @@ impl Render for EngineMetrics {
         self.batch_size.render(out);
         self.queue_wait.render(out);
         self.dispatch.render(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fallback_slot` reads a cause's place off its discriminant, the labels off `ALL`.
+    #[test]
+    fn fallback_causes_are_declared_in_label_order() {
+        for (i, cause) in FallbackCause::ALL.into_iter().enumerate() {
+            assert_eq!(cause as usize, i, "{cause:?}");
+        }
     }
 }

@@ -104,8 +104,7 @@ impl ThreadPoolBackend {
     /// Computes `job` here, on the worker.
     fn fall_back(&self, job: Job, cause: FallbackCause) {
         let (op, reply) = job.into_parts();
-        self.metrics.fell_back(op.kind(), cause);
-        reply.complete(scalar::compute(op));
+        reply.fall_back(op, cause, &self.metrics);
     }
 }
 

@@ -1,22 +1,26 @@
-//! Admission control: a worker takes on a handshake only if the handshake work it has
-//! already taken on can be done within `limits.handshake_queue`.
+//! Admission control: a worker takes on a connection only if the time it already waited
+//! in the listen queue and the handshake work taken on before it fit in
+//! `limits.handshake_queue`.
 //!
 //! A flood of handshakes beyond what a worker computes would otherwise queue without
 //! bound: each waits behind all the earlier ones, latency grows until clients time out,
 //! and the worker ends up computing handshakes nobody waits for any more (nginx and
-//! HAProxy at 1.5x their maximum). The work taken on is the handshakes admitted and not
-//! yet finished times what one costs this worker: its thread's CPU time per finished
-//! handshake, measured as it runs (so it covers the backend in use, the key types and the
-//! traffic mix). Beyond the bound:
+//! HAProxy at 1.5x their maximum). The work taken on is the connections admitted and not
+//! yet through their handshake times what one costs this worker: its thread's CPU time
+//! per finished handshake, measured as it runs (so it covers the backend in use, the key
+//! types and the traffic mix). The wait is the kernel's (`TCP_INFO`), since under
+//! overload the queue that builds is the listen queue, which that work does not see.
 //!
-//! - once its ClientHello is read, a full handshake is refused with a fatal
-//!   `internal_error` alert (RFC 8446: "an internal error unrelated to the peer"), so the
-//!   client learns at once that the server, not the network, said no; a resumption (no
-//!   signature, a fraction of the cost) is still admitted up to a quarter more work, so
-//!   returning clients keep getting in while new ones are turned away;
-//! - while reading and refusing ClientHellos would itself cost more than a twentieth of
-//!   the worker's time, new connections are reset at accept instead, unread (a few µs
-//!   each), so that refusing never eats the capacity it protects.
+//! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
+//!   Up to a quarter beyond it connections are still read, for resumptions' sake.
+//! - Once its ClientHello is read, a full handshake beyond the bound is refused with a
+//!   fatal `internal_error` alert (RFC 8446: "an internal error unrelated to the peer"),
+//!   so the client learns at once that the server, not the network, said no; a
+//!   resumption (no signature, a fraction of the cost) takes the quarter above it, so
+//!   returning clients keep getting in while new ones are turned away.
+//! - While reading and refusing ClientHellos would cost more than a twentieth of the
+//!   worker's time, that quarter is not read: everything beyond the bound is reset at
+//!   accept, so that refusing never eats the capacity it protects.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -123,14 +127,15 @@ impl Admission {
         self.bound.is_some()
     }
 
-    /// Takes on a connection just accepted after `waited` in the listen queue, or says to
-    /// reset it: when the time it waited and the work taken on before it (its own
-    /// included) go beyond the bound, it would be answered too late. Up to a quarter more
-    /// is read, for a resumption's sake (see [`Admission::at_hello`]), unless refusing
-    /// ClientHellos has come to cost too much.
-    pub(crate) fn at_accept(self: &Rc<Self>, waited: Duration) -> Option<Ticket> {
+    /// Takes on a connection just accepted, or says to reset it: when the time it waited
+    /// in the listen queue (`waited`, asked for only when bounded) and the work taken on
+    /// before it (its own included) go beyond the bound, it would be answered too late.
+    /// Up to a quarter more is read, for a resumption's sake (see
+    /// [`Admission::at_hello`]), unless refusing ClientHellos has come to cost too much.
+    pub(crate) fn at_accept(self: &Rc<Self>, waited: impl FnOnce() -> Duration) -> Option<Ticket> {
         self.roll();
         if let Some(bound) = self.bound {
+            let waited = waited();
             let room = if self.shedding.get() {
                 1.0
             } else {
@@ -181,10 +186,13 @@ impl Admission {
     /// worker spent per handshake finished in it, and whether refusals at the ClientHello
     /// cost too much to go on reading them.
     fn roll(&self) {
+        if self.bound.is_none() {
+            return;
+        }
         let w = self.window.get();
         let now = Instant::now();
         let elapsed = now.duration_since(w.started);
-        if elapsed < WINDOW || self.bound.is_none() {
+        if elapsed < WINDOW {
             return;
         }
         let cpu = thread_cpu();
@@ -217,7 +225,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 admission
-                    .at_accept(Duration::ZERO)
+                    .at_accept(|| Duration::ZERO)
                     .unwrap_or_else(|| panic!("connection {i} reset"))
             })
             .collect()
@@ -235,7 +243,7 @@ mod tests {
         // Read, for they could be resumptions; the full one is refused after its hello.
         let mut extra = take(&admission, 5);
         assert!(
-            admission.at_accept(Duration::ZERO).is_none(),
+            admission.at_accept(|| Duration::ZERO).is_none(),
             "a quarter more only"
         );
         assert!(admission.at_hello(extra.pop().unwrap(), false).is_none());
@@ -245,7 +253,7 @@ mod tests {
             .collect();
         drop(resumed);
         drop(full.into_iter().next());
-        let next = admission.at_accept(Duration::ZERO).expect("room again");
+        let next = admission.at_accept(|| Duration::ZERO).expect("room again");
         assert!(
             admission.at_hello(next, false).is_some(),
             "a finished one made room"
@@ -255,14 +263,14 @@ mod tests {
     #[test]
     fn a_connection_that_waited_out_the_bound_is_reset_at_accept() {
         let admission = Admission::new(FIRST_COST * 20);
-        assert!(admission.at_accept(FIRST_COST * 19).is_some());
+        assert!(admission.at_accept(|| FIRST_COST * 19).is_some());
         assert!(
-            admission.at_accept(FIRST_COST * 30).is_none(),
+            admission.at_accept(|| FIRST_COST * 30).is_none(),
             "waited longer than the bound and its quarter"
         );
         let _held = take(&admission, 10);
         assert!(
-            admission.at_accept(FIRST_COST * 15).is_none(),
+            admission.at_accept(|| FIRST_COST * 15).is_none(),
             "waited less than the bound, but the work ahead of it adds up to more"
         );
     }
@@ -275,17 +283,20 @@ mod tests {
         let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
         for _ in 0..over {
             let ticket = admission
-                .at_accept(Duration::ZERO)
+                .at_accept(|| Duration::ZERO)
                 .expect("read: the quarter");
             assert!(admission.at_hello(ticket, false).is_none());
         }
         std::thread::sleep(WINDOW);
         assert!(
-            admission.at_accept(Duration::ZERO).is_none(),
+            admission.at_accept(|| Duration::ZERO).is_none(),
             "shedding: no quarter to read into"
         );
         drop(held);
-        assert!(admission.at_accept(Duration::ZERO).is_some(), "room again");
+        assert!(
+            admission.at_accept(|| Duration::ZERO).is_some(),
+            "room again"
+        );
     }
 
     #[test]

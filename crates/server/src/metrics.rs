@@ -1,7 +1,6 @@
 //! The server's series (connections, handshakes, responses, data paths) and the
 //! exposition `GET /metrics` serves, with every crate's series in it.
 
-use crate::admission::Refusal;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +13,8 @@ use terminus_metrics::{
 use terminus_proxy::ProxyMetrics;
 use terminus_tls::handshake::bridge::BridgeMetrics;
 use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
+
+use crate::admission::Refusal;
 
 const HANDSHAKE_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,

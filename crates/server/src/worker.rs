@@ -1,8 +1,6 @@
 //! A worker: one thread, one current-thread tokio runtime, its own listeners and its own
 //! crypto engine. Connections never move between workers, so nothing here is `Send`.
 
-use crate::admission::{Admission, Refusal};
-use socket2::SockRef;
 use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
@@ -10,11 +8,13 @@ use std::rc::Rc;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use socket2::SockRef;
 use terminus_engine::{Engine, EngineSpec};
 use terminus_tls::{FallbackCause, KernelSupport};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
+use crate::admission::{Admission, Refusal};
 use crate::config::Listen;
 use crate::connection;
 use crate::http;
@@ -142,7 +142,7 @@ async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) 
         // waiting connection per worker beyond the limit.
         let accepted = match accepted {
             Ok((socket, peer)) => {
-                let waited = terminus_sys::tcp_quiet_for(&socket).unwrap_or_default();
+                let waited = || terminus_sys::tcp_quiet_for(&socket).unwrap_or_default();
                 match worker.admission.at_accept(waited) {
                     Some(ticket) => Ok((socket, peer, ticket)),
                     None => {
@@ -169,9 +169,9 @@ async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) 
         match accepted {
             Ok(((socket, peer, ticket), permit)) => {
                 let open = OpenConnection::new(worker.clone(), permit);
-                let (listen, worker2) = (listen.clone(), worker.clone());
+                let (listen, task_worker) = (listen.clone(), worker.clone());
                 tokio::task::spawn_local(async move {
-                    connection::run(socket, peer, open, ticket, &listen, worker2).await
+                    connection::run(socket, peer, open, ticket, &listen, task_worker).await
                 });
                 // Without admission control, one accept per scheduler pass, like nginx
                 // without multi_accept: connections in progress finish before the backlog

@@ -5,14 +5,10 @@ mod common;
 
 use std::process::Command;
 
-use common::terminus_bin;
+use common::{run, terminus_bin};
 
 fn capacity(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(terminus_bin())
-        .arg("capacity")
-        .args(args)
-        .output()
-        .expect("run terminus capacity");
+    let out = run(Command::new(terminus_bin()).arg("capacity").args(args));
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendKind, FallbackCause, Job, Reply};
+use crate::backend::{Backend, BackendKind, Job, Reply};
 use crate::cost::{Crossovers, Operation};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::ecdsa::{self, EcKey};
@@ -49,14 +49,6 @@ impl MultibufferBackend {
 
     fn scalar(&self, op: CryptoOp, reply: Reply) {
         self.metrics.computed_scalar(op.kind());
-        reply.complete(scalar::compute(op));
-    }
-
-    /// Computes on the scalar path a request its batch failed (see [`FallbackCause`]): a
-    /// fault of crypto_mb or of the lane bookkeeping costs the request a scalar
-    /// operation, not its handshake. Only if the scalar path fails too does it fail.
-    fn fall_back(&self, op: CryptoOp, reply: Reply, cause: FallbackCause) {
-        self.metrics.fell_back(op.kind(), cause);
         reply.complete(scalar::compute(op));
     }
 
@@ -131,7 +123,9 @@ impl MultibufferBackend {
         for (lane, result) in lanes.into_iter().zip(results) {
             match result {
                 Ok(signature) => lane.reply.complete(Ok(CryptoOutput::Signature(signature))),
-                Err(e) => self.fall_back(lane.op, lane.reply, e.into()),
+                // A fault of crypto_mb or of the lane bookkeeping costs the request a
+                // scalar operation, not its handshake.
+                Err(e) => lane.reply.fall_back(lane.op, e.into(), &self.metrics),
             }
         }
     }
@@ -173,7 +167,7 @@ impl MultibufferBackend {
         for ((op, reply), result) in ops.into_iter().zip(replies).zip(results) {
             match result {
                 Ok(signature) => reply.complete(Ok(CryptoOutput::Signature(signature))),
-                Err(e) => self.fall_back(op, reply, e.into()),
+                Err(e) => reply.fall_back(op, e.into(), &self.metrics),
             }
         }
     }

@@ -1,15 +1,13 @@
 //! Stage 2: the TLS handshake, its crypto in the worker's engine.
 
-use rustls::AlertDescription;
-
-use crate::admission::Ticket;
 use std::rc::Rc;
 
-use rustls::ServerConnection;
+use rustls::{AlertDescription, ServerConnection};
 use terminus_tls::handshake;
 use tokio::time::timeout_at;
 
 use super::{Accepted, Closed, Hello, Route};
+use crate::admission::Ticket;
 use crate::metrics::HandshakeLabels;
 use crate::worker::Worker;
 

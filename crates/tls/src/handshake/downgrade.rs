@@ -44,9 +44,9 @@ impl Downgrade {
     }
 }
 
-/// What a ClientHello says about versions.
+/// What a ClientHello says about versions and resumption, read once per connection.
 #[derive(Debug, PartialEq, Eq)]
-struct Offer {
+pub(crate) struct Offer {
     /// `supported_versions` if present, GREASE values left out.
     listed: Option<Vec<u16>>,
     /// `legacy_version`: with no `supported_versions`, the client does it and below, but
@@ -73,6 +73,22 @@ impl Offer {
             None => self.legacy.min(TLS12),
         }
     }
+
+    /// The refusal owed to this ClientHello given the versions this server has enabled;
+    /// None when rustls may go on.
+    pub(crate) fn refusal(&self, enabled: &[ProtocolVersion]) -> Option<Downgrade> {
+        let enabled: Vec<u16> = enabled.iter().map(|v| u16::from(*v)).collect();
+        if !enabled.iter().any(|v| self.accepts(*v)) {
+            return Some(Downgrade::NoCommonVersion);
+        }
+        let ours = enabled.iter().copied().max()?;
+        (self.fallback && self.highest() < ours).then_some(Downgrade::InappropriateFallback)
+    }
+
+    /// Whether the client asks to resume a session.
+    pub(crate) fn resumption(&self) -> bool {
+        self.resumption
+    }
 }
 
 /// The refusal owed to the ClientHello at the head of `records` (whole TLS records, as the
@@ -80,22 +96,11 @@ impl Offer {
 /// may go on, including when the bytes do not parse (rustls has accepted them, and judges
 /// them itself).
 pub(crate) fn check(records: &[u8], enabled: &[ProtocolVersion]) -> Option<Downgrade> {
-    let offer = parse(records)?;
-    let enabled: Vec<u16> = enabled.iter().map(|v| u16::from(*v)).collect();
-    if !enabled.iter().any(|v| offer.accepts(*v)) {
-        return Some(Downgrade::NoCommonVersion);
-    }
-    let ours = enabled.iter().copied().max()?;
-    (offer.fallback && offer.highest() < ours).then_some(Downgrade::InappropriateFallback)
+    parse(records)?.refusal(enabled)
 }
 
-/// Whether the ClientHello at the head of `records` offers to resume a session; false
-/// when it does not parse.
-pub(crate) fn offers_resumption(records: &[u8]) -> bool {
-    parse(records).is_some_and(|offer| offer.resumption)
-}
-
-fn parse(records: &[u8]) -> Option<Offer> {
+/// The ClientHello at the head of `records`; None when the bytes do not parse.
+pub(crate) fn parse(records: &[u8]) -> Option<Offer> {
     let message = handshake_message(records)?;
     let mut r = Reader(&message);
     if r.u8()? != HANDSHAKE_CLIENT_HELLO {
@@ -260,17 +265,14 @@ mod tests {
     fn a_psk_or_a_ticket_is_a_resumption_and_an_empty_ticket_is_not() {
         let offer = |extra: &[(u16, &[u8])]| {
             let h = hello_with(TLS12, &[0x1301], Some(&[TLS13, TLS12]), 200, extra);
-            offers_resumption(&h)
+            parse(&h).expect("a ClientHello").resumption()
         };
         assert!(!offer(&[]));
         assert!(offer(&[(EXTENSION_PRE_SHARED_KEY, &[0, 4, 1, 2, 3, 4])]));
         assert!(offer(&[(EXTENSION_SESSION_TICKET, &[9; 100])]));
         // Sent empty by a client that can take a ticket but has none.
         assert!(!offer(&[(EXTENSION_SESSION_TICKET, &[])]));
-        assert!(
-            !offers_resumption(&[22, 3, 1, 0, 1, 1]),
-            "not a ClientHello"
-        );
+        assert_eq!(parse(&[22, 3, 1, 0, 1, 1]), None, "not a ClientHello");
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub async fn handshake(
         accepted,
         mut inbox,
         _in_flight,
+        ..
     } = hello;
     inbox.release();
     let mut out = Vec::with_capacity(4096);

@@ -4,12 +4,14 @@
 //! caller learns the server name (and with it the virtual host, the tenant and the route)
 //! before a byte of the handshake is answered or any crypto is asked for.
 
+use std::cell::OnceCell;
+
 use rustls::server::{Accepted, Acceptor, ClientHello};
 use rustls::{AlertDescription, ProtocolVersion};
 use terminus_engine::{Engine, HandshakeGuard};
 use tokio::net::TcpStream;
 
-use super::downgrade::{self, Downgrade};
+use super::downgrade::{self, Downgrade, Offer};
 use super::driver::{refuse_with, send_alert, Inbox};
 use super::HandshakeError;
 use crate::stream::TrafficCounters;
@@ -22,6 +24,9 @@ pub struct ClientHelloRead {
     /// Counts the connection as a handshake in flight from its first byte: until its
     /// ClientHello is read it may still add crypto requests, so batches wait for it.
     pub(super) _in_flight: HandshakeGuard,
+    /// The ClientHello's version and resumption fields, read from the bytes once, when
+    /// first asked for (a passed-through connection never asks).
+    offer: OnceCell<Option<Offer>>,
 }
 
 impl ClientHelloRead {
@@ -39,7 +44,8 @@ impl ClientHelloRead {
         enabled: &[ProtocolVersion],
         counters: &TrafficCounters,
     ) -> Result<(), HandshakeError> {
-        match downgrade::check(self.inbox.all(), enabled) {
+        // Bytes that do not parse: rustls has accepted them, and judges them itself.
+        match self.offer().and_then(|offer| offer.refusal(enabled)) {
             Some(refused) => Err(refuse(stream, refused, counters).await),
             None => Ok(()),
         }
@@ -48,7 +54,13 @@ impl ClientHelloRead {
     /// Whether the client asks to resume a session (a TLS 1.3 PSK or a TLS 1.2 ticket):
     /// such a handshake costs no signature, and admission control lets it in first.
     pub fn offers_resumption(&self) -> bool {
-        downgrade::offers_resumption(self.inbox.all())
+        self.offer().is_some_and(Offer::resumption)
+    }
+
+    fn offer(&self) -> Option<&Offer> {
+        self.offer
+            .get_or_init(|| downgrade::parse(self.inbox.all()))
+            .as_ref()
     }
 
     /// Refuses the connection before anything is answered, with a fatal `alert`.
@@ -92,6 +104,7 @@ pub async fn read_client_hello(
                     accepted,
                     inbox,
                     _in_flight: in_flight,
+                    offer: OnceCell::new(),
                 })
             }
             Ok(None) => {}
