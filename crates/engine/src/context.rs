@@ -1,8 +1,8 @@
 //! The handshake a crypto request belongs to, as the engine sees it.
 //!
 //! Every request reaches [`Engine::submit`](crate::Engine::submit) with the
-//! [`HandshakeContext`] of its handshake: which host and tenant it serves (what per-tenant
-//! quotas will schedule by) and a [`Timeline`] the engine writes each request's queue,
+//! [`HandshakeContext`] of its handshake: which host it serves, the tenant [`Hold`] every
+//! request is charged to, and a [`Timeline`] the engine writes each request's queue,
 //! dispatch and answer times into (what per-phase latency is computed from). The context
 //! is made when the connection is accepted and travels with it until the handshake ends;
 //! it lives on the worker's thread and is never shared with another.
@@ -11,25 +11,9 @@ use std::cell::{Ref, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::capacity::tenant::{Class, Hold, TenantAccount};
 use crate::op::OpKind;
 use crate::signing_key::KeyAlgorithm;
-
-/// Whose capacity a handshake uses. A placeholder until crypto quotas exist: today every
-/// handshake is the default tenant's.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Tenant(Option<Arc<str>>);
-
-impl Tenant {
-    /// A tenant by name (the server block or tenant section that owns the handshake).
-    pub fn named(name: impl Into<Arc<str>>) -> Self {
-        Tenant(Some(name.into()))
-    }
-
-    /// The tenant's name, `None` for the default tenant.
-    pub fn name(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-}
 
 /// One crypto request of a handshake, from queueing to its answer.
 #[derive(Debug, Clone)]
@@ -89,17 +73,19 @@ impl Timeline {
 #[derive(Debug)]
 pub struct HandshakeContext {
     host: Option<Arc<str>>,
-    tenant: Tenant,
+    /// The tenant charged, once admitted against its quota.
+    hold: Option<Hold>,
     timeline: RefCell<Timeline>,
 }
 
 impl HandshakeContext {
-    /// A context for a connection accepted at `accepted`; host and tenant are known once
-    /// the ClientHello has been read ([`HandshakeContext::hello`]).
+    /// A context for a connection accepted at `accepted`; the host is known once the
+    /// ClientHello has been read ([`HandshakeContext::hello`]), the tenant once the
+    /// handshake is admitted ([`HandshakeContext::charge_to`]).
     pub fn new(accepted: Instant) -> Self {
         Self {
             host: None,
-            tenant: Tenant::default(),
+            hold: None,
             timeline: RefCell::new(Timeline::new(accepted)),
         }
     }
@@ -110,10 +96,9 @@ impl HandshakeContext {
         Self::new(Instant::now())
     }
 
-    /// Records the parsed ClientHello and what it resolved to.
-    pub fn hello(&mut self, host: Option<Arc<str>>, tenant: Tenant) {
+    /// Records the parsed ClientHello and the server name it asked for.
+    pub fn hello(&mut self, host: Option<Arc<str>>) {
         self.host = host;
-        self.tenant = tenant;
         self.timeline.get_mut().client_hello = Some(Instant::now());
     }
 
@@ -122,9 +107,15 @@ impl HandshakeContext {
         self.host.as_deref()
     }
 
-    /// Whose capacity the handshake uses.
-    pub fn tenant(&self) -> &Tenant {
-        &self.tenant
+    /// Charges the handshake's crypto requests to the tenant that admitted it.
+    pub fn charge_to(&mut self, hold: Hold) {
+        self.hold = Some(hold);
+    }
+
+    /// The tenant charged, and whose capacity it uses; `None` before admission (and for
+    /// handshakes outside a server).
+    pub fn tenant(&self) -> Option<(&Arc<TenantAccount>, Class)> {
+        self.hold.as_ref().map(|h| (h.account(), h.class()))
     }
 
     /// The timestamps so far (borrowed: the engine may still be writing to it).
@@ -146,6 +137,9 @@ impl HandshakeContext {
     }
 
     pub(crate) fn crypto(&self, event: CryptoEvent) {
+        if let (Some(hold), true) = (&self.hold, event.ok) {
+            hold.charge(event.kind, event.key);
+        }
         self.timeline.borrow_mut().crypto.push(event);
     }
 

@@ -293,7 +293,7 @@ impl Workload {
 
 /// The cheapest of `samples` timed calls of `f`, after one untimed warm-up call: the
 /// minimum is what the CPU can do, free of preemption and throttling noise.
-fn best_time(samples: usize, f: impl Fn() -> bool) -> Option<Duration> {
+pub(crate) fn best_time(samples: usize, f: impl Fn() -> bool) -> Option<Duration> {
     if !f() {
         return None;
     }

@@ -4,7 +4,8 @@
 //! it before the next network event: every handshake in flight on this worker is parked
 //! waiting for crypto, or the worker's event loop is about to sleep (see [`crate::idle`]);
 //! or when its oldest request has waited `max_batch_delay`. With a backend whose batch
-//! size is 1 every request is flushed at once.
+//! size is 1 every request is flushed at once. When more requests wait than a batch
+//! holds, [`crate::fair`] chooses which go first.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendKind, Job};
 use crate::context::{CryptoEvent, HandshakeContext};
+use crate::fair::{self, Fair, Rank};
 use crate::idle;
 use crate::metrics::EngineMetrics;
 use crate::op::{CryptoError, CryptoOp, CryptoOutput, OpKind};
@@ -54,7 +56,8 @@ type Dispatched = Rc<Cell<Option<(Instant, usize)>>>;
 
 #[derive(Default)]
 struct State {
-    queues: [VecDeque<(Job, Dispatched)>; OpKind::COUNT],
+    queues: [VecDeque<(Job, Dispatched, Rank)>; OpKind::COUNT],
+    fair: Fair,
     flush_armed: [bool; OpKind::COUNT],
     /// Handshakes running on this worker, and how many of them wait on the engine.
     in_flight: usize,
@@ -122,7 +125,8 @@ impl Engine {
         let parked = Parked::new(self, kind);
         let (queue_full, everyone_parked) = {
             let mut st = self.inner.state.borrow_mut();
-            st.queues[kind.index()].push_back((job, dispatched.clone()));
+            let rank = st.fair.rank(ctx, kind, key);
+            st.queues[kind.index()].push_back((job, dispatched.clone(), rank));
             (
                 st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind),
                 st.everyone_parked(),
@@ -169,10 +173,24 @@ impl Engine {
             let now = Instant::now();
             let batch: Vec<Job> = {
                 let mut st = self.inner.state.borrow_mut();
+                let st = &mut *st;
                 let q = &mut st.queues[kind.index()];
                 let n = q.len().min(max);
-                q.drain(..n)
-                    .map(|(job, dispatched)| {
+                let taken: Vec<_> = if q.len() > n {
+                    let ranks: Vec<Rank> = q.iter().map(|(_, _, rank)| *rank).collect();
+                    let chosen = fair::choose(&ranks, n);
+                    // Back to front, so that each position is still where it was chosen.
+                    let mut taken: Vec<_> =
+                        chosen.iter().rev().filter_map(|&i| q.remove(i)).collect();
+                    taken.reverse();
+                    taken
+                } else {
+                    q.drain(..).collect()
+                };
+                taken
+                    .into_iter()
+                    .map(|(job, dispatched, rank)| {
+                        st.fair.dispatched(rank);
                         dispatched.set(Some((now, n)));
                         job
                     })
@@ -205,8 +223,9 @@ impl Engine {
         tokio::task::spawn_local(async move {
             loop {
                 let oldest = engine.inner.state.borrow().queues[kind.index()]
-                    .front()
-                    .map(|(j, _)| j.queued_at);
+                    .iter()
+                    .map(|(j, _, _)| j.queued_at)
+                    .min();
                 let Some(oldest) = oldest else { break };
                 // tokio's clock, which sleep_until keeps (and tests pause).
                 let due =

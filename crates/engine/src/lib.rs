@@ -13,13 +13,15 @@
 //!   call, computing batches below the crossover scalar.
 //!
 //! Each request comes with its handshake's [`HandshakeContext`]: the tenant it is charged
-//! to and the [`Timeline`] the engine records its queueing and batching in.
+//! to ([`capacity::tenant`]) and the [`Timeline`] the engine records its queueing and
+//! batching in.
 
 mod backend;
 pub mod capacity;
 pub mod context;
 pub mod cost;
 mod engine;
+mod fair;
 mod hybrid;
 mod idle;
 mod metrics;
@@ -33,7 +35,7 @@ pub mod speed;
 mod threads;
 
 pub use backend::{Backend, BackendKind, EngineSpec, FallbackCause, Job, Reply};
-pub use context::{HandshakeContext, Tenant, Timeline};
+pub use context::{HandshakeContext, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
 pub use idle::worker_idle;
 pub use metrics::EngineMetrics;

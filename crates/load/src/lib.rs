@@ -76,6 +76,9 @@ pub struct LoadOptions {
     pub timeout: Duration,
     /// Allow a target that is not a loopback address.
     pub allow_remote: bool,
+    /// Connect to this address instead of resolving the URL's host (which still names
+    /// the server in SNI and `Host`), as curl's `--resolve`.
+    pub address: Option<std::net::IpAddr>,
     /// A live progress line on stderr (only where stderr is a terminal).
     pub progress: bool,
 }
@@ -94,6 +97,7 @@ impl Default for LoadOptions {
             rtt: Duration::ZERO,
             timeout: Duration::from_secs(10),
             allow_remote: false,
+            address: None,
             progress: true,
         }
     }
@@ -183,7 +187,7 @@ impl LoadOptions {
 /// Runs the load and returns its report.
 pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     options.validate()?;
-    let target = Target::parse(&options.url)?.resolve(options.allow_remote)?;
+    let target = Target::parse(&options.url)?.resolve(options.address, options.allow_remote)?;
     let client = tls::client_config(&options.tls)?;
     let uri: hyper::Uri = format!("https://{}{}", target.authority, target.path)
         .parse()

@@ -101,11 +101,16 @@ impl Target {
         })
     }
 
-    /// Resolves the host and applies the loopback guard: unless `allow_remote`, every
+    /// Resolves the host (or takes `address` for it, the host still naming the server
+    /// in SNI and `Host`) and applies the loopback guard: unless `allow_remote`, every
     /// address it resolves to must be a loopback address, so a typo cannot aim a load test
     /// at somebody else's server.
-    pub fn resolve(mut self, allow_remote: bool) -> Result<Target, LoadError> {
-        let addrs: Vec<SocketAddr> = match self.host.parse::<IpAddr>() {
+    pub fn resolve(
+        mut self,
+        address: Option<IpAddr>,
+        allow_remote: bool,
+    ) -> Result<Target, LoadError> {
+        let addrs: Vec<SocketAddr> = match address.map_or_else(|| self.host.parse(), Ok) {
             Ok(ip) => vec![SocketAddr::new(ip, self.port)],
             Err(_) => (self.host.as_str(), self.port)
                 .to_socket_addrs()
@@ -202,7 +207,10 @@ mod tests {
             "https://[2001:db8::1]/",
             "https://10.1.2.3/",
         ] {
-            let err = Target::parse(url).unwrap().resolve(false).unwrap_err();
+            let err = Target::parse(url)
+                .unwrap()
+                .resolve(None, false)
+                .unwrap_err();
             assert!(
                 matches!(err, LoadError::RemoteTarget { .. }),
                 "{url}: {err}"
@@ -211,7 +219,7 @@ mod tests {
         }
         let ok = Target::parse("https://192.0.2.10/")
             .unwrap()
-            .resolve(true)
+            .resolve(None, true)
             .unwrap();
         assert_eq!(ok.addrs, vec!["192.0.2.10:443".parse().unwrap()]);
         for url in [
@@ -221,7 +229,7 @@ mod tests {
             "https://[::ffff:127.0.0.1]:1/",
             "https://localhost:1/",
         ] {
-            let t = Target::parse(url).unwrap().resolve(false).unwrap();
+            let t = Target::parse(url).unwrap().resolve(None, false).unwrap();
             assert!(t.addrs.iter().all(|a| is_loopback(a.ip())), "{url}");
         }
     }

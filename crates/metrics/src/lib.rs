@@ -294,7 +294,9 @@ impl Buckets {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn render(&self, out: &mut Exposition, name: &str, labels: &str) {
+    /// Writes the histogram's series under `name` with `labels` (no header: several
+    /// label sets share one).
+    pub fn render(&self, out: &mut Exposition, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let bucket = format!("{name}_bucket");
         let mut cumulative = 0;

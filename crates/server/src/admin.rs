@@ -1,5 +1,6 @@
-//! The admin listener: `GET /metrics` (Prometheus) and `GET /healthz`, plain HTTP,
-//! meant for loopback or a management network.
+//! The admin listener: `GET /metrics` (Prometheus), `GET /capacity` (the crypto
+//! capacity table, JSON) and `GET /healthz`, plain HTTP, meant for loopback or a
+//! management network.
 
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
@@ -20,11 +21,12 @@ fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<
             "text/plain; version=0.0.4",
             metrics.render(),
         ),
+        "/capacity" => (StatusCode::OK, "application/json", metrics.capacity()),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics or /healthz\n".to_owned(),
+            "not found: try /metrics, /capacity or /healthz\n".to_owned(),
         ),
     };
     Response::builder()

@@ -7,6 +7,7 @@
 mod access_log;
 mod admin;
 mod admission;
+mod capacity;
 mod config;
 mod connection;
 mod health_checks;
@@ -20,13 +21,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use terminus_engine::cost::{crossover_label, Crossovers, Workload};
-use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, KxGroup, ThreadPool};
+use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, ThreadPool};
 use terminus_tls::selfsigned;
 use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
+use capacity::Machine;
 pub use config::{parse_duration, Overrides};
 use config::{BackendChoice, Config, ConfigError, KtlsMode};
 use metrics::Metrics;
@@ -97,15 +98,41 @@ fn self_signed_for(config: &Config) -> Result<Vec<LoadedCert>, StartError> {
     Ok(selfsigned::generate(&names)?)
 }
 
-/// Validates a configuration completely (certificates, keys, docroots), as `terminus check`.
-pub fn check(options: &ServerOptions) -> Result<Site, StartError> {
+/// A configuration `terminus check` found usable.
+pub struct Checked {
+    /// The site it builds.
+    pub site: Site,
+    /// What works but is probably not what was meant.
+    pub warnings: Vec<String>,
+}
+
+/// Validates a configuration completely (certificates, keys, docroots), as `terminus
+/// check`; with tenants, measures the machine to warn when their committed capacity is
+/// more than it has.
+pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
     let config = options.load_config()?;
     let self_signed = self_signed_for(&config)?;
-    Ok(Site::build(
+    let machine = Machine::new(resolve_backend(config.crypto_backend)?, config.workers);
+    let site = Site::build(
         &config,
         &self_signed,
         &terminus_proxy::ProxyMetrics::default(),
-    )?)
+        &machine.tenants,
+    )?;
+    let mut warnings = Vec::new();
+    if !config.tenants.is_empty() {
+        machine.measure(&site);
+        let (committed, has) = machine.committed();
+        if committed > has {
+            warnings.push(format!(
+                "{}: the tenants' committed capacity, {committed:.0} ACU/s, is more than this machine has: {has:.0} ACU/s ({} workers, {} backend); quotas cannot all be met at once",
+                config.source,
+                config.workers,
+                machine.backend.name()
+            ));
+        }
+    }
+    Ok(Checked { site, warnings })
 }
 
 /// Starts terminus and blocks until it has shut down.
@@ -114,7 +141,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
-    let site = Site::build(&config, &self_signed, &proxy_metrics)?;
+    let backend = resolve_backend(config.crypto_backend)?;
+    let machine = Arc::new(Machine::new(backend, config.workers));
+    let site = Site::build(&config, &self_signed, &proxy_metrics, &machine.tenants)?;
     for (names, key, fp) in &site.certificates {
         let origin = if self_signed.is_empty() {
             ""
@@ -124,7 +153,6 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("certificate {names} {key}{origin} SHA256 Fingerprint={fp}");
     }
 
-    let backend = resolve_backend(config.crypto_backend)?;
     let pool = match backend {
         BackendKind::Threads => Some(ThreadPool::start(
             config.crypto_threads,
@@ -132,14 +160,11 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         )?),
         BackendKind::Scalar | BackendKind::Multibuffer => None,
     };
-    let crossovers = Arc::new(Crossovers::default());
-    if backend == BackendKind::Multibuffer {
-        measure_crossovers(&crossovers, &site);
-    }
+    machine.measure(&site);
     let metrics = Arc::new(Metrics::new(
         Arc::new(EngineMetrics::new(backend)),
         pool.clone(),
-        (backend == BackendKind::Multibuffer).then(|| crossovers.clone()),
+        machine.clone(),
         proxy_metrics,
     ));
 
@@ -175,7 +200,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             policy: FlushPolicy {
                 max_batch_delay: config.max_batch_delay,
             },
-            crossovers: crossovers.clone(),
+            crossovers: machine.crossovers.clone(),
             pool,
         },
         kernel_tls,
@@ -251,7 +276,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, &metrics.proxy, &checks, (backend == BackendKind::Multibuffer).then_some(&*crossovers)),
+                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, &metrics.proxy, &checks, &machine),
             }
         }
         tracing::info!(
@@ -269,43 +294,6 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     }
     tracing::info!("terminus stopped");
     Ok(())
-}
-
-/// Times, on this CPU, every batchable operation `site` can ask for that has not been
-/// measured yet (its certificates' signatures and every key-exchange group), records the
-/// crossovers and logs them. Takes a few milliseconds per operation.
-fn measure_crossovers(crossovers: &Crossovers, site: &Site) {
-    let mut workloads: Vec<Workload> = site
-        .signing_keys
-        .iter()
-        .filter_map(|k| Workload::for_key(k.clone()))
-        .collect();
-    // A hybrid's batches are decided by its classical half's crossover.
-    workloads.extend(
-        KxGroup::CLASSICAL
-            .into_iter()
-            .filter_map(|g| Workload::for_group(g).ok()),
-    );
-    let measured = crossovers.measure(&workloads);
-    if measured.is_empty() {
-        return;
-    }
-    let summary: Vec<String> = measured
-        .iter()
-        .map(|(op, cost)| {
-            format!(
-                "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
-                op.name(),
-                crossover_label(cost.crossover()),
-                cost.scalar.as_secs_f64() * 1e6,
-                cost.batch.as_secs_f64() * 1e6
-            )
-        })
-        .collect();
-    tracing::info!(
-        "multibuffer crossovers measured on this CPU (smallest batch computed in one call): {}",
-        summary.join(", ")
-    );
 }
 
 /// Probes what the kernel's TLS can take, unless no listener wants it, and says so once.
@@ -355,7 +343,7 @@ fn reload(
     handle: &SiteHandle,
     proxy_metrics: &terminus_proxy::ProxyMetrics,
     checks: &health_checks::HealthChecks,
-    crossovers: Option<&Crossovers>,
+    machine: &Machine,
 ) {
     let config = match options.load_config() {
         Ok(c) => c,
@@ -364,7 +352,7 @@ fn reload(
             return;
         }
     };
-    match Site::build(&config, self_signed, proxy_metrics) {
+    match Site::build(&config, self_signed, proxy_metrics, &machine.tenants) {
         Ok(site) => {
             for (what, changed) in [
                 ("listen", config.listen != running.listen),
@@ -387,9 +375,7 @@ fn reload(
                     tracing::warn!("reload: {what} changed; it takes effect after a restart");
                 }
             }
-            if let Some(crossovers) = crossovers {
-                measure_crossovers(crossovers, &site);
-            }
+            machine.measure(&site);
             checks.watch(&site);
             handle.replace(site);
             tracing::info!("configuration reloaded from {}", config.source);

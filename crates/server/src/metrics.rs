@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_engine::cost::Crossovers;
 use terminus_engine::{EngineMetrics, ThreadPool};
 use terminus_metrics::{
     label_values, Counter, Exposition, Gauge, Histograms, Kind, Labelled, Render,
@@ -15,6 +14,7 @@ use terminus_tls::handshake::bridge::BridgeMetrics;
 use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
 
 use crate::admission::Refusal;
+use crate::capacity::{CapacityReport, Machine};
 
 const HANDSHAKE_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -109,8 +109,8 @@ pub struct Metrics {
     /// Shared with every worker's engine.
     pub engine: Arc<EngineMetrics>,
     pool: Option<Arc<ThreadPool>>,
-    /// The multibuffer backend's crossovers; `None` on other backends.
-    crossovers: Option<Arc<Crossovers>>,
+    /// The machine's capacity and its tenants (the multibuffer crossovers with them).
+    capacity: CapacityReport,
     /// Every upstream server's series, across reloads.
     pub proxy: Arc<ProxyMetrics>,
 }
@@ -138,7 +138,7 @@ impl Metrics {
     pub fn new(
         engine: Arc<EngineMetrics>,
         pool: Option<Arc<ThreadPool>>,
-        crossovers: Option<Arc<Crossovers>>,
+        machine: Arc<Machine>,
         proxy: Arc<ProxyMetrics>,
     ) -> Self {
         Self {
@@ -188,13 +188,13 @@ impl Metrics {
             ),
             handshakes_refused: Labelled::counter(
                 "terminus_handshakes_refused_total",
-                "Connections turned away by admission control (limits.handshake_queue): reset at accept, or refused with an alert after the ClientHello.",
+                "Connections turned away by admission control (limits.handshake_queue): reset at accept, or refused with an alert after the ClientHello; and handshakes refused by their tenant's quota (tenant_quota).",
                 label_values("cause", Refusal::ALL.map(Refusal::name), ""),
             ),
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
-            crossovers,
+            capacity: CapacityReport(machine),
             proxy,
         }
     }
@@ -248,6 +248,11 @@ impl Metrics {
         self.responses.inc(class);
     }
 
+    /// The `GET /capacity` table.
+    pub fn capacity(&self) -> String {
+        self.capacity.json()
+    }
+
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = Exposition::new();
@@ -269,9 +274,7 @@ impl Metrics {
         }
         self.traffic.render(&mut out);
         self.engine.render(&mut out);
-        if let Some(crossovers) = &self.crossovers {
-            crossovers.render(&mut out);
-        }
+        self.capacity.render(&mut out);
         BridgeMetrics.render(&mut out);
         self.proxy.render(&mut out);
         if let Some(pool) = &self.pool {

@@ -5,13 +5,14 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use terminus_engine::capacity::tenant::{TenantAccount, Tenants};
 use terminus_engine::SigningKeyPair;
 use terminus_proxy::stream::StreamMode;
 use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
-use crate::config::{Config, ConfigError, RouteTarget};
+use crate::config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
 use crate::http::files::{CacheSettings, DocRoot};
 use crate::http::route::{Route, Routes};
 
@@ -23,6 +24,8 @@ pub struct Host {
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
     /// Headers added to every answer (`[[server]] headers`).
     pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    /// Whose crypto capacity its handshakes use.
+    pub tenant: Arc<TenantAccount>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -58,11 +61,13 @@ pub struct Site {
 impl Site {
     /// Loads every certificate and docroot of `config`. `self_signed` serves hosts that
     /// name no certificate.
-    /// Upstream servers count in `proxy_metrics`.
+    /// Upstream servers count in `proxy_metrics`; `tenants` keeps the tenants' accounts,
+    /// updated to the configuration's quotas only once everything else has loaded.
     pub fn build(
         config: &Config,
         self_signed: &[LoadedCert],
         proxy_metrics: &ProxyMetrics,
+        tenants: &Tenants,
     ) -> Result<Self, ConfigError> {
         let err = |line: Option<usize>, message: String, hint: Option<&str>| ConfigError {
             file: config.source.clone(),
@@ -155,12 +160,7 @@ impl Site {
                 Routes::new(routes)
             };
             resolver_hosts.push((server.names.clone(), certs));
-            hosts.push(Host {
-                names: server.names.clone(),
-                routes,
-                stream,
-                headers: server.headers.clone(),
-            });
+            hosts.push((routes, stream));
         }
         let resolver = Arc::new(SniResolver::new(
             resolver_hosts,
@@ -179,6 +179,28 @@ impl Site {
         })?;
         let mut stream_tls = (*tls).clone();
         stream_tls.alpn_protocols.clear();
+        let hosts = hosts
+            .into_iter()
+            .zip(&config.servers)
+            .map(|((routes, stream), server)| Host {
+                names: server.names.clone(),
+                routes,
+                stream,
+                headers: server.headers.clone(),
+                tenant: match &server.tenant {
+                    None => tenants.account(DEFAULT_TENANT, None),
+                    Some(name) => {
+                        let quota = config
+                            .tenants
+                            .iter()
+                            .find(|t| &t.name == name)
+                            .map(|t| t.quota.clone());
+                        debug_assert!(quota.is_some(), "tenant names checked when resolved");
+                        tenants.account(name, quota)
+                    }
+                },
+            })
+            .collect();
         Ok(Self {
             tls,
             stream_tls: Arc::new(stream_tls),

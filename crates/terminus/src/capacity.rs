@@ -1,8 +1,12 @@
 //! `terminus capacity`: this machine's crypto capacity in ACU and SCU with a backend, and
-//! the ACU cost of every handshake operation (see `terminus_engine::capacity`).
+//! the ACU cost of every handshake operation (see `terminus_engine::capacity`); with
+//! `--admin`, a running server's table of tenants from its `GET /capacity`.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
+
+use serde_json::Value;
 
 use terminus_engine::capacity::{scu_per_core, Capacity, CIPHERS};
 use terminus_engine::cost::Operation;
@@ -79,4 +83,87 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     }
     println!("An operation's ACU is the share of a core's second it takes over an RSA-2048 operation's with this backend: \"alone\" computed one by one, \"batched\" in full 8-lane calls. The machine's figures assume its cores scale alike.");
     Ok(())
+}
+
+/// Prints the capacity table of the terminus whose admin listener is `addr`.
+pub fn show(addr: &str) -> Result<(), String> {
+    let doc = fetch(addr)?;
+    let num = |v: &Value| v.as_f64().map_or("-".to_owned(), |n| format!("{n:.0}"));
+    let acu = &doc["acu"];
+    println!(
+        "terminus at {addr}: backend {}, {} workers",
+        doc["backend"].as_str().unwrap_or("?"),
+        doc["workers"]
+    );
+    println!(
+        "ACU/s  total {}  allocated {}  free {}  used {}  ({} per core)",
+        num(&acu["total"]),
+        num(&acu["allocated"]),
+        num(&acu["free"]),
+        num(&acu["used_per_s"]),
+        num(&acu["per_core"])
+    );
+    println!(
+        "{:<20} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>9} {:>8} {:>8}",
+        "tenant",
+        "acu",
+        "peak",
+        "used/s",
+        "free/s",
+        "committed",
+        "borrowed",
+        "refused",
+        "waiting",
+        "over"
+    );
+    for t in doc["tenants"].as_array().into_iter().flatten() {
+        let q = &t["quota"];
+        let refused: u64 = t["handshakes_refused"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        println!(
+            "{:<20} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>9} {:>8} {:>8}",
+            t["name"].as_str().unwrap_or("?"),
+            num(&q["acu"]),
+            num(&q["acu_peak"]),
+            num(&t["used_acu_per_s"]),
+            num(&t["free_acu_per_s"]),
+            num(&t["acu_total"]["committed"]),
+            num(&t["acu_total"]["borrowed"]),
+            refused,
+            t["waiting"],
+            q["over_quota"].as_str().unwrap_or("-")
+        );
+    }
+    println!("committed and borrowed: ACU used since start; refused: handshakes refused by the quota since start.");
+    Ok(())
+}
+
+/// GET /capacity from the admin listener at `addr`, as JSON.
+fn fetch(addr: &str) -> Result<Value, String> {
+    let sockaddr: SocketAddr = addr
+        .parse()
+        .map_err(|_| format!("--admin {addr:?}: give the admin listener as IP:PORT"))?;
+    let failed = |e: std::io::Error| format!("admin listener {addr}: {e}");
+    let mut stream =
+        TcpStream::connect_timeout(&sockaddr, Duration::from_secs(5)).map_err(failed)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(failed)?;
+    write!(
+        stream,
+        "GET /capacity HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(failed)?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).map_err(failed)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("admin listener {addr}: not an HTTP response"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or("");
+        return Err(format!("admin listener {addr}: GET /capacity answered {status:?}: is this terminus's admin listener?"));
+    }
+    serde_json::from_str(body)
+        .map_err(|e| format!("admin listener {addr}: /capacity is not JSON: {e}"))
 }

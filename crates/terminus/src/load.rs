@@ -89,6 +89,10 @@ pub struct LoadArgs {
     /// responsible for.
     #[arg(long)]
     allow_remote: bool,
+    /// Connect to IP instead of resolving the URL's host, which still names the server
+    /// (SNI, Host): to load a virtual host without a DNS entry, as curl's --resolve.
+    #[arg(long, value_name = "IP")]
+    address: Option<std::net::IpAddr>,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -140,6 +144,7 @@ pub fn run(args: LoadArgs) -> ExitCode {
         rtt: args.rtt,
         timeout: args.timeout,
         allow_remote: args.allow_remote,
+        address: args.address,
         progress: !args.json,
     };
     match terminus_load::run(&options) {

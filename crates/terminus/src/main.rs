@@ -60,6 +60,10 @@ enum Command {
         /// Seconds per measurement.
         #[arg(long, value_name = "S", default_value_t = 1.0)]
         seconds: f64,
+        /// Instead of measuring, print a running terminus's capacity table: total,
+        /// allocated, used and free ACU, per tenant (its admin listener, IP:PORT).
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
     },
     /// Load an HTTPS server and report connect, handshake and request latency
     /// (p50/p90/p99/p99.9/max), achieved rate and errors by kind. Open loop with --rate
@@ -169,7 +173,10 @@ fn main() -> ExitCode {
                 overrides: Overrides::default(),
             };
             match terminus_server::check(&options) {
-                Ok(site) => {
+                Ok(terminus_server::Checked { site, warnings }) => {
+                    for w in &warnings {
+                        eprintln!("terminus: warning: {w}");
+                    }
                     println!(
                         "{}: ok ({} server(s), {} certificate(s))",
                         config.display(),
@@ -199,8 +206,16 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Capacity { backend, seconds } => {
-            match capacity::run(capacity::CapacityArgs { backend, seconds }) {
+        Command::Capacity {
+            backend,
+            seconds,
+            admin,
+        } => {
+            let done = match admin {
+                Some(addr) => capacity::show(&addr),
+                None => capacity::run(capacity::CapacityArgs { backend, seconds }),
+            };
+            match done {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("terminus: error: {e}");

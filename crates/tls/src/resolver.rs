@@ -33,7 +33,7 @@ impl VirtualHostCerts {
         slot.replace(cert)
     }
 
-    fn choose(&self, hello: &ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+    fn choose(&self, hello: &ClientHello<'_>) -> Option<&LoadedCert> {
         if let Some(ecdsa) = &self.ecdsa {
             let scheme_ok = ecdsa
                 .algorithm
@@ -45,10 +45,10 @@ impl VirtualHostCerts {
                 .iter()
                 .any(|s| ECDSA_CAPABLE_SUITES.contains(s));
             if (scheme_ok && suite_ok) || self.rsa.is_none() {
-                return Some(ecdsa.certified.clone());
+                return Some(ecdsa);
             }
         }
-        self.rsa.as_ref().map(|c| c.certified.clone())
+        self.rsa.as_ref()
     }
 }
 
@@ -111,9 +111,20 @@ impl SniResolver {
     }
 }
 
+impl SniResolver {
+    /// The key a full handshake with `hello` would sign with: what quota admission
+    /// charges before the handshake has run.
+    pub fn key_for(&self, hello: &ClientHello<'_>) -> Option<KeyAlgorithm> {
+        let index = self.lookup(hello.server_name());
+        self.hosts[index].choose(hello).map(|c| c.algorithm)
+    }
+}
+
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let index = self.lookup(hello.server_name());
-        self.hosts[index].choose(&hello)
+        self.hosts[index]
+            .choose(&hello)
+            .map(|c| c.certified.clone())
     }
 }

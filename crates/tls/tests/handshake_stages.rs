@@ -11,9 +11,12 @@ use std::thread;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use terminus_engine::capacity::tenant::{Admission, Arrival, Class, Hold, TenantAccount, Tenants};
+use terminus_engine::capacity::AcuCosts;
+use terminus_engine::cost::Operation;
 use terminus_engine::{
     scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,
-    FlushPolicy, HandshakeContext, Job, KeyAlgorithm, OpKind, ScalarBackend, Tenant,
+    FlushPolicy, HandshakeContext, Job, KeyAlgorithm, OpKind, ScalarBackend,
 };
 use terminus_tls::{
     handshake, read_client_hello, selfsigned, ErrorSource, HandshakeError, LoadedCert, SniResolver,
@@ -105,7 +108,10 @@ fn serve_one<T: Send + 'static>(
         let result = async {
             let hello = read_client_hello(&socket, &engine, &counters).await?;
             let sni = hello.client_hello().server_name().map(Arc::from);
-            ctx.hello(sni, Tenant::named("t1"));
+            ctx.hello(sni);
+            // A tenant of its own: the tests run at once and share TENANTS.
+            let n = NEXT_TENANT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ctx.charge_to(admitted(&TENANTS.account(&format!("t{n}"), None)));
             let done = handshake(&socket, hello, config, &engine, &ctx, &counters).await?;
             // Let the client finish: read its data, answer one plaintext byte.
             let mut stream = terminus_tls::TlsStream::new(
@@ -133,7 +139,9 @@ fn the_context_records_host_tenant_and_every_crypto_request() {
     result.unwrap();
     client.unwrap();
     assert_eq!(ctx.host(), Some("localhost"));
-    assert_eq!(ctx.tenant().name(), Some("t1"));
+    let (tenant, class) = ctx.tenant().expect("admitted");
+    assert!(tenant.name().starts_with('t'), "{}", tenant.name());
+    assert_eq!(class, Class::Unmetered);
     // The client offers ECDSA, so the ECDSA certificate signed.
     assert_eq!(ctx.signed_with(), Some(KeyAlgorithm::EcdsaP256));
     let t = ctx.timeline();
@@ -151,6 +159,40 @@ fn the_context_records_host_tenant_and_every_crypto_request() {
     }
     assert!(!t.flights.is_empty());
     assert!(t.flights.iter().all(|f| f.bytes > 0 && f.at <= finished));
+    // Charged to the tenant at the cost table's figures, exactly.
+    let usage = tenant.usage();
+    let costs = TENANTS.costs();
+    let expected = costs.of(Operation::X25519).0 + costs.of(Operation::EcdsaP256).0;
+    assert!(
+        (usage.acu[Class::Unmetered as usize] - expected).abs() < 1e-6,
+        "{:?} charged, {expected} expected",
+        usage.acu
+    );
+    let ops: Vec<(Operation, u64)> = Operation::ALL
+        .into_iter()
+        .zip(usage.ops)
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(ops, [(Operation::EcdsaP256, 1), (Operation::X25519, 1)]);
+}
+
+static NEXT_TENANT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The tests' tenants, charged by a scalar core's costs.
+static TENANTS: std::sync::LazyLock<Tenants> =
+    std::sync::LazyLock::new(|| Tenants::new(AcuCosts::unmeasured(1)));
+
+/// Admits one handshake to `tenant` (which has no quota: at once).
+fn admitted(tenant: &Arc<TenantAccount>) -> Hold {
+    let arrival = Arrival {
+        estimate: 1.0,
+        cheap: false,
+        idle: true,
+    };
+    match tenant.admit(std::time::Instant::now(), arrival) {
+        Admission::Now(hold) => hold,
+        _ => panic!("a tenant without a quota admits at once"),
+    }
 }
 
 #[test]

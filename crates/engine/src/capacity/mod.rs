@@ -4,14 +4,21 @@
 //! has of each with a backend, and what every handshake operation costs in ACU, from the
 //! same measurements as `terminus speed`: so that an ECDSA handshake is charged a fraction
 //! of an RSA-4096 one, as the CPU sees them.
+//!
+//! The server measures its own operations at start-up ([`Capacity::quick`]) and charges
+//! every crypto request to its handshake's tenant by those figures ([`AcuCosts`]); each
+//! tenant's quota is enforced by [`tenant`] with the rate meters of [`meter`].
+
+mod meter;
+pub mod tenant;
 
 use std::time::{Duration, Instant};
 
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 
-use crate::cost::{Operation, Workload};
+use crate::cost::{best_time, Operation, Workload};
 use crate::speed::throughput;
-use crate::BackendKind;
+use crate::{BackendKind, KeyAlgorithm, OpKind};
 
 /// One operation's rates on one core.
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +63,32 @@ impl Capacity {
         Ok(Self { batched, rates })
     }
 
+    /// The start-up measurement: each workload timed the best of a few calls (batched too
+    /// where `backend` batches), a few milliseconds each. `workloads` must hold RSA-2048's.
+    pub fn quick(backend: BackendKind, workloads: &[&Workload]) -> Result<Self, String> {
+        let batched = backend == BackendKind::Multibuffer;
+        let mut rates: Vec<OpRate> = Vec::with_capacity(workloads.len());
+        for w in workloads {
+            if rates.iter().any(|r| r.op == w.op) {
+                continue;
+            }
+            let scalar = best_time(5, || w.run_scalar())
+                .ok_or_else(|| format!("{}: the scalar operation failed", w.op.name()))?;
+            let batch = batched.then(|| best_time(5, || w.run_batch())).flatten();
+            rates.push(OpRate {
+                op: w.op,
+                scalar_per_s: 1.0 / scalar.as_secs_f64(),
+                batched_per_s: batch.map(|b| crypto_mb_sys::LANES as f64 / b.as_secs_f64()),
+            });
+        }
+        let unit = rates
+            .iter()
+            .position(|r| r.op == Operation::Rsa2048)
+            .ok_or("no RSA-2048 measurement: it is the unit")?;
+        rates.swap(0, unit);
+        Ok(Self { batched, rates })
+    }
+
     /// ACU per core: RSA-2048 private-key operations per second with the backend.
     pub fn acu_per_core(&self) -> f64 {
         self.per_s(&self.rates[0], self.batched)
@@ -75,6 +108,96 @@ impl Capacity {
             (true, Some(b)) => b,
             _ => rate.scalar_per_s,
         }
+    }
+
+    /// What the backend computes `rate.op` at: in full batches where those are cheaper
+    /// than one by one (multibuffer computes a batch below its crossover scalar).
+    fn best_per_s(&self, rate: &OpRate) -> f64 {
+        self.per_s(rate, false).max(self.per_s(rate, self.batched))
+    }
+}
+
+/// What every operation costs in ACU with the server's backend: the figures quota
+/// accounting charges. Measured at start-up; until then (and for an operation no
+/// certificate or group of the configuration uses), the ratios of a scalar core.
+#[derive(Debug, Clone)]
+pub struct AcuCosts {
+    /// RSA-2048 operations per second one core computes with the backend.
+    pub acu_per_core: f64,
+    /// Cores the machine's capacity counts.
+    pub cores: usize,
+    /// ACU per operation, by [`Operation::ALL`]'s order.
+    costs: [f64; Operation::COUNT],
+    /// Which costs were measured on this machine.
+    measured: [bool; Operation::COUNT],
+}
+
+/// ACU costs of a scalar core (aws-lc, one by one): the ratios `terminus capacity`
+/// measured alone on an EPYC (bench/README.md), RSA-2048 at 1.
+const SCALAR_COSTS: [f64; Operation::COUNT] =
+    [1.0, 2.78, 5.61, 0.059, 0.317, 0.125, 0.210, 0.200, 0.190];
+/// An RSA-2048 operation on a scalar core, per second: the same EPYC's figure.
+const SCALAR_ACU_PER_CORE: f64 = 1500.0;
+
+impl AcuCosts {
+    /// The scalar ratios, nothing measured.
+    pub fn unmeasured(cores: usize) -> Self {
+        Self {
+            acu_per_core: SCALAR_ACU_PER_CORE,
+            cores,
+            costs: SCALAR_COSTS,
+            measured: [false; Operation::COUNT],
+        }
+    }
+
+    /// From a measurement, for a machine of `cores`.
+    pub fn from_capacity(capacity: &Capacity, cores: usize) -> Self {
+        let mut costs = Self::unmeasured(cores);
+        let unit = capacity.best_per_s(&capacity.rates[0]);
+        costs.acu_per_core = unit;
+        for rate in &capacity.rates {
+            let i = Operation::ALL
+                .iter()
+                .position(|op| *op == rate.op)
+                .unwrap_or(0);
+            costs.costs[i] = unit / capacity.best_per_s(rate);
+            costs.measured[i] = true;
+        }
+        costs
+    }
+
+    /// The machine's ACU: every core's.
+    pub fn machine_acu(&self) -> f64 {
+        self.acu_per_core * self.cores as f64
+    }
+
+    /// What one `op` costs, and whether that was measured here.
+    pub fn of(&self, op: Operation) -> (f64, bool) {
+        let i = Operation::ALL.iter().position(|o| *o == op).unwrap_or(0);
+        (self.costs[i], self.measured[i])
+    }
+
+    /// What one engine request costs: `kind`, signed with `key` for signatures.
+    pub fn request(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> f64 {
+        self.of(operation(kind, key)).0
+    }
+}
+
+/// The measured operation an engine request is charged as. An RSA key of an unmeasured
+/// size is charged as the next size up.
+pub fn operation(kind: OpKind, key: Option<KeyAlgorithm>) -> Operation {
+    match (kind, key) {
+        (_, Some(KeyAlgorithm::Rsa { bits })) if bits <= 2048 => Operation::Rsa2048,
+        (_, Some(KeyAlgorithm::Rsa { bits })) if bits <= 3072 => Operation::Rsa3072,
+        (_, Some(KeyAlgorithm::Rsa { .. })) => Operation::Rsa4096,
+        (_, Some(KeyAlgorithm::EcdsaP256)) => Operation::EcdsaP256,
+        (_, Some(KeyAlgorithm::EcdsaP384)) => Operation::EcdsaP384,
+        (OpKind::RsaSign, None) => Operation::Rsa2048,
+        (OpKind::EcdsaSign, None) => Operation::EcdsaP256,
+        (OpKind::X25519, None) => Operation::X25519,
+        (OpKind::P256, None) => Operation::EcdhP256,
+        (OpKind::P384, None) => Operation::EcdhP384,
+        (OpKind::X25519MlKem768, None) => Operation::X25519MlKem768,
     }
 }
 

@@ -21,6 +21,11 @@
 //! - While reading and refusing ClientHellos would cost more than a twentieth of the
 //!   worker's time, that quarter is not read: everything beyond the bound is reset at
 //!   accept, so that refusing never eats the capacity it protects.
+//!
+//! The same windows tell whether the worker has capacity nobody is using ([`Admission::idle`]),
+//! which is when a tenant may borrow beyond its committed quota ([`quota`]).
+
+pub(crate) mod quota;
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -36,6 +41,9 @@ const REFUSAL_SHARE: f64 = 0.05;
 const FIRST_COST: Duration = Duration::from_micros(500);
 /// How far beyond the bound resumptions are taken on, and so connections read.
 const RESUMPTION_ROOM: f64 = 1.25;
+/// A worker that spent less than this share of the last window on the CPU has capacity
+/// to lend.
+const IDLE_BELOW: f64 = 0.9;
 
 /// One worker's admission state.
 pub(crate) struct Admission {
@@ -47,6 +55,8 @@ pub(crate) struct Admission {
     window: Cell<Window>,
     /// Reset connections at accept while there is no room (see the module docs).
     shedding: Cell<bool>,
+    /// The share of the last window the worker's thread was on the CPU.
+    busy: Cell<f64>,
 }
 
 #[derive(Clone, Copy)]
@@ -64,15 +74,18 @@ pub(crate) enum Refusal {
     AtAccept,
     /// Refused with an alert after its ClientHello.
     AtHello,
+    /// Refused with an alert after its ClientHello by its tenant's quota.
+    Quota,
 }
 
 impl Refusal {
-    pub(crate) const ALL: [Refusal; 2] = [Refusal::AtAccept, Refusal::AtHello];
+    pub(crate) const ALL: [Refusal; 3] = [Refusal::AtAccept, Refusal::AtHello, Refusal::Quota];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Refusal::AtAccept => "overload_at_accept",
             Refusal::AtHello => "overload_at_hello",
+            Refusal::Quota => "tenant_quota",
         }
     }
 }
@@ -118,6 +131,7 @@ impl Admission {
                 refused: 0,
             }),
             shedding: Cell::new(false),
+            busy: Cell::new(0.0),
         })
     }
 
@@ -167,6 +181,13 @@ impl Admission {
         None
     }
 
+    /// Whether the worker has capacity nobody is using: it spent less than nine tenths of
+    /// its last measured window on the CPU.
+    pub(crate) fn idle(&self) -> bool {
+        self.roll();
+        self.busy.get() < IDLE_BELOW
+    }
+
     fn refused(&self) {
         let mut w = self.window.get();
         w.refused += 1;
@@ -182,13 +203,10 @@ impl Admission {
         work.as_secs_f64() > bound.as_secs_f64() * share
     }
 
-    /// Ends the measurement window once it is over: a new cost from the CPU time the
-    /// worker spent per handshake finished in it, and whether refusals at the ClientHello
-    /// cost too much to go on reading them.
+    /// Ends the measurement window once it is over: how busy the worker was, a new cost
+    /// from the CPU time it spent per handshake finished in it, and whether refusals at
+    /// the ClientHello cost too much to go on reading them.
     fn roll(&self) {
-        if self.bound.is_none() {
-            return;
-        }
         let w = self.window.get();
         let now = Instant::now();
         let elapsed = now.duration_since(w.started);
@@ -196,14 +214,19 @@ impl Admission {
             return;
         }
         let cpu = thread_cpu();
-        let refusing = REFUSAL_COST * w.refused;
-        if w.finished >= 8 {
-            let sample = cpu.saturating_sub(w.cpu).saturating_sub(refusing) / w.finished;
-            // Weighted toward the past: one odd window moves it a little.
-            self.cost.set((self.cost.get() * 7 + sample * 3) / 10);
+        let spent = cpu.saturating_sub(w.cpu);
+        self.busy
+            .set(spent.as_secs_f64() / elapsed.as_secs_f64().max(1e-9));
+        if self.bound.is_some() {
+            let refusing = REFUSAL_COST * w.refused;
+            if w.finished >= 8 {
+                let sample = spent.saturating_sub(refusing) / w.finished;
+                // Weighted toward the past: one odd window moves it a little.
+                self.cost.set((self.cost.get() * 7 + sample * 3) / 10);
+            }
+            self.shedding
+                .set(refusing.as_secs_f64() > elapsed.as_secs_f64() * REFUSAL_SHARE);
         }
-        self.shedding
-            .set(refusing.as_secs_f64() > elapsed.as_secs_f64() * REFUSAL_SHARE);
         self.window.set(Window {
             started: now,
             cpu,

@@ -22,12 +22,14 @@ mod resolve;
 mod route;
 mod schema;
 mod stream;
+mod tenant;
 mod upstream;
 
 pub use overrides::Overrides;
 pub use route::{RouteConfig, RouteTarget};
 pub use schema::{parse_duration, ConfigDuration, ConfigFile};
 pub use stream::StreamTarget;
+pub use tenant::{TenantConfig, DEFAULT_TENANT};
 
 pub use crate::connection::Cidr;
 
@@ -78,6 +80,8 @@ pub struct ServerConfig {
     pub stream: Option<StreamTarget>,
     /// Headers added to every answer (`headers`).
     pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    /// The tenant whose capacity its handshakes use; None: the default tenant.
+    pub tenant: Option<String>,
 }
 
 /// Whether a listener hands connections to kernel TLS after the handshake.
@@ -159,6 +163,8 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
     /// `[[upstream]]`s, which routes name.
     pub upstreams: Vec<terminus_proxy::UpstreamSpec>,
+    /// `[[tenant]]`s and the servers' own capacities.
+    pub tenants: Vec<TenantConfig>,
 }
 
 /// What `crypto.backend` asks for.

@@ -12,7 +12,7 @@ use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
 use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry};
-use super::{headers, route, stream, upstream};
+use super::{headers, route, stream, tenant, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
@@ -181,8 +181,9 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     }
 
     let upstreams = upstream::resolve_upstreams(&raw.upstream, &resolve_path, ctx)?;
+    let (tenants, server_tenants) = tenant::resolve(&raw.tenant, &raw.server, ctx)?;
     let mut servers = Vec::new();
-    for s in &raw.server {
+    for (s, tenant) in raw.server.iter().zip(server_tenants) {
         let (line, certificates) =
             names_and_certificates(&s.names, &s.certificate, "[[server]]", &resolve_path, ctx)?;
         servers.push(ServerConfig {
@@ -202,6 +203,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
                 Some(table) => headers::resolve(table, ctx)?,
                 None => Vec::new(),
             },
+            tenant,
         });
     }
     if servers.iter().filter(|s| s.default).count() > 1 {
@@ -222,6 +224,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             line: None,
             stream: None,
             headers: Vec::new(),
+            tenant: None,
         });
     }
     for s in &raw.stream {
@@ -247,6 +250,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             line,
             stream: Some(stream::resolve(s, &upstreams, ctx)?),
             headers: Vec::new(),
+            tenant: None,
         });
     }
 
@@ -332,6 +336,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         files: raw.files.clone(),
         servers,
         upstreams,
+        tenants,
     };
     for (name, d) in [
         ("handshake", config.handshake_timeout),

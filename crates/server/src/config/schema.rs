@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use super::route::RouteSection;
 use super::stream::StreamSection;
+use super::tenant::{CapacitySection, TenantSection};
 use super::upstream::UpstreamSection;
 use crate::http::files::CacheSettings;
 
@@ -39,6 +40,8 @@ pub struct ConfigFile {
     pub upstream: Vec<UpstreamSection>,
     #[serde(default)]
     pub stream: Vec<StreamSection>,
+    #[serde(default)]
+    pub tenant: Vec<TenantSection>,
 }
 
 /// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.
@@ -122,6 +125,10 @@ pub struct ServerSection {
     #[serde(default)]
     pub route: Vec<RouteSection>,
     pub headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
+    /// The `[[tenant]]` whose capacity its handshakes use.
+    pub tenant: Option<Spanned<String>>,
+    /// A capacity of its own (a tenant named after its first name).
+    pub capacity: Option<Spanned<CapacitySection>>,
 }
 
 #[derive(Debug, Deserialize)]

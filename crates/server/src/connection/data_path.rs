@@ -1,12 +1,16 @@
 //! Stage 3: who carries the records from here on, the kernel (kTLS, with sendfile and
-//! splice) or rustls in userspace, and then the application.
+//! splice) or rustls in userspace, and then the application, its writes paced to its
+//! tenant's SCU quota where it has one ([`super::pacing`]).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
+use terminus_engine::capacity::tenant::TenantAccount;
 use terminus_tls::{KtlsStream, Offload, TlsStream};
 
+use super::pacing::Paced;
 use super::{Accepted, Closed, Established};
 use crate::config::KtlsMode;
 use crate::http::{self, ConnectionInfo};
@@ -25,6 +29,8 @@ pub(crate) struct Secured {
     pub(super) records: Records,
     h2: bool,
     pub(super) info: ConnectionInfo,
+    /// The tenant whose SCU quota paces the application's writes, if it has one.
+    paced_by: Option<Arc<TenantAccount>>,
     /// Held to the end: the connection counts as open until the application is done.
     pub(super) _open: OpenConnection,
 }
@@ -53,6 +59,11 @@ impl Established {
             ..
         } = accepted;
         let sni = ctx.host().map(str::to_owned);
+        let paced_by = ctx
+            .tenant()
+            .map(|(tenant, _)| tenant)
+            .filter(|t| t.paced())
+            .cloned();
         let local = socket
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -73,6 +84,7 @@ impl Established {
             records,
             h2,
             info,
+            paced_by,
             _open,
         };
         let (socket, conn, pending) = if ktls == KtlsMode::Off {
@@ -131,9 +143,16 @@ impl Secured {
     /// Runs the application (HTTP) until the connection ends.
     pub(super) async fn serve(self, worker: &Worker) {
         let shutdown = worker.shared.shutdown.clone();
-        match self.records {
-            Records::Kernel(stream) => http::serve(stream, self.h2, self.info, shutdown).await,
-            Records::Userspace(stream) => http::serve(*stream, self.h2, self.info, shutdown).await,
+        let (h2, info) = (self.h2, self.info);
+        match (self.records, self.paced_by) {
+            (Records::Kernel(stream), None) => http::serve(stream, h2, info, shutdown).await,
+            (Records::Userspace(stream), None) => http::serve(*stream, h2, info, shutdown).await,
+            (Records::Kernel(stream), Some(tenant)) => {
+                http::serve(Paced::new(stream, tenant), h2, info, shutdown).await
+            }
+            (Records::Userspace(stream), Some(tenant)) => {
+                http::serve(Paced::new(*stream, tenant), h2, info, shutdown).await
+            }
         }
     }
 }

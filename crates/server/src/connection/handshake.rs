@@ -7,7 +7,7 @@ use terminus_tls::handshake;
 use tokio::time::timeout_at;
 
 use super::{Accepted, Closed, Hello, Route};
-use crate::admission::Ticket;
+use crate::admission::{quota, Ticket};
 use crate::metrics::HandshakeLabels;
 use crate::worker::Worker;
 
@@ -31,7 +31,7 @@ impl Hello {
         worker: &Rc<Worker>,
     ) -> Result<Established, Closed> {
         let Hello {
-            accepted,
+            mut accepted,
             read,
             host,
             route,
@@ -60,6 +60,24 @@ impl Hello {
             .await;
             return Err(Closed::Overloaded);
         };
+        let tenant = &accepted.site.hosts[host].tenant;
+        if let Err(cause) = quota::admit(
+            &mut accepted.ctx,
+            tenant,
+            &accepted.site.resolver,
+            &read,
+            worker.admission.idle(),
+        )
+        .await
+        {
+            read.refuse(
+                &accepted.socket,
+                AlertDescription::InternalError,
+                &metrics.traffic,
+            )
+            .await;
+            return Err(Closed::OverQuota(tenant.clone(), cause));
+        }
         let done = timeout_at(
             accepted.handshake_deadline,
             handshake(

@@ -8,7 +8,6 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use terminus_engine::Tenant;
 use terminus_proxy::stream::StreamMode;
 use terminus_proxy::Upstream;
 use terminus_tls::{read_client_hello, ClientHelloRead};
@@ -59,7 +58,7 @@ impl Accepted {
             Some((upstream, StreamMode::Terminate)) => Route::Stream(upstream.clone()),
             Some((upstream, StreamMode::Passthrough)) => Route::Passthrough(upstream.clone()),
         };
-        self.ctx.hello(sni, Tenant::default());
+        self.ctx.hello(sni);
         Ok(Hello {
             accepted: self,
             read,

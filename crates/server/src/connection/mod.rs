@@ -16,6 +16,7 @@
 mod data_path;
 mod handshake;
 mod hello;
+mod pacing;
 mod proxy_header;
 mod stream;
 
@@ -26,6 +27,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use terminus_engine::capacity::tenant::{QuotaRefusal, TenantAccount};
 use terminus_engine::HandshakeContext;
 use terminus_tls::HandshakeError;
 use tokio::net::TcpStream;
@@ -127,6 +129,8 @@ pub(crate) enum Closed {
     Userspace(std::io::Error),
     /// Admission control refused the handshake (the worker is overloaded).
     Overloaded,
+    /// The tenant's quota refused the handshake (counted by the tenant).
+    OverQuota(Arc<TenantAccount>, QuotaRefusal),
 }
 
 impl Closed {
@@ -151,6 +155,10 @@ impl Closed {
             }
             Closed::Userspace(e) => tracing::debug!(%peer, "{e}"),
             Closed::Overloaded => metrics.handshake_refused(Refusal::AtHello),
+            Closed::OverQuota(tenant, cause) => {
+                metrics.handshake_refused(Refusal::Quota);
+                tracing::debug!(%peer, tenant = tenant.name(), "handshake refused: {}", cause.name());
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 pub use app::ConnectionInfo;
 use body::{Body, RequestBody};
+pub(crate) use h1::Transport;
 
 const SERVER: HeaderValue = HeaderValue::from_static("terminus");
 

@@ -1,0 +1,120 @@
+//! Which queued requests fill a batch when more wait than it holds: start-time fair
+//! queueing (Goyal et al., SIGCOMM '96) between tenants, weighted by their committed ACU,
+//! with every borrowed request behind every committed one.
+//!
+//! Each request gets a tag when queued: its tenant's virtual time, which advances by the
+//! request's ACU cost over the tenant's weight. A batch takes the lowest tags, so over
+//! any busy period each tenant's share of the computed ACU follows its weight, whatever
+//! its key types, and a tenant that floods the queue only lengthens its own line.
+//! While no more requests wait than one batch holds, nothing is reordered.
+
+use std::collections::HashMap;
+
+use crate::capacity::tenant::Class;
+use crate::context::HandshakeContext;
+use crate::op::OpKind;
+use crate::signing_key::KeyAlgorithm;
+
+/// Where a request stands in line.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub(crate) struct Rank {
+    /// Borrowed capacity waits for committed.
+    borrowed: bool,
+    /// Virtual start time.
+    tag: f64,
+}
+
+impl Rank {
+    /// The rank of a request outside any tenant (first in line, as before tenants).
+    pub(crate) const FIRST: Rank = Rank {
+        borrowed: false,
+        tag: f64::NEG_INFINITY,
+    };
+}
+
+/// One worker's virtual clocks.
+#[derive(Default)]
+pub(crate) struct Fair {
+    /// The tag of the last request dispatched.
+    now: f64,
+    /// Each tenant's next start tag, by its account's address.
+    next: HashMap<usize, f64>,
+}
+
+impl Fair {
+    /// Tags a request of `kind` signed with `key` for `ctx`'s tenant.
+    pub(crate) fn rank(
+        &mut self,
+        ctx: &HandshakeContext,
+        kind: OpKind,
+        key: Option<KeyAlgorithm>,
+    ) -> Rank {
+        let Some((account, class)) = ctx.tenant() else {
+            return Rank::FIRST;
+        };
+        let (cost, weight) = account.cost_and_weight(kind, key);
+        let id = std::sync::Arc::as_ptr(account) as usize;
+        let next = self.next.entry(id).or_insert(self.now);
+        let start = next.max(self.now);
+        *next = start + cost / weight;
+        Rank {
+            borrowed: class == Class::Borrowed,
+            tag: start,
+        }
+    }
+
+    /// A request tagged `rank` was dispatched.
+    pub(crate) fn dispatched(&mut self, rank: Rank) {
+        if rank.tag.is_finite() {
+            self.now = self.now.max(rank.tag);
+        }
+        // Tenants that fell behind the clock start from it; forget them.
+        if self.next.len() > 64 {
+            let now = self.now;
+            self.next.retain(|_, next| *next > now);
+        }
+    }
+}
+
+/// The positions in `ranks` of the `n` requests to dispatch first: the lowest ranks,
+/// ties in queue order.
+pub(crate) fn choose(ranks: &[Rank], n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..ranks.len()).collect();
+    order.sort_by(|&a, &b| {
+        ranks[a]
+            .partial_cmp(&ranks[b])
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(&b))
+    });
+    order.truncate(n);
+    order.sort_unstable();
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(borrowed: bool, tag: f64) -> Rank {
+        Rank { borrowed, tag }
+    }
+
+    #[test]
+    fn committed_requests_go_before_borrowed_ones_then_by_tag() {
+        let ranks = [
+            rank(true, 0.0),
+            rank(false, 3.0),
+            rank(false, 1.0),
+            rank(true, -1.0),
+            Rank::FIRST,
+        ];
+        assert_eq!(choose(&ranks, 3), vec![1, 2, 4]);
+        assert_eq!(choose(&ranks, 4), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn equal_ranks_keep_queue_order() {
+        let ranks = [rank(false, 1.0); 5];
+        assert_eq!(choose(&ranks, 2), vec![0, 1]);
+    }
+}

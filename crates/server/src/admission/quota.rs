@@ -1,0 +1,58 @@
+//! Tenant quotas at the ClientHello: once SNI has named the host, and with it the tenant,
+//! and before the handshake asks for any crypto, the handshake is admitted against the
+//! tenant's quota (`terminus_engine::capacity::tenant`), waits for it, or is refused.
+//!
+//! It is charged what it will probably cost: the signature of the certificate the
+//! resolver will choose for this ClientHello (none when it asks to resume) and the key
+//! exchange of the first group the client lists that terminus has. The engine then
+//! charges what each request costs, and the estimate is settled when the handshake ends.
+
+use std::sync::Arc;
+
+use terminus_engine::capacity::tenant::{Admission, Arrival, QuotaRefusal, TenantAccount};
+use terminus_engine::cost::Operation;
+use terminus_engine::{HandshakeContext, KeyAlgorithm, KxGroup};
+use terminus_tls::{ClientHelloRead, SniResolver};
+use tokio::time::Instant;
+
+/// Admits the handshake of `read` against `tenant`'s quota and charges `ctx`'s crypto to
+/// it, after the wait the quota asks for (the handshake deadline still holds: a wait that
+/// outlasts it ends in a handshake timeout). `idle`: the worker has capacity to lend.
+pub(crate) async fn admit(
+    ctx: &mut HandshakeContext,
+    tenant: &Arc<TenantAccount>,
+    resolver: &SniResolver,
+    read: &ClientHelloRead,
+    idle: bool,
+) -> Result<(), QuotaRefusal> {
+    let hello = read.client_hello();
+    let sign = if read.offers_resumption() {
+        None
+    } else {
+        resolver.key_for(&hello)
+    };
+    let kx = hello
+        .named_groups()
+        .and_then(|groups| {
+            groups
+                .iter()
+                .find_map(|g| KxGroup::ALL.into_iter().find(|k| k.named_group() == *g))
+        })
+        .map_or(Operation::X25519, Operation::for_group);
+    let arrival = Arrival {
+        estimate: tenant.estimate(sign, kx),
+        cheap: !matches!(sign, Some(KeyAlgorithm::Rsa { .. })),
+        idle,
+    };
+    let hold = match tenant.admit(Instant::now().into_std(), arrival) {
+        Admission::Now(hold) => hold,
+        Admission::After(wait, hold) => {
+            let _waiting = tenant.waiting();
+            tokio::time::sleep(wait).await;
+            hold
+        }
+        Admission::Refused(cause) => return Err(cause),
+    };
+    ctx.charge_to(hold);
+    Ok(())
+}

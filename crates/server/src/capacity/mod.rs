@@ -1,0 +1,144 @@
+//! The machine's crypto capacity as this server sees it: measured at start-up and on
+//! reload (what each configured operation costs with the backend, in ACU; the crossovers
+//! the multibuffer backend batches by, from the same timings), the tenants charged by
+//! those costs, and how both are reported: Prometheus series and the `GET /capacity`
+//! table ([`report`]).
+
+mod report;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use terminus_engine::capacity::tenant::Tenants;
+use terminus_engine::capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
+use terminus_engine::cost::{crossover_label, Cost, Crossovers, Operation, Workload};
+use terminus_engine::{BackendKind, KxGroup};
+
+use crate::site::Site;
+
+pub(crate) use report::CapacityReport;
+
+/// How long SCU is measured per cipher at start-up.
+const SCU_SAMPLE: Duration = Duration::from_millis(10);
+
+/// The server's capacity: its backend and workers, its costs, its tenants.
+pub struct Machine {
+    pub(crate) backend: BackendKind,
+    /// The machine's capacity counts one core per worker.
+    pub(crate) workers: usize,
+    /// The multibuffer backend's crossovers, measured with the costs.
+    pub(crate) crossovers: Arc<Crossovers>,
+    pub(crate) tenants: Arc<Tenants>,
+    /// Mbps of each record cipher per core, by [`CIPHERS`]' order, once measured.
+    pub(crate) scu: OnceLock<Vec<(&'static str, f64)>>,
+}
+
+impl Machine {
+    /// Unmeasured: the costs of a scalar core until [`Machine::measure`].
+    pub fn new(backend: BackendKind, workers: usize) -> Self {
+        Self {
+            backend,
+            workers,
+            crossovers: Arc::new(Crossovers::default()),
+            tenants: Arc::new(Tenants::new(AcuCosts::unmeasured(workers))),
+            scu: OnceLock::new(),
+        }
+    }
+
+    /// Times every operation `site` can ask for (its certificates' signatures and every
+    /// key-exchange group) with the backend, sets the tenants' costs and the crossovers
+    /// from them, and logs what it found. Takes a few milliseconds per operation.
+    pub fn measure(&self, site: &Site) {
+        self.scu.get_or_init(|| {
+            CIPHERS
+                .into_iter()
+                .map(|(name, cipher)| (name, scu_per_core(cipher, SCU_SAMPLE)))
+                .collect()
+        });
+        let own: Vec<Workload> = site
+            .signing_keys
+            .iter()
+            .filter_map(|k| Workload::for_key(k.clone()))
+            .chain(
+                KxGroup::ALL
+                    .into_iter()
+                    .filter_map(|g| Workload::for_group(g).ok()),
+            )
+            .collect();
+        let mut workloads: Vec<&Workload> = own.iter().collect();
+        if !own.iter().any(|w| w.op == Operation::Rsa2048) {
+            workloads.push(unit());
+        }
+        let capacity = match Capacity::quick(self.backend, &workloads) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("crypto capacity not measured ({e}); quotas are charged by a scalar core's costs");
+                return;
+            }
+        };
+        let costs = AcuCosts::from_capacity(&capacity, self.workers);
+        if self.backend == BackendKind::Multibuffer {
+            self.set_crossovers(&capacity);
+        }
+        let summary: Vec<String> = capacity
+            .rates
+            .iter()
+            .map(|r| format!("{} {:.3}", r.op.name(), costs.of(r.op).0))
+            .collect();
+        tracing::info!(
+            "crypto capacity with the {} backend: {:.0} ACU per core, {:.0} for {} workers; ACU per operation: {}",
+            self.backend.name(),
+            costs.acu_per_core,
+            costs.machine_acu(),
+            self.workers,
+            summary.join(", ")
+        );
+        self.tenants.set_costs(costs);
+    }
+
+    fn set_crossovers(&self, capacity: &Capacity) {
+        let mut summary = Vec::new();
+        for rate in &capacity.rates {
+            let Some(batched) = rate.batched_per_s else {
+                continue;
+            };
+            if rate.op.decided_by() != rate.op {
+                continue;
+            }
+            let cost = Cost::from_rates(rate.scalar_per_s, batched);
+            self.crossovers.set(rate.op, cost.crossover());
+            summary.push(format!(
+                "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
+                rate.op.name(),
+                crossover_label(cost.crossover()),
+                cost.scalar.as_secs_f64() * 1e6,
+                cost.batch.as_secs_f64() * 1e6
+            ));
+        }
+        tracing::info!(
+            "multibuffer crossovers measured on this CPU (smallest batch computed in one call): {}",
+            summary.join(", ")
+        );
+    }
+
+    /// The machine's committed ACU over all tenants, and what it has.
+    pub fn committed(&self) -> (f64, f64) {
+        let committed = self
+            .tenants
+            .all()
+            .iter()
+            .filter_map(|t| t.quota())
+            .map(|q| q.acu)
+            .sum();
+        (committed, self.tenants.costs().machine_acu())
+    }
+}
+
+/// The RSA-2048 signature ACU are counted in, with a key generated once per process
+/// (a configuration need not have an RSA-2048 certificate).
+fn unit() -> &'static Workload {
+    static UNIT: OnceLock<Workload> = OnceLock::new();
+    UNIT.get_or_init(|| {
+        Workload::generate(Operation::Rsa2048).expect("aws-lc generates RSA-2048 keys")
+    })
+}

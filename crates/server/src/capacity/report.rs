@@ -1,0 +1,273 @@
+//! How capacity is reported: Prometheus series for the machine and every tenant, and the
+//! `GET /capacity` table (JSON), laid out like an appliance's crypto capacity page: the
+//! machine's total, what is allocated to tenants, what is used and what is free.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use terminus_engine::capacity::tenant::{Class, QuotaRefusal, TenantAccount};
+use terminus_engine::cost::Operation;
+use terminus_metrics::{Exposition, Kind, Render};
+
+use super::Machine;
+
+/// The machine's capacity and its tenants, for `/metrics` and `/capacity`.
+#[derive(Clone)]
+pub(crate) struct CapacityReport(pub(crate) Arc<Machine>);
+
+impl std::fmt::Debug for CapacityReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapacityReport")
+            .field("backend", &self.0.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CapacityReport {
+    /// The `GET /capacity` document.
+    pub(crate) fn json(&self) -> String {
+        let m = &self.0;
+        let costs = m.tenants.costs();
+        let tenants = m.tenants.all();
+        let (allocated, total) = m.committed();
+        let used: f64 = tenants.iter().map(|t| t.usage().acu_per_s).sum();
+        let doc = json!({
+            "backend": m.backend.name(),
+            "workers": m.workers,
+            "acu": {
+                "per_core": round(costs.acu_per_core),
+                "total": round(total),
+                "allocated": round(allocated),
+                "free": round((total - allocated).max(0.0)),
+                "used_per_s": round(used),
+            },
+            "scu_per_core": m.scu.get().map(|scu| {
+                scu.iter().map(|(name, mbps)| (name.to_string(), json!(round(*mbps)))).collect::<serde_json::Map<_, _>>()
+            }),
+            "acu_cost": Operation::ALL.iter().map(|op| {
+                let (acu, measured) = costs.of(*op);
+                (op.name().to_owned(), json!({ "acu": (acu * 1e4).round() / 1e4, "measured": measured }))
+            }).collect::<serde_json::Map<_, _>>(),
+            "tenants": tenants.iter().map(|t| tenant(t)).collect::<Vec<_>>(),
+        });
+        let mut text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+        text.push('\n');
+        text
+    }
+}
+
+fn tenant(t: &TenantAccount) -> Value {
+    let usage = t.usage();
+    let quota = t.quota().map(|q| {
+        json!({
+            "acu": q.acu,
+            "acu_peak": q.acu_peak,
+            "scu": q.scu,
+            "over_quota": q.over_quota.name(),
+            "max_wait_ms": q.max_wait.as_secs_f64() * 1e3,
+        })
+    });
+    let free = t.quota().map(|q| round((q.acu - usage.acu_per_s).max(0.0)));
+    let by_class = |values: [f64; 3]| {
+        Class::ALL
+            .iter()
+            .map(|c| (c.name().to_owned(), json!(round(values[*c as usize]))))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    json!({
+        "name": t.name(),
+        "quota": quota,
+        "used_acu_per_s": round(usage.acu_per_s),
+        "free_acu_per_s": free,
+        "acu_total": by_class(usage.acu),
+        "handshakes_admitted": by_class(usage.admitted.map(|n| n as f64)),
+        "handshakes_refused": QuotaRefusal::ALL.iter().map(|c| (c.name().to_owned(), json!(usage.refused[*c as usize]))).collect::<serde_json::Map<_, _>>(),
+        "waiting": usage.waiting,
+        "bulk_bytes": usage.bulk_bytes,
+        "paced_writes": usage.paced_writes,
+        "paced_seconds": usage.paced_seconds,
+    })
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+impl Render for CapacityReport {
+    fn render(&self, out: &mut Exposition) {
+        let m = &self.0;
+        let costs = m.tenants.costs();
+        out.header(
+            "terminus_capacity_acu",
+            Kind::Gauge,
+            "ACU (RSA-2048 private-key operations per second) with the crypto backend, per core and for the workers' cores, measured at start-up.",
+        );
+        out.sample(
+            "terminus_capacity_acu",
+            "scope=\"core\"",
+            costs.acu_per_core,
+        );
+        out.sample(
+            "terminus_capacity_acu",
+            "scope=\"machine\"",
+            costs.machine_acu(),
+        );
+        out.header(
+            "terminus_capacity_acu_cost",
+            Kind::Gauge,
+            "What one operation costs in ACU with the crypto backend; measured=\"0\": a scalar core's ratio, not measured here.",
+        );
+        for op in Operation::ALL {
+            let (acu, measured) = costs.of(op);
+            let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
+            out.sample("terminus_capacity_acu_cost", &labels, acu);
+        }
+        if let Some(scu) = m.scu.get() {
+            out.header(
+                "terminus_capacity_scu",
+                Kind::Gauge,
+                "SCU (Mbps of 16 KiB records sealed) per core, by cipher.",
+            );
+            for (name, mbps) in scu {
+                out.sample("terminus_capacity_scu", &format!("cipher=\"{name}\""), mbps);
+            }
+        }
+        if m.backend == terminus_engine::BackendKind::Multibuffer {
+            m.crossovers.render(out);
+        }
+        let tenants = m.tenants.all();
+        let usages: Vec<_> = tenants.iter().map(|t| (t, t.usage())).collect();
+        let label = |t: &TenantAccount| format!("tenant=\"{}\"", t.name());
+        out.header(
+            "terminus_tenant_quota_acu",
+            Kind::Gauge,
+            "A tenant's quota: committed and peak ACU per second.",
+        );
+        for (t, _) in &usages {
+            if let Some(q) = t.quota() {
+                let l = label(t);
+                out.sample(
+                    "terminus_tenant_quota_acu",
+                    &format!("{l},limit=\"committed\""),
+                    q.acu,
+                );
+                out.sample(
+                    "terminus_tenant_quota_acu",
+                    &format!("{l},limit=\"peak\""),
+                    q.acu_peak,
+                );
+            }
+        }
+        out.header(
+            "terminus_tenant_acu_total",
+            Kind::Counter,
+            "ACU charged to a tenant's handshakes, by whose capacity they used (committed, borrowed; unmetered: a tenant without a quota).",
+        );
+        for (t, u) in &usages {
+            for c in Class::ALL {
+                let labels = format!("{},class=\"{}\"", label(t), c.name());
+                out.sample("terminus_tenant_acu_total", &labels, u.acu[c as usize]);
+            }
+        }
+        out.header(
+            "terminus_tenant_acu_per_second",
+            Kind::Gauge,
+            "ACU a tenant used in the last whole second.",
+        );
+        for (t, u) in &usages {
+            out.sample("terminus_tenant_acu_per_second", &label(t), u.acu_per_s);
+        }
+        out.header(
+            "terminus_tenant_crypto_ops_total",
+            Kind::Counter,
+            "Crypto operations computed for a tenant's handshakes, by operation.",
+        );
+        for (t, u) in &usages {
+            for (i, op) in Operation::ALL.iter().enumerate() {
+                if u.ops[i] > 0 {
+                    let labels = format!("{},op=\"{}\"", label(t), op.name());
+                    out.sample("terminus_tenant_crypto_ops_total", &labels, u.ops[i]);
+                }
+            }
+        }
+        out.header(
+            "terminus_tenant_handshakes_admitted_total",
+            Kind::Counter,
+            "A tenant's handshakes admitted, by whose capacity they use.",
+        );
+        for (t, u) in &usages {
+            for c in Class::ALL {
+                let labels = format!("{},class=\"{}\"", label(t), c.name());
+                out.sample(
+                    "terminus_tenant_handshakes_admitted_total",
+                    &labels,
+                    u.admitted[c as usize],
+                );
+            }
+        }
+        out.header(
+            "terminus_tenant_handshakes_refused_total",
+            Kind::Counter,
+            "A tenant's handshakes refused by its quota, by cause.",
+        );
+        for (t, u) in &usages {
+            for c in QuotaRefusal::ALL {
+                let labels = format!("{},cause=\"{}\"", label(t), c.name());
+                out.sample(
+                    "terminus_tenant_handshakes_refused_total",
+                    &labels,
+                    u.refused[c as usize],
+                );
+            }
+        }
+        out.header(
+            "terminus_tenant_quota_waiting",
+            Kind::Gauge,
+            "A tenant's handshakes waiting for its quota now.",
+        );
+        for (t, u) in &usages {
+            out.sample("terminus_tenant_quota_waiting", &label(t), u.waiting);
+        }
+        out.header(
+            "terminus_tenant_bulk_bytes_total",
+            Kind::Counter,
+            "Bytes a tenant with an SCU quota sent after its handshakes.",
+        );
+        for (t, u) in &usages {
+            out.sample("terminus_tenant_bulk_bytes_total", &label(t), u.bulk_bytes);
+        }
+        out.header(
+            "terminus_tenant_paced_writes_total",
+            Kind::Counter,
+            "Writes that waited for their tenant's SCU quota.",
+        );
+        for (t, u) in &usages {
+            out.sample(
+                "terminus_tenant_paced_writes_total",
+                &label(t),
+                u.paced_writes,
+            );
+        }
+        out.header(
+            "terminus_tenant_paced_seconds_total",
+            Kind::Counter,
+            "How long writes waited for their tenant's SCU quota, in all.",
+        );
+        for (t, u) in &usages {
+            out.sample(
+                "terminus_tenant_paced_seconds_total",
+                &label(t),
+                u.paced_seconds,
+            );
+        }
+        out.header(
+            "terminus_tenant_quota_wait_seconds",
+            Kind::Histogram,
+            "How long a tenant's queued handshakes waited for its quota.",
+        );
+        for (t, _) in &usages {
+            t.waits()
+                .render(out, "terminus_tenant_quota_wait_seconds", &label(t));
+        }
+    }
+}

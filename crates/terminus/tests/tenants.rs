@@ -1,0 +1,326 @@
+//! Tenant crypto quotas against real traffic: `terminus load` drives two virtual hosts of
+//! different tenants through one worker, and the server's own accounting
+//! (`terminus_tenant_*`, `GET /capacity`) must show each held to its quota: a flooding
+//! tenant to its peak, a tenant within its quota untouched. Exact accounting and the
+//! meters' arithmetic are unit-tested in `terminus_engine::capacity`.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::thread;
+
+use common::*;
+
+/// Two hosts on one RSA-2048 certificate: a.test is tenant "a", b.test tenant "b".
+fn two_tenants(dir: &TestDir, a: &str, b: &str) -> std::path::PathBuf {
+    let pair = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["a.test", "b.test"]);
+    dir.write("www/index.html", "ok");
+    let server = |name: &str| {
+        format!(
+            "[[server]]\nnames = [\"{name}.test\"]\ntenant = \"{name}\"\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.path("www").display(),
+            pair.cert.display(),
+            pair.key.display()
+        )
+    };
+    dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[crypto]\nbackend = \"scalar\"\n[[tenant]]\nname = \"a\"\n{a}\n[[tenant]]\nname = \"b\"\n{b}\n{}{}",
+            server("a"),
+            server("b")
+        ),
+    )
+}
+
+fn start(conf: &std::path::Path) -> Server {
+    Server::start_with(
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--no-resumption",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        false,
+    )
+}
+
+/// Full handshakes to `host` at `rate` per second for `seconds`, one request each.
+fn load(server: &Server, host: &str, rate: u32, seconds: u32) -> thread::JoinHandle<Output> {
+    let url = format!("https://{host}:{}/index.html", server.port());
+    thread::spawn(move || {
+        run(Command::new(terminus_bin()).args([
+            "load",
+            &url,
+            "--address",
+            "127.0.0.1",
+            "--rate",
+            &rate.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+            "--new-connection",
+            "-k",
+            "--tls",
+            "1.3",
+            "--json",
+        ]))
+    })
+}
+
+fn report(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn acu(server: &Server, tenant: &str, class: &str) -> f64 {
+    server.metric(
+        "terminus_tenant_acu_total",
+        &[
+            &format!("tenant=\"{tenant}\""),
+            &format!("class=\"{class}\""),
+        ],
+    )
+}
+
+#[test]
+fn a_tenant_at_three_times_its_quota_is_held_to_its_peak_and_one_within_its_quota_is_untouched() {
+    let _alone = exclusive();
+    let dir = TestDir::new("tenants-peak");
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 20, acu_peak = 30 }",
+        "capacity = { acu = 40 }",
+    );
+    let server = start(&conf);
+    // An RSA-2048 TLS 1.3 handshake is about 1.1 ACU (a signature, an X25519 exchange):
+    // a at 90 ACU/s, three times its peak; b at 20 ACU/s, half its quota.
+    let a = load(&server, "a.test", 80, 10);
+    let b = load(&server, "b.test", 18, 10);
+    let (a, b) = (report(&a.join().unwrap()), report(&b.join().unwrap()));
+    let a_acu = acu(&server, "a", "committed") + acu(&server, "a", "borrowed");
+    assert!(
+        (270.0..=330.0).contains(&a_acu),
+        "tenant a used {a_acu:.0} ACU in 10 s; its peak is 30 ACU/s: {a:#}"
+    );
+    assert!(
+        acu(&server, "a", "borrowed") > 0.0,
+        "an idle worker lends a its capacity up to the peak"
+    );
+    let a_refused = server.metric(
+        "terminus_tenant_handshakes_refused_total",
+        &["tenant=\"a\""],
+    );
+    assert!(a_refused > 0.0, "nothing of a's flood was refused: {a:#}");
+    for (kind, _) in a["errors"].as_object().unwrap() {
+        assert_eq!(
+            kind, "tls_alert_received:internal_error",
+            "a's refusals are alerts: {a:#}"
+        );
+    }
+    assert_eq!(
+        server.metric(
+            "terminus_tenant_handshakes_refused_total",
+            &["tenant=\"b\""]
+        ),
+        0.0
+    );
+    assert!(
+        b["errors"].as_object().unwrap().is_empty(),
+        "tenant b, within its quota, had errors: {b:#}"
+    );
+    assert_eq!(b["requests"].as_f64(), Some(180.0), "{b:#}");
+    assert_eq!(acu(&server, "b", "borrowed"), 0.0);
+
+    // The capacity table: both tenants, their quotas and what they used.
+    let admin = server.admin.unwrap().to_string();
+    let table = run(Command::new("curl").args(["-sS", &format!("http://{admin}/capacity")]));
+    let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
+    assert_eq!(doc["acu"]["allocated"].as_f64(), Some(60.0), "{doc:#}");
+    assert!(doc["acu"]["total"].as_f64().unwrap() > 60.0, "{doc:#}");
+    let tenants = doc["tenants"].as_array().unwrap();
+    let t = |name: &str| {
+        tenants
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tenant {name}: {doc:#}"))
+    };
+    assert_eq!(t("a")["quota"]["acu_peak"].as_f64(), Some(30.0));
+    assert_eq!(t("b")["quota"]["over_quota"], "queue");
+    assert!(t("a")["handshakes_refused"]["queue_full"].as_u64().unwrap() > 0);
+    let shown = run(Command::new(terminus_bin()).args(["capacity", "--admin", &admin]));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{text}");
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(&row("a")[1..3], ["20", "30"], "{text}");
+    assert_eq!(row("b")[1], "40", "{text}");
+}
+
+#[test]
+fn a_busy_worker_lends_nothing_beyond_committed_quotas() {
+    let _alone = exclusive();
+    let dir = TestDir::new("tenants-busy");
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 10, acu_peak = 200 }",
+        "capacity = { acu = 100000 }",
+    );
+    let server = start(&conf);
+    // Idle: a borrows most of what it asks for (about 66 ACU/s).
+    report(&load(&server, "a.test", 60, 4).join().unwrap());
+    let idle = acu(&server, "a", "borrowed");
+    assert!(idle > 150.0, "{idle:.0} ACU borrowed in 4 s while idle");
+    // b keeps the worker busy (closed loop, full handshakes): a gets its 10 ACU/s and
+    // little more.
+    let url = format!("https://b.test:{}/index.html", server.port());
+    let busy = thread::spawn(move || {
+        run(Command::new(terminus_bin()).args([
+            "load",
+            &url,
+            "--address",
+            "127.0.0.1",
+            "-c",
+            "64",
+            "-d",
+            "6s",
+            "--new-connection",
+            "-k",
+            "--tls",
+            "1.3",
+            "--json",
+        ]))
+    });
+    thread::sleep(std::time::Duration::from_millis(1500));
+    let before = acu(&server, "a", "borrowed");
+    report(&load(&server, "a.test", 60, 4).join().unwrap());
+    let lent = acu(&server, "a", "borrowed") - before;
+    report(&busy.join().unwrap());
+    assert!(
+        lent < idle / 3.0,
+        "{lent:.0} ACU lent to a in 4 s while b kept the worker busy, {idle:.0} while idle"
+    );
+}
+
+#[test]
+fn bad_quotas_name_their_line() {
+    let dir = TestDir::new("tenants-config");
+    let cases = [
+        (
+            "capacity = { acu = 100, acu_peak = 50 }",
+            "acu_peak = 50 is below acu = 100",
+        ),
+        (
+            "capacity = { acu = -1 }",
+            "capacity acu = -1 must be a positive number",
+        ),
+        (
+            "capacity = { acu = 10 }\nover_quota = \"drop\"",
+            "over_quota = \"drop\" is not an action",
+        ),
+        ("capacity = { acu = 10, acus = 5 }", "unknown field `acus`"),
+    ];
+    for (a, message) in cases {
+        let conf = two_tenants(&dir, a, "capacity = { acu = 10 }");
+        let out = run(Command::new(terminus_bin())
+            .args(["check", "--config"])
+            .arg(&conf));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{a}: accepted");
+        // Tenant a's capacity is on line 7, its over_quota on line 8.
+        assert!(
+            err.contains("terminus.toml:7") || err.contains("terminus.toml:8"),
+            "{a}: no line in {err}"
+        );
+        assert!(err.contains(message), "{a}: {err}");
+    }
+    let conf = two_tenants(&dir, "capacity = { acu = 10 }", "capacity = { acu = 10 }");
+    let text = std::fs::read_to_string(&conf)
+        .unwrap()
+        .replace("tenant = \"b\"", "tenant = \"c\"");
+    let conf = dir.write("terminus.toml", text);
+    let out = run(Command::new(terminus_bin())
+        .args(["check", "--config"])
+        .arg(&conf));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no [[tenant]] is named \"c\""), "{err}");
+}
+
+#[test]
+fn check_warns_when_the_tenants_are_promised_more_than_the_machine_has() {
+    let dir = TestDir::new("tenants-check");
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 1000000 }",
+        "capacity = { acu = 10 }",
+    );
+    let out = run(Command::new(terminus_bin())
+        .args(["check", "--config"])
+        .arg(&conf));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning") && err.contains("1000010 ACU/s, is more than this machine has"),
+        "{err}"
+    );
+    let conf = two_tenants(&dir, "capacity = { acu = 10 }", "capacity = { acu = 10 }");
+    let out = run(Command::new(terminus_bin())
+        .args(["check", "--config"])
+        .arg(&conf));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+}
+
+#[test]
+fn a_tenants_bulk_quota_paces_its_downloads_and_no_one_elses() {
+    let _alone = exclusive();
+    let dir = TestDir::new("tenants-scu");
+    // 8 Mbps: a megabyte a second.
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 100, scu = 8 }",
+        "capacity = { acu = 100 }",
+    );
+    dir.write("www/big.bin", vec![b'x'; 3_000_000]);
+    let server = start(&conf);
+    let fetch = |host: &str| {
+        let started = std::time::Instant::now();
+        let out = curl_host(
+            &server,
+            host,
+            &["-o", "/dev/null", "-w", "%{size_download}"],
+            "/big.bin",
+        );
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "3000000");
+        started.elapsed().as_secs_f64()
+    };
+    let unpaced = fetch("b.test");
+    let paced = fetch("a.test");
+    // 3 MB at 1 MB/s, less the meter's tenth of a second of burst.
+    assert!(
+        (2.5..=4.5).contains(&paced),
+        "3 MB took {paced:.2} s at 8 Mbps"
+    );
+    assert!(
+        unpaced < 1.0,
+        "3 MB took {unpaced:.2} s without a bulk quota"
+    );
+    let sent = server.metric("terminus_tenant_bulk_bytes_total", &["tenant=\"a\""]);
+    assert!(sent >= 3_000_000.0, "{sent} bytes counted");
+    assert!(server.metric("terminus_tenant_paced_writes_total", &["tenant=\"a\""]) > 0.0);
+    assert_eq!(
+        server.metric("terminus_tenant_bulk_bytes_total", &["tenant=\"b\""]),
+        0.0,
+        "b has no bulk quota: not wrapped, not counted"
+    );
+}
