@@ -47,6 +47,8 @@ struct Inner {
     metrics: Arc<EngineMetrics>,
     policy: FlushPolicy,
     state: RefCell<State>,
+    /// See [`Engine::before_dispatch`].
+    before_dispatch: RefCell<Option<Rc<dyn Fn()>>>,
 }
 
 /// When a request's batch was dispatched and how large it was: written by the flush,
@@ -88,6 +90,7 @@ impl Engine {
                 metrics,
                 policy,
                 state: RefCell::new(State::default()),
+                before_dispatch: RefCell::new(None),
             }),
         }
     }
@@ -95,6 +98,14 @@ impl Engine {
     /// Which backend computes this engine's batches.
     pub fn backend_kind(&self) -> BackendKind {
         self.inner.backend.kind()
+    }
+
+    /// Runs `hook` before every batch goes to the backend. A worker's crypto is its
+    /// longest stretch of CPU and comes back to back under load, while a task woken by
+    /// the network waits behind every task already runnable: what must not wait that long
+    /// (turning away connections a flood leaves in the listen queue) gets its turn here.
+    pub fn before_dispatch(&self, hook: impl Fn() + 'static) {
+        *self.inner.before_dispatch.borrow_mut() = Some(Rc::new(hook));
     }
 
     /// Registers a handshake in flight until the guard is dropped; the flush policy needs
@@ -170,6 +181,12 @@ impl Engine {
     async fn flush(&self, kind: OpKind) {
         let max = self.inner.backend.max_batch(kind).max(1);
         loop {
+            let hook = self.inner.before_dispatch.borrow().clone();
+            if let Some(hook) = hook {
+                if !self.inner.state.borrow().queues[kind.index()].is_empty() {
+                    hook();
+                }
+            }
             let now = Instant::now();
             let batch: Vec<Job> = {
                 let mut st = self.inner.state.borrow_mut();

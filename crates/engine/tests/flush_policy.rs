@@ -306,3 +306,22 @@ fn a_busy_worker_gathers_a_batch_until_the_deadline() {
         busy.await.unwrap();
     });
 }
+
+/// The worker's hook runs once before each batch goes to the backend, each time with
+/// that batch still to come (it is how a busy worker turns away connections between its
+/// batches), and never for a flush that finds nothing to compute.
+#[test]
+fn the_before_dispatch_hook_runs_ahead_of_every_batch() {
+    local(async {
+        let (engine, batches) = engine(4);
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let (log, dispatched) = (seen.clone(), batches.clone());
+        engine.before_dispatch(move || log.borrow_mut().push(dispatched.borrow().len()));
+        let _guards: Vec<_> = (0..20).map(|_| engine.handshake_started()).collect();
+        let results = submit_many(&engine, 10).await;
+        assert!(results.iter().all(|r| r.is_ok()));
+        assert_eq!(*batches.borrow(), vec![4, 4, 2]);
+        // Before batch k, k batches had been dispatched.
+        assert_eq!(*seen.borrow(), vec![0, 1, 2]);
+    });
+}

@@ -44,6 +44,8 @@ pub struct Site {
     /// The versions both are built with (rustls does not tell), for the checks it leaves
     /// to the server (`ClientHelloRead::refuse_downgrade`).
     pub tls_versions: Vec<rustls::ProtocolVersion>,
+    /// Whether a client can resume a session (tickets or the session cache are on).
+    pub resumption: bool,
     pub resolver: Arc<SniResolver>,
     pub hosts: Vec<Host>,
     pub timeouts: Timeouts,
@@ -205,6 +207,7 @@ impl Site {
             tls,
             stream_tls: Arc::new(stream_tls),
             tls_versions: config.tls.versions.iter().map(|v| v.version).collect(),
+            resumption: config.tls.session_tickets || config.tls.session_cache > 0,
             resolver,
             hosts,
             timeouts: Timeouts {

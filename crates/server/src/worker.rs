@@ -8,16 +8,14 @@ use std::rc::Rc;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use socket2::SockRef;
 use terminus_engine::{Engine, EngineSpec};
 use terminus_tls::{FallbackCause, KernelSupport};
-use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::admission::{Admission, Refusal};
+use crate::admission::Admission;
 use crate::config::Listen;
-use crate::connection;
 use crate::http;
+use crate::listener::accept::{accept_loop, Acceptor};
 use crate::metrics::Metrics;
 use crate::site::SiteHandle;
 
@@ -98,9 +96,22 @@ pub fn run(
             files: Rc::default(),
             upstream_pool: Rc::default(),
         });
-        for (listener, listen) in listeners {
-            let listener = TcpListener::from_std(listener)?;
-            tokio::task::spawn_local(accept_loop(listener, listen, worker.clone()));
+        let acceptors = listeners
+            .into_iter()
+            .map(|(listener, listen)| Acceptor::new(listener, listen))
+            .collect::<io::Result<Vec<_>>>()?;
+        if worker.admission.bounded() {
+            let (drained, weak) = (acceptors.clone(), Rc::downgrade(&worker));
+            worker.engine.before_dispatch(move || {
+                if let Some(worker) = weak.upgrade() {
+                    for acceptor in &drained {
+                        acceptor.drain(&worker);
+                    }
+                }
+            });
+        }
+        for acceptor in acceptors {
+            tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
         }
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
@@ -117,84 +128,6 @@ pub fn run(
         }
         Ok(())
     })
-}
-
-/// accept() failures that mean "out of resources": back off instead of spinning.
-fn is_resource_exhaustion(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
-}
-
-async fn accept_loop(listener: TcpListener, listen: Listen, worker: Rc<Worker>) {
-    let listen = Rc::new(listen);
-    let mut shutdown = worker.shared.shutdown.clone();
-    let mut last_warning: Option<Instant> = None;
-    loop {
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            _ = shutdown.wait_for(|&stop| stop) => return,
-        };
-        // The permit is taken after accept, so a worker whose backlog is empty holds none
-        // of max_connections hostage. At the limit the accepted connection waits here for
-        // one to close and this worker accepts nothing more: no spin, and at most one
-        // waiting connection per worker beyond the limit.
-        let accepted = match accepted {
-            Ok((socket, peer)) => {
-                let waited = || terminus_sys::tcp_quiet_for(&socket).unwrap_or_default();
-                match worker.admission.at_accept(waited) {
-                    Some(ticket) => Ok((socket, peer, ticket)),
-                    None => {
-                        // Overloaded: turned away unread, with a reset (no FIN exchange,
-                        // no TIME_WAIT), and the next connection accepted at once.
-                        let _ = SockRef::from(&socket).set_linger(Some(Duration::ZERO));
-                        worker.shared.metrics.handshake_refused(Refusal::AtAccept);
-                        continue;
-                    }
-                }
-            }
-            Err(e) => Err(e),
-        };
-        let accepted = match accepted {
-            Ok(conn) => tokio::select! {
-                p = worker.shared.connection_limit.clone().acquire_owned() => match p {
-                    Ok(permit) => Ok((conn, permit)),
-                    Err(_) => return,
-                },
-                _ = shutdown.wait_for(|&stop| stop) => return,
-            },
-            Err(e) => Err(e),
-        };
-        match accepted {
-            Ok(((socket, peer, ticket), permit)) => {
-                let open = OpenConnection::new(worker.clone(), permit);
-                let (listen, task_worker) = (listen.clone(), worker.clone());
-                tokio::task::spawn_local(async move {
-                    connection::run(socket, peer, open, ticket, &listen, task_worker).await
-                });
-                // Without admission control, one accept per scheduler pass, like nginx
-                // without multi_accept: connections in progress finish before the backlog
-                // is drained. With it, the whole backlog is decided at once (what is
-                // taken on is bounded anyway): a refusal comes within one pass.
-                if !worker.admission.bounded() {
-                    tokio::task::yield_now().await;
-                }
-            }
-            Err(e) => {
-                worker.shared.metrics.accept_failed();
-                if is_resource_exhaustion(&e) {
-                    if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
-                        tracing::warn!("accept failed: {e}; backing off (raise the open-file limit or lower limits.max_connections)");
-                        last_warning = Some(Instant::now());
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                } else {
-                    tracing::debug!("accept failed: {e}");
-                }
-            }
-        }
-    }
 }
 
 /// Counts a connection open on this worker and in the metrics.

@@ -12,7 +12,9 @@
 //! overload the queue that builds is the listen queue, which that work does not see.
 //!
 //! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
-//!   Up to a quarter beyond it connections are still read, for resumptions' sake.
+//!   Up to a quarter beyond it connections are still read, for resumptions' sake, where
+//!   resumption is on: without it they could only be refused after their ClientHello,
+//!   later (behind everything the worker has to run) and at a higher cost than a reset.
 //! - Once its ClientHello is read, a full handshake beyond the bound is refused with a
 //!   fatal `internal_error` alert (RFC 8446: "an internal error unrelated to the peer"),
 //!   so the client learns at once that the server, not the network, said no; a
@@ -145,18 +147,19 @@ impl Admission {
     /// in the listen queue (`waited`, asked for only when bounded) and the work taken on
     /// before it (its own included) go beyond the bound, it would be answered too late.
     /// Up to a quarter more is read, for a resumption's sake (see
-    /// [`Admission::at_hello`]), unless refusing ClientHellos has come to cost too much.
-    pub(crate) fn at_accept(self: &Rc<Self>, waited: impl FnOnce() -> Duration) -> Option<Ticket> {
+    /// [`Admission::at_hello`]), where `resumable` says a session can be resumed at all
+    /// and unless refusing ClientHellos has come to cost too much.
+    pub(crate) fn at_accept(
+        self: &Rc<Self>,
+        waited: impl FnOnce() -> Duration,
+        resumable: impl FnOnce() -> bool,
+    ) -> Option<Ticket> {
         self.roll();
         if let Some(bound) = self.bound {
-            let waited = waited();
-            let room = if self.shedding.get() {
-                1.0
-            } else {
-                RESUMPTION_ROOM
-            };
-            let ahead = waited + self.cost.get() * (self.admitted.get() + 1);
-            if ahead.as_secs_f64() > bound.as_secs_f64() * room {
+            let ahead = waited() + self.cost.get() * (self.admitted.get() + 1);
+            let over = ahead.as_secs_f64() / bound.as_secs_f64();
+            // The room beyond the bound is asked about only for connections in it.
+            if over > 1.0 && (self.shedding.get() || over > RESUMPTION_ROOM || !resumable()) {
                 self.refused();
                 return None;
             }
@@ -248,7 +251,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 admission
-                    .at_accept(|| Duration::ZERO)
+                    .at_accept(|| Duration::ZERO, || true)
                     .unwrap_or_else(|| panic!("connection {i} reset"))
             })
             .collect()
@@ -266,7 +269,7 @@ mod tests {
         // Read, for they could be resumptions; the full one is refused after its hello.
         let mut extra = take(&admission, 5);
         assert!(
-            admission.at_accept(|| Duration::ZERO).is_none(),
+            admission.at_accept(|| Duration::ZERO, || true).is_none(),
             "a quarter more only"
         );
         assert!(admission.at_hello(extra.pop().unwrap(), false).is_none());
@@ -276,7 +279,9 @@ mod tests {
             .collect();
         drop(resumed);
         drop(full.into_iter().next());
-        let next = admission.at_accept(|| Duration::ZERO).expect("room again");
+        let next = admission
+            .at_accept(|| Duration::ZERO, || true)
+            .expect("room again");
         assert!(
             admission.at_hello(next, false).is_some(),
             "a finished one made room"
@@ -284,16 +289,27 @@ mod tests {
     }
 
     #[test]
+    fn without_resumption_nothing_beyond_the_bound_is_read() {
+        let admission = Admission::new(FIRST_COST * 20);
+        let _held = take(&admission, 20);
+        assert!(
+            admission.at_accept(|| Duration::ZERO, || false).is_none(),
+            "no session can be resumed: a reset now, not a refusal after its hello"
+        );
+        assert!(admission.at_accept(|| Duration::ZERO, || true).is_some());
+    }
+
+    #[test]
     fn a_connection_that_waited_out_the_bound_is_reset_at_accept() {
         let admission = Admission::new(FIRST_COST * 20);
-        assert!(admission.at_accept(|| FIRST_COST * 19).is_some());
+        assert!(admission.at_accept(|| FIRST_COST * 19, || true).is_some());
         assert!(
-            admission.at_accept(|| FIRST_COST * 30).is_none(),
+            admission.at_accept(|| FIRST_COST * 30, || true).is_none(),
             "waited longer than the bound and its quarter"
         );
         let _held = take(&admission, 10);
         assert!(
-            admission.at_accept(|| FIRST_COST * 15).is_none(),
+            admission.at_accept(|| FIRST_COST * 15, || true).is_none(),
             "waited less than the bound, but the work ahead of it adds up to more"
         );
     }
@@ -306,18 +322,18 @@ mod tests {
         let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
         for _ in 0..over {
             let ticket = admission
-                .at_accept(|| Duration::ZERO)
+                .at_accept(|| Duration::ZERO, || true)
                 .expect("read: the quarter");
             assert!(admission.at_hello(ticket, false).is_none());
         }
         std::thread::sleep(WINDOW);
         assert!(
-            admission.at_accept(|| Duration::ZERO).is_none(),
+            admission.at_accept(|| Duration::ZERO, || true).is_none(),
             "shedding: no quarter to read into"
         );
         drop(held);
         assert!(
-            admission.at_accept(|| Duration::ZERO).is_some(),
+            admission.at_accept(|| Duration::ZERO, || true).is_some(),
             "room again"
         );
     }

@@ -1,5 +1,8 @@
 //! SO_REUSEPORT listening sockets: one per worker per address, so the kernel spreads
-//! connections across workers without a shared accept lock.
+//! connections across workers without a shared accept lock; [`accept`] takes
+//! connections off them.
+
+pub(crate) mod accept;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
