@@ -5,11 +5,14 @@
 //! A flood of handshakes beyond what a worker computes would otherwise queue without
 //! bound: each waits behind all the earlier ones, latency grows until clients time out,
 //! and the worker ends up computing handshakes nobody waits for any more (nginx and
-//! HAProxy at 1.5x their maximum). The work taken on is the connections admitted and not
-//! yet through their handshake times what one costs this worker: its thread's CPU time
-//! per finished handshake, measured as it runs (so it covers the backend in use, the key
-//! types and the traffic mix). The wait is the kernel's (`TCP_INFO`), since under
-//! overload the queue that builds is the listen queue, which that work does not see.
+//! HAProxy at 1.5x their maximum). The work taken on is the handshakes under way times
+//! what one costs this worker: its thread's CPU time per finished handshake, measured as
+//! it runs (so it covers the backend in use, the key types and the traffic mix), plus the
+//! connections whose ClientHello is not read yet, each weighed as the share of read ones
+//! that went on to a handshake (under a tenant's flood beyond its quota most are refused
+//! for a few µs). A handshake sleeping on its tenant's quota is no work ahead of anyone
+//! and sets its room aside. The wait is the kernel's (`TCP_INFO`), since under overload
+//! the queue that builds is the listen queue, which that work does not see.
 //!
 //! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
 //!   Up to a quarter beyond it connections are still read, for resumptions' sake, where
@@ -51,7 +54,15 @@ const IDLE_BELOW: f64 = 0.9;
 pub(crate) struct Admission {
     /// `limits.handshake_queue`; `None`: everything is admitted.
     bound: Option<Duration>,
-    admitted: Cell<u32>,
+    /// Connections taken on whose ClientHello is not read yet, and handshakes under way.
+    unread: Cell<u32>,
+    working: Cell<u32>,
+    /// The share of ClientHellos read that went on to a handshake (the others were
+    /// refused: by a tenant's quota, or the bound), smoothed over windows. An unread
+    /// connection is that much of a handshake's work: under a tenant's flood beyond its
+    /// quota most are refusals costing a few µs, and counting each as a handshake would
+    /// get everyone else reset at accept.
+    went_on: Cell<f64>,
     /// CPU per handshake, smoothed over windows.
     cost: Cell<Duration>,
     window: Cell<Window>,
@@ -67,6 +78,8 @@ struct Window {
     cpu: Duration,
     finished: u32,
     refused: u32,
+    /// Refused after their ClientHello.
+    refused_read: u32,
 }
 
 /// Why a connection was turned away.
@@ -97,9 +110,20 @@ pub(crate) struct Ticket {
     admission: Rc<Admission>,
     /// Counts in the cost measurement when dropped (it did a handshake's work).
     worked: bool,
+    /// Its ClientHello was read and its handshake taken on.
+    read: bool,
 }
 
 impl Ticket {
+    /// Gives the room back while the returned guard lives: for a handshake waiting on its
+    /// tenant's quota, which is no work ahead of anyone while it sleeps (else a tenant
+    /// flooding beyond its quota would fill the bound with sleepers and get the others
+    /// reset at accept).
+    pub(crate) fn aside(&self) -> Aside<'_> {
+        self.admission.count(self.read, -1);
+        Aside(self)
+    }
+
     /// Gives the room back without counting as a handshake done: a connection refused
     /// after its ClientHello, or passed through untouched.
     pub(crate) fn cancel(mut self) {
@@ -107,11 +131,21 @@ impl Ticket {
     }
 }
 
+/// See [`Ticket::aside`].
+pub(crate) struct Aside<'a>(&'a Ticket);
+
+impl Drop for Aside<'_> {
+    fn drop(&mut self) {
+        self.0.admission.count(self.0.read, 1);
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         let a = &self.admission;
-        a.admitted.set(a.admitted.get() - 1);
-        if self.worked {
+        a.count(self.read, -1);
+        // A connection that ended unread (its client went away) did no handshake.
+        if self.worked && self.read {
             let mut w = a.window.get();
             w.finished += 1;
             a.window.set(w);
@@ -124,13 +158,16 @@ impl Admission {
     pub(crate) fn new(bound: Duration) -> Rc<Self> {
         Rc::new(Self {
             bound: (!bound.is_zero()).then_some(bound),
-            admitted: Cell::new(0),
+            unread: Cell::new(0),
+            working: Cell::new(0),
+            went_on: Cell::new(1.0),
             cost: Cell::new(FIRST_COST),
             window: Cell::new(Window {
                 started: Instant::now(),
                 cpu: thread_cpu(),
                 finished: 0,
                 refused: 0,
+                refused_read: 0,
             }),
             shedding: Cell::new(false),
             busy: Cell::new(0.0),
@@ -156,7 +193,7 @@ impl Admission {
     ) -> Option<Ticket> {
         self.roll();
         if let Some(bound) = self.bound {
-            let ahead = waited() + self.cost.get() * (self.admitted.get() + 1);
+            let ahead = waited() + self.work() + self.cost.get().mul_f64(self.went_on.get());
             let over = ahead.as_secs_f64() / bound.as_secs_f64();
             // The room beyond the bound is asked about only for connections in it.
             if over > 1.0 && (self.shedding.get() || over > RESUMPTION_ROOM || !resumable()) {
@@ -164,24 +201,41 @@ impl Admission {
                 return None;
             }
         }
-        self.admitted.set(self.admitted.get() + 1);
+        self.count(false, 1);
         Some(Ticket {
             admission: self.clone(),
             worked: true,
+            read: false,
         })
     }
 
     /// Keeps `ticket` for a handshake whose ClientHello was read (`resumption`: it asks
     /// to resume), or refuses a full handshake beyond the bound, the room above it being
     /// the resumptions'.
-    pub(crate) fn at_hello(&self, ticket: Ticket, resumption: bool) -> Option<Ticket> {
+    pub(crate) fn at_hello(&self, mut ticket: Ticket, resumption: bool) -> Option<Ticket> {
         self.roll();
-        if resumption || !self.over(1.0) {
+        // Counted as a whole handshake from here on, not as an unread connection.
+        let taken_on = self.work() + self.cost.get().mul_f64(1.0 - self.went_on.get());
+        if resumption || self.bound.is_none_or(|bound| taken_on <= bound) {
+            self.count(false, -1);
+            self.count(true, 1);
+            ticket.read = true;
             return Some(ticket);
         }
-        self.refused();
-        ticket.cancel();
+        self.turned_away(ticket);
         None
+    }
+
+    /// Counts a connection refused after its ClientHello (here, or by its tenant's
+    /// quota): its room is given back, and it counts as a refusal's cost, not as a
+    /// handshake done (cheap refusals counted as handshakes would make the measured
+    /// cost per handshake, and so the bound, a fraction of the truth under a flood).
+    pub(crate) fn turned_away(&self, ticket: Ticket) {
+        self.refused();
+        let mut w = self.window.get();
+        w.refused_read += 1;
+        self.window.set(w);
+        ticket.cancel();
     }
 
     /// Whether the worker has capacity nobody is using: it spent less than nine tenths of
@@ -197,13 +251,18 @@ impl Admission {
         self.window.set(w);
     }
 
-    /// The work taken on is over `share` of the bound.
-    fn over(&self, share: f64) -> bool {
-        let Some(bound) = self.bound else {
-            return false;
-        };
-        let work = self.cost.get() * self.admitted.get();
-        work.as_secs_f64() > bound.as_secs_f64() * share
+    /// The work taken on: the handshakes under way, and the connections not read yet as
+    /// the share of one that they probably are.
+    fn work(&self) -> Duration {
+        let handshakes = self.working.get() as f64 + self.unread.get() as f64 * self.went_on.get();
+        self.cost.get().mul_f64(handshakes)
+    }
+
+    /// Counts a ticket in (`by` 1) or out (-1) of the handshakes under way (`read`) or
+    /// the connections not read yet.
+    fn count(&self, read: bool, by: i32) {
+        let n = if read { &self.working } else { &self.unread };
+        n.set(n.get().wrapping_add_signed(by));
     }
 
     /// Ends the measurement window once it is over: how busy the worker was, a new cost
@@ -227,6 +286,11 @@ impl Admission {
                 // Weighted toward the past: one odd window moves it a little.
                 self.cost.set((self.cost.get() * 7 + sample * 3) / 10);
             }
+            let read = w.finished + w.refused_read;
+            if read >= 8 {
+                let sample = f64::from(w.finished) / f64::from(read);
+                self.went_on.set(self.went_on.get() * 0.7 + sample * 0.3);
+            }
             self.shedding
                 .set(refusing.as_secs_f64() > elapsed.as_secs_f64() * REFUSAL_SHARE);
         }
@@ -235,6 +299,7 @@ impl Admission {
             cpu,
             finished: 0,
             refused: 0,
+            refused_read: 0,
         });
     }
 }
@@ -254,6 +319,14 @@ mod tests {
                     .at_accept(|| Duration::ZERO, || true)
                     .unwrap_or_else(|| panic!("connection {i} reset"))
             })
+            .collect()
+    }
+
+    /// `n` connections taken on and read: full handshakes under way.
+    fn under_way(admission: &Rc<Admission>, n: usize) -> Vec<Ticket> {
+        take(admission, n)
+            .into_iter()
+            .map(|t| admission.at_hello(t, false).expect("within the bound"))
             .collect()
     }
 
@@ -288,6 +361,67 @@ mod tests {
         );
     }
 
+    /// Refusals after a ClientHello (a tenant's quota, or the bound) are not handshakes
+    /// done: counted as such, a flood of cheap refusals would make the measured cost per
+    /// handshake a fraction of the truth and the worker admit many times what it can do.
+    #[test]
+    fn refusals_after_the_hello_do_not_dilute_the_cost_per_handshake() {
+        let admission = Admission::new(Duration::from_secs(1));
+        let done = under_way(&admission, 8);
+        let refused = take(&admission, 200);
+        let spin = thread_cpu() + Duration::from_millis(40);
+        while thread_cpu() < spin {
+            std::hint::black_box(0u64);
+        }
+        drop(done);
+        for ticket in refused {
+            admission.turned_away(ticket);
+        }
+        std::thread::sleep(WINDOW);
+        admission.roll();
+        // 40 ms less 200 refusals' 4 ms over 8 handshakes: 4.5 ms, weighted 3 in 10
+        // against the 0.5 ms assumed first: 1.7 ms. Over 208, it would be 0.5 ms.
+        let cost = admission.cost.get();
+        assert!(cost > Duration::from_millis(1), "{cost:?}");
+    }
+
+    /// While most ClientHellos read are refused (a tenant flooding beyond its quota), a
+    /// connection not read yet is a fraction of a handshake, and a read one a whole.
+    #[test]
+    fn connections_not_read_yet_weigh_what_read_ones_turned_out_to_be() {
+        let admission = Admission::new(FIRST_COST * 20);
+        for _ in 0..5 {
+            for ticket in take(&admission, 10) {
+                admission.turned_away(ticket);
+            }
+            std::thread::sleep(WINDOW);
+            admission.roll();
+        }
+        // 0.7^5 (0.168) of a handshake each: 60 are about 10 (at 1 each, 20 fill it).
+        let unread = take(&admission, 60);
+        let read: Vec<Ticket> = unread
+            .into_iter()
+            .map_while(|t| admission.at_hello(t, false))
+            .collect();
+        // k read and 60 - k not: k + 0.168 (60 - k) <= 20 up to k = 11.
+        assert_eq!(read.len(), 11, "read ones that fit the bound of 20");
+    }
+
+    #[test]
+    fn a_ticket_set_aside_makes_room_until_it_is_back() {
+        let admission = Admission::new(FIRST_COST * 20);
+        let held = take(&admission, 20);
+        assert!(admission.at_accept(|| Duration::ZERO, || false).is_none());
+        let aside = held[0].aside();
+        let next = admission
+            .at_accept(|| Duration::ZERO, || false)
+            .expect("the room set aside");
+        drop(aside);
+        assert!(admission.at_hello(next, false).is_none(), "over again");
+        drop(held);
+        assert!(admission.at_accept(|| Duration::ZERO, || false).is_some());
+    }
+
     #[test]
     fn without_resumption_nothing_beyond_the_bound_is_read() {
         let admission = Admission::new(FIRST_COST * 20);
@@ -317,7 +451,7 @@ mod tests {
     #[test]
     fn a_costly_flood_of_refusals_turns_to_resets_at_accept_beyond_the_bound() {
         let admission = Admission::new(FIRST_COST * 4);
-        let held = take(&admission, 4);
+        let held = under_way(&admission, 4);
         // More refusals after a ClientHello in a window than REFUSAL_SHARE of it pays for.
         let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
         for _ in 0..over {

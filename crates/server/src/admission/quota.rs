@@ -15,15 +15,19 @@ use terminus_engine::{HandshakeContext, KeyAlgorithm, KxGroup};
 use terminus_tls::{ClientHelloRead, SniResolver};
 use tokio::time::Instant;
 
+use super::Ticket;
+
 /// Admits the handshake of `read` against `tenant`'s quota and charges `ctx`'s crypto to
 /// it, after the wait the quota asks for (the handshake deadline still holds: a wait that
 /// outlasts it ends in a handshake timeout). `idle`: the worker has capacity to lend.
+/// `admitted`: the handshake's room in admission control, set aside while it waits.
 pub(crate) async fn admit(
     ctx: &mut HandshakeContext,
     tenant: &Arc<TenantAccount>,
     resolver: &SniResolver,
     read: &ClientHelloRead,
     idle: bool,
+    admitted: &Ticket,
 ) -> Result<(), QuotaRefusal> {
     let hello = read.client_hello();
     let sign = if read.offers_resumption() {
@@ -47,7 +51,7 @@ pub(crate) async fn admit(
     let hold = match tenant.admit(Instant::now().into_std(), arrival) {
         Admission::Now(hold) => hold,
         Admission::After(wait, hold) => {
-            let _waiting = tenant.waiting();
+            let (_waiting, _aside) = (tenant.waiting(), admitted.aside());
             tokio::time::sleep(wait).await;
             hold
         }

@@ -48,7 +48,7 @@ impl Hello {
         )
         .await
         .map_err(Closed::Handshake)?;
-        let Some(_admitted) = worker
+        let Some(admitted) = worker
             .admission
             .at_hello(admitted, read.offers_resumption())
         else {
@@ -67,9 +67,11 @@ impl Hello {
             &accepted.site.resolver,
             &read,
             worker.admission.idle(),
+            &admitted,
         )
         .await
         {
+            worker.admission.turned_away(admitted);
             read.refuse(
                 &accepted.socket,
                 AlertDescription::InternalError,
