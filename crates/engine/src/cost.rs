@@ -19,6 +19,7 @@ use aws_lc_rs::signature::{
 use rustls::SignatureScheme;
 use terminus_metrics::{Exposition, Kind, Render};
 
+use crate::capacity::Capacity;
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::kernel::CryptoMb;
 use crate::multibuffer::{ecdsa, kx, rsa};
@@ -317,14 +318,6 @@ pub struct Cost {
 }
 
 impl Cost {
-    /// Times `workload` (the best of a few calls each way).
-    pub fn measure(workload: &Workload) -> Option<Self> {
-        Some(Self {
-            scalar: best_time(5, || workload.run_scalar())?,
-            batch: best_time(5, || workload.run_batch())?,
-        })
-    }
-
     /// From throughputs: operations per second one by one and in full 8-lane calls.
     pub fn from_rates(scalar_per_s: f64, batched_per_s: f64) -> Self {
         Self {
@@ -349,8 +342,8 @@ pub fn crossover_label(crossover: usize) -> String {
     }
 }
 
-/// The crossover of every operation: measured on this CPU where [`Crossovers::measure`]
-/// ran, a default otherwise. Shared by all workers.
+/// The crossover of every operation: measured on this CPU where [`Crossovers::set_from`]
+/// was given a measurement, a default otherwise. Shared by all workers.
 #[derive(Debug)]
 pub struct Crossovers {
     /// 0 until measured.
@@ -385,23 +378,19 @@ impl Crossovers {
         self.measured[op.decided_by().index()].load(Ordering::Relaxed) != 0
     }
 
-    /// Measures each workload not measured yet and records its crossover (a hybrid's is
-    /// its batched half's: measure that one).
-    pub fn measure(&self, workloads: &[Workload]) -> Vec<(Operation, Cost)> {
-        let mut done = Vec::new();
-        for w in workloads {
-            if w.op.decided_by() != w.op
-                || self.is_measured(w.op)
-                || done.iter().any(|(op, _)| *op == w.op)
-            {
-                continue;
-            }
-            if let Some(cost) = Cost::measure(w) {
-                self.measured[w.op.index()].store(cost.crossover(), Ordering::Relaxed);
-                done.push((w.op, cost));
-            }
-        }
-        done
+    /// Records the crossover of every operation `capacity` timed batched, and returns
+    /// what each costs. A hybrid has none of its own: its batched half's decides.
+    pub fn set_from(&self, capacity: &Capacity) -> Vec<(Operation, Cost)> {
+        capacity
+            .rates
+            .iter()
+            .filter(|rate| rate.op.decided_by() == rate.op)
+            .filter_map(|rate| {
+                let cost = Cost::from_rates(rate.scalar_per_s, rate.batched_per_s?);
+                self.set(rate.op, cost.crossover());
+                Some((rate.op, cost))
+            })
+            .collect()
     }
 
     /// (operation, crossover, measured?) for every operation with a crossover of its own.

@@ -7,22 +7,27 @@ mod common;
 use std::sync::Arc;
 
 use common::{on_multibuffer_engine, skip_without_ifma};
+use terminus_engine::capacity::Capacity;
 use terminus_engine::cost::{Cost, Crossovers, Operation, Workload};
-use terminus_engine::{CryptoOp, CryptoOutput, HandshakeContext, KxGroup};
+use terminus_engine::{BackendKind, CryptoOp, CryptoOutput, HandshakeContext, KxGroup};
 
+/// The start-up measurement (`Capacity::quick`, what the server runs) sets the crossover
+/// of every operation it timed batched, and no other.
 #[test]
-fn crossovers_are_measured_for_each_workload_once() {
+fn crossovers_are_set_from_the_start_up_measurement() {
     if skip_without_ifma() {
         return;
     }
     let crossovers = Crossovers::default();
-    let workloads = vec![
+    let workloads = [
         Workload::for_group(KxGroup::X25519).unwrap(),
         Workload::for_group(KxGroup::Secp256r1).unwrap(),
         Workload::generate(Operation::EcdsaP256).unwrap(),
         Workload::generate(Operation::Rsa2048).unwrap(),
     ];
-    let measured = crossovers.measure(&workloads);
+    let refs: Vec<&Workload> = workloads.iter().collect();
+    let capacity = Capacity::quick(BackendKind::Multibuffer, &refs).unwrap();
+    let measured = crossovers.set_from(&capacity);
     assert_eq!(measured.len(), 4);
     for (op, cost) in &measured {
         assert!(crossovers.is_measured(*op), "{op:?}");
@@ -42,8 +47,17 @@ fn crossovers_are_measured_for_each_workload_once() {
         );
     }
     assert!(!crossovers.is_measured(Operation::EcdhP384));
-    // Measured once: a second pass has nothing to do.
-    assert!(crossovers.measure(&workloads).is_empty());
+}
+
+/// A scalar backend's measurement (on any CPU) has no batched rates: no crossover is set.
+#[test]
+fn a_scalar_measurement_sets_no_crossover() {
+    let rsa = Workload::generate(Operation::Rsa2048).unwrap();
+    let x25519 = Workload::for_group(KxGroup::X25519).unwrap();
+    let scalar = Capacity::quick(BackendKind::Scalar, &[&rsa, &x25519]).unwrap();
+    let crossovers = Crossovers::default();
+    assert!(crossovers.set_from(&scalar).is_empty());
+    assert!(!crossovers.is_measured(Operation::X25519));
 }
 
 #[test]

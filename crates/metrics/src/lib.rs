@@ -53,6 +53,20 @@ impl Exposition {
         }
     }
 
+    /// A whole family: its header, then a sample for each `(labels, value)`.
+    pub fn family<V: Display>(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        samples: impl IntoIterator<Item = (String, V)>,
+    ) {
+        self.header(name, kind, help);
+        for (labels, value) in samples {
+            self.sample(name, &labels, value);
+        }
+    }
+
     /// The page's text.
     pub fn into_text(self) -> String {
         self.text

@@ -202,7 +202,8 @@ impl Site {
                     }
                 },
             })
-            .collect();
+            .collect::<Vec<Host>>();
+        tenants.retain(hosts.iter().map(|h| h.tenant.name()));
         Ok(Self {
             tls,
             stream_tls: Arc::new(stream_tls),

@@ -190,6 +190,17 @@ impl Tenants {
         account
     }
 
+    /// Forgets every account but `names`' (tenants a reload removed), so that they leave
+    /// the capacity table and what is allocated. Handshakes under way keep theirs; a
+    /// tenant added back later starts a new account.
+    pub fn retain<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let keep: Vec<&str> = names.into_iter().collect();
+        self.accounts
+            .lock()
+            .expect("tenants lock")
+            .retain(|name, _| keep.contains(&&**name));
+    }
+
     /// Every account, by name.
     pub fn all(&self) -> Vec<Arc<TenantAccount>> {
         let mut all: Vec<_> = self
@@ -808,5 +819,11 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(b.quota().map(|q| q.acu_peak), Some(30.0));
         assert_eq!(b.usage().ops[Operation::X25519 as usize], 1);
+        // A reload without tenant c forgets it; tenant a stays as it was.
+        tenants.account("c", None);
+        tenants.retain(["a"]);
+        let names: Vec<String> = tenants.all().iter().map(|t| t.name().to_owned()).collect();
+        assert_eq!(names, ["a"]);
+        assert!(Arc::ptr_eq(&a, &tenants.account("a", None)));
     }
 }

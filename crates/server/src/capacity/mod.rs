@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use terminus_engine::capacity::tenant::Tenants;
 use terminus_engine::capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
-use terminus_engine::cost::{crossover_label, Cost, Crossovers, Operation, Workload};
+use terminus_engine::cost::{crossover_label, Crossovers, Operation, Workload};
 use terminus_engine::{BackendKind, KxGroup};
 
 use crate::site::Site;
@@ -97,24 +97,20 @@ impl Machine {
     }
 
     fn set_crossovers(&self, capacity: &Capacity) {
-        let mut summary = Vec::new();
-        for rate in &capacity.rates {
-            let Some(batched) = rate.batched_per_s else {
-                continue;
-            };
-            if rate.op.decided_by() != rate.op {
-                continue;
-            }
-            let cost = Cost::from_rates(rate.scalar_per_s, batched);
-            self.crossovers.set(rate.op, cost.crossover());
-            summary.push(format!(
-                "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
-                rate.op.name(),
-                crossover_label(cost.crossover()),
-                cost.scalar.as_secs_f64() * 1e6,
-                cost.batch.as_secs_f64() * 1e6
-            ));
-        }
+        let summary: Vec<String> = self
+            .crossovers
+            .set_from(capacity)
+            .into_iter()
+            .map(|(op, cost)| {
+                format!(
+                    "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
+                    op.name(),
+                    crossover_label(cost.crossover()),
+                    cost.scalar.as_secs_f64() * 1e6,
+                    cost.batch.as_secs_f64() * 1e6
+                )
+            })
+            .collect();
         tracing::info!(
             "multibuffer crossovers measured on this CPU (smallest batch computed in one call): {}",
             summary.join(", ")

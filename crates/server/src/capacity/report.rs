@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use terminus_engine::capacity::tenant::{Class, QuotaRefusal, TenantAccount};
+use terminus_engine::capacity::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
 use terminus_engine::cost::Operation;
 use terminus_metrics::{Exposition, Kind, Render};
 
@@ -138,128 +138,98 @@ impl Render for CapacityReport {
         let tenants = m.tenants.all();
         let usages: Vec<_> = tenants.iter().map(|t| (t, t.usage())).collect();
         let label = |t: &TenantAccount| format!("tenant=\"{}\"", t.name());
-        out.header(
+        // One sample per tenant, or per tenant and `key="value"` for each of `values`.
+        let each = |value: &dyn Fn(&Usage) -> f64| -> Vec<(String, f64)> {
+            usages.iter().map(|(t, u)| (label(t), value(u))).collect()
+        };
+        let by = |key: &str, values: &dyn Fn(&Usage) -> Vec<(&'static str, f64)>| {
+            usages
+                .iter()
+                .flat_map(|(t, u)| {
+                    values(u)
+                        .into_iter()
+                        .map(move |(v, n)| (format!("{},{key}=\"{v}\"", label(t)), n))
+                })
+                .collect::<Vec<_>>()
+        };
+        let classes = |counts: &[f64]| Class::ALL.map(|c| (c.name(), counts[c as usize])).to_vec();
+        out.family(
             "terminus_tenant_quota_acu",
             Kind::Gauge,
             "A tenant's quota: committed and peak ACU per second.",
+            usages
+                .iter()
+                .filter_map(|(t, _)| t.quota().map(|q| (t, q)))
+                .flat_map(|(t, q)| {
+                    [("committed", q.acu), ("peak", q.acu_peak)]
+                        .map(|(limit, acu)| (format!("{},limit=\"{limit}\"", label(t)), acu))
+                }),
         );
-        for (t, _) in &usages {
-            if let Some(q) = t.quota() {
-                let l = label(t);
-                out.sample(
-                    "terminus_tenant_quota_acu",
-                    &format!("{l},limit=\"committed\""),
-                    q.acu,
-                );
-                out.sample(
-                    "terminus_tenant_quota_acu",
-                    &format!("{l},limit=\"peak\""),
-                    q.acu_peak,
-                );
-            }
-        }
-        out.header(
+        out.family(
             "terminus_tenant_acu_total",
             Kind::Counter,
             "ACU charged to a tenant's handshakes, by whose capacity they used (committed, borrowed; unmetered: a tenant without a quota).",
+            by("class", &|u| classes(&u.acu)),
         );
-        for (t, u) in &usages {
-            for c in Class::ALL {
-                let labels = format!("{},class=\"{}\"", label(t), c.name());
-                out.sample("terminus_tenant_acu_total", &labels, u.acu[c as usize]);
-            }
-        }
-        out.header(
+        out.family(
             "terminus_tenant_acu_per_second",
             Kind::Gauge,
             "ACU a tenant used in the last whole second.",
+            each(&|u| u.acu_per_s),
         );
-        for (t, u) in &usages {
-            out.sample("terminus_tenant_acu_per_second", &label(t), u.acu_per_s);
-        }
-        out.header(
+        out.family(
             "terminus_tenant_crypto_ops_total",
             Kind::Counter,
             "Crypto operations computed for a tenant's handshakes, by operation.",
+            by("op", &|u| {
+                Operation::ALL
+                    .iter()
+                    .zip(u.ops)
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(op, n)| (op.name(), n as f64))
+                    .collect()
+            }),
         );
-        for (t, u) in &usages {
-            for (i, op) in Operation::ALL.iter().enumerate() {
-                if u.ops[i] > 0 {
-                    let labels = format!("{},op=\"{}\"", label(t), op.name());
-                    out.sample("terminus_tenant_crypto_ops_total", &labels, u.ops[i]);
-                }
-            }
-        }
-        out.header(
+        out.family(
             "terminus_tenant_handshakes_admitted_total",
             Kind::Counter,
             "A tenant's handshakes admitted, by whose capacity they use.",
+            by("class", &|u| classes(&u.admitted.map(|n| n as f64))),
         );
-        for (t, u) in &usages {
-            for c in Class::ALL {
-                let labels = format!("{},class=\"{}\"", label(t), c.name());
-                out.sample(
-                    "terminus_tenant_handshakes_admitted_total",
-                    &labels,
-                    u.admitted[c as usize],
-                );
-            }
-        }
-        out.header(
+        out.family(
             "terminus_tenant_handshakes_refused_total",
             Kind::Counter,
             "A tenant's handshakes refused by its quota, by cause.",
+            by("cause", &|u| {
+                QuotaRefusal::ALL
+                    .map(|c| (c.name(), u.refused[c as usize] as f64))
+                    .to_vec()
+            }),
         );
-        for (t, u) in &usages {
-            for c in QuotaRefusal::ALL {
-                let labels = format!("{},cause=\"{}\"", label(t), c.name());
-                out.sample(
-                    "terminus_tenant_handshakes_refused_total",
-                    &labels,
-                    u.refused[c as usize],
-                );
-            }
-        }
-        out.header(
+        out.family(
             "terminus_tenant_quota_waiting",
             Kind::Gauge,
             "A tenant's handshakes waiting for its quota now.",
+            each(&|u| u.waiting as f64),
         );
-        for (t, u) in &usages {
-            out.sample("terminus_tenant_quota_waiting", &label(t), u.waiting);
-        }
-        out.header(
+        out.family(
             "terminus_tenant_bulk_bytes_total",
             Kind::Counter,
             "Bytes a tenant with an SCU quota sent after its handshakes.",
+            each(&|u| u.bulk_bytes as f64),
         );
-        for (t, u) in &usages {
-            out.sample("terminus_tenant_bulk_bytes_total", &label(t), u.bulk_bytes);
-        }
-        out.header(
+        out.family(
             "terminus_tenant_paced_writes_total",
             Kind::Counter,
             "Writes that waited for their tenant's SCU quota.",
+            each(&|u| u.paced_writes as f64),
         );
-        for (t, u) in &usages {
-            out.sample(
-                "terminus_tenant_paced_writes_total",
-                &label(t),
-                u.paced_writes,
-            );
-        }
-        out.header(
+        out.family(
             "terminus_tenant_paced_seconds_total",
             Kind::Counter,
             "How long writes waited for their tenant's SCU quota, in all.",
+            each(&|u| u.paced_seconds),
         );
-        for (t, u) in &usages {
-            out.sample(
-                "terminus_tenant_paced_seconds_total",
-                &label(t),
-                u.paced_seconds,
-            );
-        }
         out.header(
             "terminus_tenant_quota_wait_seconds",
             Kind::Histogram,
