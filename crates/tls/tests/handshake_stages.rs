@@ -112,8 +112,7 @@ fn serve_one<T: Send + 'static>(
             // A tenant of its own: the tests run at once and share TENANTS.
             let n = NEXT_TENANT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             ctx.charge_to(admitted(&TENANTS.account(&format!("t{n}"), None)));
-            let record = |waiting| WAITS.with(|w| w.borrow_mut().push(waiting));
-            let done = handshake(&socket, hello, config, &engine, &ctx, &counters, &record).await?;
+            let done = handshake(&socket, hello, config, &engine, &ctx, &counters).await?;
             // Let the client finish: read its data, answer one plaintext byte.
             let mut stream = terminus_tls::TlsStream::new(
                 socket,
@@ -175,30 +174,6 @@ fn the_context_records_host_tenant_and_every_crypto_request() {
         .filter(|(_, n)| *n > 0)
         .collect();
     assert_eq!(ops, [(Operation::EcdsaP256, 1), (Operation::X25519, 1)]);
-}
-
-thread_local! {
-    /// What the driver told `waiting_for_peer` on this test's thread, in order.
-    static WAITS: std::cell::RefCell<Vec<bool>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// After answering the ClientHello the server waits a round trip for the client's
-/// Finished with nothing to compute (admission control sets the handshake's room aside
-/// then): the driver says so, once or more, and that it ended.
-#[test]
-fn the_driver_says_when_it_waits_for_the_client() {
-    let (result, _ctx, client) = serve_one(engine(Box::new(ScalarBackend)), client);
-    result.unwrap();
-    client.unwrap();
-    let waits = WAITS.with(|w| w.take());
-    assert!(
-        !waits.is_empty(),
-        "no wait for the client's Finished reported"
-    );
-    assert!(
-        waits.chunks(2).all(|pair| pair == [true, false]),
-        "unbalanced: {waits:?}"
-    );
 }
 
 static NEXT_TENANT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -10,8 +10,8 @@
 //! it runs (so it covers the backend in use, the key types and the traffic mix), plus the
 //! connections whose ClientHello is not read yet, each weighed as the share of read ones
 //! that went on to a handshake (under a tenant's flood beyond its quota most are refused
-//! for a few µs). A handshake sleeping on its tenant's quota, or waiting a round trip for
-//! its client's next flight, is no work ahead of anyone and sets its room aside. The wait is the kernel's (`TCP_INFO`), since under overload
+//! for a few µs). A handshake sleeping on its tenant's quota is no work ahead of anyone
+//! and sets its room aside. The wait is the kernel's (`TCP_INFO`), since under overload
 //! the queue that builds is the listen queue, which that work does not see.
 //!
 //! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
@@ -116,9 +116,9 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     /// Gives the room back while the returned guard lives: for a handshake waiting on its
-    /// tenant's quota or on its client's next flight, no work ahead of anyone meanwhile
-    /// (else a tenant flooding beyond its quota would fill the bound with sleepers, and
-    /// clients a round trip away with theirs, and get others reset at accept).
+    /// tenant's quota, which is no work ahead of anyone while it sleeps (else a tenant
+    /// flooding beyond its quota would fill the bound with sleepers and get the others
+    /// reset at accept).
     pub(crate) fn aside(&self) -> Aside<'_> {
         self.admission.count(self.read, -1);
         Aside(self)

@@ -1,6 +1,5 @@
 //! Stage 2: the TLS handshake, its crypto in the worker's engine.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 
 use rustls::{AlertDescription, ServerConnection};
@@ -81,12 +80,6 @@ impl Hello {
             .await;
             return Err(Closed::OverQuota(tenant.clone(), cause));
         }
-        // While the handshake waits a round trip for its client, it is no work ahead of
-        // anyone: its room in admission control is set aside.
-        let aside = RefCell::new(None);
-        let waiting_for_peer = |waiting: bool| {
-            *aside.borrow_mut() = waiting.then(|| admitted.aside());
-        };
         let done = timeout_at(
             accepted.handshake_deadline,
             handshake(
@@ -96,7 +89,6 @@ impl Hello {
                 &worker.engine,
                 &accepted.ctx,
                 &metrics.traffic,
-                &waiting_for_peer,
             ),
         )
         .await

@@ -29,11 +29,6 @@ pub struct Handshake {
 /// the worker; their requests are charged to `ctx`, whose timeline also gets each flight
 /// and the end. On a TLS error the alert rustls queued is sent before returning.
 ///
-/// `waiting_for_peer` is told `true` each time the handshake has answered a flight and
-/// waits for the client's next one, and `false` when it has come: the server has no work
-/// pending for the handshake meanwhile (a round trip, on a real network), which admission
-/// control needs to know.
-///
 /// rustls is given whole records only, so that when the handshake ends no record is
 /// half inside rustls: the kernel could not take over a connection mid-record.
 pub async fn handshake(
@@ -43,7 +38,6 @@ pub async fn handshake(
     engine: &Engine,
     ctx: &HandshakeContext,
     counters: &TrafficCounters,
-    waiting_for_peer: &dyn Fn(bool),
 ) -> Result<Handshake, HandshakeError> {
     let ClientHelloRead {
         accepted,
@@ -85,10 +79,7 @@ pub async fn handshake(
                 pending: inbox.into_rest(),
             });
         }
-        waiting_for_peer(true);
-        let filled = inbox.fill(stream, counters).await;
-        waiting_for_peer(false);
-        filled?;
+        inbox.fill(stream, counters).await?;
         inbox.feed(|records| conn.read_tls(records))?;
         let (returned, result) = bridge::run(
             move || {
