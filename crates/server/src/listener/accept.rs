@@ -5,8 +5,8 @@
 //! worker always has a line of them, so a connection admission would reset at once
 //! waits in the listen queue for the whole line (13.6 ms at p99 in bench/overload at 2x,
 //! where the bound was 25 ms). So while admission control is on, the worker also
-//! [`drain`](Acceptor::drain)s its listen queues before each crypto batch (its longest
-//! stretches of CPU; see `Engine::before_dispatch`): connections beyond the bound are
+//! [`drain`](Acceptor::drain)s its listen queues before a crypto batch (its longest
+//! stretches of CPU; see `Engine::before_dispatch`), at most every 250 µs: connections beyond the bound are
 //! reset there and then, and the ones taken on wait in [`Acceptor`] for the accept loop
 //! to start them, counted as admitted work from that moment as if accepted by it.
 
