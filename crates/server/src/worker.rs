@@ -15,13 +15,9 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use crate::admission::Admission;
 use crate::config::Listen;
 use crate::http;
-use crate::listener::accept::{accept_loop, Acceptor};
+use crate::listener::accept::{accept_loop, drain_before_batches, Acceptor};
 use crate::metrics::Metrics;
 use crate::site::SiteHandle;
-
-/// How often a busy worker drains its listen queues between crypto batches at most (see
-/// [`crate::listener::accept`]).
-const DRAIN_EVERY: Duration = Duration::from_micros(250);
 
 /// What every worker shares with the others and with the main thread.
 #[derive(Clone)]
@@ -105,21 +101,7 @@ pub fn run(
             .map(|(listener, listen)| Acceptor::new(listener, listen))
             .collect::<io::Result<Vec<_>>>()?;
         if worker.admission.bounded() {
-            let (drained, weak) = (acceptors.clone(), Rc::downgrade(&worker));
-            let last = Cell::new(Instant::now());
-            worker.engine.before_dispatch(move || {
-                // At most every DRAIN_EVERY: a refusal waits little longer, and the empty
-                // accept() a drain mostly is stays a few thousand calls a second at most.
-                if last.get().elapsed() < DRAIN_EVERY {
-                    return;
-                }
-                last.set(Instant::now());
-                if let Some(worker) = weak.upgrade() {
-                    for acceptor in &drained {
-                        acceptor.drain(&worker);
-                    }
-                }
-            });
+            drain_before_batches(&acceptors, &worker);
         }
         for acceptor in acceptors {
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));

@@ -231,8 +231,8 @@ impl Admission {
     /// handshake done (cheap refusals counted as handshakes would make the measured
     /// cost per handshake, and so the bound, a fraction of the truth under a flood).
     pub(crate) fn turned_away(&self, ticket: Ticket) {
-        self.refused();
         let mut w = self.window.get();
+        w.refused += 1;
         w.refused_read += 1;
         self.window.set(w);
         ticket.cancel();

@@ -10,7 +10,7 @@
 //! reset there and then, and the ones taken on wait in [`Acceptor`] for the accept loop
 //! to start them, counted as admitted work from that moment as if accepted by it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -29,6 +29,28 @@ use crate::worker::{OpenConnection, Worker};
 /// How many connections one drain takes off a listen queue at most, so that a drain
 /// stays a short detour from the batch it runs before.
 const DRAIN_MAX: usize = 64;
+
+/// How often the listen queues are drained before a crypto batch at most: a refusal
+/// waits little longer, and the empty accept() a drain mostly is stays a few thousand
+/// calls a second at most.
+const DRAIN_EVERY: Duration = Duration::from_micros(250);
+
+/// Has `worker` drain `acceptors` before its crypto batches (see the module docs).
+pub(crate) fn drain_before_batches(acceptors: &[Rc<Acceptor>], worker: &Rc<Worker>) {
+    let (acceptors, weak) = (acceptors.to_vec(), Rc::downgrade(worker));
+    let last = Cell::new(Instant::now());
+    worker.engine.before_dispatch(move || {
+        if last.get().elapsed() < DRAIN_EVERY {
+            return;
+        }
+        last.set(Instant::now());
+        if let Some(worker) = weak.upgrade() {
+            for acceptor in &acceptors {
+                acceptor.drain(&worker);
+            }
+        }
+    });
+}
 
 /// One listener of a worker.
 pub(crate) struct Acceptor {
