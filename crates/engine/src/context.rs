@@ -8,6 +8,7 @@
 //! it lives on the worker's thread and is never shared with another.
 
 use std::cell::{Ref, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -47,12 +48,19 @@ pub struct Flight {
 pub struct Timeline {
     /// When the connection was accepted.
     pub accepted: Instant,
+    /// The first bytes of the ClientHello were read.
+    pub first_byte: Option<Instant>,
     /// The whole ClientHello was read and parsed.
     pub client_hello: Option<Instant>,
+    /// The tenant's quota admitted the handshake (after any wait it asked for).
+    pub admitted: Option<Instant>,
     /// Every crypto request, in the order they were queued.
     pub crypto: Vec<CryptoEvent>,
     /// Every flight written, in order.
     pub flights: Vec<Flight>,
+    /// Each wait for the client's next flight after the ClientHello: from when the
+    /// handshake had nothing left to send to when whole records of the reply were read.
+    pub client_waits: Vec<(Instant, Instant)>,
     /// The handshake completed.
     pub finished: Option<Instant>,
 }
@@ -61,9 +69,12 @@ impl Timeline {
     fn new(accepted: Instant) -> Self {
         Self {
             accepted,
+            first_byte: None,
             client_hello: None,
+            admitted: None,
             crypto: Vec::new(),
             flights: Vec::new(),
+            client_waits: Vec::new(),
             finished: None,
         }
     }
@@ -72,6 +83,7 @@ impl Timeline {
 /// What travels with a connection from accept to the end of its handshake.
 #[derive(Debug)]
 pub struct HandshakeContext {
+    id: u64,
     host: Option<Arc<str>>,
     /// The tenant charged, once admitted against its quota.
     hold: Option<Hold>,
@@ -83,7 +95,10 @@ impl HandshakeContext {
     /// ClientHello has been read ([`HandshakeContext::hello`]), the tenant once the
     /// handshake is admitted ([`HandshakeContext::charge_to`]).
     pub fn new(accepted: Instant) -> Self {
+        // Process-wide, so that probes from every worker name a handshake unambiguously.
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             host: None,
             hold: None,
             timeline: RefCell::new(Timeline::new(accepted)),
@@ -96,10 +111,19 @@ impl HandshakeContext {
         Self::new(Instant::now())
     }
 
-    /// Records the parsed ClientHello and the server name it asked for.
-    pub fn hello(&mut self, host: Option<Arc<str>>) {
+    /// The connection's number, unique in the process: what the USDT probes of one
+    /// handshake share.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Records the parsed ClientHello, when its first bytes arrived, and the server name
+    /// it asked for.
+    pub fn hello(&mut self, host: Option<Arc<str>>, first_byte: Instant) {
         self.host = host;
-        self.timeline.get_mut().client_hello = Some(Instant::now());
+        let timeline = self.timeline.get_mut();
+        timeline.first_byte = Some(first_byte);
+        timeline.client_hello = Some(Instant::now());
     }
 
     /// The server name the client asked for (SNI), if any.
@@ -110,6 +134,7 @@ impl HandshakeContext {
     /// Charges the handshake's crypto requests to the tenant that admitted it.
     pub fn charge_to(&mut self, hold: Hold) {
         self.hold = Some(hold);
+        self.timeline.get_mut().admitted = Some(Instant::now());
     }
 
     /// The tenant charged, and whose capacity it uses; `None` before admission (and for
@@ -131,12 +156,37 @@ impl HandshakeContext {
         });
     }
 
+    /// Notes a wait for the client's next flight, from `since` to now.
+    pub fn waited_for_client(&self, since: Instant) {
+        self.timeline
+            .borrow_mut()
+            .client_waits
+            .push((since, Instant::now()));
+    }
+
     /// Notes that the handshake completed now.
     pub fn finished(&self) {
         self.timeline.borrow_mut().finished = Some(Instant::now());
     }
 
     pub(crate) fn crypto(&self, event: CryptoEvent) {
+        let (queue, compute) = match event.dispatched {
+            Some((at, _)) => (
+                at.saturating_duration_since(event.queued),
+                event.answered.saturating_duration_since(at),
+            ),
+            None => (
+                event.answered.saturating_duration_since(event.queued),
+                std::time::Duration::ZERO,
+            ),
+        };
+        terminus_probes::crypto_done(
+            self.id,
+            event.kind.name(),
+            queue.as_nanos() as u64,
+            compute.as_nanos() as u64,
+            event.ok,
+        );
         if let (Some(hold), true) = (&self.hold, event.ok) {
             hold.charge(event.kind, event.key);
         }

@@ -130,6 +130,7 @@ impl Engine {
             _ => None,
         };
         self.inner.metrics.submitted(kind);
+        terminus_probes::crypto_submit(ctx.id(), kind.name());
         let (job, answer) = Job::new(op);
         let started = job.queued_at;
         let dispatched = Dispatched::default();
@@ -217,6 +218,7 @@ impl Engine {
                 return;
             }
             let metrics = &self.inner.metrics;
+            terminus_probes::batch(kind.name(), batch.len(), metrics.backend().name());
             metrics.batch(
                 kind,
                 batch.iter().map(|job| now.duration_since(job.queued_at)),

@@ -3,22 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use terminus_engine::{EngineMetrics, ThreadPool};
-use terminus_metrics::{
-    label_values, Counter, Exposition, Gauge, Histograms, Kind, Labelled, Render,
-};
+use terminus_metrics::{label_values, Counter, Exposition, Gauge, Kind, Labelled, Render};
+use terminus_observe::HandshakeSeries;
 use terminus_proxy::ProxyMetrics;
 use terminus_tls::handshake::bridge::BridgeMetrics;
 use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
 
 use crate::admission::Refusal;
 use crate::capacity::{CapacityReport, Machine};
-
-const HANDSHAKE_BOUNDS: &[f64] = &[
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
 
 /// Why a handshake failed (label values of `terminus_handshake_failures_total`), each
 /// with whose fault it is.
@@ -54,7 +48,7 @@ impl HandshakeFailure {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
             Self::ClientClosed => "client_closed",
@@ -98,7 +92,8 @@ pub struct Metrics {
     accept_errors: Counter,
     handshakes: Handshakes,
     handshake_failures: Labelled<{ HandshakeFailure::ALL.len() }>,
-    handshake_duration: Histograms<1>,
+    /// Completed handshakes' duration and phases (terminus-observe).
+    pub phases: HandshakeSeries,
     responses: Labelled<5>,
     data_paths: Labelled<2>,
     ktls_fallbacks: Labelled<{ FallbackCause::ALL.len() }>,
@@ -162,11 +157,7 @@ impl Metrics {
                     format!("source=\"{}\",reason=\"{}\"", why.source().name(), why.name())
                 }),
             ),
-            handshake_duration: Histograms::single(
-                "terminus_handshake_duration_seconds",
-                "Accept to handshake completion.",
-                HANDSHAKE_BOUNDS,
-            ),
+            phases: HandshakeSeries::default(),
             responses: Labelled::counter(
                 "terminus_http_responses_total",
                 "HTTP responses by status class.",
@@ -212,7 +203,7 @@ impl Metrics {
         self.accept_errors.inc();
     }
 
-    pub fn handshake_completed(&self, labels: HandshakeLabels, took: Duration) {
+    pub fn handshake_completed(&self, labels: HandshakeLabels) {
         *self
             .handshakes
             .0
@@ -220,7 +211,6 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .entry(labels)
             .or_default() += 1;
-        self.handshake_duration.get(0).observe_duration(took);
     }
 
     pub fn handshake_failed(&self, why: HandshakeFailure) {
@@ -262,7 +252,7 @@ impl Metrics {
             &self.accept_errors,
             &self.handshakes,
             &self.handshake_failures,
-            &self.handshake_duration,
+            &self.phases,
             &self.responses,
             &self.data_paths,
             &self.ktls_fallbacks,

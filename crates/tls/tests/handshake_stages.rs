@@ -108,7 +108,7 @@ fn serve_one<T: Send + 'static>(
         let result = async {
             let hello = read_client_hello(&socket, &engine, &counters).await?;
             let sni = hello.client_hello().server_name().map(Arc::from);
-            ctx.hello(sni);
+            ctx.hello(sni, hello.first_byte());
             // A tenant of its own: the tests run at once and share TENANTS.
             let n = NEXT_TENANT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             ctx.charge_to(admitted(&TENANTS.account(&format!("t{n}"), None)));
@@ -147,7 +147,14 @@ fn the_context_records_host_tenant_and_every_crypto_request() {
     let t = ctx.timeline();
     let hello = t.client_hello.expect("ClientHello time");
     let finished = t.finished.expect("finished time");
-    assert!(t.accepted <= hello && hello <= finished);
+    let first_byte = t.first_byte.expect("first byte time");
+    let admitted = t.admitted.expect("admission time");
+    assert!(t.accepted <= first_byte && first_byte <= hello);
+    assert!(hello <= admitted && admitted <= finished);
+    // TLS 1.3: one wait, for the client's Finished, after the server's flight.
+    assert_eq!(t.client_waits.len(), 1, "{:?}", t.client_waits);
+    let (waited, replied) = t.client_waits[0];
+    assert!(t.flights[0].at <= waited && waited <= replied && replied <= finished);
     let kinds: Vec<OpKind> = t.crypto.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [OpKind::X25519, OpKind::EcdsaSign], "{:?}", t.crypto);
     for e in &t.crypto {

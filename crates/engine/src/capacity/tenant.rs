@@ -298,6 +298,11 @@ impl TenantAccount {
         &self.name
     }
 
+    /// The name, shared: for labels that outlive a borrow.
+    pub fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+
     /// Its quota, if it has one.
     pub fn quota(&self) -> Option<Quota> {
         self.state.lock().expect("tenant lock").quota.clone()

@@ -49,6 +49,7 @@ impl Established {
             host,
             conn,
             pending,
+            observed,
         } = self;
         let Accepted {
             socket,
@@ -79,7 +80,9 @@ impl Established {
             files: worker.files.clone(),
             upstream_pool: worker.upstream_pool.clone(),
             origin: terminus_proxy::Origin::new(peer, local, "https"),
+            handshake: observed,
         };
+        let id = info.handshake.id;
         let secured = |records| Secured {
             records,
             h2,
@@ -101,6 +104,7 @@ impl Established {
             .await
             {
                 Offload::Kernel(stream) => {
+                    terminus_probes::ktls(id, true, "");
                     metrics.data_path(DataPath::Kernel);
                     return Ok(secured(Records::Kernel(stream)));
                 }
@@ -110,6 +114,7 @@ impl Established {
                     conn,
                     pending,
                 } => {
+                    terminus_probes::ktls(id, false, why.cause().name());
                     metrics.ktls_fallback(why.cause());
                     if ktls == KtlsMode::Required {
                         metrics.ktls_refused();

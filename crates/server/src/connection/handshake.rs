@@ -2,7 +2,10 @@
 
 use std::rc::Rc;
 
-use rustls::{AlertDescription, ServerConnection};
+use rustls::{AlertDescription, HandshakeKind, ServerConnection};
+use terminus_engine::capacity::tenant::TenantAccount;
+use terminus_observe::{Breakdown, HandshakeLabels as ObservedLabels, Observed};
+use terminus_probes::HandshakeRecord;
 use terminus_tls::handshake;
 use tokio::time::timeout_at;
 
@@ -18,6 +21,8 @@ pub(crate) struct Established {
     pub(super) conn: ServerConnection,
     /// The head of a record received after the handshake, not yet given to rustls.
     pub(super) pending: Vec<u8>,
+    /// Its phases, for the access log and the first response.
+    pub(super) observed: Observed,
 }
 
 impl Hello {
@@ -95,29 +100,63 @@ impl Hello {
         .map_err(|_| Closed::HandshakeTimeout(accepted.site.timeouts.handshake))?
         .map_err(Closed::Handshake)?;
         let conn = done.conn;
-        let timeline = accepted.ctx.timeline();
-        metrics.handshake_completed(
-            HandshakeLabels {
-                version: version_label(&conn),
-                cipher_suite: conn
-                    .negotiated_cipher_suite()
-                    .and_then(|s| s.suite().as_str())
-                    .unwrap_or("unknown"),
-                key_type: accepted.ctx.signed_with().map_or("none", |k| k.label()),
-            },
-            timeline
-                .finished
-                .unwrap_or_else(std::time::Instant::now)
-                .duration_since(timeline.accepted),
-        );
-        drop(timeline);
+        let version = version_label(&conn);
+        let key_type = accepted.ctx.signed_with().map_or("none", |k| k.label());
+        metrics.handshake_completed(HandshakeLabels {
+            version,
+            cipher_suite: conn
+                .negotiated_cipher_suite()
+                .and_then(|s| s.suite().as_str())
+                .unwrap_or("unknown"),
+            key_type,
+        });
+        let observed = observe(&accepted, tenant, &conn, version, key_type, worker);
         Ok(Established {
             accepted,
             host,
             conn,
             pending: done.pending,
+            observed,
         })
     }
+}
+
+/// Records the completed handshake's phases, and tells an attached tracer.
+fn observe(
+    accepted: &Accepted,
+    tenant: &TenantAccount,
+    conn: &ServerConnection,
+    version: &'static str,
+    key_type: &'static str,
+    worker: &Worker,
+) -> Observed {
+    let timeline = accepted.ctx.timeline();
+    let ended = timeline.finished.unwrap_or_else(std::time::Instant::now);
+    // The driver notes the end before returning, so there is always a breakdown.
+    let breakdown = Breakdown::of(&timeline).unwrap_or(Breakdown {
+        total: ended.saturating_duration_since(timeline.accepted),
+        phases: Default::default(),
+    });
+    drop(timeline);
+    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    let labels = ObservedLabels {
+        version,
+        key_type,
+        resumed,
+        tenant: tenant.shared_name(),
+    };
+    let id = accepted.ctx.id();
+    terminus_probes::handshake_end(id, true, || HandshakeRecord {
+        total_ns: breakdown.total.as_nanos() as u64,
+        phases_ns: breakdown.phases.map(|d| d.as_nanos() as u64),
+        resumed: resumed as u64,
+        version: HandshakeRecord::text(version),
+        key_type: HandshakeRecord::text(key_type),
+        result: HandshakeRecord::text("ok"),
+        tenant: HandshakeRecord::text(tenant.name()),
+    });
+    let set = worker.shared.metrics.phases.handshake(labels, &breakdown);
+    Observed::new(id, ended, breakdown, Some(set))
 }
 
 fn version_label(conn: &ServerConnection) -> &'static str {

@@ -58,7 +58,7 @@ impl Accepted {
             Some((upstream, StreamMode::Terminate)) => Route::Stream(upstream.clone()),
             Some((upstream, StreamMode::Passthrough)) => Route::Passthrough(upstream.clone()),
         };
-        self.ctx.hello(sni);
+        self.ctx.hello(sni, read.first_byte());
         Ok(Hello {
             accepted: self,
             read,

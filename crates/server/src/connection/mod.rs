@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use terminus_engine::capacity::tenant::{QuotaRefusal, TenantAccount};
 use terminus_engine::HandshakeContext;
+use terminus_probes::HandshakeRecord;
 use terminus_tls::HandshakeError;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -66,9 +67,10 @@ pub(crate) async fn run(
         }
     };
     let accepted = Accepted::new(socket, peer, open, &worker);
+    let started = (accepted.ctx.id(), accepted.ctx.timeline().accepted);
     let hello = match accepted.hello(&worker).await {
         Ok(hello) => hello,
-        Err(closed) => return closed.record(&worker, peer),
+        Err(closed) => return closed.record(&worker, peer, started),
     };
     let route = match hello.route.clone() {
         Route::Passthrough(upstream) => {
@@ -85,7 +87,7 @@ pub(crate) async fn run(
     match (served.await, route) {
         (Ok(secured), Route::Stream(upstream)) => secured.relay(upstream).await,
         (Ok(secured), _) => secured.serve(&worker).await,
-        (Err(closed), _) => closed.record(&worker, peer),
+        (Err(closed), _) => closed.record(&worker, peer, started),
     }
 }
 
@@ -106,12 +108,14 @@ impl Accepted {
         let _ = socket.set_nodelay(true);
         let site = worker.shared.site.current();
         let now = Instant::now();
+        let ctx = HandshakeContext::new(now.into_std());
+        terminus_probes::handshake_start(ctx.id());
         Self {
             socket,
             peer,
             handshake_deadline: now + site.timeouts.handshake,
             site,
-            ctx: HandshakeContext::new(now.into_std()),
+            ctx,
             _open: open,
         }
     }
@@ -134,8 +138,17 @@ pub(crate) enum Closed {
 }
 
 impl Closed {
-    fn record(self, worker: &Worker, peer: SocketAddr) {
+    /// Counts and logs why the connection closed, and tells an attached tracer how a
+    /// handshake that `started` (its id, when) ended.
+    fn record(self, worker: &Worker, peer: SocketAddr, started: (u64, std::time::Instant)) {
         let metrics = &worker.shared.metrics;
+        if let Some(result) = self.handshake_result() {
+            terminus_probes::handshake_end(started.0, false, || HandshakeRecord {
+                total_ns: started.1.elapsed().as_nanos() as u64,
+                result: HandshakeRecord::text(result),
+                ..Default::default()
+            });
+        }
         match self {
             Closed::Handshake(e) => {
                 metrics.handshake_failed(HandshakeFailure::of(&e));
@@ -159,6 +172,17 @@ impl Closed {
                 metrics.handshake_refused(Refusal::Quota);
                 tracing::debug!(%peer, tenant = tenant.name(), "handshake refused: {}", cause.name());
             }
+        }
+    }
+
+    /// Why the handshake failed; `None` when it completed (the connection closed after).
+    fn handshake_result(&self) -> Option<&'static str> {
+        match self {
+            Closed::Handshake(e) => Some(HandshakeFailure::of(e).name()),
+            Closed::HandshakeTimeout(_) => Some(HandshakeFailure::Timeout.name()),
+            Closed::Overloaded => Some(Refusal::AtHello.name()),
+            Closed::OverQuota(..) => Some(Refusal::Quota.name()),
+            Closed::KtlsRefused | Closed::KtlsFailed(_) | Closed::Userspace(_) => None,
         }
     }
 }

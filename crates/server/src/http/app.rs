@@ -31,6 +31,8 @@ pub struct ConnectionInfo {
     pub upstream_pool: Rc<terminus_proxy::Pool>,
     /// Who the connection's requests come from, as proxied requests tell upstreams.
     pub origin: terminus_proxy::Origin,
+    /// The connection's handshake: its phases, and when it ended.
+    pub handshake: terminus_observe::Observed,
 }
 
 impl Responder for ConnectionInfo {
@@ -66,12 +68,18 @@ impl Responder for ConnectionInfo {
 
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
         self.metrics.response(resp.status().as_u16());
+        self.handshake.responded();
+        let len = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok());
+        terminus_probes::response(
+            self.handshake.id,
+            resp.status().as_u16(),
+            len.and_then(|l| l.parse().ok()).unwrap_or(-1),
+        );
         if let Some(log) = &self.site.access_log {
-            let len = resp
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-");
+            let len = len.unwrap_or("-");
             // Proxied: which server answered, its status and header time (nginx's
             // $upstream_addr, $upstream_status, $upstream_header_time).
             let upstream = resp
@@ -85,8 +93,11 @@ impl Responder for ConnectionInfo {
                         u.header_time.as_secs_f64()
                     )
                 });
+            // The connection's handshake, on each of its requests (Tengine's
+            // $ssl_handshake_time): its total and its crypto requests' queue wait.
+            let took = &self.handshake.breakdown;
             log.write(format_args!(
-                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream}",
+                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream} handshake_time={:.4} crypto_wait={:.4}",
                 self.peer,
                 method,
                 target,
@@ -94,6 +105,8 @@ impl Responder for ConnectionInfo {
                 resp.status().as_u16(),
                 len,
                 self.sni.as_deref().unwrap_or("-"),
+                took.total.as_secs_f64(),
+                took.get(terminus_observe::Phase::CryptoQueue).as_secs_f64(),
             ));
         }
     }

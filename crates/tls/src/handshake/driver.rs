@@ -2,6 +2,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rustls::server::AcceptedAlert;
 use rustls::{AlertDescription, ServerConfig, ServerConnection};
@@ -79,7 +80,9 @@ pub async fn handshake(
                 pending: inbox.into_rest(),
             });
         }
+        let waiting = Instant::now();
         inbox.fill(stream, counters).await?;
+        ctx.waited_for_client(waiting);
         inbox.feed(|records| conn.read_tls(records))?;
         let (returned, result) = bridge::run(
             move || {
@@ -107,6 +110,8 @@ pub(super) struct Inbox {
     /// here): a connection passed through untouched needs every byte.
     fed: usize,
     keep: bool,
+    /// When the first bytes were read.
+    first_read: Option<Instant>,
 }
 
 impl Inbox {
@@ -122,7 +127,10 @@ impl Inbox {
             stream.readable().await?;
             match stream.try_read_buf(&mut self.buf) {
                 Ok(0) => return Err(HandshakeError::Eof),
-                Ok(n) => counters.add_in(n),
+                Ok(n) => {
+                    self.first_read.get_or_insert_with(Instant::now);
+                    counters.add_in(n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e.into()),
             }
@@ -193,6 +201,11 @@ impl Inbox {
     pub(super) fn into_rest(mut self) -> Vec<u8> {
         self.release();
         self.buf
+    }
+
+    /// When the first bytes were read; `None` before any were.
+    pub(super) fn first_read(&self) -> Option<Instant> {
+        self.first_read
     }
 
     /// Every byte read, rustls's or not.

@@ -51,6 +51,14 @@ impl ClientHelloRead {
         }
     }
 
+    /// When the ClientHello's first bytes were read.
+    pub fn first_byte(&self) -> std::time::Instant {
+        // A ClientHello was parsed, so bytes were read.
+        self.inbox
+            .first_read()
+            .unwrap_or_else(std::time::Instant::now)
+    }
+
     /// Whether the client asks to resume a session (a TLS 1.3 PSK or a TLS 1.2 ticket):
     /// such a handshake costs no signature, and admission control lets it in first.
     pub fn offers_resumption(&self) -> bool {
