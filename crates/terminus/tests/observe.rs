@@ -164,3 +164,119 @@ fn handshake_phases_add_up_and_agree_with_the_engine() {
     assert_eq!(times.len() as f64, handshakes, "{log}");
     assert!(times.iter().all(|&t| t > 0.0 && t < 1.0), "{times:?}");
 }
+
+/// Whether bpftrace runs here; why not, when it does not.
+fn bpftrace_runs() -> Result<(), String> {
+    match Command::new("bpftrace")
+        .args(["-e", "BEGIN { exit(); }"])
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "bpftrace cannot load a program here ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Err(format!("bpftrace is not installed: {e}")),
+    }
+}
+
+/// A contrib/bpftrace script attached to every running terminus binary, its stdout
+/// collected until it is interrupted.
+struct Tracer {
+    child: std::process::Child,
+    out: std::sync::mpsc::Receiver<String>,
+}
+
+impl Tracer {
+    /// Starts `script` and returns once its probes are attached.
+    fn attach(script: &str) -> Tracer {
+        let scripts = terminus_testkit::repo().join("contrib/bpftrace");
+        let mut child = Command::new("bpftrace")
+            .arg("-I")
+            .arg(&scripts)
+            .arg(scripts.join(script))
+            .arg(terminus_bin())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn bpftrace");
+        let (tx, out) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match out.recv_timeout(left) {
+                Ok(line) if line.starts_with("Attaching") => break,
+                Ok(_) => {}
+                Err(_) => panic!("{script} did not attach within 60 s"),
+            }
+        }
+        Tracer { child, out }
+    }
+
+    /// Interrupts the script (it prints its maps) and returns what it printed.
+    fn finish(mut self) -> Vec<String> {
+        let pid = self.child.id().to_string();
+        run(Command::new("kill").args(["-INT", &pid]));
+        let _ = self.child.wait();
+        self.out.try_iter().collect()
+    }
+}
+
+/// `@name[key]: n` lines of a bpftrace map.
+fn map_count(lines: &[String], name: &str, key: &str) -> f64 {
+    let prefix = format!("@{name}[{key}]: ");
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |n| n.trim().parse().unwrap())
+}
+
+#[test]
+fn the_bpftrace_scripts_count_what_the_server_counts() {
+    if let Err(why) = bpftrace_runs() {
+        if !terminus_testkit::runs_here(terminus_testkit::Need::Bpftrace, false, why) {
+            return;
+        }
+    }
+    let _alone = exclusive();
+    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let latency = Tracer::attach("terminus-ssllatency.bt");
+    let snoop = Tracer::attach("terminus-sslsnoop.bt");
+    load(&server, &["--rate", "100"]);
+    load(&server, &["--rate", "50", "--resume", "--tls", "1.2"]);
+    let text = server.metrics();
+    let latency = latency.finish();
+    let snoop = snoop.finish();
+    let handshakes = metric_sum(&text, "terminus_handshakes_total", &[]);
+    assert!(handshakes >= 150.0, "{handshakes} handshakes");
+    assert_eq!(
+        map_count(&latency, "handshakes", "ok"),
+        handshakes,
+        "{latency:#?}"
+    );
+    for op in ["x25519", "ecdsa_sign"] {
+        let label = format!("op=\"{op}\"");
+        let batches = metric_sum(&text, "terminus_crypto_batches_total", &[&label]);
+        assert!(batches > 0.0, "no {op} batches");
+        assert_eq!(map_count(&latency, "batches", op), batches, "{latency:#?}");
+    }
+    // One line per handshake, with its phases: resumed TLS 1.2 computes nothing.
+    let lines: Vec<&String> = snoop.iter().filter(|l| l.contains(" ok ")).collect();
+    assert_eq!(lines.len() as f64, handshakes, "{snoop:#?}");
+    let resumed = lines.iter().filter(|l| l.contains(" resumed ")).count();
+    assert!(resumed >= 40, "{resumed} resumed of {}", lines.len());
+}

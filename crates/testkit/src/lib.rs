@@ -48,6 +48,8 @@ pub enum Need {
     /// testssl.sh 3.2 or later, which grades servers (a GitHub project: Debian 12 packages
     /// 3.0), brought by hand where GitHub is reachable.
     TestsslGrade,
+    /// bpftrace, run as root where uprobes attach (`.ci/run` installs Debian's).
+    Bpftrace,
 }
 
 impl Need {
@@ -61,6 +63,7 @@ impl Need {
             Need::H2spec => "h2spec",
             Need::Testssl => "testssl",
             Need::TestsslGrade => "testssl-grade",
+            Need::Bpftrace => "bpftrace",
         }
     }
 }
