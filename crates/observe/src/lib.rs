@@ -10,6 +10,7 @@
 
 pub mod metrics;
 pub mod phases;
+pub mod scrape;
 
 pub use metrics::{HandshakeLabels, HandshakeSeries, HandshakeSet, Observed};
 pub use phases::{Breakdown, Phase};

@@ -2,6 +2,7 @@
 //! exposition `GET /metrics` serves, with every crate's series in it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use terminus_engine::{EngineMetrics, ThreadPool};
@@ -83,6 +84,68 @@ pub struct HandshakeLabels {
     pub key_type: &'static str,
 }
 
+/// One worker's own series: what `terminus top` shows per worker. The worker updates
+/// them; its CPU time is read from the kernel when the page is rendered.
+#[derive(Debug)]
+pub struct WorkerSeries {
+    id: usize,
+    /// The worker thread's id, for its CPU time.
+    tid: Option<u32>,
+    handshakes: AtomicU64,
+    open: AtomicI64,
+}
+
+impl WorkerSeries {
+    pub(crate) fn handshake_completed(&self) {
+        self.handshakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connections(&self, delta: i64) {
+        self.open.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Connections open on the worker now.
+    pub(crate) fn open(&self) -> i64 {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// Every worker's series, in worker order.
+#[derive(Debug, Default)]
+struct Workers(Mutex<Vec<Arc<WorkerSeries>>>);
+
+impl Render for Workers {
+    fn render(&self, out: &mut Exposition) {
+        let workers = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let label = |w: &WorkerSeries| format!("worker=\"{}\"", w.id);
+        out.family(
+            "terminus_worker_handshakes_total",
+            Kind::Counter,
+            "Completed TLS handshakes, by worker.",
+            workers
+                .iter()
+                .map(|w| (label(w), w.handshakes.load(Ordering::Relaxed) as f64)),
+        );
+        out.family(
+            "terminus_worker_connections_open",
+            Kind::Gauge,
+            "Client connections open now, by worker.",
+            workers
+                .iter()
+                .map(|w| (label(w), w.open.load(Ordering::Relaxed) as f64)),
+        );
+        out.family(
+            "terminus_worker_cpu_seconds_total",
+            Kind::Counter,
+            "CPU time of each worker's thread (user and system; the kernel's clock-tick resolution).",
+            workers.iter().filter_map(|w| {
+                let cpu = terminus_sys::task_cpu_time(w.tid?).ok()?;
+                Some((label(w), cpu.as_secs_f64()))
+            }),
+        );
+    }
+}
+
 /// The server's own series, and the engine's, the TLS crate's and the crypto pool's,
 /// rendered together for `GET /metrics`.
 #[derive(Debug)]
@@ -94,6 +157,7 @@ pub struct Metrics {
     handshake_failures: Labelled<{ HandshakeFailure::ALL.len() }>,
     /// Completed handshakes' duration and phases (terminus-observe).
     pub phases: HandshakeSeries,
+    workers: Workers,
     responses: Labelled<5>,
     data_paths: Labelled<2>,
     ktls_fallbacks: Labelled<{ FallbackCause::ALL.len() }>,
@@ -158,6 +222,7 @@ impl Metrics {
                 }),
             ),
             phases: HandshakeSeries::default(),
+            workers: Workers::default(),
             responses: Labelled::counter(
                 "terminus_http_responses_total",
                 "HTTP responses by status class.",
@@ -188,6 +253,21 @@ impl Metrics {
             capacity: CapacityReport(machine),
             proxy,
         }
+    }
+
+    /// The series of worker `id`, which runs on the calling thread.
+    pub(crate) fn worker(&self, id: usize) -> Arc<WorkerSeries> {
+        let series = Arc::new(WorkerSeries {
+            id,
+            tid: terminus_sys::current_tid().ok(),
+            handshakes: AtomicU64::new(0),
+            open: AtomicI64::new(0),
+        });
+        let mut workers = self.workers.0.lock().unwrap_or_else(|p| p.into_inner());
+        workers.retain(|w| w.id != id);
+        workers.push(series.clone());
+        workers.sort_by_key(|w| w.id);
+        series
     }
 
     pub fn connection_opened(&self) {
@@ -246,7 +326,7 @@ impl Metrics {
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = Exposition::new();
-        let own: [&dyn Render; 11] = [
+        let own: [&dyn Render; 12] = [
             &self.connections_open,
             &self.connections_total,
             &self.accept_errors,
@@ -258,6 +338,7 @@ impl Metrics {
             &self.ktls_fallbacks,
             &self.ktls_refused,
             &self.handshakes_refused,
+            &self.workers,
         ];
         for series in own {
             series.render(&mut out);

@@ -16,7 +16,7 @@ use crate::admission::Admission;
 use crate::config::Listen;
 use crate::http;
 use crate::listener::accept::{accept_loop, drain_before_batches, Acceptor};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, WorkerSeries};
 use crate::site::SiteHandle;
 
 /// What every worker shares with the others and with the main thread.
@@ -39,7 +39,9 @@ pub(crate) struct Worker {
     pub(crate) shared: Shared,
     pub(crate) engine: Engine,
     pub(crate) admission: Rc<Admission>,
-    open: Cell<usize>,
+    /// This worker's series: its open connections (counted here, for the drain at
+    /// shutdown too) and completed handshakes.
+    pub(crate) series: Arc<WorkerSeries>,
     drained: Notify,
     /// Fallback causes already logged by this worker: one debug line per cause.
     ktls_causes_logged: Cell<u32>,
@@ -88,8 +90,8 @@ pub fn run(
         let worker = Rc::new(Worker {
             engine: shared.engine.build(shared.metrics.engine.clone()),
             admission: Admission::new(shared.handshake_queue),
+            series: shared.metrics.worker(id),
             shared,
-            open: Cell::new(0),
             drained: Notify::new(),
             ktls_causes_logged: Cell::new(0),
             ktls_refusal_log: Cell::new((None, 0)),
@@ -110,11 +112,11 @@ pub fn run(
         let _ = shutdown.wait_for(|&stop| stop).await;
         let grace = tokio::time::sleep(worker.shared.shutdown_grace);
         tokio::pin!(grace);
-        while worker.open.get() > 0 {
+        while worker.series.open() > 0 {
             tokio::select! {
                 _ = worker.drained.notified() => {}
                 _ = &mut grace => {
-                    tracing::warn!("worker {id}: {} connections still open after the shutdown grace period; closing them", worker.open.get());
+                    tracing::warn!("worker {id}: {} connections still open after the shutdown grace period; closing them", worker.series.open());
                     break;
                 }
             }
@@ -131,7 +133,7 @@ pub(crate) struct OpenConnection {
 
 impl OpenConnection {
     pub(crate) fn new(worker: Rc<Worker>, permit: OwnedSemaphorePermit) -> Self {
-        worker.open.set(worker.open.get() + 1);
+        worker.series.connections(1);
         worker.shared.metrics.connection_opened();
         Self {
             worker,
@@ -142,9 +144,9 @@ impl OpenConnection {
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.worker.open.set(self.worker.open.get() - 1);
+        self.worker.series.connections(-1);
         self.worker.shared.metrics.connection_closed();
-        if self.worker.open.get() == 0 {
+        if self.worker.series.open() == 0 {
             self.worker.drained.notify_waiters();
         }
     }

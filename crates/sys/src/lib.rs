@@ -50,6 +50,43 @@ pub fn thread_cpu_time() -> io::Result<Duration> {
     cpu_time(libc::RUSAGE_THREAD)
 }
 
+/// User plus system CPU time of thread `tid` of this process so far, from
+/// `/proc/self/task/TID/stat` (clock-tick resolution): another thread's, which getrusage
+/// cannot give.
+pub fn task_cpu_time(tid: u32) -> io::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces:
+    // state is field 3, utime 14 and stime 15.
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no ) in stat"))?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<u64>().ok());
+    let (Some(user), Some(system)) = (ticks(14), ticks(15)) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "short stat"));
+    };
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let per_second = if per_second > 0 {
+        per_second as u64
+    } else {
+        100
+    };
+    Ok(Duration::from_nanos(
+        (user + system) * (1_000_000_000 / per_second),
+    ))
+}
+
+/// The calling thread's id (what `/proc/self/task/` names it by).
+pub fn current_tid() -> io::Result<u32> {
+    let link = std::fs::read_link("/proc/thread-self")?;
+    link.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unreadable /proc/thread-self"))
+}
+
 fn cpu_time(who: libc::c_int) -> io::Result<Duration> {
     // SAFETY: rusage is a plain C struct for which all-zero is valid; getrusage writes
     // only into the one we pass.

@@ -2,8 +2,7 @@
 //! the ACU cost of every handshake operation (see `terminus_engine::capacity`); with
 //! `--admin`, a running server's table of tenants from its `GET /capacity`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -141,29 +140,7 @@ pub fn show(addr: &str) -> Result<(), String> {
 
 /// GET /capacity from the admin listener at `addr`, as JSON.
 fn fetch(addr: &str) -> Result<Value, String> {
-    let sockaddr: SocketAddr = addr
-        .parse()
-        .map_err(|_| format!("--admin {addr:?}: give the admin listener as IP:PORT"))?;
-    let failed = |e: std::io::Error| format!("admin listener {addr}: {e}");
-    let mut stream =
-        TcpStream::connect_timeout(&sockaddr, Duration::from_secs(5)).map_err(failed)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(failed)?;
-    write!(
-        stream,
-        "GET /capacity HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(failed)?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(failed)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("admin listener {addr}: not an HTTP response"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        let status = head.lines().next().unwrap_or("");
-        return Err(format!("admin listener {addr}: GET /capacity answered {status:?}: is this terminus's admin listener?"));
-    }
-    serde_json::from_str(body)
+    let body = crate::admin::get(addr, "/capacity")?;
+    serde_json::from_str(&body)
         .map_err(|e| format!("admin listener {addr}: /capacity is not JSON: {e}"))
 }

@@ -1,8 +1,10 @@
 //! The `terminus` command: `serve`, `check`, `speed` and `load`.
 
+mod admin;
 mod capacity;
 mod load;
 mod speed;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +72,24 @@ enum Command {
     /// (latency from each request's scheduled time, as wrk2), closed loop with
     /// --connections (as wrk). Loopback targets only, unless --allow-remote.
     Load(load::LoadArgs),
+    /// A live view of a running terminus through its admin listener, refreshed every
+    /// interval: handshakes/s full and resumed, each handshake phase's p50/p99, crypto
+    /// batch fill per operation, queue depth, errors by cause, per worker. Plain text
+    /// when stdout is not a terminal.
+    Top {
+        /// The admin listener, IP:PORT.
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        /// Seconds between refreshes (each view shows what changed over one).
+        #[arg(long, value_name = "S", default_value_t = 1.0)]
+        interval: f64,
+        /// Print one view and exit.
+        #[arg(long)]
+        once: bool,
+        /// JSON, one object per view (with --once: one object).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -224,5 +244,30 @@ fn main() -> ExitCode {
             }
         }
         Command::Load(args) => load::run(args),
+        Command::Top {
+            admin,
+            interval,
+            once,
+            json,
+        } => {
+            if !(interval.is_finite() && interval > 0.0) {
+                eprintln!(
+                    "terminus: error: --interval {interval}: give a number of seconds above 0"
+                );
+                return ExitCode::from(2);
+            }
+            match top::run(top::TopArgs {
+                admin,
+                interval: std::time::Duration::from_secs_f64(interval),
+                once,
+                json,
+            }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("terminus: error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     }
 }

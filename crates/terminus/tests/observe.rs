@@ -280,3 +280,77 @@ fn the_bpftrace_scripts_count_what_the_server_counts() {
     let resumed = lines.iter().filter(|l| l.contains(" resumed ")).count();
     assert!(resumed >= 40, "{resumed} resumed of {}", lines.len());
 }
+
+#[test]
+fn top_shows_a_loaded_server_once_as_json_and_as_text() {
+    let _alone = exclusive();
+    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let admin = server.admin.unwrap().to_string();
+    let url = format!("https://localhost:{}/", server.port());
+    // 4 s of 100 full handshakes/s; top's second begins once the load is under way.
+    let mut load = Command::new(terminus_bin())
+        .args([
+            "load",
+            &url,
+            "--new-connection",
+            "-k",
+            "-d",
+            "4s",
+            "--rate",
+            "100",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let top = |extra: &[&str]| {
+        let out = run(Command::new(terminus_bin())
+            .args(["top", "--admin", &admin, "--once", "--interval", "1.5"])
+            .args(extra));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&top(&["--json"])).unwrap();
+    let text = top(&[]);
+    assert!(load.wait().unwrap().success());
+    let full = json["handshakes_per_s"]["full"].as_f64().unwrap();
+    assert!((70.0..=130.0).contains(&full), "{json:#}");
+    assert_eq!(json["handshakes_per_s"]["resumed"].as_f64(), Some(0.0));
+    assert_eq!(json["backend"].as_str(), Some("scalar"), "{json:#}");
+    // Every phase has a p50; their shares of the time add up to all of it.
+    let phases = json["phases"].as_object().unwrap();
+    assert_eq!(phases.len(), 8, "{json:#}");
+    let share: f64 = phases.values().map(|p| p["share"].as_f64().unwrap()).sum();
+    assert!(
+        (share - 1.0).abs() < 0.01,
+        "shares sum to {share}: {json:#}"
+    );
+    assert!(phases["crypto_compute"]["p50_ms"].as_f64().unwrap() > 0.0);
+    let p50 = json["handshake"]["p50_ms"].as_f64().unwrap();
+    let p99 = json["handshake"]["p99_ms"].as_f64().unwrap();
+    assert!(0.0 < p50 && p50 <= p99, "{json:#}");
+    // Scalar: one request per batch.
+    assert_eq!(json["crypto"]["x25519"]["batch_fill"].as_f64(), Some(1.0));
+    let worker = &json["workers"]["0"];
+    let handshakes = worker["handshakes_per_s"].as_f64().unwrap();
+    assert!((handshakes - full).abs() <= 0.1 * full + 2.0, "{json:#}");
+    let busy = worker["cpu_busy"].as_f64().unwrap();
+    assert!(busy > 0.0 && busy < 1.0, "{json:#}");
+    // Not a terminal: plain text, no escape codes.
+    assert!(!text.contains('\x1b'), "{text:?}");
+    for wanted in ["handshakes/s  full", "crypto_compute", "x25519", "worker"] {
+        assert!(text.contains(wanted), "{wanted} not in\n{text}");
+    }
+}
+
+#[test]
+fn top_names_an_admin_listener_it_cannot_read() {
+    let out = run(Command::new(terminus_bin()).args(["top", "--admin", "127.0.0.1:1", "--once"]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("admin listener 127.0.0.1:1"), "{err}");
+}

@@ -110,6 +110,7 @@ impl Hello {
                 .unwrap_or("unknown"),
             key_type,
         });
+        worker.series.handshake_completed();
         let observed = observe(&accepted, tenant, &conn, version, key_type, worker);
         Ok(Established {
             accepted,
