@@ -92,6 +92,8 @@ struct Crypto {
     batches: f64,
     batched: f64,
     queued: f64,
+    /// The multibuffer backend's crossover batch (9: never batched); `None` for the others.
+    crossover: Option<f64>,
 }
 
 struct Worker {
@@ -156,6 +158,7 @@ impl View {
             })
             .collect();
         let mut crypto = BTreeMap::new();
+        let crossovers = b.by("terminus_crypto_crossover", "op", &[]);
         for (op, requests) in rates("terminus_crypto_requests_total", "op") {
             let filter = [("op", op.as_str())];
             crypto.insert(
@@ -165,6 +168,7 @@ impl View {
                     batches: rate("terminus_crypto_batches_total", &filter),
                     batched: rate("terminus_crypto_batched_requests_total", &filter),
                     queued: b.sum("terminus_crypto_queue_depth", &filter),
+                    crossover: crossovers.get(&op).copied(),
                 },
             );
         }
@@ -243,6 +247,7 @@ impl View {
                         "batches_per_s": round(c.batches, 1),
                         "batch_fill": (c.batches > 0.0).then(|| round(c.batched / c.batches, 2)),
                         "queue_depth": c.queued,
+                        "crossover": c.crossover,
                     }),
                 )
             })
@@ -330,8 +335,8 @@ impl View {
         }
         line(String::new());
         line(format!(
-            "{:<16} {:>10} {:>10} {:>8} {:>7}",
-            "crypto op", "req/s", "batches/s", "fill", "queued"
+            "{:<16} {:>10} {:>10} {:>8} {:>7} {:>10}",
+            "crypto op", "req/s", "batches/s", "fill", "queued", "crossover"
         ));
         for (op, c) in &self.crypto {
             let fill = if c.batches > 0.0 {
@@ -339,9 +344,10 @@ impl View {
             } else {
                 "-".to_owned()
             };
+            let crossover = c.crossover.map_or("-".to_owned(), |n| format!("{n:.0}"));
             line(format!(
-                "{:<16} {:>10.1} {:>10.1} {:>8} {:>7}",
-                op, c.requests, c.batches, fill, c.queued
+                "{:<16} {:>10.1} {:>10.1} {:>8} {:>7} {:>10}",
+                op, c.requests, c.batches, fill, c.queued, crossover
             ));
         }
         line(String::new());
