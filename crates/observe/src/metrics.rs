@@ -90,12 +90,6 @@ impl HandshakeSeries {
         sets.push((labels, set.clone()));
         set
     }
-
-    /// Completed handshakes recorded, over every label set.
-    pub fn count(&self) -> u64 {
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-        sets.iter().map(|(_, s)| s.total.count()).sum()
-    }
 }
 
 impl Render for HandshakeSeries {

@@ -128,11 +128,6 @@ impl Breakdown {
     pub fn get(&self, phase: Phase) -> Duration {
         self.phases[phase as usize]
     }
-
-    /// Crypto queue wait and compute together: what the engine cost the handshake.
-    pub fn crypto(&self) -> Duration {
-        self.get(Phase::CryptoQueue) + self.get(Phase::CryptoCompute)
-    }
 }
 
 #[cfg(test)]
@@ -202,7 +197,6 @@ mod tests {
         }
         assert_eq!(b.total, ms(55));
         assert_eq!(b.phases.iter().sum::<Duration>(), b.total);
-        assert_eq!(b.crypto(), ms(18));
     }
 
     #[test]
