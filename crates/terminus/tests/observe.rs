@@ -354,3 +354,32 @@ fn top_names_an_admin_listener_it_cannot_read() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("admin listener 127.0.0.1:1"), "{err}");
 }
+
+#[test]
+fn a_clients_round_trip_lands_in_the_client_phase() {
+    let _alone = exclusive();
+    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    // The client's Finished and its request leave 30 ms after the server's flight they
+    // answer: a round trip the server waits out once, in the handshake.
+    load(&server, &["--rate", "20", "--rtt", "30ms"]);
+    let text = server.metrics();
+    let sets = sets(&text);
+    assert_eq!(sets.len(), 1, "{}", sets.len());
+    let set = &sets[0];
+    let mean = |phase: &str| {
+        let (_, count, sum) = set.phases.iter().find(|(p, _, _)| p == phase).unwrap();
+        sum / count
+    };
+    let client = mean("client");
+    assert!((0.030..0.060).contains(&client), "client phase {client} s");
+    // Everything else is loopback and a few hundred µs of work.
+    let rest = set.total / set.count - client;
+    assert!(rest < 0.010, "{rest} s outside the client phase");
+    let first = metric_sum(
+        &text,
+        "terminus_handshake_to_first_response_seconds_sum",
+        &[],
+    ) / set.first_response;
+    // The request came with the Finished: the response follows the handshake at once.
+    assert!(first < 0.010, "to first response {first} s");
+}
