@@ -141,8 +141,8 @@ pub struct Observed {
     pub ended: std::time::Instant,
     /// Its phases.
     pub breakdown: Breakdown,
-    /// Where the first response is recorded; `None` with the histograms off.
-    set: Option<Arc<HandshakeSet>>,
+    /// Where the first response is recorded.
+    set: Arc<HandshakeSet>,
     responded: std::cell::Cell<bool>,
 }
 
@@ -152,7 +152,7 @@ impl Observed {
         id: u64,
         ended: std::time::Instant,
         breakdown: Breakdown,
-        set: Option<Arc<HandshakeSet>>,
+        set: Arc<HandshakeSet>,
     ) -> Self {
         Self {
             id,
@@ -166,9 +166,7 @@ impl Observed {
     /// Notes a response on the connection: the first is timed from the handshake's end.
     pub fn responded(&self) {
         if !self.responded.replace(true) {
-            if let Some(set) = &self.set {
-                set.first_response(self.ended.elapsed());
-            }
+            self.set.first_response(self.ended.elapsed());
         }
     }
 }

@@ -157,7 +157,7 @@ fn observe(
         tenant: HandshakeRecord::text(tenant.name()),
     });
     let set = worker.shared.metrics.phases.handshake(labels, &breakdown);
-    Observed::new(id, ended, breakdown, Some(set))
+    Observed::new(id, ended, breakdown, set)
 }
 
 fn version_label(conn: &ServerConnection) -> &'static str {
