@@ -61,7 +61,9 @@ struct LocalExec;
 
 impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
     fn execute(&self, fut: F) {
-        tokio::task::spawn_local(fut);
+        // Boxed: hyper's stream futures are kilobytes (the server's some 5 KB), and a
+        // spawned future is moved by value three times on its way into its task.
+        tokio::task::spawn_local(Box::pin(fut));
     }
 }
 
