@@ -170,23 +170,19 @@ impl HandshakeContext {
     }
 
     pub(crate) fn crypto(&self, event: CryptoEvent) {
-        let (queue, compute) = match event.dispatched {
-            Some((at, _)) => (
-                at.saturating_duration_since(event.queued),
-                event.answered.saturating_duration_since(at),
-            ),
-            None => (
-                event.answered.saturating_duration_since(event.queued),
-                std::time::Duration::ZERO,
-            ),
-        };
-        terminus_probes::crypto_done(
-            self.id,
-            event.kind.name(),
-            queue.as_nanos() as u64,
-            compute.as_nanos() as u64,
-            event.ok,
-        );
+        terminus_probes::crypto_done(self.id, event.kind.name(), event.ok, || {
+            let ns = |d: std::time::Duration| d.as_nanos() as u64;
+            match event.dispatched {
+                Some((at, _)) => (
+                    ns(at.saturating_duration_since(event.queued)),
+                    ns(event.answered.saturating_duration_since(at)),
+                ),
+                None => (
+                    ns(event.answered.saturating_duration_since(event.queued)),
+                    0,
+                ),
+            }
+        });
         if let (Some(hold), true) = (&self.hold, event.ok) {
             hold.charge(event.kind, event.key);
         }

@@ -354,13 +354,6 @@ impl<const N: usize> Histograms<N> {
     }
 }
 
-impl Histograms<1> {
-    /// One unlabelled histogram.
-    pub fn single(name: &'static str, help: &'static str, bounds: &'static [f64]) -> Self {
-        Self::new(name, help, bounds, [String::new()])
-    }
-}
-
 impl<const N: usize> Render for Histograms<N> {
     fn render(&self, out: &mut Exposition) {
         out.header(self.desc.name, Kind::Histogram, self.desc.help);
@@ -414,7 +407,7 @@ mod tests {
     #[test]
     fn histograms_are_cumulative_with_sum_and_count() {
         static BOUNDS: &[f64] = &[0.001, 0.01];
-        let h = Histograms::single("t_seconds", "T.", BOUNDS);
+        let h = Histograms::new("t_seconds", "T.", BOUNDS, [String::new()]);
         h.get(0).observe_duration(Duration::from_micros(500));
         h.get(0).observe_duration(Duration::from_millis(5));
         h.get(0).observe_duration(Duration::from_secs(1));

@@ -98,36 +98,40 @@ impl Render for HandshakeSeries {
             let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
             sets.iter().map(|(_, s)| s.clone()).collect()
         };
-        const TOTAL: &str = "terminus_handshake_duration_seconds";
-        out.header(
-            TOTAL,
-            Kind::Histogram,
+        family(
+            out,
+            "terminus_handshake_duration_seconds",
             "Completed TLS handshakes, accept to the handshake's end.",
+            sets.iter().map(|s| (s.labels.clone(), &s.total)),
         );
-        for set in &sets {
-            set.total.render(out, TOTAL, &set.labels);
-        }
-        const PHASE: &str = "terminus_handshake_phase_seconds";
-        out.header(
-            PHASE,
-            Kind::Histogram,
+        family(
+            out,
+            "terminus_handshake_phase_seconds",
             "Completed TLS handshakes' time by phase; a handshake's phases add up to its duration.",
+            sets.iter().flat_map(|s| {
+                let phases = Phase::ALL.iter().zip(&s.phases);
+                phases.map(|(p, b)| (format!("phase=\"{}\",{}", p.name(), s.labels), b))
+            }),
         );
-        for set in &sets {
-            for (phase, buckets) in Phase::ALL.iter().zip(&set.phases) {
-                let labels = format!("phase=\"{}\",{}", phase.name(), set.labels);
-                buckets.render(out, PHASE, &labels);
-            }
-        }
-        const FIRST: &str = "terminus_handshake_to_first_response_seconds";
-        out.header(
-            FIRST,
-            Kind::Histogram,
+        family(
+            out,
+            "terminus_handshake_to_first_response_seconds",
             "From a handshake's end to the first response on its connection.",
+            sets.iter().map(|s| (s.labels.clone(), &s.first_response)),
         );
-        for set in &sets {
-            set.first_response.render(out, FIRST, &set.labels);
-        }
+    }
+}
+
+/// One histogram family: its header, then each label set's buckets.
+fn family<'a>(
+    out: &mut Exposition,
+    name: &str,
+    help: &str,
+    series: impl Iterator<Item = (String, &'a Buckets)>,
+) {
+    out.header(name, Kind::Histogram, help);
+    for (labels, buckets) in series {
+        buckets.render(out, name, &labels);
     }
 }
 

@@ -64,21 +64,16 @@ impl Scrape {
 
     /// The histogram `name`, its label sets matching `filter` merged.
     pub fn histogram(&self, name: &str, filter: &[(&str, &str)]) -> Histogram {
+        // Bounds are non-negative, whose bit patterns order as their values (+Inf last).
         let mut buckets: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
         let bucket = format!("{name}_bucket");
         for s in self.samples.iter().filter(|s| s.matches(&bucket, filter)) {
-            let le = match s.label("le") {
-                Some("+Inf") => f64::INFINITY,
-                Some(le) => match le.parse::<f64>() {
-                    Ok(le) => le,
-                    Err(_) => continue,
-                },
-                None => continue,
-            };
-            buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += s.value;
+            // `+Inf` parses as infinity.
+            if let Some(le) = s.label("le").and_then(|le| le.parse::<f64>().ok()) {
+                buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += s.value;
+            }
         }
-        let mut buckets: Vec<(f64, f64)> = buckets.into_values().collect();
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let buckets: Vec<(f64, f64)> = buckets.into_values().collect();
         Histogram {
             buckets,
             count: self.sum(&format!("{name}_count"), filter),

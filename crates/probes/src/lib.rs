@@ -2,9 +2,9 @@
 //! running terminus, provider `terminus`.
 //!
 //! Each probe is a NOP and an ELF note (`readelf -n terminus | grep -A4 stapsdt` lists
-//! them): nothing runs until a tracer attaches. The one probe whose argument costs work
-//! to build, `handshake_end`'s record, builds it only while a tracer is attached (an SDT
-//! semaphore the tracer raises). bpftrace on x86-64 reads six arguments at most, so no
+//! them): nothing runs until a tracer attaches. An argument that costs work to build
+//! (`handshake_end`'s record, `response`'s byte count) is built only while a tracer is
+//! attached (an SDT semaphore the tracer raises). bpftrace on x86-64 reads six arguments at most, so no
 //! probe takes more; strings are passed as a pointer and a length (`str(arg1, arg2)`).
 //!
 //! | probe | arguments |
@@ -82,17 +82,19 @@ pub fn crypto_submit(id: u64, op: &'static str) {
     probe!(terminus, crypto_submit, id, op.as_ptr(), op.len());
 }
 
-/// A crypto request was answered.
+/// A crypto request was answered; `times` (its queue wait and compute time, in ns) is
+/// asked only while a tracer is attached.
 #[inline(always)]
-pub fn crypto_done(id: u64, op: &'static str, queue_ns: u64, compute_ns: u64, ok: bool) {
-    probe!(
+pub fn crypto_done(id: u64, op: &'static str, ok: bool, times: impl FnOnce() -> (u64, u64)) {
+    let mut asked = None;
+    probe_lazy!(
         terminus,
         crypto_done,
         id,
         op.as_ptr(),
         op.len(),
-        queue_ns,
-        compute_ns,
+        asked.insert(times()).0,
+        asked.map_or(0, |(_, compute)| compute),
         ok as u64
     );
 }
@@ -125,8 +127,9 @@ pub fn ktls(id: u64, kernel: bool, cause: &'static str) {
     );
 }
 
-/// A response's head was written.
+/// A response's head was written; `bytes` (its body's length, -1 when not known up
+/// front) is asked only while a tracer is attached.
 #[inline(always)]
-pub fn response(id: u64, status: u16, bytes: i64) {
-    probe!(terminus, response, id, status, bytes);
+pub fn response(id: u64, status: u16, bytes: impl FnOnce() -> i64) {
+    probe_lazy!(terminus, response, id, status, bytes());
 }

@@ -73,11 +73,9 @@ impl Responder for ConnectionInfo {
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok());
-        terminus_probes::response(
-            self.handshake.id,
-            resp.status().as_u16(),
-            len.and_then(|l| l.parse().ok()).unwrap_or(-1),
-        );
+        terminus_probes::response(self.handshake.id, resp.status().as_u16(), || {
+            len.and_then(|l| l.parse().ok()).unwrap_or(-1)
+        });
         if let Some(log) = &self.site.access_log {
             let len = len.unwrap_or("-");
             // Proxied: which server answered, its status and header time (nginx's
