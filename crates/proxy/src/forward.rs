@@ -81,11 +81,12 @@ where
     let (mut parts, body) = req.into_parts();
     let key = hash_key(&upstream.spec.balance, &parts, origin);
     let framing = body_framing(&body);
-    // An HTTP/1.1 upgrade (WebSocket) to an HTTP/1.1 upstream keeps its Upgrade.
+    // An HTTP/1.1 upgrade to an HTTP/1.1 upstream keeps the Upgrade tokens the upstream
+    // allows (WebSocket); any other (h2c) goes as a plain request.
     let upgrade = (upstream.spec.protocol == Protocol::Http1
         && parts.version == hyper::Version::HTTP_11
         && has_token(&parts.headers, header::CONNECTION, "upgrade"))
-    .then(|| parts.headers.get(header::UPGRADE).cloned())
+    .then(|| allowed_upgrades(&parts.headers, &upstream.spec.upgrades))
     .flatten();
     upstream_headers(&mut parts, origin, framing, &body);
     if let Some(to) = &upgrade {
@@ -321,6 +322,31 @@ fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
     let mut head = Vec::with_capacity(512);
     terminus_h1::encode_request_head(&mut head, &parts.method, target, &parts.headers);
     head
+}
+
+/// The client's `Upgrade` tokens that `allowed` names (by protocol name, any version),
+/// as one field; `None` when none is.
+fn allowed_upgrades(headers: &hyper::HeaderMap, allowed: &[String]) -> Option<HeaderValue> {
+    let kept: Vec<&str> = upgrade_tokens(headers)
+        .filter(|t| {
+            let name = t.split('/').next().unwrap_or(t);
+            allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
+        .collect();
+    (!kept.is_empty())
+        .then(|| HeaderValue::from_str(&kept.join(", ")).ok())
+        .flatten()
+}
+
+/// The protocols an `Upgrade` field lists, in order.
+pub(crate) fn upgrade_tokens(headers: &hyper::HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 fn hash_key(

@@ -21,7 +21,9 @@ const HOP_BY_HOP: &[HeaderName] = &[
 /// Hop-by-hop names that `http` has no constant for.
 const HOP_BY_HOP_NAMES: &[&str] = &["keep-alive", "proxy-connection"];
 
-/// Removes the hop-by-hop fields, the ones `Connection` names included.
+/// Removes the hop-by-hop fields, the ones `Connection` names included, but never `Host`:
+/// the request was routed by it and the server must be told the same host
+/// (`Connection: host` would otherwise send it none, and the server would pick its own).
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -29,6 +31,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|name| name != header::HOST)
         .collect();
     for name in named.iter().chain(HOP_BY_HOP) {
         headers.remove(name);
@@ -161,7 +164,7 @@ mod tests {
     #[test]
     fn hop_by_hop_fields_go_with_the_ones_connection_names() {
         let mut h = map(&[
-            ("connection", "keep-alive, X-Secret"),
+            ("connection", "keep-alive, X-Secret, Host"),
             ("x-secret", "1"),
             ("keep-alive", "timeout=5"),
             ("te", "trailers"),

@@ -28,6 +28,9 @@ pub struct UpstreamSpec {
     pub proxy_protocol: Option<crate::proxy_protocol::Version>,
     /// TLS to the servers (`tls = { ... }`), when configured.
     pub tls: Option<crate::connect::UpstreamTls>,
+    /// The `Upgrade` tokens (lower case) a client may switch to through this upstream:
+    /// `websocket` and what the configuration adds. Any other is taken out of the request.
+    pub upgrades: Vec<String>,
 }
 
 /// One server of an upstream.

@@ -138,8 +138,9 @@ impl Site {
                     ));
                 }
             }
+            // A stream's name asked for over HTTP is another server's (421, app.rs).
             let routes = if stream.is_some() {
-                Routes::everything(Route::Misdirected)
+                Routes::new(Vec::new())
             } else if server.routes.is_empty() {
                 Routes::everything(Route::BuiltinPage)
             } else {

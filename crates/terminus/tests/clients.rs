@@ -374,7 +374,7 @@ fn certificate_follows_client_capabilities() {
 }
 
 #[test]
-fn sni_chooses_the_virtual_server() {
+fn sni_chooses_the_virtual_server_and_its_requests_cannot_leave_it() {
     let dir = TestDir::new("sni");
     let a = make_cert(&dir.0, "a", KeyKind::EcdsaP256, &["a.test"]);
     let wild = make_cert(&dir.0, "wild", KeyKind::Rsa(2048), &["*.example.com"]);
@@ -441,20 +441,37 @@ key = "{}"
         let out = curl_host(&server, host, &[], "/");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), body, "{host}");
     }
-    // Without SNI (curl sends none to an IP address) the Host header chooses per request.
-    for (host, body) in [
-        ("a.test", "site A"),
-        ("x.example.com:443", "site wildcard"),
-        ("nowhere.test", "site fallback"),
+    // Without SNI (curl sends none to an IP address) the handshake is the default
+    // server's, and so are its requests: a Host naming another configured server is
+    // misdirected (421), an unknown one is the default's.
+    for (host, code, body) in [
+        ("a.test", 421, ""),
+        ("x.example.com:443", 421, ""),
+        ("fallback.test", 200, "site fallback"),
+        ("nowhere.test", 200, "site fallback"),
     ] {
-        let out = run(Command::new("curl")
-            .args(["-sk", "-H", &format!("Host: {host}")])
-            .arg(format!("https://127.0.0.1:{}/", server.port())));
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            body,
-            "Host: {host}"
+        for version in ["--http1.1", "--http2"] {
+            let out = run(Command::new("curl")
+                .args(["-sk", version, "-w", "\n%{http_code}", "-H", &format!("Host: {host}")])
+                .arg(format!("https://127.0.0.1:{}/", server.port())));
+            let text = String::from_utf8_lossy(&out.stdout);
+            let (got, status) = text.trim().rsplit_once('\n').unwrap_or(("", text.trim()));
+            assert_eq!(status, code.to_string(), "Host: {host} {version}: {text}");
+            if code == 200 {
+                assert_eq!(got.trim(), body, "Host: {host} {version}");
+            }
+        }
+    }
+    // With SNI, a request for another configured server on the same connection (h2
+    // coalescing, or a Host that disagrees) is misdirected too, either HTTP version.
+    for version in ["--http1.1", "--http2"] {
+        let out = curl_host(
+            &server,
+            "a.test",
+            &[version, "-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: x.example.com"],
+            "/",
         );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "421", "{version}");
     }
 }
 

@@ -170,6 +170,7 @@ fn config_errors_give_file_line_and_hint() {
         ("root.toml", "[[server]]\nnames = [\"localhost\"]\nroot = \"/does/not/exist\"\n", vec!["root.toml:3:", "/does/not/exist", "hint:"]),
         ("twodefaults.toml", "[[server]]\nnames = [\"a\"]\ndefault = true\n[[server]]\nnames = [\"b\"]\ndefault = true\n", vec!["twodefaults.toml:5:", "more than one"]),
         ("workers.toml", "workers = 0\n", vec!["workers.toml:1:", "between 1 and 1024"]),
+        ("upgrades.toml", "[[upstream]]\nname = \"u\"\nservers = [\"127.0.0.1:1\"]\nupgrades = [\"h2c\"]\n", vec!["upgrades.toml:4:", "\"h2c\" cannot be allowed", "protocol = \"h2c\""]),
     ];
     for (name, text, expected) in cases {
         let conf = dir.write(name, text);

@@ -511,18 +511,18 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
     );
 }
 
-/// True when the Python packages the gRPC and WebSocket tests drive (grpcio, websockets)
-/// are installed (`.ci/run` installs them); otherwise the skip is shown and counted (see
+/// True when the Python packages the gRPC, WebSocket and h2c tests drive (grpcio,
+/// websockets, hypercorn) are installed (`.ci/run` installs them); otherwise the skip is shown and counted (see
 /// terminus_testkit).
 fn python_packages() -> bool {
     let found = Command::new("python3")
-        .args(["-c", "import grpc, websockets.asyncio.client"])
+        .args(["-c", "import grpc, websockets.asyncio.client, hypercorn"])
         .status()
         .is_ok_and(|s| s.success());
     terminus_testkit::runs_here(
         terminus_testkit::Need::PythonPackages,
         found,
-        "python3 -m pip install grpcio websockets",
+        "python3 -m pip install grpcio websockets hypercorn",
     )
 }
 
@@ -1123,4 +1123,85 @@ fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
     // Without the certificate the app refuses the handshake: 502.
     let (code, _, _) = headers(&server, &[], "/anonymous/whoami");
     assert_eq!(code, 502, "{}", server.stderr());
+}
+
+/// One request written by hand over TLS (SNI localhost); the whole reply, the connection
+/// closed after it.
+fn raw_request(server: &Server, request: &str) -> String {
+    let mut raw = common::raw::Raw::connect(server);
+    raw.send(request.as_bytes()).unwrap();
+    String::from_utf8_lossy(&raw.read_to_close(Duration::from_secs(10))).into_owned()
+}
+
+#[test]
+fn a_path_is_routed_and_forwarded_in_its_normal_form() {
+    let (_app, _dir, server) = one_app("proxy-normal-path");
+    // Climbing out of /app/ does not reach the app: the normal form is /headers, which
+    // the files under / do not have. Encoded dots climb the same.
+    for path in ["/app/../headers", "/app/%2e%2e/headers", "/app/%2E%2E/headers"] {
+        let code = status(&server, &["--path-as-is"], path);
+        assert_eq!(code, 404, "{path} reached the app");
+    }
+    // Within the route, what went upstream is the path that was routed.
+    let out = curl(&server, &["--path-as-is"], "/app//x/./../%7e/headers?q=%2e");
+    let seen: serde_json::Value = serde_json::from_str(&body(&out)).unwrap();
+    assert_eq!(seen["target"], "/app/~/headers?q=%2e", "{seen}");
+    // Above the root is nobody's.
+    assert_eq!(status(&server, &["--path-as-is"], "/../etc/passwd"), 400);
+    assert_eq!(status(&server, &["--path-as-is"], "/app/../../x"), 400);
+}
+
+#[test]
+fn an_h2c_upgrade_is_not_passed_on() {
+    if !python_packages() {
+        return;
+    }
+    // hypercorn switches any connection that asks to h2c: through terminus, the request
+    // reaches it as plain HTTP/1.1 and the client gets its answer, not a channel.
+    let (_backend, _dir, server) = behind_proxy("h2c_app.py", "h2c", "", "/h2c/");
+    let reply = raw_request(
+        &server,
+        "GET /h2c/x HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains("1.1 /h2c/x upgrade=-"), "{reply}");
+    // Listed beside websocket, the h2c token still goes nowhere.
+    let reply = raw_request(
+        &server,
+        "GET /h2c/y HTTP/1.1\r\nHost: localhost\r\nConnection: close, Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n",
+    );
+    assert!(reply.contains("upgrade=websocket\n"), "{reply}");
+}
+
+#[test]
+fn every_request_has_one_host_and_keeps_it() {
+    let (_app, _dir, server) = one_app("proxy-host");
+    for (what, request) in [
+        ("no Host", "GET /app/headers HTTP/1.1\r\n\r\n"),
+        (
+            "two Hosts",
+            "GET /app/headers HTTP/1.1\r\nHost: localhost\r\nHost: other.test\r\n\r\n",
+        ),
+        (
+            "a Host with user information",
+            "GET /app/headers HTTP/1.1\r\nHost: x@localhost\r\n\r\n",
+        ),
+    ] {
+        let reply = raw_request(&server, request);
+        assert!(reply.starts_with("HTTP/1.1 400"), "{what}: {reply}");
+    }
+    // Connection cannot take Host away from what the upstream is told.
+    let reply = raw_request(
+        &server,
+        "GET /app/headers HTTP/1.1\r\nHost: localhost\r\nConnection: close, host\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.contains(r#"["host", "localhost"]"#), "{reply}");
+    // The absolute form's host is the one routed by and passed on.
+    let reply = raw_request(
+        &server,
+        "GET https://localhost/app/headers HTTP/1.1\r\nHost: elsewhere.test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(reply.contains(r#"["host", "localhost"]"#), "{reply}");
+    assert!(!reply.contains("elsewhere.test"), "{reply}");
 }

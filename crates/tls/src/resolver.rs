@@ -98,16 +98,18 @@ impl SniResolver {
 
     /// The virtual host index that serves `sni`.
     pub fn lookup(&self, sni: Option<&str>) -> usize {
-        let Some(name) = sni else {
-            return self.default;
-        };
+        sni.and_then(|name| self.find(name))
+            .unwrap_or(self.default)
+    }
+
+    /// The virtual host `name` is configured for (exactly or by a wildcard), if any.
+    pub fn find(&self, name: &str) -> Option<usize> {
         let name = name.trim_end_matches('.').to_ascii_lowercase();
         if let Some(&i) = self.exact.get(&name) {
-            return i;
+            return Some(i);
         }
         name.split_once('.')
             .and_then(|(_, parent)| self.wildcard.get(parent).copied())
-            .unwrap_or(self.default)
     }
 }
 

@@ -234,10 +234,22 @@ impl Exchange<'_> {
             };
             metrics.response(101);
             progress.upstream.succeeded(progress.server);
+            // The server may switch only to a protocol the request passed on (the
+            // allowed ones): anything else would be a channel no route chose.
+            let offered: Vec<&str> = crate::forward::upgrade_tokens(&parts.headers).collect();
+            let passed = asked.to_str().unwrap_or("");
+            let to = match offered.as_slice() {
+                [] if !passed.contains(',') => asked.clone(),
+                [one] if passed.split(',').any(|t| t.trim().eq_ignore_ascii_case(one)) => {
+                    HeaderValue::from_str(one).unwrap_or_else(|_| asked.clone())
+                }
+                _ => {
+                    let detail = format!("101 to {offered:?}, which the request did not pass on ({passed})");
+                    return Err(fail(Failure::BadResponse, detail, body));
+                }
+            };
             // The switch is this hop's: Connection and Upgrade are said again for it.
-            let to = parts.headers.get(header::UPGRADE).cloned();
             remove_hop_by_hop(&mut parts.headers);
-            let to = to.unwrap_or_else(|| asked.clone());
             parts.headers.insert(header::UPGRADE, to);
             parts
                 .headers

@@ -72,7 +72,7 @@ impl Established {
         let h2 = conn.alpn_protocol() == Some(b"h2");
         let info = ConnectionInfo {
             site,
-            sni_host: sni.is_some().then_some(host),
+            host,
             sni,
             peer,
             local,

@@ -1,6 +1,9 @@
-//! terminus's own responder: a request goes to the virtual host SNI chose (or, without
-//! SNI, its Host header names), then to that host's route for the path. Every response
-//! is counted and logged here.
+//! terminus's own responder: a request's host and path are settled ([`super::target`]),
+//! it goes to the virtual host its handshake was made for (SNI's, or the default server's
+//! without SNI), then to that host's route for the path. A request naming another
+//! configured server is misdirected (421): a connection reaches only the server whose
+//! certificate it checked and whose tenant paid for its handshake. Every response is
+//! counted and logged here.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -18,9 +21,9 @@ use crate::site::Site;
 pub struct ConnectionInfo {
     pub site: Arc<Site>,
     pub sni: Option<String>,
-    /// The virtual host SNI chose, fixed for the connection; without SNI each request's
-    /// Host header chooses.
-    pub sni_host: Option<usize>,
+    /// The virtual host the handshake was made for (SNI's, else the default), fixed for
+    /// the connection.
+    pub host: usize,
     pub peer: SocketAddr,
     /// The address the client connected to.
     pub local: SocketAddr,
@@ -35,26 +38,38 @@ pub struct ConnectionInfo {
     pub handshake: terminus_observe::Observed,
 }
 
+impl ConnectionInfo {
+    /// Answers `req` with an error page, its small body read away first.
+    async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
+        let method = req.method().clone();
+        let within = self.site.timeouts.request_header;
+        req.into_body().discard(super::DISCARD_LIMIT, within).await;
+        error_response(status, &method)
+    }
+}
+
 impl Responder for ConnectionInfo {
-    async fn respond(&self, req: Request<RequestBody>) -> Response<Body> {
-        let index = self.sni_host.unwrap_or_else(|| {
-            let host = req
-                .headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .or(req.uri().host())
-                .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
-            self.site.resolver.lookup(host)
-        });
-        let host = &self.site.hosts[index];
+    async fn respond(&self, mut req: Request<RequestBody>) -> Response<Body> {
+        let host = &self.site.hosts[self.host];
+        let named = match super::target::settle_host(&mut req)
+            .and_then(|name| super::target::settle_path(&mut req).map(|()| name))
+        {
+            Ok(name) => name,
+            Err(status) => return self.refuse(req, status).await,
+        };
+        // Host (or :authority) naming another configured server: that server's
+        // certificate was not shown and its tenant did not pay (RFC 9110 section
+        // 15.5.20). An unknown name is the handshake's server's to answer.
+        if named
+            .as_deref()
+            .and_then(|name| self.site.resolver.find(name))
+            .is_some_and(|i| i != self.host)
+        {
+            return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
+        }
         let mut resp = match host.routes.choose(req.uri().path()) {
             Some(route) => route.respond(req, self).await,
-            None => {
-                let method = req.method().clone();
-                let within = self.site.timeouts.request_header;
-                req.into_body().discard(super::DISCARD_LIMIT, within).await;
-                error_response(StatusCode::NOT_FOUND, &method)
-            }
+            None => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
         // Every answer, errors too (nginx `add_header ... always`); a header the answer
         // already has (an upstream's own) wins.

@@ -1,8 +1,9 @@
 //! HTTP over an established TLS stream, in layers: the connection (HTTP/1.1 by [`h1`],
 //! so that files can leave by sendfile; HTTP/2 by hyper in [`h2`]) reads requests and
 //! writes responses; a [`Responder`] answers them. terminus's responder is [`app`]: it
-//! picks the virtual host, then the [`route`] for the path (files, the built-in page, and
-//! later a proxy). Bodies stream both ways ([`body`]).
+//! settles the request's host and path ([`target`]), checks the host against the
+//! connection's, then picks the [`route`] for the path (files, the built-in page, an
+//! upstream). Bodies stream both ways ([`body`]).
 
 pub mod app;
 pub mod body;
@@ -11,6 +12,7 @@ mod h1;
 mod h2;
 mod mime;
 pub mod route;
+mod target;
 
 use std::future::Future;
 use std::rc::Rc;

@@ -22,9 +22,6 @@ pub enum Route {
     BuiltinPage,
     /// Forwarded to an upstream.
     Proxy(Arc<Upstream>),
-    /// A `[[stream]]`'s name asked for over HTTP (a client that sent no SNI and chose the
-    /// host by `Host`): 421, this connection cannot reach it.
-    Misdirected,
 }
 
 /// A host's routes, longest prefix first.
@@ -68,13 +65,6 @@ impl Route {
             }
             Route::BuiltinPage => {
                 answer_locally(req, cx, |method, path, _| builtin_page(method, path)).await
-            }
-            Route::Misdirected => {
-                let method = req.method().clone();
-                req.into_body()
-                    .discard(DISCARD_LIMIT, cx.site.timeouts.request_header)
-                    .await;
-                error_response(StatusCode::MISDIRECTED_REQUEST, &method)
             }
         }
     }

@@ -34,6 +34,8 @@ pub struct UpstreamSection {
     pub health: Option<HealthSection>,
     pub proxy_protocol: Option<Spanned<String>>,
     pub tls: Option<Spanned<tls::TlsSection>>,
+    /// Upgrade tokens beyond `websocket` that may switch a connection to the server.
+    pub upgrades: Option<Spanned<Vec<String>>>,
 }
 
 /// A server: `"HOST:PORT"` or `{ address = "HOST:PORT", weight = 2, backup = true }`.
@@ -281,8 +283,10 @@ fn resolve_upstream(
         .as_ref()
         .map(|t| tls::resolve(t, u.name.get_ref(), protocol, resolve_path, ctx))
         .transpose()?;
+    let upgrades = upgrades(u, ctx)?;
     Ok(UpstreamSpec {
         tls,
+        upgrades,
         name: u.name.get_ref().clone(),
         servers,
         balance,
@@ -292,6 +296,38 @@ fn resolve_upstream(
         timeouts,
         health,
     })
+}
+
+/// The Upgrade tokens a client may switch to through this upstream: `websocket` and
+/// those listed. `h2c` never: it would give the client an HTTP/2 connection to the server
+/// that no route chose (request smuggling past routing).
+fn upgrades(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<Vec<String>, ConfigError> {
+    let mut tokens = vec!["websocket".to_owned()];
+    let Some(listed) = &u.upgrades else {
+        return Ok(tokens);
+    };
+    for token in listed.get_ref() {
+        let lower = token.to_ascii_lowercase();
+        let is_token = !lower.is_empty()
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~/".contains(&b));
+        if !is_token || lower.starts_with("h2c") {
+            return Err(ctx.err(
+                Some(listed.span()),
+                format!("upgrades: {token:?} cannot be allowed"),
+                Some(if is_token {
+                    "h2c would let a client speak HTTP/2 to the server past routing; use protocol = \"h2c\" for an h2c upstream".to_owned()
+                } else {
+                    "give protocol tokens, as the Upgrade header names them".to_owned()
+                }),
+            ));
+        }
+        if !tokens.contains(&lower) {
+            tokens.push(lower);
+        }
+    }
+    Ok(tokens)
 }
 
 fn hash_key(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<HashKey, ConfigError> {

@@ -75,9 +75,14 @@ pub(crate) async fn serve<S: Transport, R: Responder>(
             head_only: method == Method::HEAD,
             http10: version == Version::HTTP_10,
             // A body the responder left unread cannot be told from the next request
-            // without reading it: the connection ends with this answer. An upgrade
-            // says its own Connection.
-            keep_alive: upgrade.is_some() || keep_alive && decoder.is_done() && !*shutdown.borrow(),
+            // without reading it: the connection ends with this answer, and so it does
+            // after a request refused as malformed (400, as nginx). An upgrade says its
+            // own Connection.
+            keep_alive: upgrade.is_some()
+                || keep_alive
+                    && decoder.is_done()
+                    && resp.status() != StatusCode::BAD_REQUEST
+                    && !*shutdown.borrow(),
         };
         match respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await {
             Ok(true) => {}
