@@ -452,7 +452,14 @@ key = "{}"
     ] {
         for version in ["--http1.1", "--http2"] {
             let out = run(Command::new("curl")
-                .args(["-sk", version, "-w", "\n%{http_code}", "-H", &format!("Host: {host}")])
+                .args([
+                    "-sk",
+                    version,
+                    "-w",
+                    "\n%{http_code}",
+                    "-H",
+                    &format!("Host: {host}"),
+                ])
                 .arg(format!("https://127.0.0.1:{}/", server.port())));
             let text = String::from_utf8_lossy(&out.stdout);
             let (got, status) = text.trim().rsplit_once('\n').unwrap_or(("", text.trim()));
@@ -468,7 +475,15 @@ key = "{}"
         let out = curl_host(
             &server,
             "a.test",
-            &[version, "-o", "/dev/null", "-w", "%{http_code}", "-H", "Host: x.example.com"],
+            &[
+                version,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-H",
+                "Host: x.example.com",
+            ],
             "/",
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "421", "{version}");

@@ -1138,7 +1138,11 @@ fn a_path_is_routed_and_forwarded_in_its_normal_form() {
     let (_app, _dir, server) = one_app("proxy-normal-path");
     // Climbing out of /app/ does not reach the app: the normal form is /headers, which
     // the files under / do not have. Encoded dots climb the same.
-    for path in ["/app/../headers", "/app/%2e%2e/headers", "/app/%2E%2E/headers"] {
+    for path in [
+        "/app/../headers",
+        "/app/%2e%2e/headers",
+        "/app/%2E%2E/headers",
+    ] {
         let code = status(&server, &["--path-as-is"], path);
         assert_eq!(code, 404, "{path} reached the app");
     }

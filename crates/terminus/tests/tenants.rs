@@ -252,7 +252,11 @@ fn a_busy_worker_lends_nothing_beyond_committed_quotas() {
 #[test]
 fn a_handshake_charged_to_one_tenant_cannot_reach_another_tenants_server() {
     let dir = TestDir::new("tenants-host");
-    let conf = two_tenants(&dir, "capacity = { acu = 1000 }", "capacity = { acu = 1000 }");
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 1000 }",
+        "capacity = { acu = 1000 }",
+    );
     let server = start(&conf);
     let ops = |tenant: &str| {
         metric_sum(
@@ -268,10 +272,19 @@ fn a_handshake_charged_to_one_tenant_cannot_reach_another_tenants_server() {
             .arg(format!("https://127.0.0.1:{}/index.html", server.port())));
         assert_eq!(String::from_utf8_lossy(&out.stdout), "421", "{version}");
     }
-    assert!(ops("a") >= 4.0, "the no-SNI handshakes were a's: {}", ops("a"));
+    assert!(
+        ops("a") >= 4.0,
+        "the no-SNI handshakes were a's: {}",
+        ops("a")
+    );
     assert_eq!(ops("b"), 0.0, "b paid for handshakes it did not serve");
     // With its own SNI, b's server answers, and b pays.
-    let out = curl_host(&server, "b.test", &["-o", "/dev/null", "-w", "%{http_code}"], "/index.html");
+    let out = curl_host(
+        &server,
+        "b.test",
+        &["-o", "/dev/null", "-w", "%{http_code}"],
+        "/index.html",
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
     assert!(ops("b") >= 2.0);
 }

@@ -98,8 +98,7 @@ impl SniResolver {
 
     /// The virtual host index that serves `sni`.
     pub fn lookup(&self, sni: Option<&str>) -> usize {
-        sni.and_then(|name| self.find(name))
-            .unwrap_or(self.default)
+        sni.and_then(|name| self.find(name)).unwrap_or(self.default)
     }
 
     /// The virtual host `name` is configured for (exactly or by a wildcard), if any.

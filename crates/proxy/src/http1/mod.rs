@@ -240,11 +240,16 @@ impl Exchange<'_> {
             let passed = asked.to_str().unwrap_or("");
             let to = match offered.as_slice() {
                 [] if !passed.contains(',') => asked.clone(),
-                [one] if passed.split(',').any(|t| t.trim().eq_ignore_ascii_case(one)) => {
+                [one]
+                    if passed
+                        .split(',')
+                        .any(|t| t.trim().eq_ignore_ascii_case(one)) =>
+                {
                     HeaderValue::from_str(one).unwrap_or_else(|_| asked.clone())
                 }
                 _ => {
-                    let detail = format!("101 to {offered:?}, which the request did not pass on ({passed})");
+                    let detail =
+                        format!("101 to {offered:?}, which the request did not pass on ({passed})");
                     return Err(fail(Failure::BadResponse, detail, body));
                 }
             };

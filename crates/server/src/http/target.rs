@@ -191,14 +191,25 @@ mod tests {
 
     #[test]
     fn a_path_above_the_root_or_a_bad_escape_is_refused() {
-        for raw in ["/..", "/../etc/passwd", "/a/../../b", "/%2e%2e/x", "/a%zz", "/a%2", "/a%00b"] {
+        for raw in [
+            "/..",
+            "/../etc/passwd",
+            "/a/../../b",
+            "/%2e%2e/x",
+            "/a%zz",
+            "/a%2",
+            "/a%00b",
+        ] {
             assert_eq!(normal(raw), Err(StatusCode::BAD_REQUEST), "{raw}");
         }
     }
 
     #[test]
     fn a_normal_path_is_not_copied() {
-        assert!(matches!(normalise_path("/a/b/c.html"), Ok(Cow::Borrowed(_))));
+        assert!(matches!(
+            normalise_path("/a/b/c.html"),
+            Ok(Cow::Borrowed(_))
+        ));
         assert!(matches!(normalise_path("/a/b/"), Ok(Cow::Borrowed(_))));
         assert!(matches!(normalise_path("/a//b"), Ok(Cow::Owned(_))));
     }
@@ -216,7 +227,13 @@ mod tests {
         let host = |mut req: Request<()>| settle_host(&mut req).map(|h| (h, req));
         let (h, _) = host(request(Version::HTTP_11, "/", &["a.test:8443"])).unwrap();
         assert_eq!(h.as_deref(), Some("a.test"));
-        for hosts in [&[][..], &["a.test", "a.test"], &["a@b.test"], &["a.test/x"], &[""]] {
+        for hosts in [
+            &[][..],
+            &["a.test", "a.test"],
+            &["a@b.test"],
+            &["a.test/x"],
+            &[""],
+        ] {
             let r = host(request(Version::HTTP_11, "/", hosts));
             assert_eq!(r.err(), Some(StatusCode::BAD_REQUEST), "{hosts:?}");
         }
