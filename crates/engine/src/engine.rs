@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendKind, Job};
 use crate::context::{CryptoEvent, HandshakeContext};
+use crate::cpu::CpuMeter;
 use crate::fair::{self, Fair, Rank};
 use crate::idle;
 use crate::metrics::EngineMetrics;
@@ -49,6 +50,8 @@ struct Inner {
     state: RefCell<State>,
     /// See [`Engine::before_dispatch`].
     before_dispatch: RefCell<Option<Rc<dyn Fn()>>>,
+    /// See [`Engine::flush_task_cpu`].
+    flush_tasks: CpuMeter,
 }
 
 /// When a request's batch was dispatched and how large it was: written by the flush,
@@ -91,6 +94,7 @@ impl Engine {
                 policy,
                 state: RefCell::new(State::default()),
                 before_dispatch: RefCell::new(None),
+                flush_tasks: CpuMeter::default(),
             }),
         }
     }
@@ -106,6 +110,13 @@ impl Engine {
     /// (turning away connections a flood leaves in the listen queue) gets its turn here.
     pub fn before_dispatch(&self, hook: impl Fn() + 'static) {
         *self.inner.before_dispatch.borrow_mut() = Some(Rc::new(hook));
+    }
+
+    /// The worker's CPU time in the engine's own flush tasks so far: batches computed when
+    /// the worker ran out of other work or a deadline came (the batches a handshake's
+    /// request fills are computed in that handshake's task, and count as its CPU).
+    pub fn flush_task_cpu(&self) -> Duration {
+        self.inner.flush_tasks.spent()
     }
 
     /// Registers a handshake in flight until the guard is dropped; the flush policy needs
@@ -240,29 +251,35 @@ impl Engine {
         }
         let engine = self.clone();
         tokio::task::spawn_local(async move {
-            loop {
-                let oldest = engine.inner.state.borrow().queues[kind.index()]
-                    .iter()
-                    .map(|(j, _, _)| j.queued_at)
-                    .min();
-                let Some(oldest) = oldest else { break };
-                // tokio's clock, which sleep_until keeps (and tests pause).
-                let due =
-                    tokio::time::Instant::from_std(oldest + engine.inner.policy.max_batch_delay);
-                if tokio::time::Instant::now() < due {
-                    tokio::select! {
-                        () = idle::next_idle() => {
-                            // The hook ran before the runtime polled the network once more:
-                            // handshakes woken by that poll run first and can still join.
-                            tokio::task::yield_now().await;
-                        }
-                        () = tokio::time::sleep_until(due) => continue,
-                    }
-                }
-                engine.flush(kind).await;
-            }
-            engine.inner.state.borrow_mut().flush_armed[kind.index()] = false;
+            let meter = &engine.inner.flush_tasks;
+            meter.metered(engine.flush_armed(kind)).await;
         });
+    }
+
+    /// Flushes `kind`'s queue when the worker runs out of other work, or once its oldest
+    /// request has waited `max_batch_delay`, until it stays empty.
+    async fn flush_armed(&self, kind: OpKind) {
+        loop {
+            let oldest = self.inner.state.borrow().queues[kind.index()]
+                .iter()
+                .map(|(j, _, _)| j.queued_at)
+                .min();
+            let Some(oldest) = oldest else { break };
+            // tokio's clock, which sleep_until keeps (and tests pause).
+            let due = tokio::time::Instant::from_std(oldest + self.inner.policy.max_batch_delay);
+            if tokio::time::Instant::now() < due {
+                tokio::select! {
+                    () = idle::next_idle() => {
+                        // The hook ran before the runtime polled the network once more:
+                        // handshakes woken by that poll run first and can still join.
+                        tokio::task::yield_now().await;
+                    }
+                    () = tokio::time::sleep_until(due) => continue,
+                }
+            }
+            self.flush(kind).await;
+        }
+        self.inner.state.borrow_mut().flush_armed[kind.index()] = false;
     }
 }
 
@@ -302,7 +319,9 @@ impl Drop for HandshakeGuard {
         // else will join the partial batches, so compute them now.
         if flush {
             let engine = self.engine.clone();
-            tokio::task::spawn_local(async move { engine.flush_all().await });
+            tokio::task::spawn_local(async move {
+                engine.inner.flush_tasks.metered(engine.flush_all()).await
+            });
         }
     }
 }

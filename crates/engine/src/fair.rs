@@ -1,6 +1,7 @@
 //! Which queued requests fill a batch when more wait than it holds: start-time fair
-//! queueing (Goyal et al., SIGCOMM '96) between tenants, weighted by their committed ACU,
-//! with every borrowed request behind every committed one.
+//! queueing (Goyal et al., SIGCOMM '96) between tenants, weighted by their committed ACU
+//! (tenants without a quota by what no quota has committed of the machine), with every
+//! borrowed request behind every committed one.
 //!
 //! Each request gets a tag when queued: its tenant's virtual time, which advances by the
 //! request's ACU cost over the tenant's weight. A batch takes the lowest tags, so over
@@ -110,6 +111,97 @@ mod tests {
         ];
         assert_eq!(choose(&ranks, 3), vec![1, 2, 4]);
         assert_eq!(choose(&ranks, 4), vec![1, 2, 3, 4]);
+    }
+
+    /// Tenants flooding an engine whose batches never hold every request waiting: the
+    /// share of batch slots (of ACU: every request here costs the same) each gets.
+    fn shares(accounts: &[std::sync::Arc<crate::capacity::tenant::TenantAccount>]) -> Vec<f64> {
+        use crate::capacity::tenant::{Admission, Arrival};
+        let now = std::time::Instant::now();
+        let context = |account: &std::sync::Arc<_>| {
+            let mut ctx = HandshakeContext::new(now);
+            let arrival = Arrival {
+                estimate: 0.0,
+                cheap: true,
+                idle: true,
+            };
+            let Admission::Now(hold) =
+                crate::capacity::tenant::TenantAccount::admit(account, now, arrival)
+            else {
+                panic!("within its quota");
+            };
+            ctx.charge_to(hold);
+            ctx
+        };
+        let contexts: Vec<HandshakeContext> = accounts.iter().map(context).collect();
+        let mut fair = Fair::default();
+        // Each tenant keeps 16 requests queued; batches of 8 are taken.
+        let mut queue: Vec<(usize, Rank)> = Vec::new();
+        let mut served = vec![0u32; accounts.len()];
+        for _ in 0..2000 {
+            for (t, ctx) in contexts.iter().enumerate() {
+                while queue.iter().filter(|(owner, _)| *owner == t).count() < 16 {
+                    queue.push((t, fair.rank(ctx, OpKind::X25519, None)));
+                }
+            }
+            let ranks: Vec<Rank> = queue.iter().map(|(_, r)| *r).collect();
+            for &i in choose(&ranks, 8).iter().rev() {
+                let (owner, rank) = queue.remove(i);
+                fair.dispatched(rank);
+                served[owner] += 1;
+            }
+        }
+        let all: u32 = served.iter().sum();
+        served
+            .iter()
+            .map(|&n| f64::from(n) / f64::from(all))
+            .collect()
+    }
+
+    fn quota(acu: f64) -> Option<crate::capacity::tenant::Quota> {
+        Some(crate::capacity::tenant::Quota {
+            acu,
+            acu_peak: acu,
+            scu: None,
+            over_quota: crate::capacity::tenant::OverQuota::Queue,
+            max_wait: std::time::Duration::from_secs(1),
+        })
+    }
+
+    #[test]
+    fn shares_of_an_oversubscribed_engine_follow_the_weights() {
+        let tenants =
+            crate::capacity::tenant::Tenants::new(crate::capacity::AcuCosts::unmeasured(1));
+        let a = tenants.account("a", quota(1000.0));
+        let b = tenants.account("b", quota(3000.0));
+        let got = shares(&[a, b]);
+        assert!(
+            (got[0] - 0.25).abs() <= 0.05 && (got[1] - 0.75).abs() <= 0.05,
+            "{got:?}"
+        );
+    }
+
+    /// A tenant without a quota weighs what the quotas leave of the machine, not all of
+    /// it (which would give it ~75 times a 20-ACU tenant's share).
+    #[test]
+    fn unmetered_traffic_weighs_the_capacity_nobody_was_promised() {
+        let costs = crate::capacity::AcuCosts::unmeasured(1);
+        let machine = costs.machine_acu();
+        let tenants = crate::capacity::tenant::Tenants::new(costs);
+        let paid = tenants.account("paid", quota(machine * 0.2));
+        let unmetered = tenants.account("default", None);
+        let got = shares(&[paid, unmetered]);
+        assert!(
+            (got[0] - 0.2).abs() <= 0.05,
+            "{got:?} (machine {machine} ACU)"
+        );
+        // Everything committed: unmetered traffic keeps a small line of its own.
+        let tenants =
+            crate::capacity::tenant::Tenants::new(crate::capacity::AcuCosts::unmeasured(1));
+        let paid = tenants.account("paid", quota(machine * 2.0));
+        let unmetered = tenants.account("default", None);
+        let got = shares(&[paid, unmetered]);
+        assert!(got[1] > 0.0 && got[1] < 0.05, "{got:?}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod backend;
 pub mod capacity;
 pub mod context;
 pub mod cost;
+pub mod cpu;
 mod engine;
 mod fair;
 mod hybrid;

@@ -87,9 +87,13 @@ pub fn run(
     }
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
+        let engine = shared.engine.build(shared.metrics.engine.clone());
+        let flush_tasks = engine.clone();
         let worker = Rc::new(Worker {
-            engine: shared.engine.build(shared.metrics.engine.clone()),
-            admission: Admission::new(shared.handshake_queue),
+            engine,
+            admission: Admission::new(shared.handshake_queue, move || {
+                flush_tasks.flush_task_cpu()
+            }),
             series: shared.metrics.worker(id),
             shared,
             drained: Notify::new(),

@@ -116,6 +116,70 @@ fn without_resumption_the_excess_is_reset_at_accept() {
     );
 }
 
+/// `terminus load` against `server`'s 1 KiB file with `args`; its JSON report.
+fn load(server: &Server, args: &[&str]) -> serde_json::Value {
+    let out = run(Command::new(terminus_bin())
+        .args(["load", &server.url("/1k.bin"), "-k", "--json"])
+        .args(args));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Admission weighs a handshake by what handshakes cost, not by what the worker spent on
+/// requests over established connections: a worker serving keep-alive requests flat out,
+/// and one that just was, still admits a burst of 50 new handshakes, which it finishes
+/// within the default bound (1 s) many times over. Charged with the keep-alive work,
+/// about half of the burst was refused.
+#[test]
+fn keep_alive_work_does_not_make_admission_refuse_handshakes() {
+    let _alone = exclusive();
+    let dir = TestDir::new("overload-keepalive");
+    let pair = make_cert(&dir.0, "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/1k.bin", vec![b'x'; 1024]);
+    let conf = config(&dir, &pair, "");
+    let server = Server::start_with(
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--crypto-backend",
+            "scalar",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        false,
+    );
+    let burst = || {
+        load(
+            &server,
+            &["--new-connection", "--rate", "500", "-d", "100ms"],
+        )
+    };
+    let keep_alive = ["-c", "50", "-d", "3s"];
+    // Just was: keep-alive traffic ended, then the burst.
+    let served = load(&server, &keep_alive);
+    assert!(served["requests"].as_f64().unwrap() > 1000.0, "{served:#}");
+    let after = burst();
+    // Still is: the burst in the middle of keep-alive traffic.
+    let busy = std::thread::scope(|s| {
+        let traffic = s.spawn(|| load(&server, &keep_alive));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let busy = burst();
+        traffic.join().unwrap();
+        busy
+    });
+    for (when, r) in [("after keep-alive traffic", &after), ("during it", &busy)] {
+        assert_eq!(r["requests"].as_f64(), Some(50.0), "{when}: {r:#}");
+        assert!(r["errors"].as_object().unwrap().is_empty(), "{when}: {r:#}");
+    }
+    assert_eq!(server.metric("terminus_handshakes_refused_total", &[]), 0.0);
+}
+
 #[test]
 fn a_bad_handshake_queue_names_the_line() {
     let dir = TestDir::new("overload-config");

@@ -289,6 +289,55 @@ fn a_handshake_charged_to_one_tenant_cannot_reach_another_tenants_server() {
     assert!(ops("b") >= 2.0);
 }
 
+/// `prefer_cheap` lets resumptions through beyond the quota and refuses RSA handshakes.
+/// A session ticket another server issued (junk to this one) resumes nothing: the
+/// handshake signs with RSA, and is refused as one, as often as a client that offers
+/// nothing. Admitted as a resumption, every one would get its full RSA handshake.
+#[test]
+fn fake_resumptions_are_refused_like_the_full_handshakes_they_are() {
+    let _alone = exclusive();
+    let dir = TestDir::new("tenants-fake-psk");
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 2 }\nover_quota = \"prefer_cheap\"",
+        "capacity = { acu = 100 }",
+    );
+    let issuer = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let fake = replay::Client::with_session_of(&issuer, "a.test");
+    let plain = replay::Client::plain();
+    let tally = |client: &replay::Client| {
+        let mut refused = 0;
+        for _ in 0..60 {
+            let outcome = client.handshake(&server, "a.test");
+            assert_ne!(
+                outcome,
+                replay::Outcome::Resumed,
+                "a foreign ticket resumed"
+            );
+            refused += (outcome == replay::Outcome::Refused) as u32;
+        }
+        refused
+    };
+    let (plain_refused, fake_refused) = (tally(&plain), tally(&fake));
+    assert!(
+        plain_refused >= 40,
+        "{plain_refused} of 60 plain RSA handshakes refused"
+    );
+    assert!(
+        fake_refused + 5 >= plain_refused,
+        "{fake_refused} of 60 fake resumptions refused, {plain_refused} of 60 plain handshakes"
+    );
+    let expensive = server.metric(
+        "terminus_tenant_handshakes_refused_total",
+        &["tenant=\"a\"", "cause=\"expensive\""],
+    );
+    assert_eq!(expensive, f64::from(plain_refused + fake_refused));
+}
+
 #[test]
 fn bad_quotas_name_their_line() {
     let dir = TestDir::new("tenants-config");

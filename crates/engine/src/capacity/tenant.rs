@@ -151,12 +151,19 @@ pub enum Admission {
     Refused(QuotaRefusal),
 }
 
+/// The fair-queueing weight of unmetered tenants when the quotas commit the whole machine:
+/// they still get a line of their own, a short one.
+pub const UNMETERED_WEIGHT: f64 = 1.0;
+
 /// The tenants of a server, by name, with the cost table they are charged by. Shared by
 /// every worker and kept across reloads, so that a reload does not reset what a tenant
 /// has used.
 pub struct Tenants {
     costs: Arc<RwLock<Arc<AcuCosts>>>,
     accounts: Mutex<HashMap<Arc<str>, Arc<TenantAccount>>>,
+    /// The committed ACU of every account with a quota (bits of an f64): what is left of
+    /// the machine is the unmetered tenants' weight in fair queueing.
+    allocated: Arc<AtomicU64>,
 }
 
 impl Tenants {
@@ -165,7 +172,17 @@ impl Tenants {
         Self {
             costs: Arc::new(RwLock::new(Arc::new(costs))),
             accounts: Mutex::new(HashMap::new()),
+            allocated: Arc::default(),
         }
+    }
+
+    /// Sums the committed quotas again after `accounts` changed.
+    fn reallocate(&self, accounts: &HashMap<Arc<str>, Arc<TenantAccount>>) {
+        let sum: f64 = accounts
+            .values()
+            .filter_map(|a| a.quota().map(|q| q.acu))
+            .sum();
+        self.allocated.store(sum.to_bits(), Ordering::Relaxed);
     }
 
     /// The cost table every tenant is charged by.
@@ -181,12 +198,23 @@ impl Tenants {
     /// The account of `name`, made or updated to `quota` (None: accounted, not limited).
     pub fn account(&self, name: &str, quota: Option<Quota>) -> Arc<TenantAccount> {
         let mut accounts = self.accounts.lock().expect("tenants lock");
-        if let Some(account) = accounts.get(name) {
-            account.set_quota(quota);
-            return account.clone();
-        }
-        let account = Arc::new(TenantAccount::new(name.into(), quota, self.costs.clone()));
-        accounts.insert(account.name.clone(), account.clone());
+        let account = match accounts.get(name) {
+            Some(account) => {
+                account.set_quota(quota);
+                account.clone()
+            }
+            None => {
+                let account = Arc::new(TenantAccount::new(
+                    name.into(),
+                    quota,
+                    self.costs.clone(),
+                    self.allocated.clone(),
+                ));
+                accounts.insert(account.name.clone(), account.clone());
+                account
+            }
+        };
+        self.reallocate(&accounts);
         account
     }
 
@@ -195,10 +223,9 @@ impl Tenants {
     /// tenant added back later starts a new account.
     pub fn retain<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
         let keep: Vec<&str> = names.into_iter().collect();
-        self.accounts
-            .lock()
-            .expect("tenants lock")
-            .retain(|name, _| keep.contains(&&**name));
+        let mut accounts = self.accounts.lock().expect("tenants lock");
+        accounts.retain(|name, _| keep.contains(&&**name));
+        self.reallocate(&accounts);
     }
 
     /// Every account, by name.
@@ -219,6 +246,8 @@ impl Tenants {
 pub struct TenantAccount {
     name: Arc<str>,
     costs: Arc<RwLock<Arc<AcuCosts>>>,
+    /// See [`Tenants`]'s field.
+    allocated: Arc<AtomicU64>,
     /// The meters' clock starts here.
     epoch: Instant,
     state: Mutex<State>,
@@ -257,11 +286,17 @@ struct State {
 const WAIT_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
 
 impl TenantAccount {
-    fn new(name: Arc<str>, quota: Option<Quota>, costs: Arc<RwLock<Arc<AcuCosts>>>) -> Self {
+    fn new(
+        name: Arc<str>,
+        quota: Option<Quota>,
+        costs: Arc<RwLock<Arc<AcuCosts>>>,
+        allocated: Arc<AtomicU64>,
+    ) -> Self {
         let (committed, peak) = meters(quota.as_ref());
         Self {
             name,
             costs,
+            allocated,
             epoch: Instant::now(),
             state: Mutex::new(State {
                 scu: scu_meter(quota.as_ref()),
@@ -323,16 +358,19 @@ impl TenantAccount {
     }
 
     /// What a request of `kind` (signed with `key`) costs, and the tenant's weight in the
-    /// engine's fair queueing: its committed ACU, the machine's without a quota.
+    /// engine's fair queueing: its committed ACU, or without a quota what no quota has
+    /// committed of the machine (at least [`UNMETERED_WEIGHT`]). Weighed as the whole
+    /// machine, unmetered traffic would take ~75 times a 20-ACU tenant's share of every
+    /// oversubscribed batch: its own handshakes would jump the tenants' paid ones.
     pub(crate) fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
         let costs = self.costs.read().expect("costs lock");
-        let weight = self
-            .state
-            .lock()
-            .expect("tenant lock")
-            .quota
-            .as_ref()
-            .map_or(costs.machine_acu(), |q| q.acu);
+        let weight = match &self.state.lock().expect("tenant lock").quota {
+            Some(q) => q.acu,
+            None => {
+                let allocated = f64::from_bits(self.allocated.load(Ordering::Relaxed));
+                (costs.machine_acu() - allocated).max(UNMETERED_WEIGHT)
+            }
+        };
         (costs.request(kind, key), weight.max(f64::MIN_POSITIVE))
     }
 

@@ -6,8 +6,13 @@
 //! bound: each waits behind all the earlier ones, latency grows until clients time out,
 //! and the worker ends up computing handshakes nobody waits for any more (nginx and
 //! HAProxy at 1.5x their maximum). The work taken on is the handshakes under way times
-//! what one costs this worker: its thread's CPU time per finished handshake, measured as
-//! it runs (so it covers the backend in use, the key types and the traffic mix), plus the
+//! what one costs this worker: the CPU its thread spends on handshakes per finished
+//! handshake, measured as it runs (so it covers the backend in use, the key types and the
+//! handshake mix). Only handshake work is counted: accepting, connections up to the end of
+//! their handshake, and the engine's own batch tasks ([`Admission::metered`],
+//! `Engine::flush_task_cpu`); what requests on established connections take is not a
+//! handshake's cost (counted in, a burst of new connections after a spell of keep-alive
+//! traffic was refused as if each handshake cost a window's requests). Plus the
 //! connections whose ClientHello is not read yet, each weighed as the share of read ones
 //! that went on to a handshake (under a tenant's flood beyond its quota most are refused
 //! for a few µs). A handshake sleeping on its tenant's quota is no work ahead of anyone
@@ -33,8 +38,11 @@
 pub(crate) mod quota;
 
 use std::cell::Cell;
+use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+use terminus_engine::cpu::CpuMeter;
 
 /// How long a measurement window lasts.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -70,12 +78,18 @@ pub(crate) struct Admission {
     shedding: Cell<bool>,
     /// The share of the last window the worker's thread was on the CPU.
     busy: Cell<f64>,
+    /// The CPU of handshake work run through [`Admission::metered`].
+    handshakes: CpuMeter,
+    /// The engine's flush tasks' CPU so far (handshake work too).
+    flush_tasks: Box<dyn Fn() -> Duration>,
 }
 
 #[derive(Clone, Copy)]
 struct Window {
     started: Instant,
     cpu: Duration,
+    /// Handshake work's CPU so far, when the window started.
+    handshake_cpu: Duration,
     finished: u32,
     refused: u32,
     /// Refused after their ClientHello.
@@ -154,8 +168,9 @@ impl Drop for Ticket {
 }
 
 impl Admission {
-    /// `bound`: `limits.handshake_queue`, zero for none.
-    pub(crate) fn new(bound: Duration) -> Rc<Self> {
+    /// `bound`: `limits.handshake_queue`, zero for none; `flush_tasks`: the worker
+    /// engine's [`Engine::flush_task_cpu`](terminus_engine::Engine::flush_task_cpu).
+    pub(crate) fn new(bound: Duration, flush_tasks: impl Fn() -> Duration + 'static) -> Rc<Self> {
         Rc::new(Self {
             bound: (!bound.is_zero()).then_some(bound),
             unread: Cell::new(0),
@@ -165,13 +180,31 @@ impl Admission {
             window: Cell::new(Window {
                 started: Instant::now(),
                 cpu: thread_cpu(),
+                handshake_cpu: flush_tasks(),
                 finished: 0,
                 refused: 0,
                 refused_read: 0,
             }),
             shedding: Cell::new(false),
             busy: Cell::new(0.0),
+            handshakes: CpuMeter::default(),
+            flush_tasks: Box::new(flush_tasks),
         })
+    }
+
+    /// Runs `work`, handshake work (accepting, a connection up to the end of its
+    /// handshake), counting its CPU into the cost per handshake. Unmetered when admission
+    /// control is off, since nothing reads it then.
+    pub(crate) async fn metered<F: Future>(&self, work: F) -> F::Output {
+        if self.bound.is_none() {
+            return work.await;
+        }
+        self.handshakes.metered(work).await
+    }
+
+    /// The CPU of all handshake work so far.
+    fn handshake_cpu(&self) -> Duration {
+        self.handshakes.spent() + (self.flush_tasks)()
     }
 
     /// Whether admission control is on: the accept loop then drains the listen queue
@@ -279,10 +312,12 @@ impl Admission {
         let spent = cpu.saturating_sub(w.cpu);
         self.busy
             .set(spent.as_secs_f64() / elapsed.as_secs_f64().max(1e-9));
+        let handshake_cpu = self.handshake_cpu();
         if self.bound.is_some() {
             let refusing = REFUSAL_COST * w.refused;
             if w.finished >= 8 {
-                let sample = spent.saturating_sub(refusing) / w.finished;
+                let on_handshakes = handshake_cpu.saturating_sub(w.handshake_cpu);
+                let sample = on_handshakes.saturating_sub(refusing) / w.finished;
                 // Weighted toward the past: one odd window moves it a little.
                 self.cost.set((self.cost.get() * 7 + sample * 3) / 10);
             }
@@ -297,6 +332,7 @@ impl Admission {
         self.window.set(Window {
             started: now,
             cpu,
+            handshake_cpu,
             finished: 0,
             refused: 0,
             refused_read: 0,
@@ -334,7 +370,7 @@ mod tests {
     /// a quarter more for resumptions.
     #[test]
     fn full_handshakes_are_taken_on_up_to_the_bound_and_resumptions_a_quarter_beyond() {
-        let admission = Admission::new(FIRST_COST * 20);
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
         let full: Vec<Ticket> = take(&admission, 20)
             .into_iter()
             .map(|t| admission.at_hello(t, false).expect("within the bound"))
@@ -366,13 +402,10 @@ mod tests {
     /// handshake a fraction of the truth and the worker admit many times what it can do.
     #[test]
     fn refusals_after_the_hello_do_not_dilute_the_cost_per_handshake() {
-        let admission = Admission::new(Duration::from_secs(1));
+        let admission = Admission::new(Duration::from_secs(1), Duration::default);
         let done = under_way(&admission, 8);
         let refused = take(&admission, 200);
-        let spin = thread_cpu() + Duration::from_millis(40);
-        while thread_cpu() < spin {
-            std::hint::black_box(0u64);
-        }
+        spin_handshake_work(&admission, Duration::from_millis(40));
         drop(done);
         for ticket in refused {
             admission.turned_away(ticket);
@@ -385,11 +418,42 @@ mod tests {
         assert!(cost > Duration::from_millis(1), "{cost:?}");
     }
 
+    /// Spends `cpu` of this thread's time as handshake work (metered).
+    fn spin_handshake_work(admission: &Admission, cpu: Duration) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(admission.metered(async {
+            let until = thread_cpu() + cpu;
+            while thread_cpu() < until {
+                std::hint::black_box(0u64);
+            }
+        }));
+    }
+
+    /// What the thread spends outside handshake work (requests on established
+    /// connections) is no handshake's cost: 40 ms of it beside 8 handshakes that took
+    /// nothing measured leaves the cost below the first assumption, not at 5 ms each.
+    #[test]
+    fn work_outside_handshakes_is_not_charged_to_them() {
+        let admission = Admission::new(Duration::from_secs(1), Duration::default);
+        let done = under_way(&admission, 8);
+        let until = thread_cpu() + Duration::from_millis(40);
+        while thread_cpu() < until {
+            std::hint::black_box(0u64);
+        }
+        drop(done);
+        std::thread::sleep(WINDOW);
+        admission.roll();
+        let cost = admission.cost.get();
+        assert!(cost < FIRST_COST, "{cost:?}");
+    }
+
     /// While most ClientHellos read are refused (a tenant flooding beyond its quota), a
     /// connection not read yet is a fraction of a handshake, and a read one a whole.
     #[test]
     fn connections_not_read_yet_weigh_what_read_ones_turned_out_to_be() {
-        let admission = Admission::new(FIRST_COST * 20);
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
         for _ in 0..5 {
             for ticket in take(&admission, 10) {
                 admission.turned_away(ticket);
@@ -409,7 +473,7 @@ mod tests {
 
     #[test]
     fn a_ticket_set_aside_makes_room_until_it_is_back() {
-        let admission = Admission::new(FIRST_COST * 20);
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
         let held = take(&admission, 20);
         assert!(admission.at_accept(|| Duration::ZERO, || false).is_none());
         let aside = held[0].aside();
@@ -424,7 +488,7 @@ mod tests {
 
     #[test]
     fn without_resumption_nothing_beyond_the_bound_is_read() {
-        let admission = Admission::new(FIRST_COST * 20);
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
         let _held = take(&admission, 20);
         assert!(
             admission.at_accept(|| Duration::ZERO, || false).is_none(),
@@ -435,7 +499,7 @@ mod tests {
 
     #[test]
     fn a_connection_that_waited_out_the_bound_is_reset_at_accept() {
-        let admission = Admission::new(FIRST_COST * 20);
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
         assert!(admission.at_accept(|| FIRST_COST * 19, || true).is_some());
         assert!(
             admission.at_accept(|| FIRST_COST * 30, || true).is_none(),
@@ -450,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_costly_flood_of_refusals_turns_to_resets_at_accept_beyond_the_bound() {
-        let admission = Admission::new(FIRST_COST * 4);
+        let admission = Admission::new(FIRST_COST * 4, Duration::default);
         let held = under_way(&admission, 4);
         // More refusals after a ClientHello in a window than REFUSAL_SHARE of it pays for.
         let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
@@ -474,7 +538,7 @@ mod tests {
 
     #[test]
     fn no_bound_takes_everything() {
-        let admission = Admission::new(Duration::ZERO);
+        let admission = Admission::new(Duration::ZERO, Duration::default);
         let held = take(&admission, 10_000);
         assert_eq!(held.len(), 10_000);
         assert!(!admission.bounded());

@@ -3,7 +3,8 @@
 //! tenant's quota (`terminus_engine::capacity::tenant`), waits for it, or is refused.
 //!
 //! It is charged what it will probably cost: the signature of the certificate the
-//! resolver will choose for this ClientHello (none when it asks to resume) and the key
+//! resolver will choose for this ClientHello (none when it offers a session this server
+//! can resume: a ticket it issued, not merely a pre_shared_key) and the key
 //! exchange of the first group the client lists that terminus has. The engine then
 //! charges what each request costs, and the estimate is settled when the handshake ends.
 
@@ -26,11 +27,12 @@ pub(crate) async fn admit(
     tenant: &Arc<TenantAccount>,
     resolver: &SniResolver,
     read: &ClientHelloRead,
+    config: &rustls::ServerConfig,
     idle: bool,
     admitted: &Ticket,
 ) -> Result<(), QuotaRefusal> {
     let hello = read.client_hello();
-    let sign = if read.offers_resumption() {
+    let sign = if read.offers_resumption(config) {
         None
     } else {
         resolver.key_for(&hello)

@@ -55,7 +55,7 @@ impl Hello {
         .map_err(Closed::Handshake)?;
         let Some(admitted) = worker
             .admission
-            .at_hello(admitted, read.offers_resumption())
+            .at_hello(admitted, read.offers_resumption(&config))
         else {
             read.refuse(
                 &accepted.socket,
@@ -71,6 +71,7 @@ impl Hello {
             tenant,
             &accepted.site.resolver,
             &read,
+            &config,
             worker.admission.idle(),
             &admitted,
         )

@@ -52,7 +52,37 @@ pub(crate) async fn run(
     listen: &Listen,
     worker: Rc<Worker>,
 ) {
-    let ktls = listen.ktls;
+    // Up to the end of the handshake the connection's CPU is handshake work, which
+    // admission control weighs handshakes by; what it does after is not.
+    let handshake = handshake_stages(socket, peer, open, admitted, listen, &worker);
+    match worker.admission.metered(handshake).await {
+        Some(Ready::Serve(secured)) => secured.serve(&worker).await,
+        Some(Ready::Relay(secured, upstream)) => secured.relay(upstream).await,
+        Some(Ready::PassThrough(hello, upstream)) => hello.pass_through(upstream).await,
+        None => {}
+    }
+}
+
+/// Where a connection goes once its handshake stages are over.
+enum Ready {
+    /// HTTP, served here.
+    Serve(data_path::Secured),
+    /// A terminated `[[stream]]`'s bytes, to its upstream.
+    Relay(data_path::Secured, Arc<terminus_proxy::Upstream>),
+    /// A passed-through `[[stream]]`: no handshake here.
+    PassThrough(Hello, Arc<terminus_proxy::Upstream>),
+}
+
+/// The PROXY header, the ClientHello, the handshake and the record layer: `None` when the
+/// connection ended there (counted and logged).
+async fn handshake_stages(
+    socket: TcpStream,
+    peer: SocketAddr,
+    open: OpenConnection,
+    admitted: Ticket,
+    listen: &Listen,
+    worker: &Rc<Worker>,
+) -> Option<Ready> {
     let peer = match &listen.proxy_protocol {
         None => peer,
         Some(trusted) => {
@@ -61,33 +91,33 @@ pub(crate) async fn run(
                 Ok(client) => client,
                 Err(e) => {
                     tracing::debug!(%peer, "PROXY protocol header: {e}; connection closed");
-                    return;
+                    return None;
                 }
             }
         }
     };
-    let accepted = Accepted::new(socket, peer, open, &worker);
+    let accepted = Accepted::new(socket, peer, open, worker);
     let started = (accepted.ctx.id(), accepted.ctx.timeline().accepted);
-    let hello = match accepted.hello(&worker).await {
+    let hello = match accepted.hello(worker).await {
         Ok(hello) => hello,
-        Err(closed) => return closed.record(&worker, peer, started),
+        Err(closed) => return closed.record(worker, peer, started),
     };
     let route = match hello.route.clone() {
         Route::Passthrough(upstream) => {
             // No handshake here: no handshake work for admission control to count.
             admitted.cancel();
-            return hello.pass_through(upstream).await;
+            return Some(Ready::PassThrough(hello, upstream));
         }
         route => route,
     };
     let served = async {
-        let established = hello.handshake(admitted, &worker).await?;
-        established.secure(ktls, &worker).await
+        let established = hello.handshake(admitted, worker).await?;
+        established.secure(listen.ktls, worker).await
     };
     match (served.await, route) {
-        (Ok(secured), Route::Stream(upstream)) => secured.relay(upstream).await,
-        (Ok(secured), _) => secured.serve(&worker).await,
-        (Err(closed), _) => closed.record(&worker, peer, started),
+        (Ok(secured), Route::Stream(upstream)) => Some(Ready::Relay(secured, upstream)),
+        (Ok(secured), _) => Some(Ready::Serve(secured)),
+        (Err(closed), _) => closed.record(worker, peer, started),
     }
 }
 
@@ -139,8 +169,13 @@ pub(crate) enum Closed {
 
 impl Closed {
     /// Counts and logs why the connection closed, and tells an attached tracer how a
-    /// handshake that `started` (its id, when) ended.
-    fn record(self, worker: &Worker, peer: SocketAddr, started: (u64, std::time::Instant)) {
+    /// handshake that `started` (its id, when) ended. Nothing is left to do with it.
+    fn record(
+        self,
+        worker: &Worker,
+        peer: SocketAddr,
+        started: (u64, std::time::Instant),
+    ) -> Option<Ready> {
         let metrics = &worker.shared.metrics;
         if let Some(result) = self.handshake_result() {
             terminus_probes::handshake_end(started.0, false, || HandshakeRecord {
@@ -173,6 +208,7 @@ impl Closed {
                 tracing::debug!(%peer, tenant = tenant.name(), "handshake refused: {}", cause.name());
             }
         }
+        None
     }
 
     /// Why the handshake failed; `None` when it completed (the connection closed after).

@@ -139,7 +139,7 @@ pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
     let mut last_warning: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
-            r = acceptor.next(&worker) => r,
+            r = worker.admission.metered(acceptor.next(&worker)) => r,
             _ = shutdown.wait_for(|&stop| stop) => return,
         };
         // The permit is taken after accept, so a worker whose backlog is empty holds none

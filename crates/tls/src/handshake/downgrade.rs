@@ -54,9 +54,12 @@ pub(crate) struct Offer {
     /// whatever its legacy_version says).
     legacy: u16,
     fallback: bool,
-    /// A TLS 1.3 pre_shared_key or a non-empty TLS 1.2 session ticket. (A session ID
-    /// alone says nothing: TLS 1.3 clients send a random one.)
-    resumption: bool,
+    /// What the client offers to resume with: TLS 1.3 pre_shared_key identities and a
+    /// non-empty TLS 1.2 session ticket.
+    tickets: Vec<Vec<u8>>,
+    /// The legacy session ID (a TLS 1.2 client's cached session; TLS 1.3 clients send a
+    /// random one, which no cache holds).
+    session_id: Vec<u8>,
 }
 
 impl Offer {
@@ -85,9 +88,15 @@ impl Offer {
         (self.fallback && self.highest() < ours).then_some(Downgrade::InappropriateFallback)
     }
 
-    /// Whether the client asks to resume a session.
-    pub(crate) fn resumption(&self) -> bool {
-        self.resumption
+    /// Whether the client offers a session this server can resume: a ticket its ticketer
+    /// decrypts, or a session its cache holds. An offer of anything else (a stale ticket,
+    /// junk in a pre_shared_key) ends in a full handshake, and is one. Reading the offer
+    /// costs an AEAD open or a cache look-up, a few µs at most; rustls repeats it.
+    pub(crate) fn resumable_with(&self, config: &rustls::ServerConfig) -> bool {
+        let known = |id: &[u8]| !id.is_empty() && config.session_storage.get(id).is_some();
+        self.tickets.iter().any(|t| {
+            (config.ticketer.enabled() && config.ticketer.decrypt(t).is_some()) || known(t)
+        }) || known(&self.session_id)
     }
 }
 
@@ -109,7 +118,7 @@ pub(crate) fn parse(records: &[u8]) -> Option<Offer> {
     let mut body = Reader(r.vec(3)?);
     let legacy = body.u16()?;
     body.take(32)?;
-    body.vec(1)?;
+    let session_id = body.vec(1)?.to_vec();
     let mut suites = Reader(body.vec(2)?);
     let mut fallback = false;
     while let Some(suite) = suites.u16() {
@@ -117,13 +126,22 @@ pub(crate) fn parse(records: &[u8]) -> Option<Offer> {
     }
     body.vec(1)?;
     let mut listed = None;
-    let mut resumption = false;
+    let mut tickets = Vec::new();
     if let Some(extensions) = body.vec(2) {
         let mut extensions = Reader(extensions);
         while let Some(kind) = extensions.u16() {
             let data = extensions.vec(2)?;
-            resumption |= kind == EXTENSION_PRE_SHARED_KEY
-                || (kind == EXTENSION_SESSION_TICKET && !data.is_empty());
+            if kind == EXTENSION_SESSION_TICKET && !data.is_empty() {
+                tickets.push(data.to_vec());
+            }
+            if kind == EXTENSION_PRE_SHARED_KEY {
+                // identities<7..2^16-1>: identity<1..2^16-1>, obfuscated_ticket_age u32.
+                let mut identities = Reader(Reader(data).vec(2)?);
+                while let Some(identity) = identities.vec(2) {
+                    tickets.push(identity.to_vec());
+                    identities.take(4)?;
+                }
+            }
             if kind == EXTENSION_SUPPORTED_VERSIONS {
                 let mut list = Reader(Reader(data).vec(1)?);
                 let mut versions = Vec::new();
@@ -140,7 +158,8 @@ pub(crate) fn parse(records: &[u8]) -> Option<Offer> {
         listed,
         legacy,
         fallback,
-        resumption,
+        tickets,
+        session_id,
     })
 }
 
@@ -262,16 +281,47 @@ mod tests {
     }
 
     #[test]
-    fn a_psk_or_a_ticket_is_a_resumption_and_an_empty_ticket_is_not() {
-        let offer = |extra: &[(u16, &[u8])]| {
-            let h = hello_with(TLS12, &[0x1301], Some(&[TLS13, TLS12]), 200, extra);
-            parse(&h).expect("a ClientHello").resumption()
+    fn only_a_ticket_or_session_this_server_issued_is_resumable() {
+        let mut config = crate::TlsSettings::default()
+            .server_config(std::sync::Arc::new(crate::SniResolver::new(Vec::new(), 0)))
+            .map(|c| (*c).clone())
+            .expect("a server config");
+        config.session_storage = rustls::server::ServerSessionMemoryCache::new(16);
+        let ticket = config.ticketer.encrypt(b"a session").expect("a ticket");
+        config
+            .session_storage
+            .put(b"cached-id".to_vec(), b"state".to_vec());
+        let psk = |identity: &[u8]| {
+            let mut ext = ((identity.len() + 6) as u16).to_be_bytes().to_vec();
+            ext.extend((identity.len() as u16).to_be_bytes());
+            ext.extend(identity);
+            ext.extend([0, 0, 0, 0]);
+            ext.extend([0, 33, 32]);
+            ext.extend([0; 32]);
+            ext
         };
-        assert!(!offer(&[]));
-        assert!(offer(&[(EXTENSION_PRE_SHARED_KEY, &[0, 4, 1, 2, 3, 4])]));
-        assert!(offer(&[(EXTENSION_SESSION_TICKET, &[9; 100])]));
+        let resumable = |extra: &[(u16, &[u8])]| {
+            let h = hello_with(TLS12, &[0x1301], Some(&[TLS13, TLS12]), 200, extra);
+            parse(&h).expect("a ClientHello").resumable_with(&config)
+        };
+        assert!(!resumable(&[]));
+        assert!(resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&ticket))]));
+        assert!(resumable(&[(EXTENSION_SESSION_TICKET, &ticket)]));
+        assert!(resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(b"cached-id"))]));
+        // Junk, a forged ticket, or a ticket of another server: a full handshake.
+        assert!(!resumable(&[(
+            EXTENSION_PRE_SHARED_KEY,
+            &psk(&[1, 2, 3, 4])
+        )]));
+        let mut forged = ticket.clone();
+        *forged.last_mut().unwrap() ^= 1;
+        assert!(!resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&forged))]));
+        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &[9; 100])]));
+        let other = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
+        let foreign = other.encrypt(b"a session").unwrap();
+        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &foreign)]));
         // Sent empty by a client that can take a ticket but has none.
-        assert!(!offer(&[(EXTENSION_SESSION_TICKET, &[])]));
+        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &[])]));
         assert_eq!(parse(&[22, 3, 1, 0, 1, 1]), None, "not a ClientHello");
     }
 

@@ -27,6 +27,8 @@ pub struct ClientHelloRead {
     /// The ClientHello's version and resumption fields, read from the bytes once, when
     /// first asked for (a passed-through connection never asks).
     offer: OnceCell<Option<Offer>>,
+    /// See [`ClientHelloRead::offers_resumption`].
+    resumable: OnceCell<bool>,
 }
 
 impl ClientHelloRead {
@@ -59,10 +61,14 @@ impl ClientHelloRead {
             .unwrap_or_else(std::time::Instant::now)
     }
 
-    /// Whether the client asks to resume a session (a TLS 1.3 PSK or a TLS 1.2 ticket):
-    /// such a handshake costs no signature, and admission control lets it in first.
-    pub fn offers_resumption(&self) -> bool {
-        self.offer().is_some_and(Offer::resumption)
+    /// Whether the client offers a session `config` can resume (a TLS 1.3 PSK or a TLS
+    /// 1.2 ticket that it issued, or a session its cache holds): such a handshake costs no
+    /// signature, and admission control and quotas let it in first. An offer of anything
+    /// else is a full handshake and is admitted and charged as one. Decided once.
+    pub fn offers_resumption(&self, config: &rustls::ServerConfig) -> bool {
+        *self
+            .resumable
+            .get_or_init(|| self.offer().is_some_and(|o| o.resumable_with(config)))
     }
 
     fn offer(&self) -> Option<&Offer> {
@@ -113,6 +119,7 @@ pub async fn read_client_hello(
                     inbox,
                     _in_flight: in_flight,
                     offer: OnceCell::new(),
+                    resumable: OnceCell::new(),
                 })
             }
             Ok(None) => {}
