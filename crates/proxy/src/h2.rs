@@ -25,6 +25,7 @@ use crate::headers::remove_hop_by_hop;
 use crate::http1::{Failed, Upstreamed};
 use crate::metrics::{Failure, Phase};
 use crate::response::ResponseBody;
+use crate::stall::Stall;
 use crate::upstream::InProgress;
 
 /// A request body as the h2 client takes it: any body, boxed (the client is generic over
@@ -221,6 +222,7 @@ where
         incoming,
         progress: Some(progress),
         started: attempt.started,
+        stall: Stall::new(attempt.timeouts.idle),
     });
     Ok(Response::from_parts(parts, body))
 }
@@ -261,11 +263,13 @@ fn h2_uri(parts: &hyper::http::request::Parts, tls: bool) -> Uri {
         .unwrap_or_else(|_| Uri::from_static("/"))
 }
 
-/// A response body from an h2 upstream; the request counts as in progress until it ends.
+/// A response body from an h2 upstream; the request counts as in progress until it ends,
+/// or until the stream has sent nothing for `timeouts.idle` (as over HTTP/1.1).
 pub(crate) struct H2Body {
     incoming: Incoming,
     progress: Option<InProgress>,
     started: Instant,
+    stall: Stall,
 }
 
 impl H2Body {
@@ -276,6 +280,7 @@ impl H2Body {
         let polled = Pin::new(&mut self.incoming).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
+                self.stall.progressed();
                 if let (Some(p), Some(data)) = (&self.progress, frame.data_ref()) {
                     p.server().metrics.received(data.len() as u64);
                 }
@@ -293,6 +298,15 @@ impl H2Body {
                     p.upstream.failed(p.server, Failure::Io);
                     tracing::warn!(upstream = %p.upstream.name(), server = %p.server().spec.address, "upstream h2 response broken off: {e}");
                 }
+            }
+            Poll::Pending if self.stall.expired(cx) => {
+                let idle = self.stall.idle();
+                if let Some(p) = self.progress.take() {
+                    p.upstream.failed(p.server, Failure::IdleTimeout);
+                    tracing::warn!(upstream = %p.upstream.name(), server = %p.server().spec.address, "upstream h2 response stalled: no body bytes for {idle:?}");
+                }
+                let stalled = format!("no body bytes for {idle:?}");
+                return Poll::Ready(Some(Err(io::Error::new(io::ErrorKind::TimedOut, stalled))));
             }
             Poll::Pending => {}
         }

@@ -56,6 +56,9 @@ pub struct Origin {
     ip: HeaderValue,
     /// The RFC 7239 element without its host: `for=NODE;proto=SCHEME`.
     element: HeaderValue,
+    /// The client's own X-Forwarded-For and Forwarded are appended to (a trusted hop's);
+    /// else replaced, so that a client cannot name an address it is not.
+    keeps_forwarded: bool,
 }
 
 impl Origin {
@@ -74,17 +77,30 @@ impl Origin {
             ip: HeaderValue::from_str(&ip.to_string()).expect("an address is a valid value"),
             element: HeaderValue::from_str(&format!("for={node};proto={scheme}"))
                 .expect("an address and a scheme are a valid value"),
+            keeps_forwarded: true,
         }
+    }
+
+    /// The same, the client's own forwarding fields kept (`true`, nginx's default) or
+    /// replaced (a client outside the listener's `forwarded_from`).
+    pub fn keeping_forwarded(mut self, keep: bool) -> Self {
+        self.keeps_forwarded = keep;
+        self
     }
 }
 
 /// Adds the forwarding fields: `X-Forwarded-For` appended to (the client's list kept,
-/// as nginx's `$proxy_add_x_forwarded_for`), `X-Forwarded-Proto` and `X-Forwarded-Host`
-/// set, and an RFC 7239 `Forwarded` element appended. The host is the request's `Host`.
+/// as nginx's `$proxy_add_x_forwarded_for`, where the origin keeps it; else replaced),
+/// `X-Forwarded-Proto` and `X-Forwarded-Host` set, and an RFC 7239 `Forwarded` element
+/// appended the same way. The host is the request's `Host`.
 pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin) {
     const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
     const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
     const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
+    if !origin.keeps_forwarded {
+        headers.remove(XFF);
+        headers.remove(header::FORWARDED);
+    }
     append_list(headers, XFF, origin.ip.clone());
     headers.insert(XFP, HeaderValue::from_static(origin.scheme));
     let host = headers.get(header::HOST).cloned();
@@ -209,6 +225,16 @@ mod tests {
         );
         add_forwarding(&mut h, &origin);
         assert_eq!(h["x-forwarded-for"], "2001:db8::1");
+        // From an untrusted client, its own values are replaced.
+        let mut h = map(&[
+            ("host", "app"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("forwarded", "for=10.0.0.1"),
+        ]);
+        let untrusted = origin.clone().keeping_forwarded(false);
+        add_forwarding(&mut h, &untrusted);
+        assert_eq!(h["x-forwarded-for"], "2001:db8::1");
+        assert_eq!(h["forwarded"], "for=\"[2001:db8::1]\";proto=https;host=app");
         assert_eq!(
             h["forwarded"],
             "for=\"[2001:db8::1]\";proto=https;host=\"app:8443\""

@@ -12,7 +12,8 @@
 //! - [`pool`]: each worker's idle connections, reused under keep-alive;
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
 //!   connection taken or opened, exchange run ([`http1`], or HTTP/2 over TLS or in
-//!   cleartext for gRPC backends), the [`response`] streamed back, retried where safe;
+//!   cleartext for gRPC backends), the [`response`] streamed back (a body that stalls
+//!   ends at [`stall`]'s timeout, either protocol), retried where safe;
 //! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways by [`relay`];
 //! - [`stream`]: `[[stream]]` connections (TCP after TLS, or TLS passthrough) to their
 //!   upstream;
@@ -32,6 +33,7 @@ pub mod proxy_protocol;
 pub mod relay;
 pub mod response;
 pub mod spec;
+mod stall;
 pub mod stream;
 pub mod tunnel;
 pub mod upstream;

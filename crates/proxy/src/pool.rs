@@ -2,7 +2,11 @@
 //! response read to its end on a connection both sides will keep puts it back; the next
 //! request to the same server takes the most recently used one, which is the likeliest
 //! to still be open. Connections idle longer than their keepalive timeout, or that the
-//! server closed meanwhile, are dropped instead of used.
+//! server closed meanwhile, are dropped instead of used, and a sweep every second closes
+//! them even when no request comes ([`Pool::keep_swept`]): their descriptors are not held
+//! until the next request to the same server. A worker keeps at most [`MAX_IDLE`] idle
+//! connections in all, the least recently used going first: with `proxy_protocol` each
+//! client has its own, and clients are many.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -18,9 +22,11 @@ use crate::connect::{ReadHalf, Stream, WriteHalf};
 use crate::metrics::ServerMetrics;
 use crate::spec::Keepalive;
 
-/// How often the whole pool is swept for connections past their timeout (taking and
-/// putting sweep only their own server's list).
+/// How often the whole pool is swept for connections past their timeout or closed.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The most idle connections one worker keeps, over every upstream, server and client.
+pub const MAX_IDLE: usize = 1024;
 
 /// Which requests an idle connection may carry: its upstream's to its server, or, where
 /// the connection began with a PROXY protocol header naming a client, only that
@@ -37,7 +43,8 @@ pub(crate) struct Key {
 #[derive(Debug)]
 pub struct Pool {
     idle: RefCell<HashMap<Key, Vec<Idle>>>,
-    last_sweep: Cell<Instant>,
+    /// How many connections `idle` holds.
+    count: Cell<usize>,
     /// HTTP/2 connections, one per server, shared by the requests in progress.
     pub(crate) h2: crate::h2::Connections,
 }
@@ -46,7 +53,7 @@ impl Default for Pool {
     fn default() -> Self {
         Pool {
             idle: RefCell::default(),
-            last_sweep: Cell::new(Instant::now()),
+            count: Cell::new(0),
             h2: Default::default(),
         }
     }
@@ -91,17 +98,22 @@ impl Drop for Idle {
 impl Pool {
     /// An idle connection for `key` that is still open, if there is one.
     pub(crate) fn take(&self, key: Key) -> Option<Conn> {
-        self.sweep();
         let mut idle = self.idle.borrow_mut();
         let list = idle.get_mut(&key)?;
         let now = Instant::now();
         while let Some(mut idle) = list.pop() {
+            self.count.set(self.count.get() - 1);
             let mut conn = idle.conn.take()?;
             if idle.until > now && still_open(&mut conn.read) {
                 return Some(conn);
             }
         }
         None
+    }
+
+    /// How many idle connections the pool holds.
+    pub fn idle(&self) -> usize {
+        self.count.get()
     }
 
     /// Keeps `conn` for the next request for `key`, unless `keepalive` keeps no
@@ -113,31 +125,55 @@ impl Pool {
         keepalive: Keepalive,
         metrics: &Arc<ServerMetrics>,
     ) {
-        self.sweep();
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(key).or_default();
-        if list.len() >= keepalive.idle {
+        if idle.get(&key).map_or(0, Vec::len) >= keepalive.idle {
             return;
         }
+        if self.count.get() >= MAX_IDLE {
+            // The one closest to its timeout goes: the least recently used, about.
+            let oldest = idle
+                .iter()
+                .filter_map(|(k, list)| list.first().map(|c| (c.until, *k)))
+                .min_by_key(|(until, _)| *until)
+                .map(|(_, k)| k);
+            if let Some(list) = oldest.and_then(|k| idle.get_mut(&k)) {
+                list.remove(0);
+                self.count.set(self.count.get() - 1);
+            }
+        }
         metrics.idle(1);
-        list.push(Idle {
+        self.count.set(self.count.get() + 1);
+        idle.entry(key).or_default().push(Idle {
             conn: Some(conn),
             until: Instant::now() + keepalive.timeout,
             metrics: metrics.clone(),
         });
     }
 
+    /// Closes the connections past their timeout or closed by their server.
     fn sweep(&self) {
         let now = Instant::now();
-        if now.duration_since(self.last_sweep.get()) < SWEEP_EVERY {
-            return;
-        }
-        self.last_sweep.set(now);
         let mut idle = self.idle.borrow_mut();
         for list in idle.values_mut() {
-            list.retain(|c| c.until > now);
+            list.retain_mut(|c| {
+                c.until > now && c.conn.as_mut().is_some_and(|c| still_open(&mut c.read))
+            });
         }
         idle.retain(|_, list| !list.is_empty());
+        self.count.set(idle.values().map(Vec::len).sum());
+    }
+
+    /// Sweeps the pool every second for as long as it is in use (a worker's task).
+    pub async fn keep_swept(pool: std::rc::Weak<Pool>) {
+        let mut every = tokio::time::interval(SWEEP_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            match pool.upgrade() {
+                Some(pool) => pool.sweep(),
+                None => return,
+            }
+        }
     }
 }
 

@@ -112,6 +112,8 @@ pub fn run(
         for acceptor in acceptors {
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
         }
+        let pool = Rc::downgrade(&worker.upstream_pool);
+        tokio::task::spawn_local(terminus_proxy::Pool::keep_swept(pool));
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
         let grace = tokio::time::sleep(worker.shared.shutdown_grace);

@@ -355,6 +355,10 @@ fn bad_quotas_name_their_line() {
             "over_quota = \"drop\" is not an action",
         ),
         ("capacity = { acu = 10, acus = 5 }", "unknown field `acus`"),
+        (
+            "capacity = { acu = 10 }\nmax_wait = \"1h\"",
+            "max_wait = \"1h\" is not below the handshake timeout (10s)",
+        ),
     ];
     for (a, message) in cases {
         let conf = two_tenants(&dir, a, "capacity = { acu = 10 }");

@@ -9,17 +9,17 @@ use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use terminus_h1::{Decoded, Decoder};
 
 use super::pump::Pump;
-use super::Stall;
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Pool};
 use crate::spec::Keepalive;
+use crate::stall::Stall;
 use crate::upstream::InProgress;
 
 /// Bytes asked of the socket per read.
@@ -36,7 +36,6 @@ pub(crate) struct Reading {
     /// Both sides said the connection may carry another exchange.
     pub(crate) keep_alive: bool,
     pub(crate) hint: SizeHint,
-    pub(crate) idle: Duration,
     pub(crate) stall: Stall,
     pub(crate) pool: Rc<Pool>,
     pub(crate) pool_key: crate::pool::Key,
@@ -141,12 +140,8 @@ impl Body for Http1Body {
             };
             match read {
                 Poll::Pending => {
-                    let idle = r.idle;
-                    let stall = r
-                        .stall
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
-                    if stall.as_mut().poll(cx).is_ready() {
-                        let idle = r.idle;
+                    if r.stall.expired(cx) {
+                        let idle = r.stall.idle();
                         let err =
                             self.fail(Failure::IdleTimeout, format!("no body bytes for {idle:?}"));
                         return Poll::Ready(Some(Err(err)));
@@ -167,11 +162,7 @@ impl Body for Http1Body {
                     }
                     r.keep_alive = false;
                 }
-                Poll::Ready(Ok(_)) => {
-                    if let Some(stall) = &mut r.stall {
-                        stall.as_mut().reset(tokio::time::Instant::now() + r.idle);
-                    }
-                }
+                Poll::Ready(Ok(_)) => r.stall.progressed(),
             }
         }
     }

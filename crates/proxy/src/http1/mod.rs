@@ -10,7 +10,6 @@ mod pump;
 pub(crate) use body::Http1Body;
 
 use std::io;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -303,8 +302,7 @@ impl Exchange<'_> {
             pump,
             keep_alive,
             hint,
-            idle: self.timeouts.idle,
-            stall: None,
+            stall: crate::stall::Stall::new(self.timeouts.idle),
             pool: self.pool.clone(),
             pool_key: self.pool_key,
             keepalive: self.keepalive,
@@ -326,7 +324,3 @@ async fn read_some(read: &mut crate::connect::ReadHalf, buf: &mut Vec<u8>) -> io
     buf.reserve(4 * 1024);
     read.read_buf(buf).await
 }
-
-/// How long an idle body may stall: a pinned timer, made the first time the body has to
-/// wait (most small responses never do) and reset on progress.
-pub(crate) type Stall = Option<Pin<Box<tokio::time::Sleep>>>;

@@ -125,6 +125,19 @@ pub struct Listen {
     /// `proxy_protocol = true`: connections from these networks begin with a PROXY
     /// protocol header, which says who the client is.
     pub proxy_protocol: Option<std::sync::Arc<[Cidr]>>,
+    /// `forwarded_from`: only clients in these networks have their own X-Forwarded-For
+    /// and Forwarded passed on (appended to); others' are replaced. `None`: everyone's
+    /// are kept, as nginx's `$proxy_add_x_forwarded_for`.
+    pub forwarded_from: Option<std::sync::Arc<[Cidr]>>,
+}
+
+impl Listen {
+    /// Whether `client`'s own forwarding fields are passed on upstream.
+    pub fn keeps_forwarded(&self, client: std::net::IpAddr) -> bool {
+        self.forwarded_from
+            .as_ref()
+            .is_none_or(|nets| nets.iter().any(|n| n.contains(client)))
+    }
 }
 
 /// Where the access log goes.

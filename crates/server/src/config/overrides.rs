@@ -55,6 +55,7 @@ impl Config {
                         addr,
                         ktls,
                         proxy_protocol: None,
+                        forwarded_from: None,
                     })
                 })
                 .collect::<Result<_, _>>()?;

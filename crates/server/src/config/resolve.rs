@@ -127,6 +127,27 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             ListenEntry::Options(o) => (&o.address, o.ktls.as_deref(), Some(o)),
         };
         let spanned = Spanned::new(entry.span(), address.clone());
+        let networks = |list: &[String], key: &str| {
+            list.iter()
+                .map(|t| {
+                    Cidr::parse(t).ok_or_else(|| {
+                        ctx.err(
+                            Some(entry.span()),
+                            format!("{key} network {t:?} is not ADDRESS/PREFIX"),
+                            Some(
+                                "e.g. \"10.0.0.0/8\", \"192.0.2.7\" or \"2001:db8::/32\""
+                                    .to_owned(),
+                            ),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let forwarded_from = options
+            .and_then(|o| o.forwarded_from.as_deref())
+            .map(|list| networks(list, "forwarded_from"))
+            .transpose()?
+            .map(Into::into);
         let proxy_protocol = match options {
             Some(o) if o.proxy_protocol => {
                 let trusted = o.trusted.as_deref().unwrap_or_default();
@@ -137,22 +158,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
                         Some("trusted = [\"10.0.0.0/8\"]: only connections from there may send a PROXY header".to_owned()),
                     ));
                 }
-                let nets = trusted
-                    .iter()
-                    .map(|t| {
-                        Cidr::parse(t).ok_or_else(|| {
-                            ctx.err(
-                                Some(entry.span()),
-                                format!("trusted network {t:?} is not ADDRESS/PREFIX"),
-                                Some(
-                                    "e.g. \"10.0.0.0/8\", \"192.0.2.7\" or \"2001:db8::/32\""
-                                        .to_owned(),
-                                ),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Some(nets.into())
+                Some(networks(trusted, "trusted")?.into())
             }
             Some(o) if o.trusted.is_some() => {
                 return Err(ctx.err(
@@ -170,6 +176,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
                 None => default_ktls,
             },
             proxy_protocol,
+            forwarded_from,
         });
     }
     if listen.is_empty() {
@@ -177,11 +184,18 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             addr: DEFAULT_LISTEN.parse().expect("valid default"),
             ktls: default_ktls,
             proxy_protocol: None,
+            forwarded_from: None,
         });
     }
 
     let upstreams = upstream::resolve_upstreams(&raw.upstream, &resolve_path, ctx)?;
-    let (tenants, server_tenants) = tenant::resolve(&raw.tenant, &raw.server, ctx)?;
+    let handshake_timeout = duration(
+        &raw.timeouts.handshake,
+        "handshake",
+        Duration::from_secs(10),
+    )?;
+    let (tenants, server_tenants) =
+        tenant::resolve(&raw.tenant, &raw.server, handshake_timeout, ctx)?;
     let mut servers = Vec::new();
     for (s, tenant) in raw.server.iter().zip(server_tenants) {
         let (line, certificates) =
@@ -286,11 +300,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             "max_batch_delay",
             Duration::from_millis(2),
         )?,
-        handshake_timeout: duration(
-            &raw.timeouts.handshake,
-            "handshake",
-            Duration::from_secs(10),
-        )?,
+        handshake_timeout,
         request_header_timeout: duration(
             &raw.timeouts.request_header,
             "request_header",

@@ -60,6 +60,8 @@ pub struct ListenOptions {
     #[serde(default)]
     pub proxy_protocol: bool,
     pub trusted: Option<Vec<String>>,
+    /// Networks whose X-Forwarded-For and Forwarded are passed on (appended to).
+    pub forwarded_from: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

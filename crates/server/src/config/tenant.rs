@@ -53,9 +53,11 @@ pub struct TenantConfig {
 /// Every `[[tenant]]`, and the tenants `[[server]]`s make with their own `capacity`.
 /// Returns them with each server's tenant name (None: the default tenant), in server
 /// order.
+/// `handshake`: the handshake timeout, which a quota's wait must stay below.
 pub(super) fn resolve(
     tenants: &[TenantSection],
     servers: &[ServerSection],
+    handshake: Duration,
     ctx: &Ctx<'_>,
 ) -> Result<(Vec<TenantConfig>, Vec<Option<String>>), ConfigError> {
     let mut resolved: Vec<TenantConfig> = Vec::new();
@@ -77,7 +79,13 @@ pub(super) fn resolve(
                 Some("give each tenant its own name".to_owned()),
             ));
         }
-        let quota = quota(&t.capacity, t.over_quota.as_ref(), t.max_wait.as_ref(), ctx)?;
+        let quota = quota(
+            &t.capacity,
+            t.over_quota.as_ref(),
+            t.max_wait.as_ref(),
+            handshake,
+            ctx,
+        )?;
         resolved.push(TenantConfig {
             name: name.clone(),
             quota,
@@ -122,7 +130,7 @@ pub(super) fn resolve(
                         Some("name the [[tenant]] otherwise, or use tenant = ... here".to_owned()),
                     ));
                 }
-                let quota = quota(capacity, None, None, ctx)?;
+                let quota = quota(capacity, None, None, handshake, ctx)?;
                 resolved.push(TenantConfig {
                     name: name.clone(),
                     quota,
@@ -143,6 +151,7 @@ fn quota(
     capacity: &Spanned<CapacitySection>,
     over_quota: Option<&Spanned<String>>,
     max_wait: Option<&Spanned<String>>,
+    handshake: Duration,
     ctx: &Ctx<'_>,
 ) -> Result<Quota, ConfigError> {
     let c = capacity.get_ref();
@@ -196,13 +205,27 @@ fn quota(
     };
     let max_wait = match max_wait {
         None => DEFAULT_MAX_WAIT,
-        Some(text) => parse_duration(text.get_ref()).ok_or_else(|| {
-            ctx.err(
-                Some(text.span()),
-                format!("max_wait = {:?} is not a duration", text.get_ref()),
-                Some("write it like \"100ms\" or \"1s\"".to_owned()),
-            )
-        })?,
+        Some(text) => {
+            let wait = parse_duration(text.get_ref()).ok_or_else(|| {
+                ctx.err(
+                    Some(text.span()),
+                    format!("max_wait = {:?} is not a duration", text.get_ref()),
+                    Some("write it like \"100ms\" or \"1s\"".to_owned()),
+                )
+            })?;
+            // A wait the handshake cannot outlast holds a connection for nothing.
+            if wait >= handshake {
+                return Err(ctx.err(
+                    Some(text.span()),
+                    format!(
+                        "max_wait = {:?} is not below the handshake timeout ({handshake:?})",
+                        text.get_ref()
+                    ),
+                    Some("a handshake waiting on its quota times out at timeouts.handshake: make max_wait shorter".to_owned()),
+                ));
+            }
+            wait
+        }
     };
     Ok(Quota {
         acu,

@@ -56,6 +56,7 @@ impl Established {
             peer,
             site,
             ctx,
+            keeps_forwarded,
             _open,
             ..
         } = accepted;
@@ -79,7 +80,8 @@ impl Established {
             metrics: metrics.clone(),
             files: worker.files.clone(),
             upstream_pool: worker.upstream_pool.clone(),
-            origin: terminus_proxy::Origin::new(peer, local, "https"),
+            origin: terminus_proxy::Origin::new(peer, local, "https")
+                .keeping_forwarded(keeps_forwarded),
             handshake: observed,
         };
         let id = info.handshake.id;

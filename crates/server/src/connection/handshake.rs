@@ -66,17 +66,26 @@ impl Hello {
             return Err(Closed::Overloaded);
         };
         let tenant = &accepted.site.hosts[host].tenant;
-        if let Err(cause) = quota::admit(
-            &mut accepted.ctx,
-            tenant,
-            &accepted.site.resolver,
-            &read,
-            &config,
-            worker.admission.idle(),
-            &admitted,
+        // The quota's wait counts against the handshake deadline like the rest.
+        let deadline = accepted.handshake_deadline;
+        let admitted_by_quota = timeout_at(
+            deadline,
+            quota::admit(
+                &mut accepted.ctx,
+                tenant,
+                &accepted.site.resolver,
+                &read,
+                &config,
+                worker.admission.idle(),
+                &admitted,
+            ),
         )
-        .await
-        {
+        .await;
+        let Ok(admitted_by_quota) = admitted_by_quota else {
+            worker.admission.turned_away(admitted);
+            return Err(Closed::HandshakeTimeout(accepted.site.timeouts.handshake));
+        };
+        if let Err(cause) = admitted_by_quota {
             worker.admission.turned_away(admitted);
             read.refuse(
                 &accepted.socket,

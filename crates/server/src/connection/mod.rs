@@ -58,7 +58,7 @@ pub(crate) async fn run(
     match worker.admission.metered(handshake).await {
         Some(Ready::Serve(secured)) => secured.serve(&worker).await,
         Some(Ready::Relay(secured, upstream)) => secured.relay(upstream).await,
-        Some(Ready::PassThrough(hello, upstream)) => hello.pass_through(upstream).await,
+        Some(Ready::PassThrough(hello, upstream)) => (*hello).pass_through(upstream).await,
         None => {}
     }
 }
@@ -69,8 +69,9 @@ enum Ready {
     Serve(data_path::Secured),
     /// A terminated `[[stream]]`'s bytes, to its upstream.
     Relay(data_path::Secured, Arc<terminus_proxy::Upstream>),
-    /// A passed-through `[[stream]]`: no handshake here.
-    PassThrough(Hello, Arc<terminus_proxy::Upstream>),
+    /// A passed-through `[[stream]]`: no handshake here. (Boxed: a hello holds the
+    /// ClientHello's records, and this way is the rare one.)
+    PassThrough(Box<Hello>, Arc<terminus_proxy::Upstream>),
 }
 
 /// The PROXY header, the ClientHello, the handshake and the record layer: `None` when the
@@ -96,7 +97,8 @@ async fn handshake_stages(
             }
         }
     };
-    let accepted = Accepted::new(socket, peer, open, worker);
+    let keeps_forwarded = listen.keeps_forwarded(peer.ip());
+    let accepted = Accepted::new(socket, peer, open, keeps_forwarded, worker);
     let started = (accepted.ctx.id(), accepted.ctx.timeline().accepted);
     let hello = match accepted.hello(worker).await {
         Ok(hello) => hello,
@@ -106,7 +108,7 @@ async fn handshake_stages(
         Route::Passthrough(upstream) => {
             // No handshake here: no handshake work for admission control to count.
             admitted.cancel();
-            return Some(Ready::PassThrough(hello, upstream));
+            return Some(Ready::PassThrough(Box::new(hello), upstream));
         }
         route => route,
     };
@@ -130,11 +132,19 @@ pub(crate) struct Accepted {
     ctx: HandshakeContext,
     /// The ClientHello and the handshake must both be done by then.
     handshake_deadline: Instant,
+    /// The client's own X-Forwarded-For and Forwarded go upstream (see `forwarded_from`).
+    keeps_forwarded: bool,
     _open: OpenConnection,
 }
 
 impl Accepted {
-    fn new(socket: TcpStream, peer: SocketAddr, open: OpenConnection, worker: &Worker) -> Self {
+    fn new(
+        socket: TcpStream,
+        peer: SocketAddr,
+        open: OpenConnection,
+        keeps_forwarded: bool,
+        worker: &Worker,
+    ) -> Self {
         let _ = socket.set_nodelay(true);
         let site = worker.shared.site.current();
         let now = Instant::now();
@@ -144,6 +154,7 @@ impl Accepted {
             socket,
             peer,
             handshake_deadline: now + site.timeouts.handshake,
+            keeps_forwarded,
             site,
             ctx,
             _open: open,

@@ -64,34 +64,55 @@ pub(super) async fn read(
     if !trusted.iter().any(|n| n.contains(peer.ip())) {
         return Ok(peer);
     }
+    let header = tokio::time::timeout_at(deadline, read_header(socket))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no PROXY header in time"))??;
+    Ok(header.addresses.map_or(peer, |(client, _)| client))
+}
+
+/// The longest header: a v2 header's 16 bytes and the most its length field can say
+/// (addresses and TLVs: AWS and GCP send theirs there).
+const MAX_HEADER: usize = 16 + 65_535;
+
+/// Takes a header off the socket as its bytes arrive (woken by readiness), never a byte
+/// past its end: what has arrived is peeked at, and taken whole while the header goes on
+/// beyond it (every byte of an unfinished header is the header's).
+async fn read_header(socket: &TcpStream) -> io::Result<proxy_protocol::Header> {
     let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
-    let mut probe = [0u8; 232]; // the longest v1 line and a v2 header with IPv6 addresses fit
-    let header = loop {
-        let n = tokio::time::timeout_at(deadline, socket.peek(&mut probe))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no PROXY header in time"))??;
+    let mut got: Vec<u8> = Vec::new();
+    let mut arrived = vec![0u8; 4096];
+    loop {
+        let n = socket.peek(&mut arrived).await?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        match proxy_protocol::parse(&probe[..n]).map_err(bad)? {
-            Some(header) => break header,
-            None if n == probe.len() => return Err(bad("PROXY header too long")),
-            // Part of it: wait for more (peek returns at once while bytes are there).
-            None => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+        let before = got.len();
+        got.extend_from_slice(&arrived[..n]);
+        match proxy_protocol::parse(&got).map_err(bad)? {
+            Some(header) => {
+                take(socket, header.len - before).await?;
+                return Ok(header);
+            }
+            None if got.len() >= MAX_HEADER => return Err(bad("PROXY header too long")),
+            None => take(socket, n).await?,
         }
-    };
-    let mut taken = vec![0u8; header.len];
-    let mut got = 0;
-    while got < header.len {
+    }
+}
+
+/// Reads and drops `n` bytes already peeked at.
+async fn take(socket: &TcpStream, mut n: usize) -> io::Result<()> {
+    let mut sink = [0u8; 4096];
+    while n > 0 {
         socket.readable().await?;
-        match socket.try_read(&mut taken[got..]) {
+        let want = n.min(sink.len());
+        match socket.try_read(&mut sink[..want]) {
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
+            Ok(read) => n -= read,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(header.addresses.map_or(peer, |(client, _)| client))
+    Ok(())
 }
 
 #[cfg(test)]
