@@ -270,10 +270,10 @@ pub struct Buckets {
     bounds: &'static [f64],
     counts: Vec<AtomicU64>,
     count: AtomicU64,
-    /// The sum, in billionths of the observed unit (ns for durations): whole µs lost up
-    /// to a µs per observation, and parts recorded apart (a handshake's phases) did not
-    /// add up to their whole (1% short for a 280 µs handshake of eight phases).
-    sum_nanos: AtomicU64,
+    /// The sum of the values, in the observed unit (an f64's bits): whole µs lost up to a
+    /// µs per observation, and parts recorded apart (a handshake's phases) did not add up
+    /// to their whole (1% short for a 280 µs handshake of eight phases).
+    sum: AtomicU64,
 }
 
 impl Buckets {
@@ -283,26 +283,30 @@ impl Buckets {
             bounds,
             counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
             count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
+            sum: AtomicU64::new(0f64.to_bits()),
         }
     }
 
     /// Records a duration, in the histogram's unit (seconds).
     pub fn observe_duration(&self, d: Duration) {
-        self.observe_nanos(d.as_secs_f64(), d.as_nanos() as u64);
+        self.observe_value(d.as_secs_f64());
     }
 
     /// Records a value, in the bounds' unit.
     pub fn observe(&self, value: u64) {
-        self.observe_nanos(value as f64, value.saturating_mul(1_000_000_000));
+        self.observe_value(value as f64);
     }
 
-    fn observe_nanos(&self, value: f64, nanos: u64) {
+    fn observe_value(&self, value: f64) {
         if let Some(i) = self.bounds.iter().position(|&b| value <= b) {
             self.counts[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        let _ = self
+            .sum
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some((f64::from_bits(bits) + value).to_bits())
+            });
     }
 
     /// How many values were recorded.
@@ -321,7 +325,7 @@ impl Buckets {
             out.sample(&bucket, &format!("{labels}{sep}le=\"{bound}\""), cumulative);
         }
         out.sample(&bucket, &format!("{labels}{sep}le=\"+Inf\""), self.count());
-        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let sum = f64::from_bits(self.sum.load(Ordering::Relaxed));
         out.sample(&format!("{name}_sum"), labels, sum);
         out.sample(&format!("{name}_count"), labels, self.count());
     }

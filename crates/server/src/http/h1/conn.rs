@@ -76,12 +76,13 @@ pub(crate) async fn serve<S: Transport, R: Responder>(
             http10: version == Version::HTTP_10,
             // A body the responder left unread cannot be told from the next request
             // without reading it: the connection ends with this answer, and so it does
-            // after a request refused as malformed (400, as nginx). An upgrade says its
-            // own Connection.
+            // after terminus refused a request as malformed (its own 400, as nginx; an
+            // upstream's 400 is the application's business). An upgrade says its own
+            // Connection.
             keep_alive: upgrade.is_some()
                 || keep_alive
                     && decoder.is_done()
-                    && resp.status() != StatusCode::BAD_REQUEST
+                    && !refused_as_malformed(&resp)
                     && !*shutdown.borrow(),
         };
         match respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await {
@@ -160,6 +161,15 @@ async fn refuse<S: Transport, R: Responder>(
         keep_alive: false,
     };
     let _ = respond(io, resp, answering, scratch, timeouts.keepalive).await;
+}
+
+/// terminus's own 400, not one an upstream sent.
+fn refused_as_malformed(resp: &Response<Body>) -> bool {
+    resp.status() == StatusCode::BAD_REQUEST
+        && resp
+            .extensions()
+            .get::<terminus_proxy::Upstreamed>()
+            .is_none()
 }
 
 fn path_of(uri: &Uri) -> &str {
