@@ -112,12 +112,19 @@ fn encode_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 
 /// Whether `name` lists `token` (comma-separated, any case), as `connection: close`.
 pub fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    tokens(headers, name).any(|t| t.eq_ignore_ascii_case(token))
+}
+
+/// The items of the comma-separated list in every `name` field, in order, trimmed, empty
+/// ones left out (`Connection`, `Upgrade`).
+pub fn tokens(headers: &HeaderMap, name: header::HeaderName) -> impl Iterator<Item = &str> {
     headers
         .get_all(name)
-        .iter()
+        .into_iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 /// Whether the client wants the connection kept after this request (HTTP/1.1 unless

@@ -13,5 +13,5 @@ pub use framing::{
 };
 pub use head::{
     encode_request_head, encode_response_head, expects_continue, has_token, keeps_alive,
-    parse_request, parse_response, wants_keep_alive, MAX_HEAD,
+    parse_request, parse_response, tokens, wants_keep_alive, MAX_HEAD,
 };

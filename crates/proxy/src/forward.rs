@@ -327,7 +327,7 @@ fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
 /// The client's `Upgrade` tokens that `allowed` names (by protocol name, any version),
 /// as one field; `None` when none is.
 fn allowed_upgrades(headers: &hyper::HeaderMap, allowed: &[String]) -> Option<HeaderValue> {
-    let kept: Vec<&str> = upgrade_tokens(headers)
+    let kept: Vec<&str> = terminus_h1::tokens(headers, header::UPGRADE)
         .filter(|t| {
             let name = t.split('/').next().unwrap_or(t);
             allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
@@ -336,17 +336,6 @@ fn allowed_upgrades(headers: &hyper::HeaderMap, allowed: &[String]) -> Option<He
     (!kept.is_empty())
         .then(|| HeaderValue::from_str(&kept.join(", ")).ok())
         .flatten()
-}
-
-/// The protocols an `Upgrade` field lists, in order.
-pub(crate) fn upgrade_tokens(headers: &hyper::HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(header::UPGRADE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
 }
 
 fn hash_key(

@@ -25,12 +25,8 @@ const HOP_BY_HOP_NAMES: &[&str] = &["keep-alive", "proxy-connection"];
 /// the request was routed by it and the server must be told the same host
 /// (`Connection: host` would otherwise send it none, and the server would pick its own).
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+    let named: Vec<HeaderName> = terminus_h1::tokens(headers, header::CONNECTION)
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .filter(|name| name != header::HOST)
         .collect();
     for name in named.iter().chain(HOP_BY_HOP) {

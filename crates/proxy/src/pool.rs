@@ -5,8 +5,8 @@
 //! server closed meanwhile, are dropped instead of used, and a sweep every second closes
 //! them even when no request comes ([`Pool::keep_swept`]): their descriptors are not held
 //! until the next request to the same server. A worker keeps at most [`MAX_IDLE`] idle
-//! connections in all, the least recently used going first: with `proxy_protocol` each
-//! client has its own, and clients are many.
+//! connections in all, the one nearest its timeout closed to make room: with
+//! `proxy_protocol` each client has its own, and clients are many.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -130,7 +130,8 @@ impl Pool {
             return;
         }
         if self.count.get() >= MAX_IDLE {
-            // The one closest to its timeout goes: the least recently used, about.
+            // The one nearest its timeout goes (the least recently used where the
+            // upstreams' keepalive timeouts are the same).
             let oldest = idle
                 .iter()
                 .filter_map(|(k, list)| list.first().map(|c| (c.until, *k)))

@@ -284,16 +284,8 @@ fn the_bpftrace_scripts_count_what_the_server_counts() {
 #[test]
 fn top_shows_a_loaded_server_once_as_json_and_as_text() {
     let _alone = exclusive();
-    // Pinned to scalar (one request a batch, asserted below) on every CPU: `auto` would
-    // pick multibuffer where crypto_mb runs.
-    let server = Server::start(&[
-        "--workers",
-        "1",
-        "--crypto-backend",
-        "scalar",
-        "--admin",
-        "127.0.0.1:0",
-    ]);
+    // Pinned to scalar (one request a batch, asserted below) on every CPU.
+    let server = Server::one_scalar_worker(&[], true);
     let admin = server.admin.unwrap().to_string();
     let url = format!("https://localhost:{}/", server.port());
     // 4 s of 100 full handshakes/s; top's second begins once the load is under way.

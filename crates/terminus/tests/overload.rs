@@ -27,18 +27,8 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
     let pair = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/index.html", "ok");
     let conf = config(&dir, &pair, "[limits]\nhandshake_queue = \"20ms\"\n");
-    let server = Server::start_with(
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--workers",
-            "1",
-            "--crypto-backend",
-            "scalar",
-            "--no-resumption",
-            "--admin",
-            "127.0.0.1:0",
-        ],
+    let server = Server::one_scalar_worker(
+        &["--config", conf.to_str().unwrap(), "--no-resumption"],
         false,
     );
     let rate = match rate {
@@ -172,19 +162,7 @@ fn keep_alive_work_does_not_make_admission_refuse_handshakes() {
     let pair = make_cert(&dir.0, "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/1k.bin", vec![b'x'; 1024]);
     let conf = config(&dir, &pair, "");
-    let server = Server::start_with(
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--workers",
-            "1",
-            "--crypto-backend",
-            "scalar",
-            "--admin",
-            "127.0.0.1:0",
-        ],
-        false,
-    );
+    let server = Server::one_scalar_worker(&["--config", conf.to_str().unwrap()], false);
     let burst = || {
         load(
             &server,

@@ -235,7 +235,7 @@ impl Exchange<'_> {
             progress.upstream.succeeded(progress.server);
             // The server may switch only to a protocol the request passed on (the
             // allowed ones): anything else would be a channel no route chose.
-            let offered: Vec<&str> = crate::forward::upgrade_tokens(&parts.headers).collect();
+            let offered: Vec<&str> = terminus_h1::tokens(&parts.headers, header::UPGRADE).collect();
             let passed = asked.to_str().unwrap_or("");
             let to = match offered.as_slice() {
                 [] if !passed.contains(',') => asked.clone(),

@@ -27,12 +27,12 @@ pub(crate) async fn admit(
     tenant: &Arc<TenantAccount>,
     resolver: &SniResolver,
     read: &ClientHelloRead,
-    config: &rustls::ServerConfig,
+    (config, versions): (&rustls::ServerConfig, &[rustls::ProtocolVersion]),
     idle: bool,
     admitted: &Ticket,
 ) -> Result<(), QuotaRefusal> {
     let hello = read.client_hello();
-    let sign = if read.offers_resumption(config) {
+    let sign = if read.offers_resumption(config, versions) {
         None
     } else {
         resolver.key_for(&hello)

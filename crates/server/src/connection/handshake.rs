@@ -53,10 +53,10 @@ impl Hello {
         )
         .await
         .map_err(Closed::Handshake)?;
-        let Some(admitted) = worker
-            .admission
-            .at_hello(admitted, read.offers_resumption(&config))
-        else {
+        let Some(admitted) = worker.admission.at_hello(
+            admitted,
+            read.offers_resumption(&config, &accepted.site.tls_versions),
+        ) else {
             read.refuse(
                 &accepted.socket,
                 AlertDescription::InternalError,
@@ -75,7 +75,7 @@ impl Hello {
                 tenant,
                 &accepted.site.resolver,
                 &read,
-                &config,
+                (&config, &accepted.site.tls_versions),
                 worker.admission.idle(),
                 &admitted,
             ),

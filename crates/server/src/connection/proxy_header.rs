@@ -90,7 +90,12 @@ async fn read_header(socket: &TcpStream) -> io::Result<proxy_protocol::Header> {
         got.extend_from_slice(&arrived[..n]);
         match proxy_protocol::parse(&got).map_err(bad)? {
             Some(header) => {
-                take(socket, header.len - before).await?;
+                // parse wanted more at `before` bytes, so the header ends past them.
+                let rest = header
+                    .len
+                    .checked_sub(before)
+                    .ok_or_else(|| bad("PROXY header shorter than read"))?;
+                take(socket, rest).await?;
                 return Ok(header);
             }
             None if got.len() >= MAX_HEADER => return Err(bad("PROXY header too long")),

@@ -1,8 +1,8 @@
 //! What a request asks for, settled once before it is routed, whatever its HTTP version:
-//! the one host it names and its path in normal form. Routing, the proxy (which sends the
-//! normal form upstream) and the access log's route all see the same two values, so a
-//! request cannot match one route and mean another to an upstream that normalises
-//! differently (`/api/../admin`).
+//! the one host it names and its path in normal form. Routing, files and the proxy (which
+//! sends the normal form upstream) all see the same two values, so a request cannot match
+//! one route and mean another to an upstream that normalises differently
+//! (`/api/../admin`). The access log keeps the request line as the client sent it.
 
 use std::borrow::Cow;
 
@@ -117,9 +117,9 @@ pub(crate) fn normalise_path(path: &str) -> Result<Cow<'_, str>, StatusCode> {
     if out.is_empty() {
         out.push(b'/');
     }
-    Ok(Cow::Owned(
-        String::from_utf8(out).expect("ASCII in, ASCII out"),
-    ))
+    Ok(Cow::Owned(String::from_utf8(out).expect(
+        "UTF-8 in, UTF-8 out: only ASCII escapes are decoded",
+    )))
 }
 
 /// Whether `path` is already in normal form: no escape, no `.` or `..` segment, no run

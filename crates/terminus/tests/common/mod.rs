@@ -192,6 +192,22 @@ impl Server {
         Self::start_with(args, true)
     }
 
+    /// One worker on the scalar backend (what a test pins where it asserts what a worker
+    /// computes: `auto` picks multibuffer where crypto_mb runs), with the admin listener:
+    /// [`Server::start_with`] `ARGS --workers 1 --crypto-backend scalar --admin 127.0.0.1:0`.
+    pub fn one_scalar_worker(args: &[&str], listen_flag: bool) -> Server {
+        let mut all = args.to_vec();
+        all.extend([
+            "--workers",
+            "1",
+            "--crypto-backend",
+            "scalar",
+            "--admin",
+            "127.0.0.1:0",
+        ]);
+        Self::start_with(&all, listen_flag)
+    }
+
     /// Like [`Server::start`]; with `listen_flag` false the config's listen is used
     /// (it must then be port 0 on loopback for the test to learn the port).
     pub fn start_with(args: &[&str], listen_flag: bool) -> Server {

@@ -19,9 +19,12 @@ const TLS_FALLBACK_SCSV: u16 = 0x5600;
 const EXTENSION_SUPPORTED_VERSIONS: u16 = 43;
 const EXTENSION_SESSION_TICKET: u16 = 35;
 const EXTENSION_PRE_SHARED_KEY: u16 = 41;
+const EXTENSION_PSK_KEY_EXCHANGE_MODES: u16 = 45;
+const PSK_DHE_KE: u8 = 1;
 const RECORD_HANDSHAKE: u8 = 22;
 const HANDSHAKE_CLIENT_HELLO: u8 = 1;
 const TLS12: u16 = 0x0303;
+const TLS13: u16 = 0x0304;
 
 /// Why a ClientHello is refused before rustls sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -54,9 +57,12 @@ pub(crate) struct Offer {
     /// whatever its legacy_version says).
     legacy: u16,
     fallback: bool,
-    /// What the client offers to resume with: TLS 1.3 pre_shared_key identities and a
-    /// non-empty TLS 1.2 session ticket.
-    tickets: Vec<Vec<u8>>,
+    /// TLS 1.3 pre_shared_key identities.
+    psk_identities: Vec<Vec<u8>>,
+    /// psk_key_exchange_modes lists psk_dhe_ke, the only mode rustls resumes with.
+    psk_dhe: bool,
+    /// A non-empty TLS 1.2 session ticket.
+    ticket: Option<Vec<u8>>,
     /// The legacy session ID (a TLS 1.2 client's cached session; TLS 1.3 clients send a
     /// random one, which no cache holds).
     session_id: Vec<u8>,
@@ -88,15 +94,28 @@ impl Offer {
         (self.fallback && self.highest() < ours).then_some(Downgrade::InappropriateFallback)
     }
 
-    /// Whether the client offers a session this server can resume: a ticket its ticketer
-    /// decrypts, or a session its cache holds. An offer of anything else (a stale ticket,
-    /// junk in a pre_shared_key) ends in a full handshake, and is one. Reading the offer
-    /// costs an AEAD open or a cache look-up, a few µs at most; rustls repeats it.
-    pub(crate) fn resumable_with(&self, config: &rustls::ServerConfig) -> bool {
+    /// Whether the client offers a session this server can resume, in the version the
+    /// handshake will have (the highest both have of `enabled`): over TLS 1.3 a
+    /// pre_shared_key with psk_dhe_ke, over TLS 1.2 a session ticket or ID; and that one a
+    /// ticket its ticketer decrypts or a session its cache holds. An offer of anything
+    /// else (junk in a pre_shared_key, a TLS 1.2 ticket in a TLS 1.3 hello, a stale ticket)
+    /// ends in a full handshake, and is one. Reading the offer costs an AEAD open or a
+    /// cache look-up, a few µs at most; rustls repeats it.
+    pub(crate) fn resumable_with(
+        &self,
+        config: &rustls::ServerConfig,
+        enabled: &[ProtocolVersion],
+    ) -> bool {
         let known = |id: &[u8]| !id.is_empty() && config.session_storage.get(id).is_some();
-        self.tickets.iter().any(|t| {
+        let issued = |t: &[u8]| {
             (config.ticketer.enabled() && config.ticketer.decrypt(t).is_some()) || known(t)
-        }) || known(&self.session_id)
+        };
+        let tls13 = enabled.contains(&ProtocolVersion::TLSv1_3) && self.accepts(TLS13);
+        if tls13 {
+            self.psk_dhe && self.psk_identities.iter().any(|t| issued(t))
+        } else {
+            self.ticket.as_deref().is_some_and(issued) || known(&self.session_id)
+        }
     }
 }
 
@@ -126,21 +145,24 @@ pub(crate) fn parse(records: &[u8]) -> Option<Offer> {
     }
     body.vec(1)?;
     let mut listed = None;
-    let mut tickets = Vec::new();
+    let (mut psk_identities, mut psk_dhe, mut ticket) = (Vec::new(), false, None);
     if let Some(extensions) = body.vec(2) {
         let mut extensions = Reader(extensions);
         while let Some(kind) = extensions.u16() {
             let data = extensions.vec(2)?;
             if kind == EXTENSION_SESSION_TICKET && !data.is_empty() {
-                tickets.push(data.to_vec());
+                ticket = Some(data.to_vec());
             }
             if kind == EXTENSION_PRE_SHARED_KEY {
                 // identities<7..2^16-1>: identity<1..2^16-1>, obfuscated_ticket_age u32.
                 let mut identities = Reader(Reader(data).vec(2)?);
                 while let Some(identity) = identities.vec(2) {
-                    tickets.push(identity.to_vec());
+                    psk_identities.push(identity.to_vec());
                     identities.take(4)?;
                 }
+            }
+            if kind == EXTENSION_PSK_KEY_EXCHANGE_MODES {
+                psk_dhe = Reader(data).vec(1)?.contains(&PSK_DHE_KE);
             }
             if kind == EXTENSION_SUPPORTED_VERSIONS {
                 let mut list = Reader(Reader(data).vec(1)?);
@@ -158,7 +180,9 @@ pub(crate) fn parse(records: &[u8]) -> Option<Offer> {
         listed,
         legacy,
         fallback,
-        tickets,
+        psk_identities,
+        psk_dhe,
+        ticket,
         session_id,
     })
 }
@@ -222,8 +246,6 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TLS13: u16 = 0x0304;
 
     /// A ClientHello in records of at most `fragment` bytes.
     fn hello(legacy: u16, suites: &[u16], versions: Option<&[u16]>, fragment: usize) -> Vec<u8> {
@@ -300,13 +322,20 @@ mod tests {
             ext.extend([0; 32]);
             ext
         };
-        let resumable = |extra: &[(u16, &[u8])]| {
-            let h = hello_with(TLS12, &[0x1301], Some(&[TLS13, TLS12]), 200, extra);
-            parse(&h).expect("a ClientHello").resumable_with(&config)
+        const MODES: &[u8] = &[1, PSK_DHE_KE];
+        let both = versions(&[TLS13, TLS12]);
+        // A TLS 1.3 client (psk_dhe_ke offered) against both versions, or against 1.2 only.
+        let offer = |enabled: &[ProtocolVersion], extra: &[(u16, &[u8])]| {
+            let mut extra = extra.to_vec();
+            extra.push((EXTENSION_PSK_KEY_EXCHANGE_MODES, MODES));
+            let h = hello_with(TLS12, &[0x1301], Some(&[TLS13, TLS12]), 200, &extra);
+            parse(&h)
+                .expect("a ClientHello")
+                .resumable_with(&config, enabled)
         };
+        let resumable = |extra: &[(u16, &[u8])]| offer(&both, extra);
         assert!(!resumable(&[]));
         assert!(resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&ticket))]));
-        assert!(resumable(&[(EXTENSION_SESSION_TICKET, &ticket)]));
         assert!(resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(b"cached-id"))]));
         // Junk, a forged ticket, or a ticket of another server: a full handshake.
         assert!(!resumable(&[(
@@ -316,12 +345,28 @@ mod tests {
         let mut forged = ticket.clone();
         *forged.last_mut().unwrap() ^= 1;
         assert!(!resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&forged))]));
-        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &[9; 100])]));
         let other = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
         let foreign = other.encrypt(b"a session").unwrap();
-        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &foreign)]));
+        assert!(!resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&foreign))]));
+        // A genuine ticket where the handshake will not take it: a TLS 1.2 ticket in a
+        // hello that will be TLS 1.3, a PSK without psk_dhe_ke.
+        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &ticket)]));
+        let h = hello_with(
+            TLS12,
+            &[0x1301],
+            Some(&[TLS13, TLS12]),
+            200,
+            &[(EXTENSION_PRE_SHARED_KEY, &psk(&ticket))],
+        );
+        assert!(!parse(&h).unwrap().resumable_with(&config, &both));
+        // Over TLS 1.2 (the server has no 1.3): the ticket or the cached session ID.
+        let tls12 = versions(&[TLS12]);
+        assert!(offer(&tls12, &[(EXTENSION_SESSION_TICKET, &ticket)]));
+        assert!(!offer(&tls12, &[(EXTENSION_SESSION_TICKET, &foreign)]));
+        assert!(!offer(&tls12, &[(EXTENSION_SESSION_TICKET, &[9; 100])]));
+        assert!(!offer(&tls12, &[(EXTENSION_PRE_SHARED_KEY, &psk(&ticket))]));
         // Sent empty by a client that can take a ticket but has none.
-        assert!(!resumable(&[(EXTENSION_SESSION_TICKET, &[])]));
+        assert!(!offer(&tls12, &[(EXTENSION_SESSION_TICKET, &[])]));
         assert_eq!(parse(&[22, 3, 1, 0, 1, 1]), None, "not a ClientHello");
     }
 

@@ -61,14 +61,20 @@ impl ClientHelloRead {
             .unwrap_or_else(std::time::Instant::now)
     }
 
-    /// Whether the client offers a session `config` can resume (a TLS 1.3 PSK or a TLS
-    /// 1.2 ticket that it issued, or a session its cache holds): such a handshake costs no
+    /// Whether the client offers a session `config` (with versions `enabled`) can resume
+    /// in the version the handshake will have (a TLS 1.3 PSK or a TLS 1.2 ticket that it
+    /// issued, or a session its cache holds): such a handshake costs no
     /// signature, and admission control and quotas let it in first. An offer of anything
     /// else is a full handshake and is admitted and charged as one. Decided once.
-    pub fn offers_resumption(&self, config: &rustls::ServerConfig) -> bool {
-        *self
-            .resumable
-            .get_or_init(|| self.offer().is_some_and(|o| o.resumable_with(config)))
+    pub fn offers_resumption(
+        &self,
+        config: &rustls::ServerConfig,
+        enabled: &[ProtocolVersion],
+    ) -> bool {
+        *self.resumable.get_or_init(|| {
+            self.offer()
+                .is_some_and(|o| o.resumable_with(config, enabled))
+        })
     }
 
     fn offer(&self) -> Option<&Offer> {
