@@ -81,13 +81,25 @@ impl Timeline {
 }
 
 /// What travels with a connection from accept to the end of its handshake.
-#[derive(Debug)]
 pub struct HandshakeContext {
     id: u64,
     host: Option<Arc<str>>,
     /// The tenant charged, once admitted against its quota.
     hold: Option<Hold>,
     timeline: RefCell<Timeline>,
+    /// See [`HandshakeContext::check_first_signature`].
+    first_signature: RefCell<Option<Box<dyn FnOnce() -> bool>>>,
+}
+
+impl std::fmt::Debug for HandshakeContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeContext")
+            .field("id", &self.id)
+            .field("host", &self.host)
+            .field("hold", &self.hold)
+            .field("timeline", &self.timeline)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HandshakeContext {
@@ -102,6 +114,7 @@ impl HandshakeContext {
             host: None,
             hold: None,
             timeline: RefCell::new(Timeline::new(accepted)),
+            first_signature: RefCell::new(None),
         }
     }
 
@@ -135,6 +148,20 @@ impl HandshakeContext {
     pub fn charge_to(&mut self, hold: Hold) {
         self.hold = Some(hold);
         self.timeline.get_mut().admitted = Some(Instant::now());
+    }
+
+    /// Has `check` decide whether the handshake may sign, the first time it asks to: for
+    /// a handshake admitted as a resumption, which costs no signature, and which rustls
+    /// may still turn into a full one (the ticket for another name or suite). `false`
+    /// refuses the signature ([`CryptoError::Refused`](crate::CryptoError::Refused)).
+    pub fn check_first_signature(&mut self, check: impl FnOnce() -> bool + 'static) {
+        *self.first_signature.get_mut() = Some(Box::new(check));
+    }
+
+    /// Whether the handshake may sign now (the check, if any, runs once).
+    pub(crate) fn may_sign(&self) -> bool {
+        let check = self.first_signature.borrow_mut().take();
+        check.is_none_or(|check| check())
     }
 
     /// The tenant charged, and whose capacity it uses; `None` before admission (and for
@@ -193,5 +220,25 @@ impl HandshakeContext {
     /// (a resumed handshake).
     pub fn signed_with(&self) -> Option<KeyAlgorithm> {
         self.timeline.borrow().crypto.iter().find_map(|e| e.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_signature_check_runs_once_and_decides() {
+        let runs = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut ctx = HandshakeContext::starting_now();
+        assert!(ctx.may_sign(), "no check: every signature may go");
+        let counted = runs.clone();
+        ctx.check_first_signature(move || {
+            counted.set(counted.get() + 1);
+            false
+        });
+        assert!(!ctx.may_sign(), "the check refused");
+        assert!(ctx.may_sign(), "and only the first time");
+        assert_eq!(runs.get(), 1);
     }
 }

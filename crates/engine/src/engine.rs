@@ -140,6 +140,9 @@ impl Engine {
             CryptoOp::Sign { key, .. } => Some(key.algorithm()),
             _ => None,
         };
+        if key.is_some() && !ctx.may_sign() {
+            return Err(CryptoError::Refused);
+        }
         self.inner.metrics.submitted(kind);
         terminus_probes::crypto_submit(ctx.id(), kind.name());
         let (job, answer) = Job::new(op);

@@ -9,14 +9,22 @@
 //!
 //! The signal is per thread because the hook is a plain `Fn` shared by the runtime, while
 //! each worker's engine lives on its own thread.
+//!
+//! The same hook and its `on_thread_unpark` twin, [`worker_awake`], add up how long the
+//! thread slept ([`parked_time`]): a worker that never sleeps has no capacity to spare,
+//! however little CPU it got (on a shared machine a saturated worker may be on the CPU
+//! well under all of the time, and its CPU share would call it idle).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 thread_local! {
     static IDLE: RefCell<Idle> = RefCell::default();
+    /// When this thread last parked (None while awake), and how long it slept in all.
+    static PARKED: Cell<(Option<Instant>, Duration)> = const { Cell::new((None, Duration::ZERO)) };
 }
 
 #[derive(Default)]
@@ -30,6 +38,7 @@ struct Idle {
 /// runtime's hook: `Builder::on_thread_park(terminus_engine::worker_idle)`. Costs a
 /// thread-local check when nothing waits.
 pub fn worker_idle() {
+    PARKED.with(|p| p.set((Some(Instant::now()), p.get().1)));
     let waiting = IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
         if idle.waiting.is_empty() {
@@ -41,6 +50,24 @@ pub fn worker_idle() {
     for waker in waiting {
         waker.wake();
     }
+}
+
+/// Reports that this thread's event loop woke up: install it beside [`worker_idle`] as
+/// `Builder::on_thread_unpark(terminus_engine::worker_awake)`.
+pub fn worker_awake() {
+    PARKED.with(|p| {
+        if let (Some(since), total) = p.get() {
+            p.set((None, total + since.elapsed()));
+        }
+    });
+}
+
+/// How long this thread's event loop has slept so far (parked with nothing to run).
+pub fn parked_time() -> Duration {
+    PARKED.with(|p| match p.get() {
+        (Some(since), total) => total + since.elapsed(),
+        (None, total) => total,
+    })
 }
 
 /// Resolves the next time this thread goes idle after its first poll.

@@ -38,7 +38,7 @@ mod threads;
 pub use backend::{Backend, BackendKind, EngineSpec, FallbackCause, Job, Reply};
 pub use context::{HandshakeContext, Timeline};
 pub use engine::{Engine, FlushPolicy, HandshakeGuard};
-pub use idle::worker_idle;
+pub use idle::{parked_time, worker_awake, worker_idle};
 pub use metrics::EngineMetrics;
 pub use multibuffer::MultibufferBackend;
 pub use op::{

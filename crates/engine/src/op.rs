@@ -257,6 +257,12 @@ pub enum CryptoError {
     #[error("signing failed")]
     /// The backend failed to sign.
     SignFailed,
+    #[error(
+        "signature refused: the handshake was admitted as a resumption and turned out a full one"
+    )]
+    /// The handshake's first-signature check refused it
+    /// ([`crate::HandshakeContext::check_first_signature`]).
+    Refused,
     #[error("key generation failed for {0}")]
     /// An ephemeral key could not be generated.
     KeyGenFailed(&'static str),

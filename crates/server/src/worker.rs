@@ -72,6 +72,8 @@ pub fn run(
         .enable_all()
         // Partial crypto batches are computed when the loop would otherwise sleep.
         .on_thread_park(terminus_engine::worker_idle)
+        // ...and how long the worker sleeps is how much capacity it has to lend.
+        .on_thread_unpark(terminus_engine::worker_awake)
         .build();
     let _ = ready.send(
         runtime

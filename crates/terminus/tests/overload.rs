@@ -77,7 +77,7 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
 }
 
 #[test]
-fn a_flood_beyond_capacity_is_refused_quickly_and_the_admitted_complete() {
+fn a_flood_beyond_capacity_is_refused_within_the_bound_and_the_admitted_complete() {
     let _alone = exclusive();
     let (_dir, server, r) = flood("overload", Rate::Fixed(8000));
     let refused = server.metric("terminus_handshakes_refused_total", &[]);
@@ -87,6 +87,15 @@ fn a_flood_beyond_capacity_is_refused_quickly_and_the_admitted_complete() {
     );
     let ok = r["requests"].as_f64().unwrap();
     assert!(ok > 0.0, "the worker admitted nothing: {r:#}");
+    // Quickly: a refusal reaches the client within the 20 ms bound itself (p99 was
+    // 1.5-3.3 ms on Zen 4 scalar, bench/overload's 2.5-3 ms on Zen 3).
+    let failed = &r["latency_ms"]["failed"];
+    assert!(failed["count"].as_f64().unwrap() > 0.0, "{r:#}");
+    let p99 = failed["p99"].as_f64().unwrap();
+    assert!(
+        p99 < 20.0,
+        "refusals took {p99} ms at p99, beyond the 20 ms bound: {r:#}"
+    );
     // Every failure is a refusal the client was told of at once; none waited it out.
     for (kind, count) in r["errors"].as_object().unwrap() {
         assert!(
@@ -151,39 +160,49 @@ fn load(server: &Server, args: &[&str]) -> serde_json::Value {
 }
 
 /// Admission weighs a handshake by what handshakes cost, not by what the worker spent on
-/// requests over established connections: a worker serving keep-alive requests flat out,
-/// and one that just was, still admits a burst of 50 new handshakes, which it finishes
-/// within the default bound (1 s) many times over. Charged with the keep-alive work,
-/// about half of the burst was refused.
+/// requests over established connections. After 3 s of HTTP/2 keep-alive traffic on 50
+/// connections, the next 50 connections' RSA handshakes are all admitted (charged with
+/// the keep-alive work, 100-150 of them were reset or refused: bench/report's keep-alive
+/// section showed it, and so did this sequence); so is a burst of 50 new handshakes in the
+/// middle of such traffic. The default bound (1 s) holds all of them many times over.
 #[test]
 fn keep_alive_work_does_not_make_admission_refuse_handshakes() {
     let _alone = exclusive();
     let dir = TestDir::new("overload-keepalive");
-    let pair = make_cert(&dir.0, "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    let pair = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/1k.bin", vec![b'x'; 1024]);
     let conf = config(&dir, &pair, "");
     let server = Server::one_scalar_worker(&["--config", conf.to_str().unwrap()], false);
-    let burst = || {
-        load(
+    let keep_alive = |h2: bool| {
+        let mut args = vec!["-c", "50", "-d", "3s", "--tls", "1.3"];
+        if h2 {
+            args.push("--http2");
+        }
+        load(&server, &args)
+    };
+    let h1 = keep_alive(false);
+    let h2 = keep_alive(true);
+    // Just was: the next connections' handshakes.
+    let after = keep_alive(false);
+    // Still is: a burst in the middle of HTTP/2 keep-alive traffic.
+    let (busy, during) = std::thread::scope(|s| {
+        let traffic = s.spawn(|| keep_alive(true));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let busy = load(
             &server,
             &["--new-connection", "--rate", "500", "-d", "100ms"],
-        )
-    };
-    let keep_alive = ["-c", "50", "-d", "3s"];
-    // Just was: keep-alive traffic ended, then the burst.
-    let served = load(&server, &keep_alive);
-    assert!(served["requests"].as_f64().unwrap() > 1000.0, "{served:#}");
-    let after = burst();
-    // Still is: the burst in the middle of keep-alive traffic.
-    let busy = std::thread::scope(|s| {
-        let traffic = s.spawn(|| load(&server, &keep_alive));
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        let busy = burst();
-        traffic.join().unwrap();
-        busy
+        );
+        (busy, traffic.join().unwrap())
     });
-    for (when, r) in [("after keep-alive traffic", &after), ("during it", &busy)] {
-        assert_eq!(r["requests"].as_f64(), Some(50.0), "{when}: {r:#}");
+    assert_eq!(busy["requests"].as_f64(), Some(50.0), "{busy:#}");
+    for (when, r) in [
+        ("HTTP/1.1", &h1),
+        ("HTTP/2", &h2),
+        ("after HTTP/2 keep-alive", &after),
+        ("a burst during HTTP/2 keep-alive", &busy),
+        ("HTTP/2 beside the burst", &during),
+    ] {
+        assert!(r["requests"].as_f64().unwrap() > 0.0, "{when}: {r:#}");
         assert!(r["errors"].as_object().unwrap().is_empty(), "{when}: {r:#}");
     }
     assert_eq!(server.metric("terminus_handshakes_refused_total", &[]), 0.0);

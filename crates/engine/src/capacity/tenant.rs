@@ -374,6 +374,24 @@ impl TenantAccount {
         (costs.request(kind, key), weight.max(f64::MIN_POSITIVE))
     }
 
+    /// A handshake admitted as cheap (a resumption) turned out expensive at `now` (rustls
+    /// declined its ticket, and it is signing): `Some(Expensive)`, counted, where
+    /// `prefer_cheap` would refuse an expensive arrival now (beyond the committed rate,
+    /// and nothing to borrow unless `idle`).
+    pub fn refuses_expensive(&self, now: Instant, idle: bool) -> Option<QuotaRefusal> {
+        let t = now.duration_since(self.epoch).as_secs_f64();
+        let st = self.state.lock().expect("tenant lock");
+        let quota = st.quota.as_ref()?;
+        let within = st.committed.wait(t) == 0.0 || idle && st.peak.wait(t) == 0.0;
+        if quota.over_quota != OverQuota::PreferCheap || within {
+            return None;
+        }
+        drop(st);
+        let cause = QuotaRefusal::Expensive;
+        self.refused[cause as usize].fetch_add(1, Ordering::Relaxed);
+        Some(cause)
+    }
+
     /// Admits a new handshake at `now`, or says how long it waits or why it is refused.
     pub fn admit(self: &Arc<Self>, now: Instant, arrival: Arrival) -> Admission {
         let t = now.duration_since(self.epoch).as_secs_f64();

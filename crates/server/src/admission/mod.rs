@@ -32,8 +32,11 @@
 //!   worker's time, that quarter is not read: everything beyond the bound is reset at
 //!   accept, so that refusing never eats the capacity it protects.
 //!
-//! The same windows tell whether the worker has capacity nobody is using ([`Admission::idle`]),
-//! which is when a tenant may borrow beyond its committed quota ([`quota`]).
+//! The same windows tell whether the worker has capacity nobody is using ([`Admission::idle`]):
+//! it slept (its event loop parked with nothing to run) for a tenth of the last one. That
+//! is when a tenant may borrow beyond its committed quota ([`quota`]). Its share of the
+//! CPU would not do: on a shared machine a saturated worker is on the CPU well under all
+//! of the time, and would lend what it does not have.
 
 pub(crate) mod quota;
 
@@ -54,8 +57,8 @@ const REFUSAL_SHARE: f64 = 0.05;
 const FIRST_COST: Duration = Duration::from_micros(500);
 /// How far beyond the bound resumptions are taken on, and so connections read.
 const RESUMPTION_ROOM: f64 = 1.25;
-/// A worker that spent less than this share of the last window on the CPU has capacity
-/// to lend.
+/// A worker awake (not sleeping for want of work) less than this share of the last
+/// window has capacity to lend.
 const IDLE_BELOW: f64 = 0.9;
 
 /// One worker's admission state.
@@ -76,7 +79,7 @@ pub(crate) struct Admission {
     window: Cell<Window>,
     /// Reset connections at accept while there is no room (see the module docs).
     shedding: Cell<bool>,
-    /// The share of the last window the worker's thread was on the CPU.
+    /// The share of the last window the worker's event loop was awake.
     busy: Cell<f64>,
     /// The CPU of handshake work run through [`Admission::metered`].
     handshakes: CpuMeter,
@@ -87,7 +90,8 @@ pub(crate) struct Admission {
 #[derive(Clone, Copy)]
 struct Window {
     started: Instant,
-    cpu: Duration,
+    /// The worker's sleep so far ([`terminus_engine::parked_time`]), when it started.
+    parked: Duration,
     /// Handshake work's CPU so far, when the window started.
     handshake_cpu: Duration,
     finished: u32,
@@ -179,7 +183,7 @@ impl Admission {
             cost: Cell::new(FIRST_COST),
             window: Cell::new(Window {
                 started: Instant::now(),
-                cpu: thread_cpu(),
+                parked: terminus_engine::parked_time(),
                 handshake_cpu: flush_tasks(),
                 finished: 0,
                 refused: 0,
@@ -259,6 +263,12 @@ impl Admission {
         None
     }
 
+    /// Whether a handshake taken on as a resumption, which turned out a full one (rustls
+    /// declined its ticket), fits within the bound: the room beyond it is resumptions'.
+    pub(crate) fn fits_full(&self) -> bool {
+        self.bound.is_none_or(|bound| self.work() <= bound)
+    }
+
     /// Counts a connection refused after its ClientHello (here, or by its tenant's
     /// quota): its room is given back, and it counts as a refusal's cost, not as a
     /// handshake done (cheap refusals counted as handshakes would make the measured
@@ -271,8 +281,8 @@ impl Admission {
         ticket.cancel();
     }
 
-    /// Whether the worker has capacity nobody is using: it spent less than nine tenths of
-    /// its last measured window on the CPU.
+    /// Whether the worker has capacity nobody is using: it slept at least a tenth of its
+    /// last measured window.
     pub(crate) fn idle(&self) -> bool {
         self.roll();
         self.busy.get() < IDLE_BELOW
@@ -298,7 +308,7 @@ impl Admission {
         n.set(n.get().wrapping_add_signed(by));
     }
 
-    /// Ends the measurement window once it is over: how busy the worker was, a new cost
+    /// Ends the measurement window once it is over: how much the worker slept, a new cost
     /// from the CPU time it spent per handshake finished in it, and whether refusals at
     /// the ClientHello cost too much to go on reading them.
     fn roll(&self) {
@@ -308,10 +318,10 @@ impl Admission {
         if elapsed < WINDOW {
             return;
         }
-        let cpu = thread_cpu();
-        let spent = cpu.saturating_sub(w.cpu);
+        let parked = terminus_engine::parked_time();
+        let slept = parked.saturating_sub(w.parked);
         self.busy
-            .set(spent.as_secs_f64() / elapsed.as_secs_f64().max(1e-9));
+            .set(1.0 - slept.as_secs_f64() / elapsed.as_secs_f64().max(1e-9));
         let handshake_cpu = self.handshake_cpu();
         if self.bound.is_some() {
             let refusing = REFUSAL_COST * w.refused;
@@ -331,7 +341,7 @@ impl Admission {
         }
         self.window.set(Window {
             started: now,
-            cpu,
+            parked,
             handshake_cpu,
             finished: 0,
             refused: 0,
@@ -340,13 +350,13 @@ impl Admission {
     }
 }
 
-fn thread_cpu() -> Duration {
-    terminus_sys::thread_cpu_time().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn thread_cpu() -> Duration {
+        terminus_sys::thread_cpu_time().unwrap_or_default()
+    }
 
     fn take(admission: &Rc<Admission>, n: usize) -> Vec<Ticket> {
         (0..n)

@@ -7,7 +7,13 @@
 //! can resume: a ticket it issued, not merely a pre_shared_key) and the key
 //! exchange of the first group the client lists that terminus has. The engine then
 //! charges what each request costs, and the estimate is settled when the handshake ends.
+//!
+//! A resumption that rustls declines (a genuine ticket for another name or suite) signs
+//! after all: [`full_after_all`] has its first signature admitted again as the full
+//! handshake it turned into, by the admission bound and by `prefer_cheap`.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use terminus_engine::capacity::tenant::{Admission, Arrival, QuotaRefusal, TenantAccount};
@@ -61,4 +67,35 @@ pub(crate) async fn admit(
     };
     ctx.charge_to(hold);
     Ok(())
+}
+
+/// Why a handshake admitted as a resumption was refused at its first signature.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TurnedFull {
+    /// Beyond the admission bound.
+    Overloaded,
+    /// Its tenant's quota refuses expensive handshakes now.
+    Quota(QuotaRefusal),
+}
+
+/// Has the first signature of `ctx`'s handshake, admitted as a resumption, admitted again
+/// as the full handshake it turned into; a refusal is written to `refused` and refuses
+/// the signature. `idle`: whether the worker has capacity to lend, asked then.
+pub(crate) fn full_after_all(
+    ctx: &mut HandshakeContext,
+    admission: Rc<super::Admission>,
+    tenant: Arc<TenantAccount>,
+    refused: Rc<Cell<Option<TurnedFull>>>,
+) {
+    ctx.check_first_signature(move || {
+        let turned = if !admission.fits_full() {
+            Some(TurnedFull::Overloaded)
+        } else {
+            tenant
+                .refuses_expensive(Instant::now().into_std(), admission.idle())
+                .map(TurnedFull::Quota)
+        };
+        refused.set(turned);
+        turned.is_none()
+    });
 }

@@ -1,5 +1,6 @@
 //! Stage 2: the TLS handshake, its crypto in the worker's engine.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use rustls::{AlertDescription, HandshakeKind, ServerConnection};
@@ -10,7 +11,8 @@ use terminus_tls::handshake;
 use tokio::time::timeout_at;
 
 use super::{Accepted, Closed, Hello, Route};
-use crate::admission::{quota, Ticket};
+use crate::admission::quota::{self, TurnedFull};
+use crate::admission::Ticket;
 use crate::metrics::HandshakeLabels;
 use crate::worker::Worker;
 
@@ -53,10 +55,8 @@ impl Hello {
         )
         .await
         .map_err(Closed::Handshake)?;
-        let Some(admitted) = worker.admission.at_hello(
-            admitted,
-            read.offers_resumption(&config, &accepted.site.tls_versions),
-        ) else {
+        let resumption = read.offers_resumption(&config, &accepted.site.tls_versions);
+        let Some(admitted) = worker.admission.at_hello(admitted, resumption) else {
             read.refuse(
                 &accepted.socket,
                 AlertDescription::InternalError,
@@ -95,6 +95,15 @@ impl Hello {
             .await;
             return Err(Closed::OverQuota(tenant.clone(), cause));
         }
+        let turned_full = Rc::new(Cell::new(None));
+        if resumption {
+            quota::full_after_all(
+                &mut accepted.ctx,
+                worker.admission.clone(),
+                tenant.clone(),
+                turned_full.clone(),
+            );
+        }
         let done = timeout_at(
             accepted.handshake_deadline,
             handshake(
@@ -107,8 +116,18 @@ impl Hello {
             ),
         )
         .await
-        .map_err(|_| Closed::HandshakeTimeout(accepted.site.timeouts.handshake))?
-        .map_err(Closed::Handshake)?;
+        .map_err(|_| Closed::HandshakeTimeout(accepted.site.timeouts.handshake))?;
+        let done = match (done, turned_full.get()) {
+            // rustls has sent its alert for the refused signature.
+            (Err(_), Some(refusal)) => {
+                worker.admission.turned_away(admitted);
+                return Err(match refusal {
+                    TurnedFull::Overloaded => Closed::Overloaded,
+                    TurnedFull::Quota(cause) => Closed::OverQuota(tenant.clone(), cause),
+                });
+            }
+            (done, _) => done.map_err(Closed::Handshake)?,
+        };
         let conn = done.conn;
         let version = version_label(&conn);
         let key_type = accepted.ctx.signed_with().map_or("none", |k| k.label());

@@ -76,7 +76,8 @@ fn crypto_source(e: &CryptoError) -> ErrorSource {
         }
         CryptoError::SchemeMismatch(_)
         | CryptoError::KeyMismatch(_)
-        | CryptoError::WrongOutput(_) => ErrorSource::Internal,
+        | CryptoError::WrongOutput(_)
+        | CryptoError::Refused => ErrorSource::Internal,
     }
 }
 
