@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendKind, Job};
+use crate::busy::BusyTime;
 use crate::context::{CryptoEvent, HandshakeContext};
-use crate::cpu::CpuMeter;
 use crate::fair::{self, Fair, Rank};
 use crate::idle;
 use crate::metrics::EngineMetrics;
@@ -50,8 +50,8 @@ struct Inner {
     state: RefCell<State>,
     /// See [`Engine::before_dispatch`].
     before_dispatch: RefCell<Option<Rc<dyn Fn()>>>,
-    /// See [`Engine::flush_task_cpu`].
-    flush_tasks: CpuMeter,
+    /// See [`Engine::flush_task_time`].
+    flush_tasks: BusyTime,
 }
 
 /// When a request's batch was dispatched and how large it was: written by the flush,
@@ -94,7 +94,7 @@ impl Engine {
                 policy,
                 state: RefCell::new(State::default()),
                 before_dispatch: RefCell::new(None),
-                flush_tasks: CpuMeter::default(),
+                flush_tasks: BusyTime::default(),
             }),
         }
     }
@@ -112,10 +112,10 @@ impl Engine {
         *self.inner.before_dispatch.borrow_mut() = Some(Rc::new(hook));
     }
 
-    /// The worker's CPU time in the engine's own flush tasks so far: batches computed when
-    /// the worker ran out of other work or a deadline came (the batches a handshake's
-    /// request fills are computed in that handshake's task, and count as its CPU).
-    pub fn flush_task_cpu(&self) -> Duration {
+    /// The worker's time in the engine's own flush tasks so far: batches computed when the
+    /// worker ran out of other work or a deadline came (the batches a handshake's request
+    /// fills are computed in that handshake's task, and count as its time).
+    pub fn flush_task_time(&self) -> Duration {
         self.inner.flush_tasks.spent()
     }
 

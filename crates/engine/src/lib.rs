@@ -17,10 +17,10 @@
 //! batching in.
 
 mod backend;
+pub mod busy;
 pub mod capacity;
 pub mod context;
 pub mod cost;
-pub mod cpu;
 mod engine;
 mod fair;
 mod hybrid;

@@ -94,7 +94,7 @@ pub fn run(
         let worker = Rc::new(Worker {
             engine,
             admission: Admission::new(shared.handshake_queue, move || {
-                flush_tasks.flush_task_cpu()
+                flush_tasks.flush_task_time()
             }),
             series: shared.metrics.worker(id),
             shared,

@@ -6,13 +6,14 @@
 //! bound: each waits behind all the earlier ones, latency grows until clients time out,
 //! and the worker ends up computing handshakes nobody waits for any more (nginx and
 //! HAProxy at 1.5x their maximum). The work taken on is the handshakes under way times
-//! what one costs this worker: the CPU its thread spends on handshakes per finished
-//! handshake, measured as it runs (so it covers the backend in use, the key types and the
-//! handshake mix). Only handshake work is counted: accepting, connections up to the end of
-//! their handshake, and the engine's own batch tasks ([`Admission::metered`],
-//! `Engine::flush_task_cpu`); what requests on established connections take is not a
-//! handshake's cost (counted in, a burst of new connections after a spell of keep-alive
-//! traffic was refused as if each handshake cost a window's requests). Plus the
+//! what one costs this worker: the time its thread spends running handshake work per
+//! finished handshake, measured as it runs (so it covers the backend in use, the key
+//! types and the handshake mix). Only handshake work is counted: accepting, connections
+//! up to the end of their handshake, and the engine's own batch tasks
+//! ([`Admission::metered`], `Engine::flush_task_time`); what requests on established
+//! connections take is not a handshake's cost (counted in, the next 50 connections after
+//! a spell of HTTP/2 keep-alive traffic were refused as if each handshake cost a window's
+//! requests: 100-150 errors in bench/report's keep-alive section). Plus the
 //! connections whose ClientHello is not read yet, each weighed as the share of read ones
 //! that went on to a handshake (under a tenant's flood beyond its quota most are refused
 //! for a few µs). A handshake sleeping on its tenant's quota is no work ahead of anyone
@@ -45,7 +46,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use terminus_engine::cpu::CpuMeter;
+use terminus_engine::busy::BusyTime;
 
 /// How long a measurement window lasts.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -74,16 +75,16 @@ pub(crate) struct Admission {
     /// quota most are refusals costing a few µs, and counting each as a handshake would
     /// get everyone else reset at accept.
     went_on: Cell<f64>,
-    /// CPU per handshake, smoothed over windows.
+    /// Time per handshake, smoothed over windows.
     cost: Cell<Duration>,
     window: Cell<Window>,
     /// Reset connections at accept while there is no room (see the module docs).
     shedding: Cell<bool>,
     /// The share of the last window the worker's event loop was awake.
     busy: Cell<f64>,
-    /// The CPU of handshake work run through [`Admission::metered`].
-    handshakes: CpuMeter,
-    /// The engine's flush tasks' CPU so far (handshake work too).
+    /// The time of handshake work run through [`Admission::metered`].
+    handshakes: BusyTime,
+    /// The engine's flush tasks' time so far (handshake work too).
     flush_tasks: Box<dyn Fn() -> Duration>,
 }
 
@@ -92,8 +93,8 @@ struct Window {
     started: Instant,
     /// The worker's sleep so far ([`terminus_engine::parked_time`]), when it started.
     parked: Duration,
-    /// Handshake work's CPU so far, when the window started.
-    handshake_cpu: Duration,
+    /// Handshake work's time so far, when the window started.
+    handshake_time: Duration,
     finished: u32,
     refused: u32,
     /// Refused after their ClientHello.
@@ -173,7 +174,7 @@ impl Drop for Ticket {
 
 impl Admission {
     /// `bound`: `limits.handshake_queue`, zero for none; `flush_tasks`: the worker
-    /// engine's [`Engine::flush_task_cpu`](terminus_engine::Engine::flush_task_cpu).
+    /// engine's [`Engine::flush_task_time`](terminus_engine::Engine::flush_task_time).
     pub(crate) fn new(bound: Duration, flush_tasks: impl Fn() -> Duration + 'static) -> Rc<Self> {
         Rc::new(Self {
             bound: (!bound.is_zero()).then_some(bound),
@@ -184,20 +185,20 @@ impl Admission {
             window: Cell::new(Window {
                 started: Instant::now(),
                 parked: terminus_engine::parked_time(),
-                handshake_cpu: flush_tasks(),
+                handshake_time: flush_tasks(),
                 finished: 0,
                 refused: 0,
                 refused_read: 0,
             }),
             shedding: Cell::new(false),
             busy: Cell::new(0.0),
-            handshakes: CpuMeter::default(),
+            handshakes: BusyTime::default(),
             flush_tasks: Box::new(flush_tasks),
         })
     }
 
     /// Runs `work`, handshake work (accepting, a connection up to the end of its
-    /// handshake), counting its CPU into the cost per handshake. Unmetered when admission
+    /// handshake), counting its time into the cost per handshake. Unmetered when admission
     /// control is off, since nothing reads it then.
     pub(crate) async fn metered<F: Future>(&self, work: F) -> F::Output {
         if self.bound.is_none() {
@@ -206,8 +207,8 @@ impl Admission {
         self.handshakes.metered(work).await
     }
 
-    /// The CPU of all handshake work so far.
-    fn handshake_cpu(&self) -> Duration {
+    /// The time of all handshake work so far.
+    fn handshake_time(&self) -> Duration {
         self.handshakes.spent() + (self.flush_tasks)()
     }
 
@@ -309,7 +310,7 @@ impl Admission {
     }
 
     /// Ends the measurement window once it is over: how much the worker slept, a new cost
-    /// from the CPU time it spent per handshake finished in it, and whether refusals at
+    /// from the time it spent on handshakes per handshake finished in it, and whether refusals at
     /// the ClientHello cost too much to go on reading them.
     fn roll(&self) {
         let w = self.window.get();
@@ -322,11 +323,11 @@ impl Admission {
         let slept = parked.saturating_sub(w.parked);
         self.busy
             .set(1.0 - slept.as_secs_f64() / elapsed.as_secs_f64().max(1e-9));
-        let handshake_cpu = self.handshake_cpu();
+        let handshake_time = self.handshake_time();
         if self.bound.is_some() {
             let refusing = REFUSAL_COST * w.refused;
             if w.finished >= 8 {
-                let on_handshakes = handshake_cpu.saturating_sub(w.handshake_cpu);
+                let on_handshakes = handshake_time.saturating_sub(w.handshake_time);
                 let sample = on_handshakes.saturating_sub(refusing) / w.finished;
                 // Weighted toward the past: one odd window moves it a little.
                 self.cost.set((self.cost.get() * 7 + sample * 3) / 10);
@@ -342,7 +343,7 @@ impl Admission {
         self.window.set(Window {
             started: now,
             parked,
-            handshake_cpu,
+            handshake_time,
             finished: 0,
             refused: 0,
             refused_read: 0,
