@@ -10,8 +10,9 @@ use hyper::header::{self, HeaderValue};
 use hyper::http::uri::{Authority, PathAndQuery};
 use hyper::{Request, StatusCode, Uri, Version};
 
-/// The request's one host, as a name and an optional port, written back into its `Host`
-/// field so that an upstream is told the host it was routed by. A request that names no
+/// The request's one host name. Where the request names it in its target (HTTP/2's
+/// `:authority`, HTTP/1.1's absolute form) and in a `Host` field that disagrees, the
+/// field is rewritten to it, so that an upstream is told the host it was routed by. A request that names no
 /// host, two, or two different ones is a 400 (RFC 9112 section 3.2, RFC 9113 section
 /// 8.3.1).
 pub(crate) fn settle_host<B>(req: &mut Request<B>) -> Result<Option<String>, StatusCode> {
@@ -24,24 +25,34 @@ pub(crate) fn settle_host<B>(req: &mut Request<B>) -> Result<Option<String>, Sta
         Some(v) => Some(authority(v.as_bytes())?),
         None => None,
     };
+    // Every HTTP/1.1 request carries Host, the absolute form too (RFC 9112 section 3.2).
+    if field.is_none() && req.version() == Version::HTTP_11 {
+        return Err(StatusCode::BAD_REQUEST);
+    }
     let host = match (req.uri().authority(), field) {
         // HTTP/2's :authority, or HTTP/1.1's absolute form (whose Host a proxy must
         // ignore and replace: RFC 9112 section 3.2.2). HTTP/2 with both must agree.
         (Some(uri), field) => {
-            if req.version() == Version::HTTP_2
-                && field.is_some_and(|f| !f.as_str().eq_ignore_ascii_case(uri.as_str()))
-            {
+            let same = field
+                .as_ref()
+                .is_some_and(|f| f.as_str().eq_ignore_ascii_case(uri.as_str()));
+            if req.version() == Version::HTTP_2 && field.is_some() && !same {
                 return Err(StatusCode::BAD_REQUEST);
             }
-            authority(uri.as_str().as_bytes())?
+            let host = authority(uri.as_str().as_bytes())?;
+            // Without a Host field the proxy names the authority itself.
+            if field.is_some() && !same {
+                let value =
+                    HeaderValue::from_str(host.as_str()).map_err(|_| StatusCode::BAD_REQUEST)?;
+                req.headers_mut().insert(header::HOST, value);
+            }
+            host
         }
+        // The usual HTTP/1.1 request: its one Host stays as it is.
         (None, Some(field)) => field,
-        // HTTP/1.0 may name none; HTTP/1.1 must.
-        (None, None) if req.version() == Version::HTTP_10 => return Ok(None),
-        (None, None) => return Err(StatusCode::BAD_REQUEST),
+        // HTTP/1.0 may name none.
+        (None, None) => return Ok(None),
     };
-    let value = HeaderValue::from_str(host.as_str()).map_err(|_| StatusCode::BAD_REQUEST)?;
-    req.headers_mut().insert(header::HOST, value);
     Ok(Some(host.host().to_owned()))
 }
 
@@ -237,6 +248,9 @@ mod tests {
             let r = host(request(Version::HTTP_11, "/", hosts));
             assert_eq!(r.err(), Some(StatusCode::BAD_REQUEST), "{hosts:?}");
         }
+        // The absolute form still needs Host in HTTP/1.1.
+        let r = host(request(Version::HTTP_11, "https://b.test/x", &[]));
+        assert_eq!(r.err(), Some(StatusCode::BAD_REQUEST));
         // HTTP/1.0 may leave Host out.
         assert_eq!(host(request(Version::HTTP_10, "/", &[])).unwrap().0, None);
         // The absolute form wins over Host, and Host is rewritten to it.
