@@ -11,8 +11,9 @@
 //! the same: the bound it serves is one of latency.
 
 use std::cell::Cell;
-use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Time added up over the polls of the futures [`BusyTime::metered`] runs.
@@ -27,16 +28,43 @@ impl BusyTime {
         self.spent.get()
     }
 
-    /// Runs `work`, adding the time each of its polls takes.
-    pub async fn metered<F: Future>(&self, work: F) -> F::Output {
-        let mut work = pin!(work);
-        poll_fn(|cx| {
-            let started = Instant::now();
-            let polled = work.as_mut().poll(cx);
-            self.spent.set(self.spent.get() + started.elapsed());
-            polled
-        })
-        .await
+    /// Runs `work` (pinned by the caller: a connection's handshake is a future of some
+    /// kilobytes, and a wrapper that owned it would copy it in, and hold it twice),
+    /// adding the time each of its polls takes.
+    pub fn metered<F: Future + Unpin>(&self, work: F) -> Metered<'_, F> {
+        Metered {
+            work,
+            time: Some(self),
+        }
+    }
+}
+
+/// A future whose polls are timed into a [`BusyTime`], or not.
+#[derive(Debug)]
+pub struct Metered<'a, F> {
+    work: F,
+    time: Option<&'a BusyTime>,
+}
+
+impl<F> Metered<'_, F> {
+    /// `work` run as it is, its time counted nowhere (metering switched off).
+    pub fn unmetered(work: F) -> Self {
+        Metered { work, time: None }
+    }
+}
+
+impl<F: Future + Unpin> Future for Metered<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let Some(time) = this.time else {
+            return Pin::new(&mut this.work).poll(cx);
+        };
+        let started = Instant::now();
+        let polled = Pin::new(&mut this.work).poll(cx);
+        time.spent.set(time.spent.get() + started.elapsed());
+        polled
     }
 }
 
@@ -58,13 +86,12 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             spin(Duration::from_millis(20));
-            meter
-                .metered(async {
-                    spin(Duration::from_millis(5));
-                    tokio::task::yield_now().await;
-                    spin(Duration::from_millis(5));
-                })
-                .await;
+            let work = std::pin::pin!(async {
+                spin(Duration::from_millis(5));
+                tokio::task::yield_now().await;
+                spin(Duration::from_millis(5));
+            });
+            meter.metered(work).await;
             spin(Duration::from_millis(20));
         });
         let metered = meter.spent();

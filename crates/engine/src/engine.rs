@@ -254,8 +254,8 @@ impl Engine {
         }
         let engine = self.clone();
         tokio::task::spawn_local(async move {
-            let meter = &engine.inner.flush_tasks;
-            meter.metered(engine.flush_armed(kind)).await;
+            let flush = std::pin::pin!(engine.flush_armed(kind));
+            engine.inner.flush_tasks.metered(flush).await;
         });
     }
 
@@ -323,7 +323,8 @@ impl Drop for HandshakeGuard {
         if flush {
             let engine = self.engine.clone();
             tokio::task::spawn_local(async move {
-                engine.inner.flush_tasks.metered(engine.flush_all()).await
+                let flush = std::pin::pin!(engine.flush_all());
+                engine.inner.flush_tasks.metered(flush).await
             });
         }
     }

@@ -46,7 +46,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use terminus_engine::busy::BusyTime;
+use terminus_engine::busy::{BusyTime, Metered};
 
 /// How long a measurement window lasts.
 const WINDOW: Duration = Duration::from_millis(100);
@@ -197,14 +197,14 @@ impl Admission {
         })
     }
 
-    /// Runs `work`, handshake work (accepting, a connection up to the end of its
-    /// handshake), counting its time into the cost per handshake. Unmetered when admission
-    /// control is off, since nothing reads it then.
-    pub(crate) async fn metered<F: Future>(&self, work: F) -> F::Output {
+    /// Runs `work` (pinned), handshake work (accepting, a connection up to the end of its
+    /// handshake), counting its time into the cost per handshake. Unmetered when
+    /// admission control is off, since nothing reads it then.
+    pub(crate) fn metered<F: Future + Unpin>(&self, work: F) -> Metered<'_, F> {
         if self.bound.is_none() {
-            return work.await;
+            return Metered::unmetered(work);
         }
-        self.handshakes.metered(work).await
+        self.handshakes.metered(work)
     }
 
     /// The time of all handshake work so far.
@@ -434,12 +434,13 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        runtime.block_on(admission.metered(async {
+        let work = std::pin::pin!(async {
             let until = thread_cpu() + cpu;
             while thread_cpu() < until {
                 std::hint::black_box(0u64);
             }
-        }));
+        });
+        runtime.block_on(admission.metered(work));
     }
 
     /// What the thread spends outside handshake work (requests on established

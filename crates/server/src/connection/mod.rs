@@ -54,8 +54,15 @@ pub(crate) async fn run(
 ) {
     // Up to the end of the handshake the connection's CPU is handshake work, which
     // admission control weighs handshakes by; what it does after is not.
-    let handshake = handshake_stages(socket, peer, open, admitted, listen, &worker);
-    match worker.admission.metered(handshake).await {
+    let ready = {
+        // Scoped, so that the handshake's state is gone (and its room in this future
+        // reused) while the connection is served.
+        let handshake = std::pin::pin!(handshake_stages(
+            socket, peer, open, admitted, listen, &worker
+        ));
+        worker.admission.metered(handshake).await
+    };
+    match ready {
         Some(Ready::Serve(secured)) => secured.serve(&worker).await,
         Some(Ready::Relay(secured, upstream)) => secured.relay(upstream).await,
         Some(Ready::PassThrough(hello, upstream)) => (*hello).pass_through(upstream).await,

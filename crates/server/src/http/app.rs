@@ -59,11 +59,13 @@ impl Responder for ConnectionInfo {
         };
         // Host (or :authority) naming another configured server: that server's
         // certificate was not shown and its tenant did not pay (RFC 9110 section
-        // 15.5.20). An unknown name is the handshake's server's to answer.
-        if named
-            .as_deref()
-            .and_then(|name| self.site.resolver.find(name))
-            .is_some_and(|i| i != self.host)
+        // 15.5.20). An unknown name is the handshake's server's to answer. (With one
+        // server there is no other: no look-up.)
+        if self.site.hosts.len() > 1
+            && named
+                .as_ref()
+                .and_then(|name| self.site.resolver.find(name.host()))
+                .is_some_and(|i| i != self.host)
         {
             return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
         }

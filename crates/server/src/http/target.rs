@@ -10,12 +10,12 @@ use hyper::header::{self, HeaderValue};
 use hyper::http::uri::{Authority, PathAndQuery};
 use hyper::{Request, StatusCode, Uri, Version};
 
-/// The request's one host name. Where the request names it in its target (HTTP/2's
+/// The request's one host (`.host()` is its name). Where the request names it in its target (HTTP/2's
 /// `:authority`, HTTP/1.1's absolute form) and in a `Host` field that disagrees, the
 /// field is rewritten to it, so that an upstream is told the host it was routed by. A request that names no
 /// host, two, or two different ones is a 400 (RFC 9112 section 3.2, RFC 9113 section
 /// 8.3.1).
-pub(crate) fn settle_host<B>(req: &mut Request<B>) -> Result<Option<String>, StatusCode> {
+pub(crate) fn settle_host<B>(req: &mut Request<B>) -> Result<Option<Authority>, StatusCode> {
     let mut fields = req.headers().get_all(header::HOST).iter();
     let field = fields.next();
     if fields.next().is_some() {
@@ -53,7 +53,7 @@ pub(crate) fn settle_host<B>(req: &mut Request<B>) -> Result<Option<String>, Sta
         // HTTP/1.0 may name none.
         (None, None) => return Ok(None),
     };
-    Ok(Some(host.host().to_owned()))
+    Ok(Some(host))
 }
 
 /// A host field's value: `name[:port]`, no user information, no path.
@@ -235,7 +235,9 @@ mod tests {
 
     #[test]
     fn one_host_per_request() {
-        let host = |mut req: Request<()>| settle_host(&mut req).map(|h| (h, req));
+        let host = |mut req: Request<()>| {
+            settle_host(&mut req).map(|h| (h.map(|a| a.host().to_owned()), req))
+        };
         let (h, _) = host(request(Version::HTTP_11, "/", &["a.test:8443"])).unwrap();
         assert_eq!(h.as_deref(), Some("a.test"));
         for hosts in [

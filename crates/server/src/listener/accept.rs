@@ -138,8 +138,9 @@ pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
     let mut shutdown = worker.shared.shutdown.clone();
     let mut last_warning: Option<Instant> = None;
     loop {
+        let next = std::pin::pin!(acceptor.next(&worker));
         let accepted = tokio::select! {
-            r = worker.admission.metered(acceptor.next(&worker)) => r,
+            r = worker.admission.metered(next) => r,
             _ = shutdown.wait_for(|&stop| stop) => return,
         };
         // The permit is taken after accept, so a worker whose backlog is empty holds none
