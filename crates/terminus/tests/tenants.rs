@@ -318,34 +318,7 @@ fn fake_resumptions_are_refused_like_the_full_handshakes_they_are() {
         false,
     );
     let fake = replay::Client::with_session_of(&issuer, "a.test");
-    let plain = replay::Client::plain();
-    let tally = |client: &replay::Client| {
-        let mut refused = 0;
-        for _ in 0..60 {
-            let outcome = client.handshake(&server, "a.test");
-            assert_ne!(
-                outcome,
-                replay::Outcome::Resumed,
-                "a foreign ticket resumed"
-            );
-            refused += (outcome == replay::Outcome::Refused) as u32;
-        }
-        refused
-    };
-    let (plain_refused, fake_refused) = (tally(&plain), tally(&fake));
-    assert!(
-        plain_refused >= 40,
-        "{plain_refused} of 60 plain RSA handshakes refused"
-    );
-    assert!(
-        fake_refused + 5 >= plain_refused,
-        "{fake_refused} of 60 fake resumptions refused, {plain_refused} of 60 plain handshakes"
-    );
-    let expensive = server.metric(
-        "terminus_tenant_handshakes_refused_total",
-        &["tenant=\"a\"", "cause=\"expensive\""],
-    );
-    assert_eq!(expensive, f64::from(plain_refused + fake_refused));
+    refused_as_expensive_as_often_as_plain(&server, &fake, "foreign tickets");
 }
 
 /// A genuine ticket that rustls declines resumes nothing either: this server's own
@@ -370,41 +343,41 @@ fn a_genuine_ticket_rustls_declines_is_refused_at_its_signature_like_a_full_hand
         false,
     );
     let declined = replay::Client::with_session_of(&server, "b.test");
-    let plain = replay::Client::plain();
+    refused_as_expensive_as_often_as_plain(&server, &declined, "b's ticket for a.test");
+}
+
+/// 60 handshakes for a.test (tenant a, `prefer_cheap` beyond its quota, RSA) offering
+/// what `client` offers, and 60 offering nothing: none resumes, `client`'s are refused
+/// about as often as the plain ones (most of those), and every refusal is counted as
+/// the tenant's `expensive` one, and as a quota refusal, not as a failed handshake.
+fn refused_as_expensive_as_often_as_plain(server: &Server, client: &replay::Client, what: &str) {
     let tally = |client: &replay::Client| {
         let mut refused = 0;
         for _ in 0..60 {
-            let outcome = client.handshake(&server, "a.test");
-            assert_ne!(
-                outcome,
-                replay::Outcome::Resumed,
-                "b's ticket resumed for a.test"
-            );
+            let outcome = client.handshake(server, "a.test");
+            assert_ne!(outcome, replay::Outcome::Resumed, "{what} resumed");
             refused += (outcome == replay::Outcome::Refused) as u32;
         }
         refused
     };
-    let (plain_refused, declined_refused) = (tally(&plain), tally(&declined));
+    let (plain, offered) = (tally(&replay::Client::plain()), tally(client));
+    assert!(plain >= 40, "{plain} of 60 plain RSA handshakes refused");
     assert!(
-        plain_refused >= 40,
-        "{plain_refused} of 60 plain RSA handshakes refused"
-    );
-    assert!(
-        declined_refused + 5 >= plain_refused,
-        "{declined_refused} of 60 declined resumptions refused, {plain_refused} of 60 plain"
+        offered + 5 >= plain,
+        "{offered} of 60 handshakes offering {what} refused, {plain} of 60 plain"
     );
     let expensive = server.metric(
         "terminus_tenant_handshakes_refused_total",
         &["tenant=\"a\"", "cause=\"expensive\""],
     );
-    assert_eq!(expensive, f64::from(plain_refused + declined_refused));
+    assert_eq!(expensive, f64::from(plain + offered), "{what}");
     assert_eq!(
         server.metric(
             "terminus_handshakes_refused_total",
             &["cause=\"tenant_quota\""]
         ),
         expensive,
-        "counted as quota refusals, not as failed handshakes"
+        "{what}: counted as quota refusals, not as failed handshakes"
     );
 }
 
