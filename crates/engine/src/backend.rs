@@ -208,9 +208,17 @@ pub trait Backend {
     /// so a queue is flushed as soon as it holds a request.
     fn max_batch(&self, op: crate::OpKind) -> usize;
 
-    /// Starts computing `batch`, whose requests are all of one [`crate::OpKind`] (the
-    /// engine flushes one queue at a time). The returned future resolves once the backend has
-    /// accepted every job (a bounded offload queue makes it wait: that is the
-    /// back-pressure); results arrive through each job's [`Reply`], now or later.
-    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+    /// `None` when the backend takes a batch now; else a wait that ends when it has room,
+    /// or when it has been full so long that the worker had better compute the next batch
+    /// itself. The engine chooses which requests go only then: requests wait for a full
+    /// offload queue in the engine's fair queue, where tenants' weights order them, not
+    /// in the backend's FIFO.
+    fn ready(&self) -> Option<Pin<Box<dyn Future<Output = ()> + '_>>> {
+        None
+    }
+
+    /// Computes `batch`, or hands it over, at once: its requests are all of one
+    /// [`crate::OpKind`] (the engine flushes one queue at a time), and it comes right
+    /// after [`Backend::ready`]. Results arrive through each job's [`Reply`], now or later.
+    fn dispatch(&self, batch: Vec<Job>);
 }

@@ -4,8 +4,9 @@
 //! it before the next network event: every handshake in flight on this worker is parked
 //! waiting for crypto, or the worker's event loop is about to sleep (see [`crate::idle`]);
 //! or when its oldest request has waited `max_batch_delay`. With a backend whose batch
-//! size is 1 every request is flushed at once. When more requests wait than a batch
-//! holds, [`crate::fair`] chooses which go first.
+//! size is 1 every request is flushed at once. Requests are taken from a queue only when
+//! the backend would accept them (a full offload queue keeps them here), and when more
+//! wait than a batch holds, [`crate::fair`] chooses which go first.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -160,10 +161,10 @@ impl Engine {
         };
         if everyone_parked {
             // Nothing else can join any queue now: compute everything that waits.
-            self.flush_all().await;
+            self.flush_all(Some(&dispatched)).await;
         } else if queue_full {
             // Only this queue is ready; the others keep gathering.
-            self.flush(kind).await;
+            self.flush(kind, Some(&dispatched)).await;
         } else {
             self.arm_flush(kind);
         }
@@ -186,16 +187,32 @@ impl Engine {
         result
     }
 
-    /// Flushes every queue that holds requests, in full batches where possible.
-    async fn flush_all(&self) {
+    /// Flushes every queue that holds requests, in full batches where possible (see
+    /// [`Engine::flush`] for `own`).
+    async fn flush_all(&self, own: Option<&Dispatched>) {
         for kind in OpKind::ALL {
-            self.flush(kind).await;
+            self.flush(kind, own).await;
         }
     }
 
-    async fn flush(&self, kind: OpKind) {
+    /// Flushes `kind`'s queue until it is empty, in full batches where possible. A
+    /// submitter passes its `own` request: once that has gone, it leaves the waiting for
+    /// a full backend to the other requests' submitters (or the armed flush), so that its
+    /// handshake goes on as soon as its answer is in.
+    async fn flush(&self, kind: OpKind, own: Option<&Dispatched>) {
         let max = self.inner.backend.max_batch(kind).max(1);
         loop {
+            if self.inner.state.borrow().queues[kind.index()].is_empty() {
+                return;
+            }
+            // Chosen only once the backend takes them: until then they wait here, in
+            // fair order, and a request queued meanwhile may go first.
+            if let Some(room) = self.inner.backend.ready() {
+                if own.is_some_and(|own| own.get().is_some()) {
+                    return;
+                }
+                room.await;
+            }
             let hook = self.inner.before_dispatch.borrow().clone();
             if let Some(hook) = hook {
                 if !self.inner.state.borrow().queues[kind.index()].is_empty() {
@@ -237,7 +254,7 @@ impl Engine {
                 kind,
                 batch.iter().map(|job| now.duration_since(job.queued_at)),
             );
-            self.inner.backend.dispatch(batch).await;
+            self.inner.backend.dispatch(batch);
             metrics.dispatched(kind, now.elapsed());
         }
     }
@@ -280,7 +297,7 @@ impl Engine {
                     () = tokio::time::sleep_until(due) => continue,
                 }
             }
-            self.flush(kind).await;
+            self.flush(kind, None).await;
         }
         self.inner.state.borrow_mut().flush_armed[kind.index()] = false;
     }
@@ -323,7 +340,7 @@ impl Drop for HandshakeGuard {
         if flush {
             let engine = self.engine.clone();
             tokio::task::spawn_local(async move {
-                let flush = std::pin::pin!(engine.flush_all());
+                let flush = std::pin::pin!(engine.flush_all(None));
                 engine.inner.flush_tasks.metered(flush).await
             });
         }

@@ -3,9 +3,6 @@
 //! [`compute`] is also what the crypto threads run and what the handshake bridge falls back
 //! to when no coroutine is active.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use aws_lc_rs::agreement::{self, UnparsedPublicKey};
 use zeroize::Zeroizing;
 
@@ -102,12 +99,11 @@ impl Backend for ScalarBackend {
         1
     }
 
-    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+    fn dispatch(&self, batch: Vec<Job>) {
         for job in batch {
             let (op, reply) = job.into_parts();
             reply.complete(compute(op));
         }
-        Box::pin(std::future::ready(()))
     }
 }
 

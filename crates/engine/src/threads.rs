@@ -2,9 +2,10 @@
 //!
 //! It stands in for an offload device (QAT): the worker hands an operation over and goes
 //! on running other connections; the completion wakes the handshake later. When the
-//! queue is full the submitting handshake waits for room instead of the queue growing,
-//! for [`QUEUE_WAIT`] at most: then the worker computes the operation itself, as it does
-//! when the threads are gone (counted as fallbacks).
+//! queue is full, requests wait for room in the engine's queue (where fair queueing
+//! chooses between tenants) instead of the offload queue growing, for [`QUEUE_WAIT`] at
+//! most: then the worker computes the next one itself, as it does when the threads are
+//! gone (counted as fallbacks).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,10 +20,10 @@ use crate::metrics::EngineMetrics;
 use crate::op::OpKind;
 use crate::scalar;
 
-/// The longest a dispatch waits for room in the full queue: past it, threads that busy
+/// The longest a flush waits for room in the full queue: past it, threads that busy
 /// are no better than the worker.
 pub const QUEUE_WAIT: Duration = Duration::from_millis(10);
-/// How often a waiting dispatch looks for room.
+/// How often a waiting flush looks for room.
 const QUEUE_POLL: Duration = Duration::from_millis(1);
 
 /// The crypto threads, shared by all workers of the process.
@@ -63,7 +64,7 @@ impl ThreadPool {
             tx,
             backpressure_waits: Counter::new(
                 "terminus_crypto_offload_backpressure_total",
-                "Dispatches that waited for room in the full offload queue.",
+                "Flushes that waited for room in the full offload queue.",
             ),
             threads: threads.max(1),
             capacity: capacity.max(1),
@@ -117,42 +118,32 @@ impl Backend for ThreadPoolBackend {
         1
     }
 
-    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
-        Box::pin(async move {
-            for job in batch {
-                let job = match self.pool.tx.try_send(job) {
-                    Ok(()) => continue,
-                    Err(flume::TrySendError::Full(job)) => job,
-                    Err(flume::TrySendError::Disconnected(job)) => {
-                        self.fall_back(job, FallbackCause::BackendGone);
-                        continue;
-                    }
-                };
-                self.pool.backpressure_waits.inc();
-                // Retried on a timer rather than awaited with send_async: a send future
-                // dropped at a deadline would drop the job (and its handshake) with it.
-                let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
-                let mut job = job;
-                loop {
-                    tokio::time::sleep(QUEUE_POLL).await;
-                    job = match self.pool.tx.try_send(job) {
-                        Ok(()) => break,
-                        Err(flume::TrySendError::Full(job))
-                            if tokio::time::Instant::now() < deadline =>
-                        {
-                            job
-                        }
-                        Err(flume::TrySendError::Full(job)) => {
-                            self.fall_back(job, FallbackCause::QueueFull);
-                            break;
-                        }
-                        Err(flume::TrySendError::Disconnected(job)) => {
-                            self.fall_back(job, FallbackCause::BackendGone);
-                            break;
-                        }
-                    };
+    fn ready(&self) -> Option<Pin<Box<dyn Future<Output = ()> + '_>>> {
+        if !self.pool.tx.is_full() {
+            return None;
+        }
+        Some(Box::pin(async move {
+            self.pool.backpressure_waits.inc();
+            let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+            while self.pool.tx.is_full() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(QUEUE_POLL).await;
+            }
+        }))
+    }
+
+    fn dispatch(&self, batch: Vec<Job>) {
+        for job in batch {
+            // Still full after `ready` (it gave up waiting, or another worker took the
+            // room): the worker computes.
+            match self.pool.tx.try_send(job) {
+                Ok(()) => {}
+                Err(flume::TrySendError::Full(job)) => {
+                    self.fall_back(job, FallbackCause::QueueFull)
+                }
+                Err(flume::TrySendError::Disconnected(job)) => {
+                    self.fall_back(job, FallbackCause::BackendGone)
                 }
             }
-        })
+        }
     }
 }

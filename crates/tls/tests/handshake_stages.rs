@@ -2,10 +2,8 @@
 //! over loopback TCP: what the handshake context records, and that a failure keeps its
 //! source across rustls (a failing crypto backend is not the client's TLS error).
 
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::thread;
 
@@ -36,7 +34,7 @@ impl Backend for Faulty {
     fn max_batch(&self, _: OpKind) -> usize {
         1
     }
-    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+    fn dispatch(&self, batch: Vec<Job>) {
         for job in batch {
             let (op, reply) = job.into_parts();
             let answer = match op.kind() {
@@ -45,7 +43,6 @@ impl Backend for Faulty {
             };
             reply.complete(answer);
         }
-        Box::pin(std::future::ready(()))
     }
 }
 

@@ -2,8 +2,6 @@
 //! call (AVX-512 IFMA), small batches and operations without a batched form computed
 //! scalar on the worker.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendKind, Job, Reply};
@@ -183,7 +181,7 @@ impl Backend for MultibufferBackend {
         crypto_mb_sys::LANES
     }
 
-    fn dispatch(&self, batch: Vec<Job>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+    fn dispatch(&self, batch: Vec<Job>) {
         let jobs: Vec<(CryptoOp, Reply)> = batch.into_iter().map(Job::into_parts).collect();
         // A batch holds one operation kind (see `Backend::dispatch`).
         match jobs.first().map(|(op, _)| op.kind()) {
@@ -194,7 +192,6 @@ impl Backend for MultibufferBackend {
             Some(OpKind::X25519MlKem768) => self.kx_batch(KxGroup::X25519MlKem768, jobs),
             None => {}
         }
-        Box::pin(std::future::ready(()))
     }
 }
 
