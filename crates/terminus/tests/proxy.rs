@@ -741,6 +741,68 @@ fn upstream_connections_can_begin_with_a_proxy_protocol_header() {
     }
 }
 
+/// TCP connections to `port` on this machine open from the connecting side.
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = fields[2].rsplit(':').next().unwrap();
+            u16::from_str_radix(remote_port, 16).ok() == Some(port) && fields[3] == "01"
+        })
+        .count()
+}
+
+/// With `proxy_protocol` each client has upstream connections of its own (their header
+/// names it), so a pool per client could hold one per client ever seen until its timeout:
+/// a worker keeps 1,024 idle connections at most in all, closing the one nearest its
+/// timeout to make room. 2,600 clients through two workers: at most 2,048 are kept open.
+#[test]
+fn two_workers_keep_at_most_2048_idle_upstream_connections_for_2600_clients() {
+    let _alone = exclusive();
+    let backend = App::launch("proxy_app.py", &[]);
+    let dir = TestDir::new("proxy-pool-cap");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\nproxy_protocol = \"v1\"\n",
+        backend.addr()
+    );
+    let server = proxy(&dir, &upstreams, APP_ROUTE);
+    let out = run(Command::new(terminus_bin()).args([
+        "load",
+        &server.url("/app/x"),
+        "--rate",
+        "650",
+        "-d",
+        "4s",
+        "--new-connection",
+        "-k",
+        "--json",
+    ]));
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let answered = report["requests"].as_f64().unwrap();
+    assert!(
+        answered > 2200.0 && report["errors"].as_object().unwrap().is_empty(),
+        "each client one request, all answered: {report:#}"
+    );
+    let (new, _) = upstream_connections(&server);
+    assert!(
+        new >= answered,
+        "each client its own upstream connection: {new}"
+    );
+    let held = established_to(backend.port);
+    let idle = server.metric("terminus_upstream_idle_connections", &[]);
+    assert!(
+        held <= 2048 && idle <= 2048.0,
+        "{held} upstream connections open, {idle} idle, for {answered} clients"
+    );
+    // The cap was reached (the workers share the clients about evenly), not the clients
+    // too few to reach it.
+    assert!(held > 1500, "only {held} kept for {answered} clients");
+}
+
 #[test]
 fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
     let (_app, dir, server) = one_app("proxy-pp-in");

@@ -63,6 +63,8 @@ class Handler(socketserver.StreamRequestHandler):
 class Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Hundreds of new connections a second in the pool-cap test.
+    request_queue_size = 1024
 
 
 if __name__ == "__main__":
