@@ -8,7 +8,7 @@
 //! can show the client was not its bottleneck.
 //!
 //! - [`target`]: the URL and the loopback guard;
-//! - [`tls`]: the rustls client configuration;
+//! - [`tls`]: the rustls client configuration, [`tickets`] its session store;
 //! - [`conn`]: one connection (connect, handshake, requests), [`http1`] its HTTP/1.1;
 //! - [`driver`]: one thread's schedule and connection tasks;
 //! - [`stats`], [`failure`], [`report`]: what is measured and how it is shown.
@@ -20,6 +20,7 @@ mod http1;
 mod report;
 mod stats;
 mod target;
+mod tickets;
 pub mod tls;
 
 use std::io::IsTerminal;

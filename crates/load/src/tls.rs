@@ -111,7 +111,7 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     config.resumption = if choice.resume {
-        Resumption::in_memory_sessions(1024)
+        Resumption::store(Arc::new(crate::tickets::TicketStore::new()))
     } else {
         Resumption::disabled()
     };

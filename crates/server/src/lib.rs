@@ -22,6 +22,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, ThreadPool};
+use terminus_fleet::tickets::Ticketer;
 use terminus_tls::selfsigned;
 use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
@@ -31,7 +32,7 @@ use capacity::Machine;
 pub use config::{parse_duration, Overrides};
 use config::{BackendChoice, Config, ConfigError, KtlsMode};
 use metrics::Metrics;
-use site::{Site, SiteHandle};
+use site::{Kept, Site, SiteHandle};
 
 /// How terminus was asked to run.
 #[derive(Debug, Clone, Default)]
@@ -115,9 +116,12 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
     let machine = Machine::new(resolve_backend(config.crypto_backend)?, config.workers);
     let site = Site::build(
         &config,
-        &self_signed,
-        &terminus_proxy::ProxyMetrics::default(),
-        &machine.tenants,
+        &Kept {
+            self_signed: &self_signed,
+            proxy_metrics: &terminus_proxy::ProxyMetrics::default(),
+            tenants: &machine.tenants,
+            tickets: &Arc::new(Ticketer::local(config.ticket_keys)),
+        },
     )?;
     let mut warnings = Vec::new();
     if !config.tenants.is_empty() {
@@ -143,7 +147,14 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
     let backend = resolve_backend(config.crypto_backend)?;
     let machine = Arc::new(Machine::new(backend, config.workers));
-    let site = Site::build(&config, &self_signed, &proxy_metrics, &machine.tenants)?;
+    let tickets = Arc::new(Ticketer::local(config.ticket_keys));
+    let kept = Kept {
+        self_signed: &self_signed,
+        proxy_metrics: &proxy_metrics,
+        tenants: &machine.tenants,
+        tickets: &tickets,
+    };
+    let site = Site::build(&config, &kept)?;
     for (names, key, fp) in &site.certificates {
         let origin = if self_signed.is_empty() {
             ""
@@ -165,7 +176,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         Arc::new(EngineMetrics::new(backend)),
         pool.clone(),
         machine.clone(),
-        proxy_metrics,
+        proxy_metrics.clone(),
+        tickets.metrics(),
     ));
 
     let kernel_tls = Arc::new(probe_kernel_tls(&config));
@@ -276,7 +288,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&options, &config, &self_signed, &handle, &metrics.proxy, &checks, &machine),
+                _ = hup.recv() => reload(&options, &config, &kept, &handle, &checks, &machine),
             }
         }
         tracing::info!(
@@ -339,9 +351,8 @@ fn resolve_backend(choice: BackendChoice) -> Result<BackendKind, StartError> {
 fn reload(
     options: &ServerOptions,
     running: &Config,
-    self_signed: &[LoadedCert],
+    kept: &Kept<'_>,
     handle: &SiteHandle,
-    proxy_metrics: &terminus_proxy::ProxyMetrics,
     checks: &health_checks::HealthChecks,
     machine: &Machine,
 ) {
@@ -352,7 +363,7 @@ fn reload(
             return;
         }
     };
-    match Site::build(&config, self_signed, proxy_metrics, &machine.tenants) {
+    match Site::build(&config, kept) {
         Ok(site) => {
             for (what, changed) in [
                 ("listen", config.listen != running.listen),
@@ -370,6 +381,7 @@ fn reload(
                     "limits.handshake_queue",
                     config.handshake_queue != running.handshake_queue,
                 ),
+                ("tls.ticket_keys", config.ticket_keys != running.ticket_keys),
             ] {
                 if changed {
                     tracing::warn!("reload: {what} changed; it takes effect after a restart");

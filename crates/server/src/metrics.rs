@@ -172,6 +172,8 @@ pub struct Metrics {
     capacity: CapacityReport,
     /// Every upstream server's series, across reloads.
     pub proxy: Arc<ProxyMetrics>,
+    /// Session tickets and their keys, and the fleet's store.
+    fleet: Arc<terminus_fleet::tickets::TicketMetrics>,
 }
 
 /// Completed handshakes by version, suite and key type: label values seen at run time
@@ -199,6 +201,7 @@ impl Metrics {
         pool: Option<Arc<ThreadPool>>,
         machine: Arc<Machine>,
         proxy: Arc<ProxyMetrics>,
+        fleet: Arc<terminus_fleet::tickets::TicketMetrics>,
     ) -> Self {
         Self {
             connections_open: Gauge::new(
@@ -252,6 +255,7 @@ impl Metrics {
             pool,
             capacity: CapacityReport(machine),
             proxy,
+            fleet,
         }
     }
 
@@ -348,6 +352,7 @@ impl Metrics {
         self.capacity.render(&mut out);
         BridgeMetrics.render(&mut out);
         self.proxy.render(&mut out);
+        self.fleet.render(&mut out);
         if let Some(pool) = &self.pool {
             pool.render(&mut out);
         }

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use terminus_fleet::tickets::Ticketer;
 
 use terminus_engine::capacity::tenant::{TenantAccount, Tenants};
 use terminus_engine::SigningKeyPair;
@@ -60,17 +61,30 @@ pub struct Site {
     pub upstreams: Vec<Arc<Upstream>>,
 }
 
+/// What every [`Site`] is built with besides its configuration: the process's own state,
+/// which a reload keeps.
+#[derive(Clone, Copy)]
+pub struct Kept<'a> {
+    /// Certificates made at start for the servers that name none.
+    pub self_signed: &'a [LoadedCert],
+    pub proxy_metrics: &'a ProxyMetrics,
+    pub tenants: &'a Tenants,
+    /// The session-ticket keys: a reload must not void the tickets issued.
+    pub tickets: &'a Arc<Ticketer>,
+}
+
 impl Site {
     /// Loads every certificate and docroot of `config`. `self_signed` serves hosts that
     /// name no certificate.
     /// Upstream servers count in `proxy_metrics`; `tenants` keeps the tenants' accounts,
     /// updated to the configuration's quotas only once everything else has loaded.
-    pub fn build(
-        config: &Config,
-        self_signed: &[LoadedCert],
-        proxy_metrics: &ProxyMetrics,
-        tenants: &Tenants,
-    ) -> Result<Self, ConfigError> {
+    pub fn build(config: &Config, kept: &Kept<'_>) -> Result<Self, ConfigError> {
+        let Kept {
+            self_signed,
+            proxy_metrics,
+            tenants,
+            tickets,
+        } = *kept;
         let err = |line: Option<usize>, message: String, hint: Option<&str>| ConfigError {
             file: config.source.clone(),
             line,
@@ -171,7 +185,7 @@ impl Site {
         ));
         let tls = config
             .tls
-            .server_config(resolver.clone())
+            .server_config(resolver.clone(), tickets.clone())
             .map_err(|e| err(None, format!("[tls]: {e}"), None))?;
         let access_log = AccessLog::open(&config.access_log).map_err(|e| {
             err(

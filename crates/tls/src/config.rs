@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
-use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache};
+use rustls::server::{NoServerSessionStorage, ProducesTickets, ServerSessionMemoryCache};
 use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 use terminus_engine::KxGroup;
 
@@ -150,9 +150,12 @@ impl TlsSettings {
 
     /// The rustls configuration: aws-lc-rs for everything but key exchange and signing,
     /// which go to the crypto engine through [`EngineKxGroup`] and the resolver's keys.
+    /// With `session_tickets`, tickets are sealed by `ticketer` (the process keeps one
+    /// across reloads, so that a reload does not void every ticket issued).
     pub fn server_config(
         &self,
         resolver: Arc<SniResolver>,
+        ticketer: Arc<dyn ProducesTickets>,
     ) -> Result<Arc<ServerConfig>, TlsSettingsError> {
         self.check()?;
         let provider = CryptoProvider {
@@ -179,8 +182,7 @@ impl TlsSettings {
             Arc::new(NoServerSessionStorage {})
         };
         if self.session_tickets {
-            config.ticketer =
-                aws_lc_rs::Ticketer::new().map_err(|e| TlsSettingsError::Rustls(e.to_string()))?;
+            config.ticketer = ticketer;
         } else if self.session_cache == 0 {
             // Neither stateless nor stateful resumption: a TLS 1.3 ticket would be useless.
             config.send_tls13_tickets = 0;

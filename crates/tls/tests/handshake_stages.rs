@@ -89,7 +89,10 @@ fn serve_one<T: Send + 'static>(
         host.insert(cert.clone());
     }
     let resolver = Arc::new(SniResolver::new(vec![(vec!["localhost".into()], host)], 0));
-    let config = TlsSettings::default().server_config(resolver).unwrap();
+    let tickets = Arc::new(terminus_fleet::tickets::Ticketer::local(Default::default()));
+    let config = TlsSettings::default()
+        .server_config(resolver, tickets)
+        .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

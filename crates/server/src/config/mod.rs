@@ -158,6 +158,8 @@ pub struct Config {
     pub listen: Vec<Listen>,
     /// `[tls]`, as rustls values.
     pub tls: TlsSettings,
+    /// `tls.ticket_keys`: how the session-ticket keys rotate.
+    pub ticket_keys: terminus_fleet::tickets::Rotation,
     pub crypto_backend: BackendChoice,
     pub crypto_threads: usize,
     pub crypto_queue_capacity: usize,

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use terminus_fleet::tickets::Rotation;
 use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
@@ -292,6 +293,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         pin: raw.pin.unwrap_or(false),
         listen,
         tls: resolve_tls(raw, ctx)?,
+        ticket_keys: resolve_ticket_keys(raw, ctx)?,
         crypto_backend,
         crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
         crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),
@@ -433,7 +435,36 @@ fn resolve_tls(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<TlsSettings, ConfigErr
         return Err(ctx.err(at, e.to_string(), hint));
     }
     tls.session_tickets = t.session_tickets.unwrap_or(true);
-    tls.prefer_server_ciphers = t.prefer_server_ciphers.unwrap_or(true);
     tls.session_cache = t.session_cache.unwrap_or(256 * 1024);
+    tls.prefer_server_ciphers = t.prefer_server_ciphers.unwrap_or(true);
     Ok(tls)
+}
+
+/// `tls.ticket_keys`: how the session-ticket keys rotate.
+fn resolve_ticket_keys(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Rotation, ConfigError> {
+    let Some(section) = &raw.tls.ticket_keys else {
+        return Ok(Rotation::default());
+    };
+    let t = section.get_ref();
+    let mut rotation = Rotation::default();
+    if let Some(rotate) = &t.rotate {
+        rotation.rotate = parse_duration(rotate).ok_or_else(|| {
+            ctx.err(
+                Some(section.span()),
+                format!("tls.ticket_keys rotate = {rotate:?} is not a duration"),
+                Some("write it like \"6h\", \"30m\" or \"2s\"".to_owned()),
+            )
+        })?;
+    }
+    if let Some(keep) = t.keep {
+        rotation.keep = keep;
+    }
+    rotation.check().map_err(|e| {
+        ctx.err(
+            Some(section.span()),
+            format!("tls.ticket_keys: {e}"),
+            Some("e.g. ticket_keys = { rotate = \"6h\", keep = 2 }".to_owned()),
+        )
+    })?;
+    Ok(rotation)
 }

@@ -75,6 +75,15 @@ pub struct TlsSection {
     pub prefer_server_ciphers: Option<bool>,
     /// The default `ktls` of every listener.
     pub ktls: Option<Spanned<String>>,
+    pub ticket_keys: Option<Spanned<TicketKeysSection>>,
+}
+
+/// `tls.ticket_keys = { rotate = "6h", keep = 2 }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TicketKeysSection {
+    pub rotate: Option<String>,
+    pub keep: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -305,7 +305,10 @@ mod tests {
     #[test]
     fn only_a_ticket_or_session_this_server_issued_is_resumable() {
         let mut config = crate::TlsSettings::default()
-            .server_config(std::sync::Arc::new(crate::SniResolver::new(Vec::new(), 0)))
+            .server_config(
+                std::sync::Arc::new(crate::SniResolver::new(Vec::new(), 0)),
+                std::sync::Arc::new(terminus_fleet::tickets::Ticketer::local(Default::default())),
+            )
             .map(|c| (*c).clone())
             .expect("a server config");
         config.session_storage = rustls::server::ServerSessionMemoryCache::new(16);
@@ -345,8 +348,8 @@ mod tests {
         let mut forged = ticket.clone();
         *forged.last_mut().unwrap() ^= 1;
         assert!(!resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&forged))]));
-        let other = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
-        let foreign = other.encrypt(b"a session").unwrap();
+        let other = terminus_fleet::tickets::Ticketer::local(Default::default());
+        let foreign = rustls::server::ProducesTickets::encrypt(&other, b"a session").unwrap();
         assert!(!resumable(&[(EXTENSION_PRE_SHARED_KEY, &psk(&foreign))]));
         // A genuine ticket where the handshake will not take it: a TLS 1.2 ticket in a
         // hello that will be TLS 1.3, a PSK without psk_dhe_ke.

@@ -1,0 +1,180 @@
+//! The ticket keys an instance holds, by epoch: at most one from the store and one of its
+//! own per epoch (its own only where the store had none in time), none older than
+//! `keep` periods.
+
+use super::key::{KeyMaterial, TicketKey, NAME_LEN};
+use super::Rotation;
+
+/// One key held.
+struct Held {
+    epoch: u64,
+    /// It came from the store (every instance holds it), not made here.
+    shared: bool,
+    key: TicketKey,
+}
+
+/// The keys held, and which one seals and which may open at a given epoch.
+pub struct Ring {
+    rotation: Rotation,
+    keys: Vec<Held>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("rotation", &self.rotation)
+            .field("keys", &self.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Ring {
+    /// An empty ring rotating as `rotation` says.
+    pub fn new(rotation: Rotation) -> Self {
+        Self {
+            rotation,
+            keys: Vec::new(),
+        }
+    }
+
+    /// How it rotates.
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+
+    /// The oldest epoch whose key still opens tickets at `epoch`.
+    fn oldest(&self, epoch: u64) -> u64 {
+        epoch.saturating_sub(u64::from(self.rotation.keep) - 1)
+    }
+
+    /// Brings the ring to `epoch`: keys older than `keep` periods are erased (zeroed by
+    /// aws-lc as they are freed), and if nothing can seal at `epoch` a key is made here.
+    /// Returns how many keys were made (0 or 1).
+    pub fn advance(&mut self, epoch: u64) -> usize {
+        let oldest = self.oldest(epoch);
+        self.keys.retain(|k| k.epoch >= oldest);
+        if self.keys.iter().any(|k| k.epoch == epoch) {
+            return 0;
+        }
+        self.keys.push(Held {
+            epoch,
+            shared: false,
+            key: KeyMaterial::generate().key(),
+        });
+        1
+    }
+
+    /// Adds the store's key for `epoch`, seen at `now` (an epoch): true if it is new to
+    /// the ring. A key for an epoch already past `keep`, or more than one ahead, is not
+    /// taken; one replacing another store key for the same epoch (the store lost it and
+    /// made another) keeps the old one opening until it ages out.
+    pub fn insert_shared(&mut self, epoch: u64, material: &KeyMaterial, now: u64) -> bool {
+        if epoch < self.oldest(now) || epoch > now + 1 {
+            return false;
+        }
+        let name = material.name();
+        if self.keys.iter().any(|k| k.key.name() == &name) {
+            return false;
+        }
+        // The newest store key seals: put it first among the epoch's keys.
+        let at = self
+            .keys
+            .iter()
+            .position(|k| k.epoch == epoch)
+            .unwrap_or(self.keys.len());
+        self.keys.insert(
+            at,
+            Held {
+                epoch,
+                shared: true,
+                key: material.key(),
+            },
+        );
+        true
+    }
+
+    /// The key that seals at `epoch`: the store's newest for it, else one made here.
+    pub fn sealing(&self, epoch: u64) -> Option<&TicketKey> {
+        let mine = self.keys.iter().filter(|k| k.epoch == epoch);
+        let mut made_here = None;
+        for k in mine {
+            if k.shared {
+                return Some(&k.key);
+            }
+            made_here.get_or_insert(&k.key);
+        }
+        made_here
+    }
+
+    /// The key `ticket` names and its epoch, if that key may open tickets at `epoch`:
+    /// from `keep - 1` epochs before it to the next.
+    pub fn opening(&self, ticket: &[u8], epoch: u64) -> Option<(u64, &TicketKey)> {
+        let name = ticket.get(..NAME_LEN)?;
+        let oldest = self.oldest(epoch);
+        self.keys
+            .iter()
+            .find(|k| k.key.name()[..] == *name)
+            .filter(|k| (oldest..=epoch + 1).contains(&k.epoch))
+            .map(|k| (k.epoch, &k.key))
+    }
+
+    /// Every key held: its epoch, whether it came from the store, and its name.
+    pub fn keys(&self) -> impl Iterator<Item = (u64, bool, [u8; NAME_LEN])> + '_ {
+        self.keys.iter().map(|k| (k.epoch, k.shared, *k.key.name()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ring(keep: u32) -> Ring {
+        Ring::new(Rotation {
+            rotate: Duration::from_secs(10),
+            keep,
+        })
+    }
+
+    #[test]
+    fn alone_a_ring_makes_a_key_per_epoch_and_opens_tickets_for_keep_epochs() {
+        let mut r = ring(3);
+        assert_eq!(r.advance(100), 1);
+        assert_eq!(r.advance(100), 0);
+        let ticket = r.sealing(100).unwrap().seal(b"s").unwrap();
+        for (epoch, opens) in [(100, true), (101, true), (102, true), (103, false)] {
+            r.advance(epoch);
+            assert_eq!(
+                r.opening(&ticket, epoch).is_some(),
+                opens,
+                "sealed at 100, opened at {epoch}"
+            );
+        }
+        // Past keep the key is gone from memory, not only refused.
+        assert!(r.keys().all(|(e, _, _)| e >= 101));
+    }
+
+    #[test]
+    fn the_stores_key_seals_once_it_comes_and_a_key_made_meanwhile_still_opens() {
+        let mut r = ring(2);
+        r.advance(100);
+        let local = r.sealing(100).unwrap().seal(b"s").unwrap();
+        let shared = KeyMaterial::generate();
+        assert!(r.insert_shared(100, &shared, 100));
+        assert!(!r.insert_shared(100, &shared, 100), "once");
+        assert_eq!(r.sealing(100).unwrap().name(), &shared.name());
+        assert!(r.opening(&local, 100).is_some());
+        // The next epoch's key from the store: opens now, seals when its epoch comes,
+        // and no key is made here for it.
+        let next = KeyMaterial::generate();
+        assert!(r.insert_shared(101, &next, 100));
+        let early = next.key().seal(b"s").unwrap();
+        assert!(r.opening(&early, 100).is_some(), "a clock running ahead");
+        assert_eq!(r.advance(101), 0);
+        assert_eq!(r.sealing(101).unwrap().name(), &next.name());
+        // Too old or too far ahead: not taken.
+        assert!(!r.insert_shared(98, &KeyMaterial::generate(), 101));
+        assert!(!r.insert_shared(103, &KeyMaterial::generate(), 101));
+    }
+}
