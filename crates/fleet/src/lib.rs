@@ -5,5 +5,146 @@
 //! - [`tickets`]: ticket keys by epoch, and the rustls ticketer that seals and opens
 //!   tickets with them. Alone, an instance makes its own keys; in a fleet the keys come
 //!   from the store.
+//! - [`store`]: the store (Redis), its settings, and the thread that keeps an instance's
+//!   keys in step with it.
+//! - [`Fleet`]: an instance's membership, started once per process and kept across
+//!   reloads.
 
+pub mod store;
 pub mod tickets;
+
+use std::sync::{Arc, RwLock};
+
+use terminus_metrics::{Exposition, Render};
+use tokio::sync::watch;
+
+use store::keys::KeyEntries;
+use store::sync::{KeySync, StoreMetrics};
+use store::StoreSettings;
+use tickets::{system_clock, Ring, Rotation, TicketMetrics, Ticketer};
+
+/// This instance's part in a fleet (or its keys alone, without a store).
+pub struct Fleet {
+    ticketer: Arc<Ticketer>,
+    tickets: Arc<TicketMetrics>,
+    store: Option<Arc<StoreMetrics>>,
+    /// Dropping it stops the store's thread.
+    _stop: Option<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("store", &self.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// Ticket keys rotated as `rotation` says: this instance's own, or with `store`
+    /// shared through it by a thread started here (`fleet-store`). Fails only on
+    /// settings that cannot work (unreadable files, a bad URL); an unreachable store is
+    /// retried in the background.
+    pub fn start(rotation: Rotation, store: Option<&StoreSettings>) -> Result<Self, String> {
+        let ring = Arc::new(RwLock::new(Ring::new(rotation)));
+        let clock = system_clock();
+        let ticketer = Arc::new(Ticketer::new(ring.clone(), clock.clone()));
+        let tickets = ticketer.metrics();
+        let Some(settings) = store else {
+            return Ok(Self {
+                ticketer,
+                tickets,
+                store: None,
+                _stop: None,
+            });
+        };
+        let (client, kek) = settings.open()?;
+        let sync = KeySync::new(
+            KeyEntries::new(&settings.prefix, rotation),
+            kek,
+            ring,
+            clock,
+        );
+        let metrics = sync.metrics();
+        let (stop, stopped) = watch::channel(false);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("the fleet's runtime: {e}"))?;
+        let poll = settings.poll;
+        std::thread::Builder::new()
+            .name("fleet-store".into())
+            .spawn(move || runtime.block_on(sync.run(client, poll, stopped)))
+            .map_err(|e| format!("the fleet's thread: {e}"))?;
+        tracing::info!(
+            "fleet: ticket keys shared through {} (prefix {:?})",
+            settings.shown(),
+            settings.prefix
+        );
+        Ok(Self {
+            ticketer,
+            tickets,
+            store: Some(metrics),
+            _stop: Some(stop),
+        })
+    }
+
+    /// The ticketer every TLS configuration of this process seals tickets with.
+    pub fn ticketer(&self) -> &Arc<Ticketer> {
+        &self.ticketer
+    }
+}
+
+impl Render for Fleet {
+    fn render(&self, out: &mut Exposition) {
+        self.tickets.render(out);
+        if let Some(store) = &self.store {
+            store.render(out);
+        }
+    }
+}
+
+/// `terminus check`'s look at a store: it answers, and the ticket keys in it open with
+/// the key file. Returns what it found.
+pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<String, String> {
+    let (client, kek) = settings.open()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let entries = KeyEntries::new(&settings.prefix, rotation);
+    runtime.block_on(async {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
+            .set_response_timeout(Some(std::time::Duration::from_secs(2)));
+        let fail = |e: redis::RedisError| format!("store {}: {e}", settings.shown());
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(fail)?;
+        let now = rotation.epoch_at((system_clock())());
+        let names: Vec<String> = entries.held(now).map(|e| entries.name(e)).collect();
+        let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+            .arg(&names)
+            .query_async(&mut conn)
+            .await
+            .map_err(fail)?;
+        let mut keys = 0;
+        for (name, value) in names.iter().zip(found) {
+            if let Some(wrapped) = value {
+                if tickets::KeyMaterial::unwrap(&kek, name.as_bytes(), &wrapped).is_none() {
+                    return Err(format!(
+                        "store {}: ticket key {name} does not open with key_file {}: every instance of a fleet needs the same key_file",
+                        settings.shown(),
+                        settings.key_file.display()
+                    ));
+                }
+                keys += 1;
+            }
+        }
+        Ok(format!(
+            "store {} answers; {keys} ticket key(s) of the current epochs there open with the key file",
+            settings.shown()
+        ))
+    })
+}

@@ -24,9 +24,33 @@ use tokio::time::{timeout_at, Instant};
 use crate::failure::Failure;
 use crate::http1;
 
+/// Addresses taken in turn, as a round-robin balancer spreads new connections.
+#[derive(Debug)]
+pub struct Turns {
+    addrs: Vec<SocketAddr>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Turns {
+    /// `addrs` in turn, from the first.
+    pub fn new(addrs: Vec<SocketAddr>) -> Self {
+        assert!(!addrs.is_empty(), "at least one address");
+        Self {
+            addrs,
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn next(&self) -> SocketAddr {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.addrs[i % self.addrs.len()]
+    }
+}
+
 /// What every connection of a thread shares.
 pub struct Endpoint {
-    pub addr: SocketAddr,
+    /// Where new connections go, each in turn (shared by every thread).
+    pub addrs: Arc<Turns>,
     pub server_name: ServerName<'static>,
     pub config: Arc<ClientConfig>,
     /// The byte counters [`TlsStream`] keeps (the report does not show them).
@@ -89,7 +113,7 @@ impl Endpoint {
     ) -> Result<Opened, OpenFailed> {
         let failed = |failure, connect| OpenFailed { failure, connect };
         let t0 = Instant::now();
-        let mut tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
+        let mut tcp = match timeout_at(deadline, TcpStream::connect(self.addrs.next())).await {
             Ok(Ok(tcp)) => tcp,
             Ok(Err(e)) => return Err(failed(Failure::Connect(e), None)),
             Err(_) => return Err(failed(Failure::ConnectTimeout, None)),

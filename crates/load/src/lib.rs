@@ -77,9 +77,10 @@ pub struct LoadOptions {
     pub timeout: Duration,
     /// Allow a target that is not a loopback address.
     pub allow_remote: bool,
-    /// Connect to this address instead of resolving the URL's host (which still names
-    /// the server in SNI and `Host`), as curl's `--resolve`.
-    pub address: Option<std::net::IpAddr>,
+    /// Connect to these addresses instead of resolving the URL's host (which still names
+    /// the server in SNI and `Host`), as curl's `--resolve`; new connections go to each
+    /// in turn.
+    pub address: Vec<std::net::IpAddr>,
     /// A live progress line on stderr (only where stderr is a terminal).
     pub progress: bool,
 }
@@ -98,7 +99,7 @@ impl Default for LoadOptions {
             rtt: Duration::ZERO,
             timeout: Duration::from_secs(10),
             allow_remote: false,
-            address: None,
+            address: Vec::new(),
             progress: true,
         }
     }
@@ -188,7 +189,7 @@ impl LoadOptions {
 /// Runs the load and returns its report.
 pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     options.validate()?;
-    let target = Target::parse(&options.url)?.resolve(options.address, options.allow_remote)?;
+    let target = Target::parse(&options.url)?.resolve(&options.address, options.allow_remote)?;
     let client = tls::client_config(&options.tls)?;
     let uri: hyper::Uri = format!("https://{}{}", target.authority, target.path)
         .parse()
@@ -220,6 +221,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     let start = Instant::now() + Duration::from_millis(20);
     let mut handles = Vec::new();
     let mut all_stats = Vec::new();
+    let turns = Arc::new(conn::Turns::new(target.addrs.clone()));
     for i in 0..options.threads {
         let stats = Arc::new(Mutex::new(Stats::default()));
         all_stats.push(stats.clone());
@@ -238,7 +240,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
         };
         let plan = ThreadPlan {
             endpoint: conn::Endpoint {
-                addr: target.addrs[0],
+                addrs: turns.clone(),
                 server_name: target.server_name.clone(),
                 config: client.clone(),
                 traffic: Arc::default(),

@@ -21,7 +21,8 @@ pub struct Target {
     pub authority: String,
     /// SNI and certificate name (an IP address literal sends no SNI).
     pub server_name: ServerName<'static>,
-    /// Every address the host resolved to; connections go to the first.
+    /// Where new connections go, each in turn: every `--address` given, or the first
+    /// address the host resolves to.
     pub addrs: Vec<SocketAddr>,
     /// `https://`: TLS; `http://`: none.
     pub tls: bool,
@@ -101,16 +102,22 @@ impl Target {
         })
     }
 
-    /// Resolves the host (or takes `address` for it, the host still naming the server
-    /// in SNI and `Host`) and applies the loopback guard: unless `allow_remote`, every
-    /// address it resolves to must be a loopback address, so a typo cannot aim a load test
-    /// at somebody else's server.
+    /// Resolves the host (or takes `addresses` for it, the host still naming the server
+    /// in SNI and `Host`; several are taken in turn, as a balancer spreads connections)
+    /// and applies the loopback guard: unless `allow_remote`, every address it resolves
+    /// to must be a loopback address, so a typo cannot aim a load test at somebody else's
+    /// server.
     pub fn resolve(
         mut self,
-        address: Option<IpAddr>,
+        addresses: &[IpAddr],
         allow_remote: bool,
     ) -> Result<Target, LoadError> {
-        let addrs: Vec<SocketAddr> = match address.map_or_else(|| self.host.parse(), Ok) {
+        let given = !addresses.is_empty();
+        let mut addrs: Vec<SocketAddr> = match self.host.parse() {
+            _ if given => addresses
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, self.port))
+                .collect(),
             Ok(ip) => vec![SocketAddr::new(ip, self.port)],
             Err(_) => (self.host.as_str(), self.port)
                 .to_socket_addrs()
@@ -133,6 +140,9 @@ impl Target {
                     addr: remote.ip(),
                 });
             }
+        }
+        if !given {
+            addrs.truncate(1);
         }
         self.addrs = addrs;
         Ok(self)
@@ -207,10 +217,7 @@ mod tests {
             "https://[2001:db8::1]/",
             "https://10.1.2.3/",
         ] {
-            let err = Target::parse(url)
-                .unwrap()
-                .resolve(None, false)
-                .unwrap_err();
+            let err = Target::parse(url).unwrap().resolve(&[], false).unwrap_err();
             assert!(
                 matches!(err, LoadError::RemoteTarget { .. }),
                 "{url}: {err}"
@@ -219,7 +226,7 @@ mod tests {
         }
         let ok = Target::parse("https://192.0.2.10/")
             .unwrap()
-            .resolve(None, true)
+            .resolve(&[], true)
             .unwrap();
         assert_eq!(ok.addrs, vec!["192.0.2.10:443".parse().unwrap()]);
         for url in [
@@ -229,7 +236,7 @@ mod tests {
             "https://[::ffff:127.0.0.1]:1/",
             "https://localhost:1/",
         ] {
-            let t = Target::parse(url).unwrap().resolve(None, false).unwrap();
+            let t = Target::parse(url).unwrap().resolve(&[], false).unwrap();
             assert!(t.addrs.iter().all(|a| is_loopback(a.ip())), "{url}");
         }
     }

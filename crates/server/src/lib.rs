@@ -22,7 +22,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, ThreadPool};
-use terminus_fleet::tickets::Ticketer;
+use terminus_fleet::Fleet;
 use terminus_tls::selfsigned;
 use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
@@ -55,6 +55,9 @@ pub enum StartError {
     #[error("crypto backend multibuffer: crypto_mb cannot run on this CPU (it needs AVX-512 IFMA); use crypto.backend = \"auto\" or \"scalar\"")]
     /// `crypto.backend = "multibuffer"` on a CPU without AVX-512 IFMA.
     MultibufferUnavailable,
+    #[error("[fleet]: {0}")]
+    /// The fleet's store settings cannot work, or (`check`) the store does not answer.
+    Fleet(String),
     #[error("cannot listen on {addr}: {source}")]
     /// A listener's address cannot be bound.
     Listen {
@@ -120,10 +123,17 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             self_signed: &self_signed,
             proxy_metrics: &terminus_proxy::ProxyMetrics::default(),
             tenants: &machine.tenants,
-            tickets: &Arc::new(Ticketer::local(config.ticket_keys)),
+            tickets: Fleet::start(config.ticket_keys, None)
+                .map_err(StartError::Fleet)?
+                .ticketer(),
         },
     )?;
     let mut warnings = Vec::new();
+    if let Some(store) = &config.fleet {
+        let found =
+            terminus_fleet::check_store(store, config.ticket_keys).map_err(StartError::Fleet)?;
+        tracing::info!("fleet: {found}");
+    }
     if !config.tenants.is_empty() {
         machine.measure(&site);
         let (committed, has) = machine.committed();
@@ -147,12 +157,14 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
     let backend = resolve_backend(config.crypto_backend)?;
     let machine = Arc::new(Machine::new(backend, config.workers));
-    let tickets = Arc::new(Ticketer::local(config.ticket_keys));
+    let fleet = Arc::new(
+        Fleet::start(config.ticket_keys, config.fleet.as_ref()).map_err(StartError::Fleet)?,
+    );
     let kept = Kept {
         self_signed: &self_signed,
         proxy_metrics: &proxy_metrics,
         tenants: &machine.tenants,
-        tickets: &tickets,
+        tickets: fleet.ticketer(),
     };
     let site = Site::build(&config, &kept)?;
     for (names, key, fp) in &site.certificates {
@@ -177,7 +189,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         pool.clone(),
         machine.clone(),
         proxy_metrics.clone(),
-        tickets.metrics(),
+        fleet.clone(),
     ));
 
     let kernel_tls = Arc::new(probe_kernel_tls(&config));
@@ -382,6 +394,7 @@ fn reload(
                     config.handshake_queue != running.handshake_queue,
                 ),
                 ("tls.ticket_keys", config.ticket_keys != running.ticket_keys),
+                ("[fleet]", config.fleet != running.fleet),
             ] {
                 if changed {
                     tracing::warn!("reload: {what} changed; it takes effect after a restart");

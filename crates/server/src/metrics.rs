@@ -173,7 +173,7 @@ pub struct Metrics {
     /// Every upstream server's series, across reloads.
     pub proxy: Arc<ProxyMetrics>,
     /// Session tickets and their keys, and the fleet's store.
-    fleet: Arc<terminus_fleet::tickets::TicketMetrics>,
+    fleet: Arc<terminus_fleet::Fleet>,
 }
 
 /// Completed handshakes by version, suite and key type: label values seen at run time
@@ -201,7 +201,7 @@ impl Metrics {
         pool: Option<Arc<ThreadPool>>,
         machine: Arc<Machine>,
         proxy: Arc<ProxyMetrics>,
-        fleet: Arc<terminus_fleet::tickets::TicketMetrics>,
+        fleet: Arc<terminus_fleet::Fleet>,
     ) -> Self {
         Self {
             connections_open: Gauge::new(

@@ -91,8 +91,10 @@ pub struct LoadArgs {
     allow_remote: bool,
     /// Connect to IP instead of resolving the URL's host, which still names the server
     /// (SNI, Host): to load a virtual host without a DNS entry, as curl's --resolve.
+    /// Repeat it to spread new connections over several servers in turn (a fleet behind
+    /// a round-robin balancer).
     #[arg(long, value_name = "IP")]
-    address: Option<std::net::IpAddr>,
+    address: Vec<std::net::IpAddr>,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,

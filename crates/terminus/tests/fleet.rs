@@ -6,10 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::*;
+use terminus_testkit::{runs_here, Need};
 
 /// One server with an ECDSA certificate, `extra` before it (`[tls]`, `[fleet]`).
 fn server(dir: &TestDir, extra: &str) -> Server {
@@ -141,4 +142,380 @@ fn bad_ticket_key_settings_name_their_line() {
             "{setting}: {text}"
         );
     }
+}
+
+/// A redis-server of the test's own on a loopback port, killed (by its PID) when dropped.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts one on `port` (0: a free one), empty, persisting nothing; `None` (the skip
+    /// reported) where redis-server is not installed.
+    fn start(port: u16) -> Option<Redis> {
+        let installed = Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !runs_here(
+            Need::Redis,
+            installed,
+            "redis-server is not installed (apt-get install redis-server)",
+        ) {
+            return None;
+        }
+        let port = if port == 0 { free_port() } else { port };
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let redis = Redis { child, port };
+        eventually(Duration::from_secs(10), "redis answering", || {
+            redis.cli(&["PING"]).trim() == "PONG"
+        });
+        Some(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// `redis-cli` against it; stdout, raw.
+    fn cli(&self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.cli_bytes(args)).into_owned()
+    }
+
+    fn cli_bytes(&self, args: &[&str]) -> Vec<u8> {
+        Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--raw"])
+            .args(args)
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Three instances sharing `redis`, on 127.0.0.1, .2 and .3 at one port (so that
+/// `terminus load --address` can spread connections over them), one worker each.
+struct Fleet {
+    instances: Vec<Server>,
+    port: u16,
+    _dir: TestDir,
+}
+
+const KEK: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+impl Fleet {
+    fn start(redis: &Redis, extra: &str) -> Fleet {
+        let dir = TestDir::new("fleet");
+        let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+        dir.write("www/index.html", "hi\n");
+        let key_file = dir.write("fleet.key", format!("{KEK}\n"));
+        let port = free_port();
+        let instances = (1..=3)
+            .map(|i| {
+                let conf = dir.write(
+                    &format!("terminus-{i}.toml"),
+                    format!(
+                        "listen = [\"127.0.0.{i}:{port}\"]\nworkers = 1\n{extra}\n[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"200ms\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+                        redis.url(),
+                        key_file.display(),
+                        dir.path("www").display(),
+                        pair.cert.display(),
+                        pair.key.display()
+                    ),
+                );
+                Server::start_with(
+                    &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+                    false,
+                )
+            })
+            .collect();
+        let fleet = Fleet {
+            instances,
+            port,
+            _dir: dir,
+        };
+        fleet.wait_for_the_store();
+        fleet
+    }
+
+    fn wait_for_the_store(&self) {
+        eventually(
+            Duration::from_secs(10),
+            "every instance on the store",
+            || {
+                self.instances
+                    .iter()
+                    .all(|s| s.metric("terminus_fleet_store_up", &[]) == 1.0)
+            },
+        );
+    }
+
+    fn sum(&self, name: &str, labels: &[&str]) -> f64 {
+        self.instances.iter().map(|s| s.metric(name, labels)).sum()
+    }
+
+    /// `terminus load` over the three in turn, new connections resuming sessions.
+    fn load(&self, connections: u32, seconds: u32, tls: &str) -> serde_json::Value {
+        let out = run(Command::new(terminus_bin()).args([
+            "load",
+            &format!("https://localhost:{}/index.html", self.port),
+            "--address",
+            "127.0.0.1",
+            "--address",
+            "127.0.0.2",
+            "--address",
+            "127.0.0.3",
+            "-c",
+            &connections.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+            "--new-connection",
+            "--resume",
+            "-k",
+            "--tls",
+            tls,
+            "--json",
+        ]));
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// A saved session's ticket key name from instance `i`.
+fn session_key_name(fleet: &Fleet, i: usize, dir: &TestDir) -> String {
+    let sess = dir.path(&format!("s{i}-{}.pem", Instant::now().elapsed().as_nanos()));
+    save_session(&fleet.instances[i], "-tls1_3", &sess);
+    ticket_key_name(&sess)
+}
+
+#[test]
+fn a_session_from_one_instance_resumes_on_the_others() {
+    let _alone = exclusive();
+    let Some(redis) = Redis::start(0) else { return };
+    let fleet = Fleet::start(&redis, "");
+    let dir = TestDir::new("fleet-sessions");
+    for version in ["-tls1_3", "-tls1_2"] {
+        let sess = dir.path("a.pem");
+        save_session(&fleet.instances[0], version, &sess);
+        for other in &fleet.instances[1..] {
+            assert_eq!(
+                resume(other, version, &sess),
+                "Reused",
+                "{version} on {}",
+                other.addr
+            );
+        }
+    }
+    // A rustls client spread over the three: every connection but the first few resumes.
+    for tls in ["1.3", "1.2"] {
+        let r = fleet.load(10, 2, tls);
+        let (handshakes, resumed) = (
+            r["handshakes"].as_f64().unwrap(),
+            r["resumed_handshakes"].as_f64().unwrap(),
+        );
+        assert!(r["errors"].as_object().unwrap().is_empty(), "{r:#}");
+        assert!(
+            resumed >= (handshakes - 10.0) * 0.99,
+            "TLS {tls}: {resumed} of {handshakes} resumed across the fleet: {r:#}"
+        );
+    }
+    for s in &fleet.instances {
+        assert!(
+            s.metric("terminus_tickets_opened_total", &[]) > 10.0,
+            "{} opened the others' tickets",
+            s.addr
+        );
+        assert_eq!(
+            s.metric("terminus_ticket_keys_made_locally_total", &[]),
+            0.0
+        );
+    }
+}
+
+#[test]
+fn keys_in_the_store_are_wrapped_and_rotate_under_load_without_a_dip() {
+    let _alone = exclusive();
+    let Some(redis) = Redis::start(0) else { return };
+    let fleet = Fleet::start(
+        &redis,
+        "[tls]\nticket_keys = { rotate = \"2s\", keep = 2 }\n",
+    );
+    let dir = TestDir::new("fleet-rotate");
+    let first = session_key_name(&fleet, 0, &dir);
+    // Entries are the key wrapped: 76 bytes (nonce, name and key sealed, tag) in which
+    // the name tickets carry does not appear.
+    let names = redis.cli(&["KEYS", "terminus:ticket-key:2:*"]);
+    let entries: Vec<&str> = names.lines().collect();
+    assert!(
+        entries.len() >= 2,
+        "the current and next epochs' keys: {names}"
+    );
+    for entry in &entries {
+        let mut value = redis.cli_bytes(&["GET", entry]);
+        assert_eq!(value.pop(), Some(b'\n'));
+        assert_eq!(value.len(), 76, "{entry}");
+        let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+        assert!(
+            !hex.contains(&first),
+            "{entry} holds the key name in the clear"
+        );
+        let ttl: u64 = redis.cli(&["TTL", entry]).trim().parse().unwrap();
+        assert!((1..=8).contains(&ttl), "{entry} lives {ttl} s");
+    }
+    // Load across the fleet through three rotations: no dip in the resumed share.
+    let r = fleet.load(10, 7, "1.3");
+    let (handshakes, resumed) = (
+        r["handshakes"].as_f64().unwrap(),
+        r["resumed_handshakes"].as_f64().unwrap(),
+    );
+    assert!(r["errors"].as_object().unwrap().is_empty(), "{r:#}");
+    assert!(
+        resumed >= (handshakes - 10.0) * 0.98,
+        "{resumed} of {handshakes} resumed through rotations: {r:#}"
+    );
+    let later = session_key_name(&fleet, 1, &dir);
+    assert_ne!(later, first, "tickets name a new key after rotating");
+    // Every instance sealed with the store's keys: none had to make its own.
+    assert_eq!(
+        fleet.sum("terminus_ticket_keys_made_locally_total", &[]),
+        0.0
+    );
+    assert!(fleet.sum("terminus_tickets_opened_total", &["key=\"previous\""]) > 0.0);
+}
+
+#[test]
+fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns_empty() {
+    let _alone = exclusive();
+    let Some(mut redis) = Redis::start(0) else {
+        return;
+    };
+    let fleet = Fleet::start(&redis, "");
+    let dir = TestDir::new("fleet-outage");
+    let before = session_key_name(&fleet, 0, &dir);
+    let port = redis.port;
+    let load = {
+        let fleet_port = fleet.port;
+        std::thread::spawn(move || {
+            let out = run(Command::new(terminus_bin()).args([
+                "load",
+                &format!("https://localhost:{fleet_port}/index.html"),
+                "--address",
+                "127.0.0.1",
+                "--address",
+                "127.0.0.2",
+                "--address",
+                "127.0.0.3",
+                "-c",
+                "10",
+                "-d",
+                "5s",
+                "--new-connection",
+                "--resume",
+                "-k",
+                "--json",
+            ]));
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    // Killed by its PID mid-load.
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    eventually(
+        Duration::from_secs(5),
+        "every instance seeing the store gone",
+        || {
+            fleet
+                .instances
+                .iter()
+                .all(|s| s.metric("terminus_fleet_store_up", &[]) == 0.0)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let r = load.join().unwrap();
+    let (handshakes, resumed) = (
+        r["handshakes"].as_f64().unwrap(),
+        r["resumed_handshakes"].as_f64().unwrap(),
+    );
+    assert!(
+        r["errors"].as_object().unwrap().is_empty(),
+        "handshakes failed with the store gone: {r:#}"
+    );
+    assert!(
+        resumed >= (handshakes - 10.0) * 0.99,
+        "{resumed} of {handshakes} resumed across the fleet with the store gone: {r:#}"
+    );
+    assert_eq!(session_key_name(&fleet, 2, &dir), before, "the keys held");
+    // Back, empty, on the same port: within a poll period or two every instance seals
+    // with one new key.
+    redis = Redis::start(port).expect("redis-server again");
+    let back = Instant::now();
+    fleet.wait_for_the_store();
+    let names: Vec<String> = (0..3).map(|i| session_key_name(&fleet, i, &dir)).collect();
+    assert!(
+        names.iter().all(|n| n == &names[0]) && names[0] != before,
+        "one new key for the fleet {:?} after the store came back: {names:?} (before {before})",
+        back.elapsed()
+    );
+    drop(redis);
+}
+
+#[test]
+fn check_reaches_the_store_and_names_a_key_file_that_does_not_open_its_keys() {
+    let _alone = exclusive();
+    let Some(redis) = Redis::start(0) else { return };
+    let fleet = Fleet::start(&redis, "");
+    drop(fleet);
+    let dir = TestDir::new("fleet-check");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let check = |url: &str, kek: &str| {
+        let key = dir.write("other.key", kek);
+        let conf = config(
+            &dir,
+            &pair,
+            &format!(
+                "[fleet]\nstore = \"{url}\"\nkey_file = \"{}\"\n",
+                key.display()
+            ),
+        );
+        let out =
+            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, text) = check(&redis.url(), KEK);
+    assert!(ok, "{text}");
+    let (ok, text) = check(&redis.url(), &"ab".repeat(32));
+    assert!(
+        !ok && text.contains("does not open with key_file"),
+        "{text}"
+    );
+    let (ok, text) = check(&format!("redis://127.0.0.1:{}/0", free_port()), KEK);
+    assert!(!ok && text.contains("[fleet]"), "{text}");
+    let (ok, text) = check(&redis.url(), "short");
+    assert!(!ok && text.contains("64 hexadecimal digits"), "{text}");
 }

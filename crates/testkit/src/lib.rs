@@ -50,6 +50,8 @@ pub enum Need {
     TestsslGrade,
     /// bpftrace, run as root where uprobes attach (`.ci/run` installs Debian's).
     Bpftrace,
+    /// redis-server, the fleet's store (`.ci/run` installs Debian's).
+    Redis,
 }
 
 impl Need {
@@ -64,6 +66,7 @@ impl Need {
             Need::Testssl => "testssl",
             Need::TestsslGrade => "testssl-grade",
             Need::Bpftrace => "bpftrace",
+            Need::Redis => "redis",
         }
     }
 }

@@ -160,6 +160,8 @@ pub struct Config {
     pub tls: TlsSettings,
     /// `tls.ticket_keys`: how the session-ticket keys rotate.
     pub ticket_keys: terminus_fleet::tickets::Rotation,
+    /// `[fleet]`: the store the ticket keys are shared through, if any.
+    pub fleet: Option<terminus_fleet::store::StoreSettings>,
     pub crypto_backend: BackendChoice,
     pub crypto_threads: usize,
     pub crypto_queue_capacity: usize,

@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use terminus_fleet::store::StoreSettings;
 use terminus_fleet::tickets::Rotation;
 use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
@@ -294,6 +295,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         listen,
         tls: resolve_tls(raw, ctx)?,
         ticket_keys: resolve_ticket_keys(raw, ctx)?,
+        fleet: resolve_fleet(raw, ctx, &resolve_path)?,
         crypto_backend,
         crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
         crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),
@@ -438,6 +440,67 @@ fn resolve_tls(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<TlsSettings, ConfigErr
     tls.session_cache = t.session_cache.unwrap_or(256 * 1024);
     tls.prefer_server_ciphers = t.prefer_server_ciphers.unwrap_or(true);
     Ok(tls)
+}
+
+/// `[fleet]`: where the store is and the files that open it (read at start).
+fn resolve_fleet(
+    raw: &ConfigFile,
+    ctx: &Ctx<'_>,
+    resolve_path: &dyn Fn(&str) -> PathBuf,
+) -> Result<Option<StoreSettings>, ConfigError> {
+    let Some(section) = &raw.fleet else {
+        return Ok(None);
+    };
+    let f = section.get_ref();
+    let at = Some(section.span());
+    let Some(url) = &f.store else {
+        return Err(ctx.err(
+            at,
+            "[fleet] needs store",
+            Some("store = \"redis://127.0.0.1:6379/0\" (or rediss:// for TLS)".to_owned()),
+        ));
+    };
+    if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+        return Err(ctx.err(
+            at,
+            format!("[fleet] store {url:?} is not a redis:// or rediss:// URL"),
+            Some("store = \"redis://HOST:PORT/DB\"".to_owned()),
+        ));
+    }
+    let Some(key_file) = &f.key_file else {
+        return Err(ctx.err(
+            at,
+            "[fleet] needs key_file: ticket keys are kept in the store wrapped under it",
+            Some(
+                "make one with `openssl rand -hex 32 > fleet.key`, the same file on every instance"
+                    .to_owned(),
+            ),
+        ));
+    };
+    let poll = match &f.poll {
+        None => StoreSettings::POLL,
+        Some(p) => parse_duration(p).filter(|d| !d.is_zero()).ok_or_else(|| {
+            ctx.err(
+                Some(section.span()),
+                format!("[fleet] poll = {p:?} is not a duration"),
+                Some("e.g. poll = \"1s\"".to_owned()),
+            )
+        })?,
+    };
+    if f.ca.is_some() && !url.starts_with("rediss://") {
+        return Err(ctx.err(at, "[fleet] ca is for a rediss:// (TLS) store", None));
+    }
+    Ok(Some(StoreSettings {
+        url: url.clone(),
+        key_file: resolve_path(key_file),
+        password_file: f.password_file.as_deref().map(resolve_path),
+        ca: f.ca.as_deref().map(resolve_path),
+        prefix: f
+            .prefix
+            .clone()
+            .unwrap_or_else(|| StoreSettings::PREFIX.to_owned()),
+        poll,
+    }))
 }
 
 /// `tls.ticket_keys`: how the session-ticket keys rotate.

@@ -42,6 +42,19 @@ pub struct ConfigFile {
     pub stream: Vec<StreamSection>,
     #[serde(default)]
     pub tenant: Vec<TenantSection>,
+    pub fleet: Option<Spanned<FleetSection>>,
+}
+
+/// `[fleet]`: the store instances share ticket keys through.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSection {
+    pub store: Option<String>,
+    pub key_file: Option<String>,
+    pub password_file: Option<String>,
+    pub ca: Option<String>,
+    pub prefix: Option<String>,
+    pub poll: Option<String>,
 }
 
 /// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.

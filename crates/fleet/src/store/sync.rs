@@ -1,0 +1,256 @@
+//! Keeps an instance's key ring in step with the store, on the fleet's own thread.
+//!
+//! Each round reads the entries of every epoch the ring holds in one `MGET`, takes the
+//! keys it has not seen, and creates the current and next epochs' entries where they are
+//! missing (`SET NX`: of instances racing, one writes and the others read its key), so
+//! every key is in the store a period before anyone seals with it. A round runs every
+//! `poll`, and at once when another instance announces an entry on the channel. The
+//! channel alone would not do: messages sent while a subscriber reconnects are lost.
+//!
+//! When the store cannot be reached the instance goes on with the keys it holds, says so
+//! once, and retries with a growing pause; past the last key's epoch the ticketer makes
+//! keys of its own (resumption across instances suffers, handshakes never fail). When the
+//! store is back, even empty, the first round puts (or finds) one key for the current
+//! epoch, and every instance seals with it after its next round.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisResult};
+use terminus_metrics::{Counter, Exposition, Gauge, Render};
+use tokio::sync::watch;
+
+use super::keys::KeyEntries;
+use crate::tickets::key::{hex, Kek, KeyMaterial};
+use crate::tickets::{Clock, Ring};
+
+/// What the key sync saw of the store.
+#[derive(Debug)]
+pub struct StoreMetrics {
+    up: Gauge,
+    round_trips: Counter,
+    errors: Counter,
+    foreign: Counter,
+    received: Counter,
+    created: Counter,
+}
+
+impl StoreMetrics {
+    fn new() -> Self {
+        Self {
+            up: Gauge::new(
+                "terminus_fleet_store_up",
+                "1 while the fleet's store answers, 0 while this instance serves with the keys it holds.",
+            ),
+            round_trips: Counter::new(
+                "terminus_fleet_store_round_trips_total",
+                "Commands (or pipelines) sent to the fleet's store.",
+            ),
+            errors: Counter::new(
+                "terminus_fleet_store_errors_total",
+                "Connections to the fleet's store that failed or broke.",
+            ),
+            foreign: Counter::new(
+                "terminus_fleet_store_unreadable_keys_total",
+                "Ticket key entries in the store that do not open with this instance's key_file.",
+            ),
+            received: Counter::new(
+                "terminus_ticket_keys_received_total",
+                "Ticket keys taken from the fleet's store.",
+            ),
+            created: Counter::new(
+                "terminus_ticket_keys_created_total",
+                "Ticket keys this instance made and put in the fleet's store.",
+            ),
+        }
+    }
+
+    /// Whether the store answered last time.
+    pub fn up(&self) -> bool {
+        self.up.get() == 1
+    }
+}
+
+impl Render for StoreMetrics {
+    fn render(&self, out: &mut Exposition) {
+        for series in [
+            &self.round_trips as &dyn Render,
+            &self.errors,
+            &self.foreign,
+            &self.received,
+            &self.created,
+            &self.up,
+        ] {
+            series.render(out);
+        }
+    }
+}
+
+/// One instance's side of the keys in the store.
+pub struct KeySync {
+    entries: KeyEntries,
+    kek: Kek,
+    ring: Arc<RwLock<Ring>>,
+    clock: Clock,
+    metrics: Arc<StoreMetrics>,
+}
+
+impl KeySync {
+    /// Syncs `ring` with the entries `entries` names, wrapped under `kek`.
+    pub fn new(entries: KeyEntries, kek: Kek, ring: Arc<RwLock<Ring>>, clock: Clock) -> Self {
+        Self {
+            entries,
+            kek,
+            ring,
+            clock,
+            metrics: Arc::new(StoreMetrics::new()),
+        }
+    }
+
+    /// Its counters.
+    pub fn metrics(&self) -> Arc<StoreMetrics> {
+        self.metrics.clone()
+    }
+
+    /// One round (see the module documentation).
+    pub async fn round(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let unix = (self.clock)();
+        let now = self
+            .ring
+            .read()
+            .expect("ticket ring lock")
+            .rotation()
+            .epoch_at(unix);
+        let epochs: Vec<u64> = self.entries.held(now).collect();
+        let names: Vec<String> = epochs.iter().map(|e| self.entries.name(*e)).collect();
+        self.metrics.round_trips.inc();
+        let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+        for ((epoch, name), value) in epochs.iter().zip(&names).zip(found) {
+            match value {
+                Some(wrapped) => self.take(*epoch, name, &wrapped, now),
+                None if *epoch >= now => self.create(*epoch, name, unix, now, conn).await?,
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the key in `wrapped`, `name`'s entry, into the ring.
+    fn take(&self, epoch: u64, name: &str, wrapped: &[u8], now: u64) {
+        let Some(material) = KeyMaterial::unwrap(&self.kek, name.as_bytes(), wrapped) else {
+            if self.metrics.foreign.get() == 0 {
+                tracing::error!("fleet: ticket key {name} in the store does not open with this instance's key_file: every instance of a fleet needs the same key_file");
+            }
+            self.metrics.foreign.inc();
+            return;
+        };
+        let mut ring = self.ring.write().expect("ticket ring lock");
+        if ring.insert_shared(epoch, &material, now) {
+            self.metrics.received.inc();
+            tracing::debug!(
+                "fleet: ticket key {} for epoch {epoch}",
+                hex(&material.name())
+            );
+        }
+    }
+
+    /// Makes `epoch`'s entry, or takes the one another instance made first.
+    async fn create(
+        &self,
+        epoch: u64,
+        name: &str,
+        unix: u64,
+        now: u64,
+        conn: &mut MultiplexedConnection,
+    ) -> RedisResult<()> {
+        let material = KeyMaterial::generate();
+        let wrapped = material.wrap(&self.kek, name.as_bytes());
+        self.metrics.round_trips.inc();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(name)
+            .arg(&wrapped)
+            .arg("NX")
+            .arg("EX")
+            .arg(self.entries.ttl(epoch, unix))
+            .query_async(conn)
+            .await?;
+        if set.is_some() {
+            self.metrics.created.inc();
+            self.take(epoch, name, &wrapped, now);
+            self.metrics.round_trips.inc();
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(self.entries.channel())
+                .arg(epoch)
+                .query_async(conn)
+                .await?;
+        } else {
+            self.metrics.round_trips.inc();
+            let theirs: Option<Vec<u8>> = redis::cmd("GET").arg(name).query_async(conn).await?;
+            if let Some(wrapped) = theirs {
+                self.take(epoch, name, &wrapped, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rounds until `stop`, reconnecting (with a pause growing to 5 s) whenever the
+    /// store goes away.
+    pub async fn run(self, client: Client, poll: Duration, mut stop: watch::Receiver<bool>) {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let result = tokio::select! {
+                r = self.session(&client, poll) => r,
+                _ = stop.changed() => return,
+            };
+            if let Err(e) = result {
+                self.metrics.errors.inc();
+                if self.metrics.up() || self.metrics.errors.get() == 1 {
+                    tracing::warn!("fleet: the store is unreachable ({e}); serving with the ticket keys held, retrying");
+                }
+                self.metrics.up.add(-self.metrics.up.get());
+            }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => return,
+            }
+            pause = (pause * 2).min(Duration::from_secs(5));
+            if self.metrics.up() {
+                pause = Duration::from_millis(100);
+            }
+        }
+    }
+
+    /// One connection's life: subscribe, then a round every `poll` or on news.
+    async fn session(&self, client: &Client, poll: Duration) -> RedisResult<()> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(1)));
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(self.entries.channel()).await?;
+        let mut news = pubsub.on_message();
+        self.round(&mut conn).await?;
+        if !self.metrics.up() {
+            tracing::info!("fleet: the store answers; ticket keys shared");
+            self.metrics.up.add(1 - self.metrics.up.get());
+        }
+        loop {
+            tokio::select! {
+                message = news.next() => {
+                    if message.is_none() {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "the subscription closed",
+                        )));
+                    }
+                }
+                () = tokio::time::sleep(poll) => {}
+            }
+            self.round(&mut conn).await?;
+        }
+    }
+}
