@@ -7,17 +7,21 @@
 //!   from the store.
 //! - [`store`]: the store (Redis), its settings, and the thread that keeps an instance's
 //!   keys in step with it.
+//! - [`shares`]: tenants' quotas as the fleet's, each instance enforcing its share.
 //! - [`Fleet`]: an instance's membership, started once per process and kept across
 //!   reloads.
 
+pub mod shares;
 pub mod store;
 pub mod tickets;
 
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
 
 use terminus_metrics::{Exposition, Render};
 use tokio::sync::watch;
 
+use shares::{Quotas, ShareMetrics, ShareSync, TenantView};
 use store::keys::KeyEntries;
 use store::sync::{KeySync, StoreMetrics};
 use store::StoreSettings;
@@ -28,6 +32,7 @@ pub struct Fleet {
     ticketer: Arc<Ticketer>,
     tickets: Arc<TicketMetrics>,
     store: Option<Arc<StoreMetrics>>,
+    shares: Option<Arc<Mutex<BTreeMap<String, TenantView>>>>,
     /// Dropping it stops the store's thread.
     _stop: Option<watch::Sender<bool>>,
 }
@@ -45,7 +50,11 @@ impl Fleet {
     /// shared through it by a thread started here (`fleet-store`). Fails only on
     /// settings that cannot work (unreadable files, a bad URL); an unreachable store is
     /// retried in the background.
-    pub fn start(rotation: Rotation, store: Option<&StoreSettings>) -> Result<Self, String> {
+    pub fn start(
+        rotation: Rotation,
+        store: Option<&StoreSettings>,
+        quotas: Option<Arc<dyn Quotas>>,
+    ) -> Result<Self, String> {
         let ring = Arc::new(RwLock::new(Ring::new(rotation)));
         let clock = system_clock();
         let ticketer = Arc::new(Ticketer::new(ring.clone(), clock.clone()));
@@ -55,6 +64,7 @@ impl Fleet {
                 ticketer,
                 tickets,
                 store: None,
+                shares: None,
                 _stop: None,
             });
         };
@@ -66,6 +76,8 @@ impl Fleet {
             clock,
         );
         let metrics = sync.metrics();
+        let shares = quotas.map(|q| ShareSync::new(instance_id(), &settings.prefix, q));
+        let view = shares.as_ref().map(ShareSync::view);
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -74,7 +86,7 @@ impl Fleet {
         let poll = settings.poll;
         std::thread::Builder::new()
             .name("fleet-store".into())
-            .spawn(move || runtime.block_on(sync.run(client, poll, stopped)))
+            .spawn(move || runtime.block_on(sync.run(client, poll, shares, stopped)))
             .map_err(|e| format!("the fleet's thread: {e}"))?;
         tracing::info!(
             "fleet: ticket keys shared through {} (prefix {:?})",
@@ -85,8 +97,16 @@ impl Fleet {
             ticketer,
             tickets,
             store: Some(metrics),
+            shares: view,
             _stop: Some(stop),
         })
+    }
+
+    /// What this instance knows of the fleet's quotas, tenant by tenant (`None` without
+    /// a store).
+    pub fn shares(&self) -> Option<std::collections::BTreeMap<String, TenantView>> {
+        let view = self.shares.as_ref()?;
+        Some(view.lock().expect("fleet view lock").clone())
     }
 
     /// The ticketer every TLS configuration of this process seals tickets with.
@@ -101,7 +121,17 @@ impl Render for Fleet {
         if let Some(store) = &self.store {
             store.render(out);
         }
+        if let Some(view) = &self.shares {
+            ShareMetrics(view.clone()).render(out);
+        }
     }
+}
+
+/// A name for this instance in the store: random, new at every start.
+fn instance_id() -> String {
+    let mut bytes = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut bytes).expect("the system CSPRNG");
+    tickets::key::hex(&bytes)
 }
 
 /// `terminus check`'s look at a store: it answers, and the ticket keys in it open with

@@ -123,7 +123,7 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             self_signed: &self_signed,
             proxy_metrics: &terminus_proxy::ProxyMetrics::default(),
             tenants: &machine.tenants,
-            tickets: Fleet::start(config.ticket_keys, None)
+            tickets: Fleet::start(config.ticket_keys, None, None)
                 .map_err(StartError::Fleet)?
                 .ticketer(),
         },
@@ -158,7 +158,12 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let backend = resolve_backend(config.crypto_backend)?;
     let machine = Arc::new(Machine::new(backend, config.workers));
     let fleet = Arc::new(
-        Fleet::start(config.ticket_keys, config.fleet.as_ref()).map_err(StartError::Fleet)?,
+        Fleet::start(
+            config.ticket_keys,
+            config.fleet.as_ref(),
+            Some(Arc::new(capacity::FleetQuotas(machine.tenants.clone()))),
+        )
+        .map_err(StartError::Fleet)?,
     );
     let kept = Kept {
         self_signed: &self_signed,

@@ -226,8 +226,13 @@ const KEK: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccdde
 
 impl Fleet {
     fn start(redis: &Redis, extra: &str) -> Fleet {
+        Self::start_with(redis, extra, KeyKind::EcdsaP256, "")
+    }
+
+    /// [`Fleet::start`] with a `key` of another kind and `server` lines in the server.
+    fn start_with(redis: &Redis, extra: &str, key: KeyKind, server: &str) -> Fleet {
         let dir = TestDir::new("fleet");
-        let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+        let pair = make_cert(&dir.0, "k", key, &["localhost"]);
         dir.write("www/index.html", "hi\n");
         let key_file = dir.write("fleet.key", format!("{KEK}\n"));
         let port = free_port();
@@ -236,7 +241,7 @@ impl Fleet {
                 let conf = dir.write(
                     &format!("terminus-{i}.toml"),
                     format!(
-                        "listen = [\"127.0.0.{i}:{port}\"]\nworkers = 1\n{extra}\n[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"200ms\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+                        "listen = [\"127.0.0.{i}:{port}\"]\nworkers = 1\n{extra}\n[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"200ms\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n{server}\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
                         redis.url(),
                         key_file.display(),
                         dir.path("www").display(),
@@ -518,4 +523,101 @@ fn check_reaches_the_store_and_names_a_key_file_that_does_not_open_its_keys() {
     assert!(!ok && text.contains("[fleet]"), "{text}");
     let (ok, text) = check(&redis.url(), "short");
     assert!(!ok && text.contains("64 hexadecimal digits"), "{text}");
+}
+
+/// Full handshakes offered to instance `i` of `fleet` at `rate` a second for `seconds`.
+fn offer(
+    fleet: &Fleet,
+    i: usize,
+    rate: u32,
+    seconds: u32,
+) -> std::thread::JoinHandle<serde_json::Value> {
+    let url = format!("https://localhost:{}/index.html", fleet.port);
+    let address = format!("127.0.0.{}", i + 1);
+    std::thread::spawn(move || {
+        let out = run(Command::new(terminus_bin()).args([
+            "load",
+            &url,
+            "--address",
+            &address,
+            "--rate",
+            &rate.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+            "--new-connection",
+            "-k",
+            "--tls",
+            "1.3",
+            "--json",
+        ]));
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    })
+}
+
+/// Offers `rates` (handshakes/s) to the three instances for `seconds`; returns the ACU
+/// the fleet charged tenant t from `skip` seconds in to `skip + window`.
+fn charged_over(fleet: &Fleet, rates: [u32; 3], seconds: u32, skip: f64, window: f64) -> f64 {
+    let loads: Vec<_> = (0..3).map(|i| offer(fleet, i, rates[i], seconds)).collect();
+    std::thread::sleep(Duration::from_secs_f64(skip));
+    let before = fleet.sum("terminus_tenant_acu_total", &["tenant=\"t\""]);
+    std::thread::sleep(Duration::from_secs_f64(window));
+    let after = fleet.sum("terminus_tenant_acu_total", &["tenant=\"t\""]);
+    for l in loads {
+        l.join().unwrap();
+    }
+    after - before
+}
+
+/// One tenant, `acu = 100` for the whole fleet, RSA-2048 handshakes (about 1.1 ACU each):
+/// offered half its quota, nothing is refused; offered twice its quota split 60/30/10
+/// over the three instances, the fleet charges it its quota ±5%; all the load moved to
+/// one instance, that one gets most of the quota; with the store gone, the fleet stays at
+/// or under the quota.
+#[test]
+fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
+    let _alone = exclusive();
+    let Some(mut redis) = Redis::start(0) else {
+        return;
+    };
+    let fleet = Fleet::start_with(
+        &redis,
+        "[tls]\nsession_tickets = false\nsession_cache = 0\n[[tenant]]\nname = \"t\"\ncapacity = { acu = 100 }\nover_quota = \"refuse\"\n",
+        KeyKind::Rsa(2048),
+        "tenant = \"t\"",
+    );
+    let acu = |s: &Server, what: &str| {
+        s.metric(
+            "terminus_tenant_handshakes_refused_total",
+            &["tenant=\"t\"", what],
+        )
+    };
+    let refused = || fleet.instances.iter().map(|s| acu(s, "")).sum::<f64>();
+    // Half the quota (about 45 handshakes/s), 60/30/10: within its shares everywhere.
+    let charged = charged_over(&fleet, [27, 14, 4], 4, 1.0, 2.0);
+    assert!(charged > 50.0, "{charged} ACU in 2 s at half of 100 ACU/s");
+    assert_eq!(refused(), 0.0, "refused under the fleet's quota");
+    // Twice the quota, 60/30/10, over 10 s: held to 1,000 ACU ±5%.
+    let charged = charged_over(&fleet, [109, 55, 18], 12, 1.5, 10.0);
+    assert!(
+        (950.0..=1050.0).contains(&charged),
+        "the fleet charged {charged:.0} ACU in 10 s against a quota of 100 ACU/s"
+    );
+    assert!(refused() > 0.0);
+    // All of it to the third instance (which had a tenth): its share follows.
+    let load = offer(&fleet, 2, 182, 4);
+    eventually(
+        Duration::from_secs(3),
+        "the third instance's share following its load",
+        || fleet.instances[2].metric("terminus_tenant_fleet_share", &["tenant=\"t\""]) > 0.8,
+    );
+    load.join().unwrap();
+    // The store gone: shares held, then an even split; the fleet stays under the quota.
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let charged = charged_over(&fleet, [109, 55, 18], 8, 2.0, 5.0);
+    assert!(
+        charged <= 525.0,
+        "with the store gone the fleet charged {charged:.0} ACU in 5 s against a quota of 100 ACU/s"
+    );
 }

@@ -46,6 +46,16 @@ impl Meter {
         self.tat = self.tat.max(now) + units / self.rate;
     }
 
+    /// Changes the rate to `rate` at `now`, keeping what is owed: the units used ahead
+    /// of the old rate are owed at the new one (a share of a fleet's quota that moves
+    /// neither forgives a burst nor punishes one twice).
+    pub(crate) fn rescale(&mut self, now: f64, rate: f64) {
+        if self.tat > now {
+            self.tat = now + (self.tat - now) * self.rate / rate;
+        }
+        self.rate = rate;
+    }
+
     /// Corrects what was charged by `units` (negative: gives some back), once the true
     /// cost of a use charged at an estimate is known.
     pub(crate) fn adjust(&mut self, units: f64) {
@@ -100,6 +110,19 @@ mod tests {
         // Waiting no longer than 0.15 s: the second waiter is refused, so uses going
         // through stay at the rate however many wait.
         assert!(meter.wait(0.0) > 0.15);
+    }
+
+    #[test]
+    fn a_rescaled_meter_keeps_what_is_owed_in_units() {
+        let mut meter = Meter::new(100.0, 0.0);
+        meter.charge(0.0, 50.0);
+        assert!((meter.wait(0.0) - 0.5).abs() < 1e-9);
+        // Half the rate: the 50 units owed take twice as long.
+        meter.rescale(0.0, 50.0);
+        assert!((meter.wait(0.0) - 1.0).abs() < 1e-9);
+        // Past the debt, a new rate changes nothing owed.
+        meter.rescale(2.0, 10.0);
+        assert_eq!(meter.wait(2.0), 0.0);
     }
 
     #[test]

@@ -253,6 +253,9 @@ pub struct TenantAccount {
     state: Mutex<State>,
     /// Micro-ACU charged, by [`Class`].
     used: [AtomicU64; 3],
+    /// Micro-ACU asked for: every metered arrival's estimate, admitted or refused (a
+    /// fleet shares a quota by it).
+    offered: AtomicU64,
     /// Requests computed, by [`Operation`].
     ops: [AtomicU64; Operation::COUNT],
     /// Handshakes admitted, by [`Class`].
@@ -272,6 +275,8 @@ pub struct TenantAccount {
 
 struct State {
     quota: Option<Quota>,
+    /// This instance's share of the quota, which a fleet's quota is (1 alone).
+    share: f64,
     committed: Meter,
     peak: Meter,
     /// Bytes per second of bulk encryption (SCU), when limited.
@@ -292,15 +297,16 @@ impl TenantAccount {
         costs: Arc<RwLock<Arc<AcuCosts>>>,
         allocated: Arc<AtomicU64>,
     ) -> Self {
-        let (committed, peak) = meters(quota.as_ref());
+        let (committed, peak) = meters(quota.as_ref(), 1.0);
         Self {
             name,
             costs,
             allocated,
             epoch: Instant::now(),
             state: Mutex::new(State {
-                scu: scu_meter(quota.as_ref()),
+                scu: scu_meter(quota.as_ref(), 1.0),
                 quota,
+                share: 1.0,
                 committed,
                 peak,
                 second: 0,
@@ -308,6 +314,7 @@ impl TenantAccount {
                 last_second: 0.0,
             }),
             used: Default::default(),
+            offered: AtomicU64::new(0),
             ops: Default::default(),
             admitted: Default::default(),
             refused: Default::default(),
@@ -322,10 +329,34 @@ impl TenantAccount {
     fn set_quota(&self, quota: Option<Quota>) {
         let mut st = self.state.lock().expect("tenant lock");
         if st.quota != quota {
-            (st.committed, st.peak) = meters(quota.as_ref());
-            st.scu = scu_meter(quota.as_ref());
+            (st.committed, st.peak) = meters(quota.as_ref(), st.share);
+            st.scu = scu_meter(quota.as_ref(), st.share);
             st.quota = quota;
         }
+    }
+
+    /// Sets this instance's share of the tenant's quota (a fleet's quota, shared by its
+    /// instances): the meters run at `share` of the quota's rates from `now`, what was
+    /// used ahead of them still owed.
+    pub fn set_share(&self, now: Instant, share: f64) {
+        let share = share.clamp(1e-6, 1.0);
+        let t = now.duration_since(self.epoch).as_secs_f64();
+        let mut st = self.state.lock().expect("tenant lock");
+        if st.share == share {
+            return;
+        }
+        st.share = share;
+        let Some(q) = st.quota.clone() else { return };
+        st.committed.rescale(t, q.acu * share);
+        st.peak.rescale(t, q.acu_peak.max(q.acu) * share);
+        if let (Some(m), Some(scu)) = (st.scu.as_mut(), q.scu) {
+            m.rescale(t, scu * 1e6 / 8.0 * share);
+        }
+    }
+
+    /// This instance's share of the quota.
+    pub fn share(&self) -> f64 {
+        self.state.lock().expect("tenant lock").share
     }
 
     /// The tenant's name.
@@ -364,8 +395,9 @@ impl TenantAccount {
     /// oversubscribed batch: its own handshakes would jump the tenants' paid ones.
     pub(crate) fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
         let costs = self.costs.read().expect("costs lock");
-        let weight = match &self.state.lock().expect("tenant lock").quota {
-            Some(q) => q.acu,
+        let st = self.state.lock().expect("tenant lock");
+        let weight = match &st.quota {
+            Some(q) => q.acu * st.share,
             None => {
                 let allocated = f64::from_bits(self.allocated.load(Ordering::Relaxed));
                 (costs.machine_acu() - allocated).max(UNMETERED_WEIGHT)
@@ -401,6 +433,8 @@ impl TenantAccount {
             return Admission::Now(self.hold(Class::Unmetered, arrival.estimate));
         };
         let cost = arrival.estimate;
+        self.offered
+            .fetch_add((cost * 1e6).round() as u64, Ordering::Relaxed);
         if st.committed.wait(t) == 0.0 {
             st.committed.charge(t, cost);
             st.peak.charge(t, cost);
@@ -514,6 +548,8 @@ impl TenantAccount {
         Usage {
             acu_per_s: st.last_second,
             acu: std::array::from_fn(|i| load(&self.used[i]) as f64 / 1e6),
+            offered_acu: load(&self.offered) as f64 / 1e6,
+            share: st.share,
             ops: std::array::from_fn(|i| load(&self.ops[i])),
             admitted: std::array::from_fn(|i| load(&self.admitted[i])),
             refused: std::array::from_fn(|i| load(&self.refused[i])),
@@ -546,15 +582,18 @@ impl State {
     }
 }
 
-/// An SCU quota as a meter of bytes per second (1 SCU = 1 Mbps).
-fn scu_meter(quota: Option<&Quota>) -> Option<Meter> {
+/// An SCU quota (`share` of it) as a meter of bytes per second (1 SCU = 1 Mbps).
+fn scu_meter(quota: Option<&Quota>, share: f64) -> Option<Meter> {
     let mbps = quota?.scu?;
-    Some(Meter::new(mbps * 1e6 / 8.0, BURST))
+    Some(Meter::new(mbps * 1e6 / 8.0 * share, BURST))
 }
 
-fn meters(quota: Option<&Quota>) -> (Meter, Meter) {
+fn meters(quota: Option<&Quota>, share: f64) -> (Meter, Meter) {
     let (acu, peak) = quota.map_or((1.0, 1.0), |q| (q.acu, q.acu_peak.max(q.acu)));
-    (Meter::new(acu, BURST), Meter::new(peak, BURST))
+    (
+        Meter::new(acu * share, BURST),
+        Meter::new(peak * share, BURST),
+    )
 }
 
 impl std::fmt::Debug for TenantAccount {
@@ -573,6 +612,10 @@ pub struct Usage {
     pub acu_per_s: f64,
     /// ACU charged since start, by [`Class`].
     pub acu: [f64; 3],
+    /// ACU asked for since start (estimates of every arrival, admitted or refused).
+    pub offered_acu: f64,
+    /// This instance's share of the quota.
+    pub share: f64,
     /// Requests computed, by [`Operation::ALL`]'s order.
     pub ops: [u64; Operation::COUNT],
     /// Handshakes admitted, by [`Class`].

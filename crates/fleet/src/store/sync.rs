@@ -23,6 +23,7 @@ use terminus_metrics::{Counter, Exposition, Gauge, Render};
 use tokio::sync::watch;
 
 use super::keys::KeyEntries;
+use crate::shares::{ShareSync, TICK};
 use crate::tickets::key::{hex, Kek, KeyMaterial};
 use crate::tickets::{Clock, Ring};
 
@@ -195,35 +196,49 @@ impl KeySync {
         Ok(())
     }
 
-    /// Rounds until `stop`, reconnecting (with a pause growing to 5 s) whenever the
-    /// store goes away.
-    pub async fn run(self, client: Client, poll: Duration, mut stop: watch::Receiver<bool>) {
+    /// Rounds until `stop` (and, with `shares`, a share round every [`TICK`]),
+    /// reconnecting whenever the store goes away: after 100 ms, then twice as long each
+    /// time up to a second.
+    pub async fn run(
+        self,
+        client: Client,
+        poll: Duration,
+        mut shares: Option<ShareSync>,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let mut pause = Duration::from_millis(100);
         loop {
             let result = tokio::select! {
-                r = self.session(&client, poll) => r,
+                r = self.session(&client, poll, shares.as_mut()) => r,
                 _ = stop.changed() => return,
             };
             if let Err(e) = result {
                 self.metrics.errors.inc();
                 if self.metrics.up() || self.metrics.errors.get() == 1 {
-                    tracing::warn!("fleet: the store is unreachable ({e}); serving with the ticket keys held, retrying");
+                    tracing::warn!("fleet: the store is unreachable ({e}); serving with the ticket keys and quota shares held, retrying");
+                    pause = Duration::from_millis(100);
                 }
                 self.metrics.up.add(-self.metrics.up.get());
+            }
+            if let Some(shares) = shares.as_mut() {
+                shares.outage();
             }
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 _ = stop.changed() => return,
             }
-            pause = (pause * 2).min(Duration::from_secs(5));
-            if self.metrics.up() {
-                pause = Duration::from_millis(100);
-            }
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
 
-    /// One connection's life: subscribe, then a round every `poll` or on news.
-    async fn session(&self, client: &Client, poll: Duration) -> RedisResult<()> {
+    /// One connection's life: subscribe, then a key round every `poll` or on news, and a
+    /// share round every tick.
+    async fn session(
+        &self,
+        client: &Client,
+        poll: Duration,
+        mut shares: Option<&mut ShareSync>,
+    ) -> RedisResult<()> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_secs(1)));
@@ -234,10 +249,16 @@ impl KeySync {
         pubsub.subscribe(self.entries.channel()).await?;
         let mut news = pubsub.on_message();
         self.round(&mut conn).await?;
+        if let Some(shares) = shares.as_deref_mut() {
+            shares.round(&mut conn).await?;
+        }
         if !self.metrics.up() {
-            tracing::info!("fleet: the store answers; ticket keys shared");
+            tracing::info!("fleet: the store answers; ticket keys and quotas shared");
             self.metrics.up.add(1 - self.metrics.up.get());
         }
+        let mut keys_due = tokio::time::Instant::now() + poll;
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 message = news.next() => {
@@ -247,10 +268,20 @@ impl KeySync {
                             "the subscription closed",
                         )));
                     }
+                    self.round(&mut conn).await?;
+                    keys_due = tokio::time::Instant::now() + poll;
                 }
-                () = tokio::time::sleep(poll) => {}
+                () = tokio::time::sleep_until(keys_due) => {
+                    self.round(&mut conn).await?;
+                    keys_due = tokio::time::Instant::now() + poll;
+                }
+                _ = tick.tick(), if shares.is_some() => {
+                    if let Some(shares) = shares.as_deref_mut() {
+                        self.metrics.round_trips.inc();
+                        shares.round(&mut conn).await?;
+                    }
+                }
             }
-            self.round(&mut conn).await?;
         }
     }
 }

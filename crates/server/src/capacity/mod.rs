@@ -138,3 +138,32 @@ fn unit() -> &'static Workload {
         Workload::generate(Operation::Rsa2048).expect("aws-lc generates RSA-2048 keys")
     })
 }
+
+/// The tenants' quotas as a fleet shares them: every tenant with a quota, what its
+/// clients asked for and used here, and this instance's share set back on its account.
+pub(crate) struct FleetQuotas(pub Arc<Tenants>);
+
+impl terminus_fleet::shares::Quotas for FleetQuotas {
+    fn tenants(&self) -> Vec<terminus_fleet::shares::TenantLoad> {
+        self.0
+            .all()
+            .iter()
+            .filter_map(|t| {
+                let quota = t.quota()?;
+                let usage = t.usage();
+                Some(terminus_fleet::shares::TenantLoad {
+                    name: t.name().to_owned(),
+                    offered: usage.offered_acu,
+                    used: usage.acu.iter().sum(),
+                    quota: quota.acu,
+                })
+            })
+            .collect()
+    }
+
+    fn set_share(&self, tenant: &str, share: f64) {
+        if let Some(account) = self.0.all().into_iter().find(|t| t.name() == tenant) {
+            account.set_share(std::time::Instant::now(), share);
+        }
+    }
+}
