@@ -86,7 +86,16 @@ impl Fleet {
         let poll = settings.poll;
         std::thread::Builder::new()
             .name("fleet-store".into())
-            .spawn(move || runtime.block_on(sync.run(client, poll, shares, stopped)))
+            .spawn(move || {
+                let watch = sync.metrics();
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(sync.run(client, poll, shares, stopped))
+                }));
+                if ran.is_err() {
+                    watch.stopped();
+                    tracing::error!("fleet: the store's thread stopped after a panic; ticket keys and quota shares are no longer kept in step (restart this instance)");
+                }
+            })
             .map_err(|e| format!("the fleet's thread: {e}"))?;
         tracing::info!(
             "fleet: ticket keys shared through {} (prefix {:?})",
@@ -134,20 +143,31 @@ fn instance_id() -> String {
     tickets::key::hex(&bytes)
 }
 
+/// What `terminus check` found wrong with a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreProblem {
+    /// It does not answer now: instances would start and retry (a warning).
+    Unreachable(String),
+    /// It cannot work: files, URL, or keys that do not open with the key file.
+    Wrong(String),
+}
+
 /// `terminus check`'s look at a store: it answers, and the ticket keys in it open with
 /// the key file. Returns what it found.
-pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<String, String> {
-    let (client, kek) = settings.open()?;
+pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<String, StoreProblem> {
+    let (client, kek) = settings.open().map_err(StoreProblem::Wrong)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| StoreProblem::Wrong(e.to_string()))?;
     let entries = KeyEntries::new(&settings.prefix, rotation);
     runtime.block_on(async {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
             .set_response_timeout(Some(std::time::Duration::from_secs(2)));
-        let fail = |e: redis::RedisError| format!("store {}: {e}", settings.shown());
+        let fail = |e: redis::RedisError| {
+            StoreProblem::Unreachable(format!("store {}: {e}", settings.shown()))
+        };
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -163,11 +183,11 @@ pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<Strin
         for (name, value) in names.iter().zip(found) {
             if let Some(wrapped) = value {
                 if tickets::KeyMaterial::unwrap(&kek, name.as_bytes(), &wrapped).is_none() {
-                    return Err(format!(
+                    return Err(StoreProblem::Wrong(format!(
                         "store {}: ticket key {name} does not open with key_file {}: every instance of a fleet needs the same key_file",
                         settings.shown(),
                         settings.key_file.display()
-                    ));
+                    )));
                 }
                 keys += 1;
             }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, ThreadPool};
-use terminus_fleet::Fleet;
+use terminus_fleet::{Fleet, StoreProblem};
 use terminus_tls::selfsigned;
 use terminus_tls::{KernelSupport, LoadedCert};
 use tokio::signal::unix::{signal, SignalKind};
@@ -130,9 +130,14 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
     )?;
     let mut warnings = Vec::new();
     if let Some(store) = &config.fleet {
-        let found =
-            terminus_fleet::check_store(store, config.ticket_keys).map_err(StartError::Fleet)?;
-        tracing::info!("fleet: {found}");
+        match terminus_fleet::check_store(store, config.ticket_keys) {
+            Ok(found) => tracing::info!("fleet: {found}"),
+            Err(StoreProblem::Unreachable(why)) => warnings.push(format!(
+                "{}: [fleet] {why}: instances would start with keys of their own and keep trying",
+                config.source
+            )),
+            Err(StoreProblem::Wrong(why)) => return Err(StartError::Fleet(why)),
+        }
     }
     if !config.tenants.is_empty() {
         machine.measure(&site);

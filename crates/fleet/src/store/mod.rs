@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use redis::{Client, IntoConnectionInfo, TlsCertificates};
+use zeroize::Zeroizing;
 
 use crate::tickets::key::Kek;
 
@@ -39,34 +40,51 @@ impl StoreSettings {
     /// The default `poll`.
     pub const POLL: Duration = Duration::from_secs(1);
 
-    /// The URL with any password in it hidden, for logs.
+    /// The URL with any password in it hidden, for logs: the user, if any, and `***`
+    /// in place of whatever follows the user's colon.
     pub fn shown(&self) -> String {
-        match self.url.split_once('@') {
-            Some((head, host)) => match head.rsplit_once(':') {
-                Some((user, _)) if user.contains("//") && !user.ends_with('/') => {
-                    format!("{user}:***@{host}")
-                }
-                _ => self.url.clone(),
+        let Some((scheme, rest)) = self.url.split_once("://") else {
+            return "<not a URL>".into();
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        match authority.rsplit_once('@') {
+            Some((userinfo, host)) => match userinfo.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
+                None => format!("{scheme}://{userinfo}@{host}{path}"),
             },
             None => self.url.clone(),
         }
     }
 
+    /// Why `url` cannot name a store, if it cannot (its password not shown).
+    pub fn check_url(url: &str) -> Result<(), String> {
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            return Ok(());
+        }
+        let scheme = url.split_once("://").map_or("", |(s, _)| s);
+        Err(format!(
+            "store is a redis:// or rediss:// URL, not {}",
+            if scheme.is_empty() { "this" } else { scheme }
+        ))
+    }
+
     /// The client and key-encryption key these settings name: the files read, the URL
     /// parsed; no connection yet.
     pub fn open(&self) -> Result<(Client, Kek), String> {
-        let scheme = self.url.split("://").next().unwrap_or("");
-        if !matches!(scheme, "redis" | "rediss") {
-            return Err(format!(
-                "store {:?} is not a redis:// or rediss:// URL",
-                self.shown()
-            ));
-        }
+        Self::check_url(&self.url)?;
+        let tls = self.url.starts_with("rediss://");
         let read = |path: &PathBuf, what: &str| {
-            std::fs::read(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+            std::fs::read(path)
+                .map(Zeroizing::new)
+                .map_err(|e| format!("{what} {}: {e}", path.display()))
         };
         let kek_text = read(&self.key_file, "key_file")?;
-        let kek = Kek::from_hex(&String::from_utf8_lossy(&kek_text))
+        let kek = std::str::from_utf8(&kek_text)
+            .map_err(|_| "not text".to_owned())
+            .and_then(Kek::from_hex)
             .map_err(|e| format!("key_file {}: {e}", self.key_file.display()))?;
         let mut info = self
             .url
@@ -74,7 +92,8 @@ impl StoreSettings {
             .into_connection_info()
             .map_err(|e| format!("store {:?}: {e}", self.shown()))?;
         if let Some(path) = &self.password_file {
-            let password = String::from_utf8(read(path, "password_file")?)
+            let bytes = read(path, "password_file")?;
+            let password = std::str::from_utf8(&bytes)
                 .map_err(|_| format!("password_file {}: not UTF-8", path.display()))?;
             let settings = info
                 .redis_settings()
@@ -82,15 +101,15 @@ impl StoreSettings {
                 .set_password(password.trim_end_matches(['\r', '\n']));
             info = info.set_redis_settings(settings);
         }
-        let client = match (&self.ca, scheme) {
-            (Some(ca), "rediss") => Client::build_with_tls(
+        let client = match (&self.ca, tls) {
+            (Some(ca), true) => Client::build_with_tls(
                 info,
                 TlsCertificates {
                     client_tls: None,
-                    root_cert: Some(read(ca, "ca")?),
+                    root_cert: Some(read(ca, "ca")?.to_vec()),
                 },
             ),
-            (Some(_), _) => return Err("ca is for a rediss:// store".into()),
+            (Some(_), false) => return Err("ca is for a rediss:// store".into()),
             (None, _) => Client::open(info),
         }
         .map_err(|e| format!("store {:?}: {e}", self.shown()))?;
@@ -116,7 +135,23 @@ mod tests {
             s("redis://app:hunter2@10.0.0.1:6379/0").shown(),
             "redis://app:***@10.0.0.1:6379/0"
         );
+        assert_eq!(
+            s("redis://:hunter2@10.0.0.1:6379/0").shown(),
+            "redis://:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            s("rediss://app:pa:ss@w@10.0.0.1").shown(),
+            "rediss://app:***@10.0.0.1"
+        );
+        assert_eq!(s("redis://app@10.0.0.1").shown(), "redis://app@10.0.0.1");
         assert_eq!(s("redis://10.0.0.1:6379").shown(), "redis://10.0.0.1:6379");
+        for url in [
+            "redis://:hunter2@h/0",
+            "redis://u:hunter2@h",
+            "rediss://u:x:hunter2@h:1/2",
+        ] {
+            assert!(!s(url).shown().contains("hunter2"), "{url}");
+        }
         assert!(s("http://x").open().unwrap_err().contains("redis://"));
     }
 }

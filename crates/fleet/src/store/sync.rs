@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use super::keys::KeyEntries;
 use crate::shares::{ShareSync, TICK};
 use crate::tickets::key::{hex, Kek, KeyMaterial};
-use crate::tickets::{Clock, Ring};
+use crate::tickets::{self, Clock, Ring};
 
 /// What the key sync saw of the store.
 #[derive(Debug)]
@@ -72,6 +72,11 @@ impl StoreMetrics {
     pub fn up(&self) -> bool {
         self.up.get() == 1
     }
+
+    /// The sync stopped for good (its thread panicked): the store is as good as gone.
+    pub(crate) fn stopped(&self) {
+        self.up.add(-self.up.get());
+    }
 }
 
 impl Render for StoreMetrics {
@@ -96,7 +101,17 @@ pub struct KeySync {
     ring: Arc<RwLock<Ring>>,
     clock: Clock,
     metrics: Arc<StoreMetrics>,
+    /// Entries already reported unusable.
+    said: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// Whether `e` lost the connection (as opposed to the store refusing one command).
+fn lost(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+/// The shortest time between two key rounds, whatever is announced on the channel.
+const MIN_ROUND: Duration = Duration::from_millis(100);
 
 impl KeySync {
     /// Syncs `ring` with the entries `entries` names, wrapped under `kek`.
@@ -107,6 +122,7 @@ impl KeySync {
             ring,
             clock,
             metrics: Arc::new(StoreMetrics::new()),
+            said: Default::default(),
         }
     }
 
@@ -118,38 +134,65 @@ impl KeySync {
     /// One round (see the module documentation).
     pub async fn round(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let unix = (self.clock)();
-        let now = self
-            .ring
-            .read()
-            .expect("ticket ring lock")
-            .rotation()
-            .epoch_at(unix);
+        let now = tickets::read(&self.ring).rotation().epoch_at(unix);
         let epochs: Vec<u64> = self.entries.held(now).collect();
         let names: Vec<String> = epochs.iter().map(|e| self.entries.name(*e)).collect();
         self.metrics.round_trips.inc();
         let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
         for ((epoch, name), value) in epochs.iter().zip(&names).zip(found) {
-            match value {
-                Some(wrapped) => self.take(*epoch, name, &wrapped, now),
-                None if *epoch >= now => self.create(*epoch, name, unix, now, conn).await?,
-                None => {}
+            let made = match value {
+                Some(wrapped) => {
+                    self.take(*epoch, name, &wrapped, now);
+                    Ok(())
+                }
+                None if *epoch >= now => self.create(*epoch, name, unix, now, conn).await,
+                None => Ok(()),
+            };
+            match made {
+                // What the store refused (an entry of the wrong type, say) spoils one
+                // epoch's sharing, not the connection: this instance seals with a key of
+                // its own for it meanwhile.
+                Err(e) if !lost(&e) => self.bad_entry(name, &e.to_string()),
+                other => other?,
             }
         }
+        // Keys past `keep` go now, not at the next handshake: an idle instance must not
+        // keep them.
+        tickets::write(&self.ring).advance(now);
         Ok(())
+    }
+
+    /// An entry that cannot be used, said once per entry name.
+    fn bad_entry(&self, name: &str, why: &str) {
+        self.metrics.foreign.inc();
+        let mut said = self
+            .said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if said.len() > 64 {
+            said.clear();
+        }
+        if said.insert(name.to_owned()) {
+            tracing::error!("fleet: ticket key entry {name} in the store cannot be used ({why}): this instance seals with keys of its own for that epoch");
+        }
     }
 
     /// Takes the key in `wrapped`, `name`'s entry, into the ring.
     fn take(&self, epoch: u64, name: &str, wrapped: &[u8], now: u64) {
         let Some(material) = KeyMaterial::unwrap(&self.kek, name.as_bytes(), wrapped) else {
-            if self.metrics.foreign.get() == 0 {
-                tracing::error!("fleet: ticket key {name} in the store does not open with this instance's key_file: every instance of a fleet needs the same key_file");
-            }
-            self.metrics.foreign.inc();
+            self.bad_entry(
+                name,
+                "it does not open with this instance's key_file: every instance of a fleet needs the same key_file",
+            );
             return;
         };
-        let mut ring = self.ring.write().expect("ticket ring lock");
+        let mut ring = tickets::write(&self.ring);
+        let replaced = ring.replaced(epoch, &material.name());
         if ring.insert_shared(epoch, &material, now) {
             self.metrics.received.inc();
+            if replaced {
+                tracing::warn!("fleet: the store's ticket key for epoch {epoch} changed: was it emptied, failed over to a replica behind, or evicting? (give it maxmemory-policy noeviction)");
+            }
             tracing::debug!(
                 "fleet: ticket key {} for epoch {epoch}",
                 hex(&material.name())
@@ -245,8 +288,14 @@ impl KeySync {
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(self.entries.channel()).await?;
+        let subscribed = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(self.entries.channel()).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        });
+        let mut pubsub = subscribed.await.map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::Io, "subscribing timed out"))
+        })??;
         let mut news = pubsub.on_message();
         self.round(&mut conn).await?;
         if let Some(shares) = shares.as_deref_mut() {
@@ -257,6 +306,7 @@ impl KeySync {
             self.metrics.up.add(1 - self.metrics.up.get());
         }
         let mut keys_due = tokio::time::Instant::now() + poll;
+        let mut last_round = tokio::time::Instant::now();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -268,10 +318,12 @@ impl KeySync {
                             "the subscription closed",
                         )));
                     }
-                    self.round(&mut conn).await?;
-                    keys_due = tokio::time::Instant::now() + poll;
+                                        // Announcements coalesce: one round for a burst of them.
+                    let soonest = last_round + MIN_ROUND;
+                    keys_due = keys_due.min(soonest.max(tokio::time::Instant::now()));
                 }
                 () = tokio::time::sleep_until(keys_due) => {
+                    last_round = tokio::time::Instant::now();
                     self.round(&mut conn).await?;
                     keys_due = tokio::time::Instant::now() + poll;
                 }

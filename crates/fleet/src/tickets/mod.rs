@@ -23,7 +23,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustls::server::ProducesTickets;
-use terminus_metrics::{label_values, Counter, Exposition, Labelled, Render};
+use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Render};
 
 pub use key::{KeyMaterial, TicketKey, NAME_LEN};
 pub use ring::Ring;
@@ -58,6 +58,9 @@ impl Rotation {
         if self.rotate < Duration::from_secs(1) || self.rotate.subsec_nanos() != 0 {
             return Err("rotate is a whole number of seconds, at least 1s".into());
         }
+        if self.rotate > Self::MAX_LIFETIME {
+            return Err("rotate is at most 7 days (a TLS 1.3 ticket's longest life)".into());
+        }
         if !(2..=64).contains(&self.keep) {
             return Err("keep is between 2 and 64: with 1, a ticket sealed late in a period would be useless at once".into());
         }
@@ -80,6 +83,18 @@ impl Rotation {
         let secs = self.period() * u64::from(self.keep - 1);
         secs.min(Self::MAX_LIFETIME.as_secs()) as u32
     }
+}
+
+/// The ring, read; a panic elsewhere while it was held (poisoning) does not stop tickets.
+pub(crate) fn read(ring: &RwLock<Ring>) -> std::sync::RwLockReadGuard<'_, Ring> {
+    ring.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The ring, to change.
+pub(crate) fn write(ring: &RwLock<Ring>) -> std::sync::RwLockWriteGuard<'_, Ring> {
+    ring.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Seconds of Unix time now.
@@ -120,10 +135,10 @@ impl Ticketer {
     /// A ticketer over `ring`, reading the time from `clock`.
     pub fn new(ring: Arc<RwLock<Ring>>, clock: Clock) -> Self {
         Self {
-            ring,
             clock,
             advanced: AtomicU64::new(u64::MAX),
-            metrics: Arc::new(TicketMetrics::new()),
+            metrics: Arc::new(TicketMetrics::new(ring.clone())),
+            ring,
         }
     }
 
@@ -140,15 +155,14 @@ impl Ticketer {
     /// The current epoch, the ring brought up to it first if it is new.
     fn now(&self) -> u64 {
         let unix = (self.clock)();
-        let ring = self.ring.read().expect("ticket ring lock");
+        let ring = read(&self.ring);
         let epoch = ring.rotation().epoch_at(unix);
         let ready = self.advanced.load(Ordering::Acquire) == epoch;
         drop(ring);
         if !ready {
-            let mut ring = self.ring.write().expect("ticket ring lock");
-            let made = ring.advance(epoch);
-            self.metrics.local_keys.add(made as u64);
-            self.advanced.store(epoch, Ordering::Release);
+            let mut ring = write(&self.ring);
+            ring.advance(epoch);
+            self.advanced.fetch_max(epoch, Ordering::AcqRel);
         }
         epoch
     }
@@ -169,7 +183,7 @@ impl ProducesTickets for Ticketer {
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
         let epoch = self.now();
-        let ring = self.ring.read().expect("ticket ring lock");
+        let ring = read(&self.ring);
         let sealed = ring.sealing(epoch)?.seal(plain);
         if sealed.is_some() {
             self.metrics.sealed.inc();
@@ -179,7 +193,7 @@ impl ProducesTickets for Ticketer {
 
     fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
         let epoch = self.now();
-        let ring = self.ring.read().expect("ticket ring lock");
+        let ring = read(&self.ring);
         let (key_epoch, key) = ring.opening(ticket, epoch)?;
         let plain = key.open(ticket)?;
         let age = match epoch.checked_sub(key_epoch) {
@@ -194,15 +208,26 @@ impl ProducesTickets for Ticketer {
 }
 
 /// What the ticketer did.
-#[derive(Debug)]
 pub struct TicketMetrics {
     sealed: Counter,
     opened: Labelled<4>,
-    local_keys: Counter,
+    /// Read for the keys made here.
+    ring: Arc<RwLock<Ring>>,
 }
 
+impl std::fmt::Debug for TicketMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketMetrics")
+            .field("sealed", &self.sealed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The series of the keys made here.
+const MADE_LOCALLY: &str = "terminus_ticket_keys_made_locally_total";
+
 impl TicketMetrics {
-    fn new() -> Self {
+    fn new(ring: Arc<RwLock<Ring>>) -> Self {
         Self {
             sealed: Counter::new(
                 "terminus_tickets_sealed_total",
@@ -213,10 +238,7 @@ impl TicketMetrics {
                 "Session tickets opened, by the age of their key: the next epoch's, the current, the previous, or older (within keep).",
                 label_values("key", AGES, ""),
             ),
-            local_keys: Counter::new(
-                "terminus_ticket_keys_made_locally_total",
-                "Ticket keys this instance made itself: its rotation when alone; in a fleet, epochs the store gave no key for in time.",
-            ),
+            ring,
         }
     }
 
@@ -232,7 +254,12 @@ impl Render for TicketMetrics {
     fn render(&self, out: &mut Exposition) {
         self.sealed.render(out);
         self.opened.render(out);
-        self.local_keys.render(out);
+        out.header(
+            MADE_LOCALLY,
+            Kind::Counter,
+            "Ticket keys this instance made itself: its rotation when alone; in a fleet, epochs the store gave no key for in time.",
+        );
+        out.sample(MADE_LOCALLY, "", read(&self.ring).made());
     }
 }
 
@@ -272,7 +299,7 @@ mod tests {
         assert!(t.decrypt(&first).is_none());
         assert!(t.decrypt(&second).is_some());
         assert!(t.decrypt(b"short").is_none());
-        assert_eq!(t.metrics.local_keys.get(), 3);
+        assert_eq!(read(&t.ring).made(), 3);
     }
 
     #[test]
@@ -284,6 +311,7 @@ mod tests {
         assert!(r(3600, 2).check().is_ok());
         assert!(r(0, 2).check().is_err());
         assert!(r(60, 1).check().is_err());
+        assert!(r(8 * 86_400, 2).check().is_err());
         assert!(Rotation {
             rotate: Duration::from_millis(1500),
             keep: 2

@@ -5,6 +5,9 @@
 use super::key::{KeyMaterial, TicketKey, NAME_LEN};
 use super::Rotation;
 
+/// Store keys kept per epoch: the newest seals, one before it still opens.
+pub const STORE_KEYS_PER_EPOCH: usize = 2;
+
 /// One key held.
 struct Held {
     epoch: u64,
@@ -17,6 +20,8 @@ struct Held {
 pub struct Ring {
     rotation: Rotation,
     keys: Vec<Held>,
+    /// Keys made here so far.
+    made: u64,
 }
 
 impl std::fmt::Debug for Ring {
@@ -34,6 +39,7 @@ impl Ring {
         Self {
             rotation,
             keys: Vec::new(),
+            made: 0,
         }
     }
 
@@ -47,12 +53,15 @@ impl Ring {
         epoch.saturating_sub(u64::from(self.rotation.keep) - 1)
     }
 
-    /// Brings the ring to `epoch`: keys older than `keep` periods are erased (zeroed by
-    /// aws-lc as they are freed), and if nothing can seal at `epoch` a key is made here.
+    /// Brings the ring to `epoch`: keys older than `keep` periods (or from beyond the next
+    /// epoch: the clock went back) are erased, zeroed by aws-lc as they are freed, and if
+    /// nothing can seal at `epoch` a key is made here.
     /// Returns how many keys were made (0 or 1).
     pub fn advance(&mut self, epoch: u64) -> usize {
         let oldest = self.oldest(epoch);
-        self.keys.retain(|k| k.epoch >= oldest);
+        // Keys further ahead than the next epoch too: the clock went back.
+        self.keys
+            .retain(|k| (oldest..=epoch + 1).contains(&k.epoch));
         if self.keys.iter().any(|k| k.epoch == epoch) {
             return 0;
         }
@@ -61,13 +70,21 @@ impl Ring {
             shared: false,
             key: KeyMaterial::generate().key(),
         });
+        self.made += 1;
         1
+    }
+
+    /// How many keys were made here, not taken from a store.
+    pub fn made(&self) -> u64 {
+        self.made
     }
 
     /// Adds the store's key for `epoch`, seen at `now` (an epoch): true if it is new to
     /// the ring. A key for an epoch already past `keep`, or more than one ahead, is not
     /// taken; one replacing another store key for the same epoch (the store lost it and
-    /// made another) keeps the old one opening until it ages out.
+    /// made another) keeps the previous one opening until it ages out, but no more than
+    /// [`STORE_KEYS_PER_EPOCH`] are kept: a store that keeps losing its keys cannot make
+    /// the ring grow.
     pub fn insert_shared(&mut self, epoch: u64, material: &KeyMaterial, now: u64) -> bool {
         if epoch < self.oldest(now) || epoch > now + 1 {
             return false;
@@ -90,7 +107,22 @@ impl Ring {
                 key: material.key(),
             },
         );
+        let mut kept = 0;
+        self.keys.retain(|k| {
+            if k.epoch != epoch || !k.shared {
+                return true;
+            }
+            kept += 1;
+            kept <= STORE_KEYS_PER_EPOCH
+        });
         true
+    }
+
+    /// Whether a store key other than `name` is held for `epoch`.
+    pub fn replaced(&self, epoch: u64, name: &[u8; NAME_LEN]) -> bool {
+        self.keys
+            .iter()
+            .any(|k| k.epoch == epoch && k.shared && k.key.name() != name)
     }
 
     /// The key that seals at `epoch`: the store's newest for it, else one made here.
@@ -173,6 +205,11 @@ mod tests {
         assert!(r.opening(&early, 100).is_some(), "a clock running ahead");
         assert_eq!(r.advance(101), 0);
         assert_eq!(r.sealing(101).unwrap().name(), &next.name());
+        // A store that loses its key again and again: two kept for the epoch.
+        for _ in 0..5 {
+            assert!(r.insert_shared(101, &KeyMaterial::generate(), 101));
+        }
+        assert_eq!(r.keys().filter(|(e, s, _)| *e == 101 && *s).count(), 2);
         // Too old or too far ahead: not taken.
         assert!(!r.insert_shared(98, &KeyMaterial::generate(), 101));
         assert!(!r.insert_shared(103, &KeyMaterial::generate(), 101));

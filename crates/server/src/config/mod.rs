@@ -432,6 +432,7 @@ mod tests {
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
         assert_eq!(parse_duration("5 parsecs"), None);
+        assert_eq!(parse_duration("1e300h"), None, "beyond any Duration");
     }
 
     mod properties {

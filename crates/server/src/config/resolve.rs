@@ -288,14 +288,15 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     };
 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ticket_keys = resolve_ticket_keys(raw, ctx)?;
     let config = Config {
         source: file.to_owned(),
         workers,
         pin: raw.pin.unwrap_or(false),
         listen,
         tls: resolve_tls(raw, ctx)?,
-        ticket_keys: resolve_ticket_keys(raw, ctx)?,
-        fleet: resolve_fleet(raw, ctx, &resolve_path)?,
+        ticket_keys,
+        fleet: resolve_fleet(raw, ctx, &resolve_path, ticket_keys)?,
         crypto_backend,
         crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
         crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),
@@ -447,6 +448,7 @@ fn resolve_fleet(
     raw: &ConfigFile,
     ctx: &Ctx<'_>,
     resolve_path: &dyn Fn(&str) -> PathBuf,
+    rotation: Rotation,
 ) -> Result<Option<StoreSettings>, ConfigError> {
     let Some(section) = &raw.fleet else {
         return Ok(None);
@@ -460,10 +462,10 @@ fn resolve_fleet(
             Some("store = \"redis://127.0.0.1:6379/0\" (or rediss:// for TLS)".to_owned()),
         ));
     };
-    if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+    if let Err(e) = StoreSettings::check_url(url) {
         return Err(ctx.err(
             at,
-            format!("[fleet] store {url:?} is not a redis:// or rediss:// URL"),
+            format!("[fleet] {e}"),
             Some("store = \"redis://HOST:PORT/DB\"".to_owned()),
         ));
     }
@@ -487,6 +489,16 @@ fn resolve_fleet(
             )
         })?,
     };
+    if poll * 4 > rotation.rotate {
+        return Err(ctx.err(
+            at.clone(),
+            format!(
+                "[fleet] poll ({poll:?}) is more than a quarter of tls.ticket_keys rotate ({:?}): the next period's key would not reach every instance before it seals",
+                rotation.rotate
+            ),
+            Some("poll = \"1s\" (the default) with rotate of 4s or more".to_owned()),
+        ));
+    }
     if f.ca.is_some() && !url.starts_with("rediss://") {
         return Err(ctx.err(at, "[fleet] ca is for a rediss:// (TLS) store", None));
     }

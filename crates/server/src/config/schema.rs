@@ -193,5 +193,5 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => value * 3600.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).ok()
 }
