@@ -136,11 +136,13 @@ impl Render for Fleet {
     }
 }
 
-/// A name for this instance in the store: random, new at every start.
+/// A name for this instance in the store, readable in `terminus capacity`: its host
+/// name and process id.
 fn instance_id() -> String {
-    let mut bytes = [0u8; 8];
-    aws_lc_rs::rand::fill(&mut bytes).expect("the system CSPRNG");
-    tickets::key::hex(&bytes)
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}:{}", std::process::id())
 }
 
 /// What `terminus check` found wrong with a store.

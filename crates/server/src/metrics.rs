@@ -324,7 +324,7 @@ impl Metrics {
 
     /// The `GET /capacity` table.
     pub fn capacity(&self) -> String {
-        self.capacity.json()
+        self.capacity.json(self.fleet.shares())
     }
 
     /// Prometheus text exposition format.

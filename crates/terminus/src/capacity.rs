@@ -135,6 +135,29 @@ pub fn show(addr: &str) -> Result<(), String> {
         );
     }
     println!("committed and borrowed: ACU used since start; refused: handshakes refused by the quota since start.");
+    let fleet = &doc["fleet"];
+    if let Some(tenants) = fleet["tenants"].as_object() {
+        println!(
+            "fleet: {} instances share the quotas (this instance's share, then each instance's)",
+            fleet["instances"]
+        );
+        println!(
+            "{:<20} {:<18} {:>8} {:>12} {:>10}",
+            "tenant", "instance", "share", "demand/s", "used/s"
+        );
+        for (name, t) in tenants {
+            for i in t["instances"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<20} {:<18} {:>8.3} {:>12} {:>10}",
+                    name,
+                    i["id"].as_str().unwrap_or("?"),
+                    i["share"].as_f64().unwrap_or(0.0),
+                    num(&i["demand_acu_per_s"]),
+                    num(&i["used_acu_per_s"])
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -594,6 +594,19 @@ fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
         "the fleet charged {charged:.0} ACU in 10 s against a quota of 100 ACU/s"
     );
     assert!(refused() > 0.0);
+    // Every instance's view of the split: three instances, shares summing to one.
+    let admin = fleet.instances[0].admin.unwrap().to_string();
+    let table = run(Command::new("curl").args(["-sS", &format!("http://{admin}/capacity")]));
+    let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
+    assert_eq!(doc["fleet"]["instances"], 3, "{doc:#}");
+    let split = doc["fleet"]["tenants"]["t"]["instances"]
+        .as_array()
+        .unwrap();
+    let sum: f64 = split.iter().map(|i| i["share"].as_f64().unwrap()).sum();
+    assert!((sum - 1.0).abs() < 0.01, "{doc:#}");
+    let shown = run(Command::new(terminus_bin()).args(["capacity", "--admin", &admin]));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("fleet: 3 instances"), "{text}");
     // All of it to the third instance (which had a tenth): its share follows.
     let load = offer(&fleet, 2, 182, 4);
     eventually(

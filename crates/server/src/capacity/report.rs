@@ -2,11 +2,13 @@
 //! `GET /capacity` table (JSON), laid out like an appliance's crypto capacity page: the
 //! machine's total, what is allocated to tenants, what is used and what is free.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 use terminus_engine::capacity::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
 use terminus_engine::cost::Operation;
+use terminus_fleet::shares::TenantView;
 use terminus_metrics::{Exposition, Kind, Render};
 
 use super::Machine;
@@ -24,8 +26,9 @@ impl std::fmt::Debug for CapacityReport {
 }
 
 impl CapacityReport {
-    /// The `GET /capacity` document.
-    pub(crate) fn json(&self) -> String {
+    /// The `GET /capacity` document; with `fleet`, what this instance knows of the
+    /// fleet's quotas.
+    pub(crate) fn json(&self, fleet: Option<BTreeMap<String, TenantView>>) -> String {
         let m = &self.0;
         let costs = m.tenants.costs();
         let tenants = m.tenants.all();
@@ -49,11 +52,31 @@ impl CapacityReport {
                 (op.name().to_owned(), json!({ "acu": (acu * 1e4).round() / 1e4, "measured": measured }))
             }).collect::<serde_json::Map<_, _>>(),
             "tenants": tenants.iter().map(|t| tenant(t)).collect::<Vec<_>>(),
+            "fleet": fleet.map(|view| fleet_json(&view)),
         });
         let mut text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
         text.push('\n');
         text
     }
+}
+
+/// Each tenant's split of its quota among the instances this one sees.
+fn fleet_json(view: &BTreeMap<String, TenantView>) -> Value {
+    let instances = view.values().map(|v| v.instances.len()).max().unwrap_or(0);
+    json!({
+        "instances": instances,
+        "tenants": view.iter().map(|(name, v)| {
+            (name.clone(), json!({
+                "share": (v.share * 1e4).round() / 1e4,
+                "instances": v.instances.iter().map(|(id, share, report)| json!({
+                    "id": id,
+                    "share": (share * 1e4).round() / 1e4,
+                    "demand_acu_per_s": round(report.demand),
+                    "used_acu_per_s": round(report.used),
+                })).collect::<Vec<_>>(),
+            }))
+        }).collect::<serde_json::Map<_, _>>(),
+    })
 }
 
 fn tenant(t: &TenantAccount) -> Value {
@@ -77,6 +100,7 @@ fn tenant(t: &TenantAccount) -> Value {
     json!({
         "name": t.name(),
         "quota": quota,
+        "share": (usage.share * 1e4).round() / 1e4,
         "used_acu_per_s": round(usage.acu_per_s),
         "free_acu_per_s": free,
         "acu_total": by_class(usage.acu),
