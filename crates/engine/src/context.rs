@@ -1,7 +1,7 @@
 //! The handshake a crypto request belongs to, as the engine sees it.
 //!
 //! Every request reaches [`Engine::submit`](crate::Engine::submit) with the
-//! [`HandshakeContext`] of its handshake: which host it serves, the tenant [`Hold`] every
+//! [`HandshakeContext`] of its handshake: which host it serves, the [`Payer`] every
 //! request is charged to, and a [`Timeline`] the engine writes each request's queue,
 //! dispatch and answer times into (what per-phase latency is computed from). The context
 //! is made when the connection is accepted and travels with it until the handshake ends;
@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::capacity::tenant::{Class, Hold, TenantAccount};
 use crate::op::OpKind;
+use crate::payer::Payer;
 use crate::signing_key::KeyAlgorithm;
 
 /// One crypto request of a handshake, from queueing to its answer.
@@ -84,8 +84,8 @@ impl Timeline {
 pub struct HandshakeContext {
     id: u64,
     host: Option<Arc<str>>,
-    /// The tenant charged, once admitted against its quota.
-    hold: Option<Hold>,
+    /// Who is charged, once admitted (a tenant's hold on its quota).
+    payer: Option<Box<dyn Payer>>,
     timeline: RefCell<Timeline>,
     /// See [`HandshakeContext::check_first_signature`].
     first_signature: RefCell<Option<Box<dyn FnOnce() -> bool>>>,
@@ -96,7 +96,7 @@ impl std::fmt::Debug for HandshakeContext {
         f.debug_struct("HandshakeContext")
             .field("id", &self.id)
             .field("host", &self.host)
-            .field("hold", &self.hold)
+            .field("charged", &self.payer.is_some())
             .field("timeline", &self.timeline)
             .finish_non_exhaustive()
     }
@@ -104,7 +104,7 @@ impl std::fmt::Debug for HandshakeContext {
 
 impl HandshakeContext {
     /// A context for a connection accepted at `accepted`; the host is known once the
-    /// ClientHello has been read ([`HandshakeContext::hello`]), the tenant once the
+    /// ClientHello has been read ([`HandshakeContext::hello`]), the payer once the
     /// handshake is admitted ([`HandshakeContext::charge_to`]).
     pub fn new(accepted: Instant) -> Self {
         // Process-wide, so that probes from every worker name a handshake unambiguously.
@@ -112,7 +112,7 @@ impl HandshakeContext {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             host: None,
-            hold: None,
+            payer: None,
             timeline: RefCell::new(Timeline::new(accepted)),
             first_signature: RefCell::new(None),
         }
@@ -144,9 +144,10 @@ impl HandshakeContext {
         self.host.as_deref()
     }
 
-    /// Charges the handshake's crypto requests to the tenant that admitted it.
-    pub fn charge_to(&mut self, hold: Hold) {
-        self.hold = Some(hold);
+    /// Charges the handshake's crypto requests to `payer` (the tenant that admitted it),
+    /// which also decides where they stand in the engine's queues.
+    pub fn charge_to(&mut self, payer: impl Payer + 'static) {
+        self.payer = Some(Box::new(payer));
         self.timeline.get_mut().admitted = Some(Instant::now());
     }
 
@@ -164,10 +165,9 @@ impl HandshakeContext {
         check.is_none_or(|check| check())
     }
 
-    /// The tenant charged, and whose capacity it uses; `None` before admission (and for
-    /// handshakes outside a server).
-    pub fn tenant(&self) -> Option<(&Arc<TenantAccount>, Class)> {
-        self.hold.as_ref().map(|h| (h.account(), h.class()))
+    /// Who is charged; `None` before admission (and for handshakes outside a server).
+    pub fn payer(&self) -> Option<&dyn Payer> {
+        self.payer.as_deref()
     }
 
     /// The timestamps so far (borrowed: the engine may still be writing to it).
@@ -210,8 +210,8 @@ impl HandshakeContext {
                 ),
             }
         });
-        if let (Some(hold), true) = (&self.hold, event.ok) {
-            hold.charge(event.kind, event.key);
+        if let (Some(payer), true) = (&self.payer, event.ok) {
+            payer.charge(event.kind, event.key);
         }
         self.timeline.borrow_mut().crypto.push(event);
     }

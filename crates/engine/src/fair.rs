@@ -1,17 +1,16 @@
 //! Which queued requests fill a batch when more wait than it holds: start-time fair
-//! queueing (Goyal et al., SIGCOMM '96) between tenants, weighted by their committed ACU
-//! (tenants without a quota by what no quota has committed of the machine), with every
-//! borrowed request behind every committed one.
+//! queueing (Goyal et al., SIGCOMM '96) between payers ([`crate::Payer`]: tenants),
+//! weighted as they say (a tenant by its committed ACU), with every borrowed request
+//! behind every committed one.
 //!
-//! Each request gets a tag when queued: its tenant's virtual time, which advances by the
-//! request's ACU cost over the tenant's weight. A batch takes the lowest tags, so over
-//! any busy period each tenant's share of the computed ACU follows its weight, whatever
-//! its key types, and a tenant that floods the queue only lengthens its own line.
+//! Each request gets a tag when queued: its payer's virtual time, which advances by the
+//! request's ACU cost over the payer's weight. A batch takes the lowest tags, so over any
+//! busy period each payer's share of the computed ACU follows its weight, whatever its
+//! key types, and a payer that floods the queue only lengthens its own line.
 //! While no more requests wait than one batch holds, nothing is reordered.
 
 use std::collections::HashMap;
 
-use crate::capacity::tenant::Class;
 use crate::context::HandshakeContext;
 use crate::op::OpKind;
 use crate::signing_key::KeyAlgorithm;
@@ -26,7 +25,7 @@ pub(crate) struct Rank {
 }
 
 impl Rank {
-    /// The rank of a request outside any tenant (first in line, as before tenants).
+    /// The rank of a request nobody pays for (first in line, as before tenants).
     pub(crate) const FIRST: Rank = Rank {
         borrowed: false,
         tag: f64::NEG_INFINITY,
@@ -38,28 +37,28 @@ impl Rank {
 pub(crate) struct Fair {
     /// The tag of the last request dispatched.
     now: f64,
-    /// Each tenant's next start tag, by its account's address.
+    /// Each payer's next start tag, by its id.
     next: HashMap<usize, f64>,
 }
 
 impl Fair {
-    /// Tags a request of `kind` signed with `key` for `ctx`'s tenant.
+    /// Tags a request of `kind` signed with `key` for `ctx`'s payer.
     pub(crate) fn rank(
         &mut self,
         ctx: &HandshakeContext,
         kind: OpKind,
         key: Option<KeyAlgorithm>,
     ) -> Rank {
-        let Some((account, class)) = ctx.tenant() else {
+        let Some(payer) = ctx.payer() else {
             return Rank::FIRST;
         };
-        let (cost, weight) = account.cost_and_weight(kind, key);
-        let id = std::sync::Arc::as_ptr(account) as usize;
+        let (cost, weight) = payer.cost_and_weight(kind, key);
+        let id = payer.id();
         let next = self.next.entry(id).or_insert(self.now);
         let start = next.max(self.now);
         *next = start + cost / weight;
         Rank {
-            borrowed: class == Class::Borrowed,
+            borrowed: payer.borrowed(),
             tag: start,
         }
     }
@@ -69,7 +68,7 @@ impl Fair {
         if rank.tag.is_finite() {
             self.now = self.now.max(rank.tag);
         }
-        // Tenants that fell behind the clock start from it; forget them.
+        // Payers that fell behind the clock start from it; forget them.
         if self.next.len() > 64 {
             let now = self.now;
             self.next.retain(|_, next| *next > now);
@@ -95,6 +94,7 @@ pub(crate) fn choose(ranks: &[Rank], n: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{KeyAlgorithm, OpKind, Payer};
 
     fn rank(borrowed: bool, tag: f64) -> Rank {
         Rank { borrowed, tag }
@@ -113,31 +113,38 @@ mod tests {
         assert_eq!(choose(&ranks, 4), vec![1, 2, 3, 4]);
     }
 
-    /// Tenants flooding an engine whose batches never hold every request waiting: the
-    /// share of batch slots (of ACU: every request here costs the same) each gets.
-    fn shares(accounts: &[std::sync::Arc<crate::capacity::tenant::TenantAccount>]) -> Vec<f64> {
-        use crate::capacity::tenant::{Admission, Arrival};
-        let now = std::time::Instant::now();
-        let context = |account: &std::sync::Arc<_>| {
-            let mut ctx = HandshakeContext::new(now);
-            let arrival = Arrival {
-                estimate: 0.0,
-                cheap: true,
-                idle: true,
-            };
-            let Admission::Now(hold) =
-                crate::capacity::tenant::TenantAccount::admit(account, now, arrival)
-            else {
-                panic!("within its quota");
-            };
-            ctx.charge_to(hold);
-            ctx
-        };
-        let contexts: Vec<HandshakeContext> = accounts.iter().map(context).collect();
+    /// A payer of a given weight whose every request costs one unit.
+    struct Weighted(usize, f64);
+
+    impl Payer for Weighted {
+        fn id(&self) -> usize {
+            self.0
+        }
+        fn cost_and_weight(&self, _: OpKind, _: Option<KeyAlgorithm>) -> (f64, f64) {
+            (1.0, self.1)
+        }
+        fn borrowed(&self) -> bool {
+            false
+        }
+        fn charge(&self, _: OpKind, _: Option<KeyAlgorithm>) {}
+    }
+
+    /// Payers of `weights` flooding an engine whose batches never hold every request
+    /// waiting: the share of batch slots each gets.
+    fn shares(weights: &[f64]) -> Vec<f64> {
+        let contexts: Vec<HandshakeContext> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mut ctx = HandshakeContext::starting_now();
+                ctx.charge_to(Weighted(i, *w));
+                ctx
+            })
+            .collect();
         let mut fair = Fair::default();
-        // Each tenant keeps 16 requests queued; batches of 8 are taken.
+        // Each payer keeps 16 requests queued; batches of 8 are taken.
         let mut queue: Vec<(usize, Rank)> = Vec::new();
-        let mut served = vec![0u32; accounts.len()];
+        let mut served = vec![0u32; weights.len()];
         for _ in 0..2000 {
             for (t, ctx) in contexts.iter().enumerate() {
                 while queue.iter().filter(|(owner, _)| *owner == t).count() < 16 {
@@ -158,50 +165,13 @@ mod tests {
             .collect()
     }
 
-    fn quota(acu: f64) -> Option<crate::capacity::tenant::Quota> {
-        Some(crate::capacity::tenant::Quota {
-            acu,
-            acu_peak: acu,
-            scu: None,
-            over_quota: crate::capacity::tenant::OverQuota::Queue,
-            max_wait: std::time::Duration::from_secs(1),
-        })
-    }
-
     #[test]
     fn shares_of_an_oversubscribed_engine_follow_the_weights() {
-        let tenants =
-            crate::capacity::tenant::Tenants::new(crate::capacity::AcuCosts::unmeasured(1));
-        let a = tenants.account("a", quota(1000.0));
-        let b = tenants.account("b", quota(3000.0));
-        let got = shares(&[a, b]);
+        let got = shares(&[1000.0, 3000.0]);
         assert!(
             (got[0] - 0.25).abs() <= 0.05 && (got[1] - 0.75).abs() <= 0.05,
             "{got:?}"
         );
-    }
-
-    /// A tenant without a quota weighs what the quotas leave of the machine, not all of
-    /// it (which would give it ~75 times a 20-ACU tenant's share).
-    #[test]
-    fn unmetered_traffic_weighs_the_capacity_nobody_was_promised() {
-        let costs = crate::capacity::AcuCosts::unmeasured(1);
-        let machine = costs.machine_acu();
-        let tenants = crate::capacity::tenant::Tenants::new(costs);
-        let paid = tenants.account("paid", quota(machine * 0.2));
-        let unmetered = tenants.account("default", None);
-        let got = shares(&[paid, unmetered]);
-        assert!(
-            (got[0] - 0.2).abs() <= 0.05,
-            "{got:?} (machine {machine} ACU)"
-        );
-        // Everything committed: unmetered traffic keeps a small line of its own.
-        let tenants =
-            crate::capacity::tenant::Tenants::new(crate::capacity::AcuCosts::unmeasured(1));
-        let paid = tenants.account("paid", quota(machine * 2.0));
-        let unmetered = tenants.account("default", None);
-        let got = shares(&[paid, unmetered]);
-        assert!(got[1] > 0.0 && got[1] < 0.05, "{got:?}");
     }
 
     #[test]

@@ -12,9 +12,9 @@
 //! - [`MultibufferBackend`] batches up to 8 operations into one crypto_mb (AVX-512 IFMA)
 //!   call, computing batches below the crossover scalar.
 //!
-//! Each request comes with its handshake's [`HandshakeContext`]: the tenant it is charged
-//! to ([`capacity::tenant`]) and the [`Timeline`] the engine records its queueing and
-//! batching in.
+//! Each request comes with its handshake's [`HandshakeContext`]: the [`Payer`] it is
+//! charged to (a tenant, whose quota `terminus-capacity` keeps) and the [`Timeline`] the
+//! engine records its queueing and batching in.
 
 mod backend;
 pub mod busy;
@@ -30,6 +30,7 @@ mod metrics;
 #[allow(unsafe_code)]
 pub mod multibuffer;
 mod op;
+mod payer;
 pub mod scalar;
 mod signing_key;
 pub mod speed;
@@ -44,6 +45,7 @@ pub use multibuffer::MultibufferBackend;
 pub use op::{
     CryptoError, CryptoOp, CryptoOutput, HybridPrivateKey, KxGroup, KxPrivateKey, OpKind,
 };
+pub use payer::Payer;
 pub use scalar::{warm_up_csprng, ScalarBackend};
 pub use signing_key::{BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
 pub use threads::{ThreadPool, ThreadPoolBackend};

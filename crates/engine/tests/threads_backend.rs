@@ -4,18 +4,31 @@
 //! signature verifies.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
 use aws_lc_rs::rsa::KeySize;
 use aws_lc_rs::signature::{self, KeyPair, RsaKeyPair, UnparsedPublicKey};
 use rustls::SignatureScheme;
-use terminus_engine::capacity::tenant::{Admission, Arrival, OverQuota, Quota, Tenants};
-use terminus_engine::capacity::AcuCosts;
 use terminus_engine::{
     BackendKind, CryptoOp, CryptoOutput, EngineMetrics, EngineSpec, FallbackCause,
-    HandshakeContext, OpKind, SigningKeyPair, ThreadPool,
+    HandshakeContext, KeyAlgorithm, OpKind, Payer, SigningKeyPair, ThreadPool,
 };
+
+/// A payer of a given weight (a tenant's committed ACU), every request costing one unit.
+struct Weighted(usize, f64);
+
+impl Payer for Weighted {
+    fn id(&self) -> usize {
+        self.0
+    }
+    fn cost_and_weight(&self, _: OpKind, _: Option<KeyAlgorithm>) -> (f64, f64) {
+        (1.0, self.1)
+    }
+    fn borrowed(&self) -> bool {
+        false
+    }
+    fn charge(&self, _: OpKind, _: Option<KeyAlgorithm>) {}
+}
 
 /// An RSA key, and its public half to verify with.
 fn rsa(size: KeySize) -> (Arc<SigningKeyPair>, Vec<u8>) {
@@ -85,30 +98,10 @@ fn a_full_offload_queue_is_waited_on_then_computed_on_the_worker() {
 #[test]
 fn tenants_weighted_1_to_3_get_a_quarter_and_three_quarters_of_a_full_offload_queue() {
     let (key, public) = rsa(KeySize::Rsa2048);
-    let tenants = Tenants::new(AcuCosts::unmeasured(1));
-    let quota = |acu: f64| Quota {
-        acu,
-        acu_peak: acu,
-        scu: None,
-        over_quota: OverQuota::Queue,
-        max_wait: Duration::from_secs(1),
-    };
-    let accounts = [
-        tenants.account("a", Some(quota(100_000.0))),
-        tenants.account("b", Some(quota(300_000.0))),
-    ];
+    // Weighted as tenants with 1,000 and 3,000 committed ACU would be.
     let charged = |tenant: usize| {
-        let now = Instant::now();
-        let arrival = Arrival {
-            estimate: 1.0,
-            cheap: false,
-            idle: true,
-        };
-        let Admission::Now(hold) = accounts[tenant].admit(now, arrival) else {
-            panic!("within its quota");
-        };
-        let mut ctx = HandshakeContext::new(now);
-        ctx.charge_to(hold);
+        let mut ctx = HandshakeContext::starting_now();
+        ctx.charge_to(Weighted(tenant, [1000.0, 3000.0][tenant]));
         ctx
     };
     let spec = EngineSpec {

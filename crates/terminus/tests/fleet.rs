@@ -199,10 +199,17 @@ impl Redis {
     }
 }
 
-impl Drop for Redis {
-    fn drop(&mut self) {
+impl Redis {
+    /// Kills it by its PID, as an outage would.
+    fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -431,8 +438,7 @@ fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns
     };
     std::thread::sleep(Duration::from_secs(1));
     // Killed by its PID mid-load.
-    let _ = redis.child.kill();
-    let _ = redis.child.wait();
+    redis.kill();
     eventually(
         Duration::from_secs(5),
         "every instance seeing the store gone",
@@ -523,23 +529,9 @@ fn offer(
     seconds: u32,
 ) -> std::thread::JoinHandle<serde_json::Value> {
     let url = format!("https://localhost:{}/index.html", fleet.port);
-    let address = format!("127.0.0.{}", i + 1);
+    let load = rate_load(url, format!("127.0.0.{}", i + 1), rate, seconds);
     std::thread::spawn(move || {
-        let out = run(Command::new(terminus_bin()).args([
-            "load",
-            &url,
-            "--address",
-            &address,
-            "--rate",
-            &rate.to_string(),
-            "-d",
-            &format!("{seconds}s"),
-            "--new-connection",
-            "-k",
-            "--tls",
-            "1.3",
-            "--json",
-        ]));
+        let out = load.join().unwrap();
         assert!(out.status.success(), "{out:?}");
         serde_json::from_slice(&out.stdout).unwrap()
     })
@@ -616,8 +608,7 @@ fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
     );
     load.join().unwrap();
     // The store gone: shares held, then an even split; the fleet stays under the quota.
-    let _ = redis.child.kill();
-    let _ = redis.child.wait();
+    redis.kill();
     let charged = charged_over(&fleet, [109, 55, 18], 8, 2.0, 5.0);
     assert!(
         charged <= 525.0,
@@ -638,8 +629,7 @@ fn past_the_keys_held_an_instance_without_its_store_makes_its_own_and_fails_no_h
         &redis,
         "[tls]\nticket_keys = { rotate = \"2s\", keep = 2 }\n",
     );
-    let _ = redis.child.kill();
-    let _ = redis.child.wait();
+    redis.kill();
     // Past the next epoch's key, fetched a period ahead, and into one nobody shared.
     std::thread::sleep(Duration::from_secs(5));
     let r = fleet.load(10, 3, "1.3");

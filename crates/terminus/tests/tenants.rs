@@ -49,23 +49,7 @@ fn start(conf: &std::path::Path) -> Server {
 /// Full handshakes to `host` at `rate` per second for `seconds`, one request each.
 fn load(server: &Server, host: &str, rate: u32, seconds: u32) -> thread::JoinHandle<Output> {
     let url = format!("https://{host}:{}/index.html", server.port());
-    thread::spawn(move || {
-        run(Command::new(terminus_bin()).args([
-            "load",
-            &url,
-            "--address",
-            "127.0.0.1",
-            "--rate",
-            &rate.to_string(),
-            "-d",
-            &format!("{seconds}s"),
-            "--new-connection",
-            "-k",
-            "--tls",
-            "1.3",
-            "--json",
-        ]))
-    })
+    rate_load(url, "127.0.0.1".into(), rate, seconds)
 }
 
 fn report(out: &Output) -> serde_json::Value {

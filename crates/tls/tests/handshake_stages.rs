@@ -9,7 +9,7 @@ use std::thread;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-use terminus_engine::capacity::tenant::{Admission, Arrival, Class, Hold, TenantAccount, Tenants};
+use terminus_capacity::tenant::{Admission, Arrival, Class, Hold, TenantAccount, Tenants};
 use terminus_engine::capacity::AcuCosts;
 use terminus_engine::cost::Operation;
 use terminus_engine::{
@@ -78,11 +78,17 @@ fn client(addr: SocketAddr, certs: &[LoadedCert]) -> Result<(), String> {
     tls.read_exact(&mut byte).map_err(|e| e.to_string())
 }
 
-/// Runs both stages for one connection of `client` (on its own thread) on `engine`.
+/// Runs both stages for one connection of `client` (on its own thread) on `engine`;
+/// the handshake is charged to a tenant of its own, returned last.
 fn serve_one<T: Send + 'static>(
     engine: Engine,
     client: fn(SocketAddr, &[LoadedCert]) -> T,
-) -> (Result<(), HandshakeError>, HandshakeContext, T) {
+) -> (
+    Result<(), HandshakeError>,
+    HandshakeContext,
+    T,
+    Arc<TenantAccount>,
+) {
     let certs = selfsigned::generate(&["localhost".to_owned()]).unwrap();
     let mut host = VirtualHostCerts::default();
     for cert in &certs {
@@ -98,6 +104,10 @@ fn serve_one<T: Send + 'static>(
         .build()
         .unwrap();
     let local = tokio::task::LocalSet::new();
+    // A tenant of its own: the tests run at once and share TENANTS.
+    let n = NEXT_TENANT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tenant = TENANTS.account(&format!("t{n}"), None);
+    let charged = tenant.clone();
     let (result, ctx, client) = local.block_on(&rt, async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -109,9 +119,7 @@ fn serve_one<T: Send + 'static>(
             let hello = read_client_hello(&socket, &engine, &counters).await?;
             let sni = hello.client_hello().server_name().map(Arc::from);
             ctx.hello(sni, hello.first_byte());
-            // A tenant of its own: the tests run at once and share TENANTS.
-            let n = NEXT_TENANT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            ctx.charge_to(admitted(&TENANTS.account(&format!("t{n}"), None)));
+            ctx.charge_to(admitted(&charged));
             let done = handshake(&socket, hello, config, &engine, &ctx, &counters).await?;
             // Let the client finish: read its data, answer one plaintext byte.
             let mut stream = terminus_tls::TlsStream::new(
@@ -130,18 +138,17 @@ fn serve_one<T: Send + 'static>(
         .await;
         (result, ctx, client)
     });
-    (result, ctx, client.join().unwrap())
+    (result, ctx, client.join().unwrap(), tenant)
 }
 
 #[test]
 fn the_context_records_host_tenant_and_every_crypto_request() {
-    let (result, ctx, client) = serve_one(engine(Box::new(ScalarBackend)), client);
+    let (result, ctx, client, tenant) = serve_one(engine(Box::new(ScalarBackend)), client);
     result.unwrap();
     client.unwrap();
     assert_eq!(ctx.host(), Some("localhost"));
-    let (tenant, class) = ctx.tenant().expect("admitted");
+    assert!(ctx.payer().is_some(), "admitted");
     assert!(tenant.name().starts_with('t'), "{}", tenant.name());
-    assert_eq!(class, Class::Unmetered);
     // The client offers ECDSA, so the ECDSA certificate signed.
     assert_eq!(ctx.signed_with(), Some(KeyAlgorithm::EcdsaP256));
     let t = ctx.timeline();
@@ -204,7 +211,7 @@ fn admitted(tenant: &Arc<TenantAccount>) -> Hold {
 
 #[test]
 fn a_failing_backend_is_the_backends_fault_not_the_clients() {
-    let (result, ctx, client) = serve_one(
+    let (result, ctx, client, _) = serve_one(
         engine(Box::new(Faulty {
             sign: |_| Err(CryptoError::SignFailed),
         })),
@@ -227,7 +234,7 @@ fn a_failing_backend_is_the_backends_fault_not_the_clients() {
 
 #[test]
 fn a_wrong_answer_from_the_engine_is_an_internal_error() {
-    let (result, _, client) = serve_one(
+    let (result, _, client, _) = serve_one(
         engine(Box::new(Faulty {
             sign: |_| Ok(CryptoOutput::Shared(zeroize::Zeroizing::new(vec![0; 32]))),
         })),
@@ -480,7 +487,7 @@ mod hand_driven_clients {
         client: fn(SocketAddr, &[LoadedCert]) -> String,
         why: rustls::PeerMisbehaved,
     ) -> String {
-        let (result, ctx, seen) = serve_one(engine(Box::new(ScalarBackend)), client);
+        let (result, ctx, seen, _) = serve_one(engine(Box::new(ScalarBackend)), client);
         let err = result.expect_err("the server refuses the record");
         assert_eq!(err.source(), ErrorSource::Client, "{err:?}");
         match err {
@@ -557,7 +564,8 @@ mod hand_driven_clients {
 
     #[test]
     fn a_key_update_request_is_answered_before_the_request_is_complete() {
-        let (result, _, seen) = serve_one(engine(Box::new(ScalarBackend)), key_update_mid_request);
+        let (result, _, seen, _) =
+            serve_one(engine(Box::new(ScalarBackend)), key_update_mid_request);
         result.unwrap();
         assert_eq!(seen, "answered");
     }

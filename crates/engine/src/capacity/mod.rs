@@ -6,11 +6,8 @@
 //! of an RSA-4096 one, as the CPU sees them.
 //!
 //! The server measures its own operations at start-up ([`Capacity::quick`]) and charges
-//! every crypto request to its handshake's tenant by those figures ([`AcuCosts`]); each
-//! tenant's quota is enforced by [`tenant`] with the rate meters of [`meter`].
-
-mod meter;
-pub mod tenant;
+//! every crypto request to whoever pays for its handshake ([`crate::Payer`]) by those
+//! figures ([`AcuCosts`]); who may use how much is `terminus-capacity`'s business.
 
 use std::time::{Duration, Instant};
 

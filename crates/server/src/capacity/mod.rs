@@ -9,7 +9,7 @@ mod report;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use terminus_engine::capacity::tenant::Tenants;
+use terminus_capacity::tenant::Tenants;
 use terminus_engine::capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
 use terminus_engine::cost::{crossover_label, Crossovers, Operation, Workload};
 use terminus_engine::{BackendKind, KxGroup};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use terminus_engine::capacity::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
+use terminus_capacity::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
 use terminus_engine::cost::Operation;
 use terminus_fleet::shares::TenantView;
 use terminus_metrics::{Exposition, Kind, Render};

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use terminus_engine::capacity::tenant::TenantAccount;
+use terminus_capacity::tenant::TenantAccount;
 use terminus_tls::{KtlsStream, Offload, TlsStream};
 
 use super::pacing::Paced;
@@ -61,11 +61,8 @@ impl Established {
             ..
         } = accepted;
         let sni = ctx.host().map(str::to_owned);
-        let paced_by = ctx
-            .tenant()
-            .map(|(tenant, _)| tenant)
-            .filter(|t| t.paced())
-            .cloned();
+        let tenant = &site.hosts[host].tenant;
+        let paced_by = tenant.paced().then(|| tenant.clone());
         let local = socket
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));

@@ -450,3 +450,30 @@ pub fn header_value(head: &str, name: &str) -> Option<String> {
         n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
     })
 }
+
+/// `terminus load URL --address ADDRESS --rate RATE -d SECONDS --new-connection -k --tls
+/// 1.3 --json` on a thread of its own: full handshakes at a fixed rate, one request each.
+pub fn rate_load(
+    url: String,
+    address: String,
+    rate: u32,
+    seconds: u32,
+) -> std::thread::JoinHandle<Output> {
+    std::thread::spawn(move || {
+        run(Command::new(terminus_bin()).args([
+            "load",
+            &url,
+            "--address",
+            &address,
+            "--rate",
+            &rate.to_string(),
+            "-d",
+            &format!("{seconds}s"),
+            "--new-connection",
+            "-k",
+            "--tls",
+            "1.3",
+            "--json",
+        ]))
+    })
+}

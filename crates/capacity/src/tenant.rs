@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use terminus_metrics::Buckets;
 
-use super::meter::Meter;
-use super::{operation, AcuCosts};
-use crate::cost::Operation;
-use crate::{KeyAlgorithm, OpKind};
+use terminus_engine::capacity::{operation, AcuCosts};
+use terminus_engine::cost::Operation;
+use terminus_engine::{KeyAlgorithm, OpKind, Payer};
+
+use crate::meter::Meter;
 
 /// How much of a quota may be used at once, as time at its rate.
 const BURST: f64 = 0.1;
@@ -393,7 +394,7 @@ impl TenantAccount {
     /// committed of the machine (at least [`UNMETERED_WEIGHT`]). Weighed as the whole
     /// machine, unmetered traffic would take ~75 times a 20-ACU tenant's share of every
     /// oversubscribed batch: its own handshakes would jump the tenants' paid ones.
-    pub(crate) fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
+    pub fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
         let costs = self.costs.read().expect("costs lock");
         let st = self.state.lock().expect("tenant lock");
         let weight = match &st.quota {
@@ -661,6 +662,26 @@ impl Hold {
     }
 }
 
+/// The engine orders a handshake's requests by its tenant's weight and charges the
+/// tenant what they cost.
+impl Payer for Hold {
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.account) as usize
+    }
+
+    fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
+        self.account.cost_and_weight(kind, key)
+    }
+
+    fn borrowed(&self) -> bool {
+        self.class == Class::Borrowed
+    }
+
+    fn charge(&self, kind: OpKind, key: Option<KeyAlgorithm>) {
+        Hold::charge(self, kind, key);
+    }
+}
+
 impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hold")
@@ -698,6 +719,34 @@ impl Drop for Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenant without a quota weighs what the quotas leave of the machine in fair
+    /// queueing, not all of it (which would give it ~75 times a 20-ACU tenant's share of
+    /// an oversubscribed engine), and a line of its own when the quotas take everything.
+    #[test]
+    fn unmetered_traffic_weighs_the_capacity_nobody_was_promised() {
+        let quota = |acu: f64| Quota {
+            acu,
+            acu_peak: acu,
+            scu: None,
+            over_quota: OverQuota::Queue,
+            max_wait: Duration::from_secs(1),
+        };
+        let costs = AcuCosts::unmeasured(1);
+        let machine = costs.machine_acu();
+        let tenants = Tenants::new(costs);
+        let paid = tenants.account("paid", Some(quota(machine * 0.2)));
+        let unmetered = tenants.account("default", None);
+        let weight = |t: &TenantAccount| t.cost_and_weight(OpKind::X25519, None).1;
+        assert!((weight(&paid) - machine * 0.2).abs() < 1e-9);
+        assert!((weight(&unmetered) - machine * 0.8).abs() < 1e-9);
+        // Everything committed: unmetered traffic keeps a small line of its own.
+        tenants.account("paid", Some(quota(machine * 2.0)));
+        assert_eq!(weight(&unmetered), UNMETERED_WEIGHT);
+        // A fleet's share scales a tenant's weight with its quota.
+        paid.set_share(Instant::now(), 0.5);
+        assert!((weight(&paid) - machine).abs() < 1e-9);
+    }
 
     fn tenants() -> Tenants {
         Tenants::new(AcuCosts::unmeasured(1))
