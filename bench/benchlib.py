@@ -55,6 +55,25 @@ def tree_pids(pid: int):
     return pids
 
 
+def proc_cpu_split(pid: int) -> (float, float):
+    """utime and stime of a process (all its threads), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def tree_cpu_split(pid: int) -> (float, float):
+    """User-space and kernel CPU seconds of a process and its children."""
+    user = system = 0.0
+    for p in tree_pids(pid):
+        try:
+            u, s = proc_cpu_split(p)
+        except OSError:
+            continue
+        user += u
+        system += s
+    return user, system
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds of a process and its children (nginx and HAProxy workers)."""
     total = 0.0
