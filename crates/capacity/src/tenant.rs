@@ -229,6 +229,15 @@ impl Tenants {
         self.reallocate(&accounts);
     }
 
+    /// The account of `name`, if there is one.
+    pub fn get(&self, name: &str) -> Option<Arc<TenantAccount>> {
+        self.accounts
+            .lock()
+            .expect("tenants lock")
+            .get(name)
+            .cloned()
+    }
+
     /// Every account, by name.
     pub fn all(&self) -> Vec<Arc<TenantAccount>> {
         let mut all: Vec<_> = self
@@ -353,11 +362,6 @@ impl TenantAccount {
         if let (Some(m), Some(scu)) = (st.scu.as_mut(), q.scu) {
             m.rescale(t, scu * 1e6 / 8.0 * share);
         }
-    }
-
-    /// This instance's share of the quota.
-    pub fn share(&self) -> f64 {
-        self.state.lock().expect("tenant lock").share
     }
 
     /// The tenant's name.
@@ -649,16 +653,6 @@ impl Hold {
         let cost = self.account.costs.read().expect("costs lock").of(op).0;
         self.used.set(self.used.get() + cost);
         self.account.charged(self.class, op, cost);
-    }
-
-    /// Whose capacity it uses.
-    pub fn class(&self) -> Class {
-        self.class
-    }
-
-    /// The tenant charged.
-    pub fn account(&self) -> &Arc<TenantAccount> {
-        &self.account
     }
 }
 

@@ -16,23 +16,22 @@ pub mod store;
 pub mod tickets;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use terminus_metrics::{Exposition, Render};
 use tokio::sync::watch;
 
-use shares::{Quotas, ShareMetrics, ShareSync, TenantView};
+use shares::{Quotas, ShareMetrics, ShareSync, SharesView, TenantView};
 use store::keys::KeyEntries;
 use store::sync::{KeySync, StoreMetrics};
 use store::StoreSettings;
-use tickets::{system_clock, Ring, Rotation, TicketMetrics, Ticketer};
+use tickets::{system_clock, Ring, Rotation, Ticketer};
 
 /// This instance's part in a fleet (or its keys alone, without a store).
 pub struct Fleet {
     ticketer: Arc<Ticketer>,
-    tickets: Arc<TicketMetrics>,
     store: Option<Arc<StoreMetrics>>,
-    shares: Option<Arc<Mutex<BTreeMap<String, TenantView>>>>,
+    shares: Option<SharesView>,
     /// Dropping it stops the store's thread.
     _stop: Option<watch::Sender<bool>>,
 }
@@ -58,11 +57,9 @@ impl Fleet {
         let ring = Arc::new(RwLock::new(Ring::new(rotation)));
         let clock = system_clock();
         let ticketer = Arc::new(Ticketer::new(ring.clone(), clock.clone()));
-        let tickets = ticketer.metrics();
         let Some(settings) = store else {
             return Ok(Self {
                 ticketer,
-                tickets,
                 store: None,
                 shares: None,
                 _stop: None,
@@ -84,10 +81,10 @@ impl Fleet {
             .build()
             .map_err(|e| format!("the fleet's runtime: {e}"))?;
         let poll = settings.poll;
+        let watch = metrics.clone();
         std::thread::Builder::new()
             .name("fleet-store".into())
             .spawn(move || {
-                let watch = sync.metrics();
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     runtime.block_on(sync.run(client, poll, shares, stopped))
                 }));
@@ -104,7 +101,6 @@ impl Fleet {
         );
         Ok(Self {
             ticketer,
-            tickets,
             store: Some(metrics),
             shares: view,
             _stop: Some(stop),
@@ -113,7 +109,7 @@ impl Fleet {
 
     /// What this instance knows of the fleet's quotas, tenant by tenant (`None` without
     /// a store).
-    pub fn shares(&self) -> Option<std::collections::BTreeMap<String, TenantView>> {
+    pub fn shares(&self) -> Option<BTreeMap<String, TenantView>> {
         let view = self.shares.as_ref()?;
         Some(view.lock().expect("fleet view lock").clone())
     }
@@ -126,7 +122,7 @@ impl Fleet {
 
 impl Render for Fleet {
     fn render(&self, out: &mut Exposition) {
-        self.tickets.render(out);
+        self.ticketer.metrics().render(out);
         if let Some(store) = &self.store {
             store.render(out);
         }
@@ -175,14 +171,9 @@ pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<Strin
             .await
             .map_err(fail)?;
         let now = rotation.epoch_at((system_clock())());
-        let names: Vec<String> = entries.held(now).map(|e| entries.name(e)).collect();
-        let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-            .arg(&names)
-            .query_async(&mut conn)
-            .await
-            .map_err(fail)?;
+        let found = entries.fetch(&mut conn, now).await.map_err(fail)?;
         let mut keys = 0;
-        for (name, value) in names.iter().zip(found) {
+        for (_, name, value) in found {
             if let Some(wrapped) = value {
                 if tickets::KeyMaterial::unwrap(&kek, name.as_bytes(), &wrapped).is_none() {
                     return Err(StoreProblem::Wrong(format!(

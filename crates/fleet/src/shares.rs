@@ -113,6 +113,10 @@ pub struct TenantView {
     pub share: f64,
 }
 
+/// What an instance knows of every tenant's split, shared with `/capacity` and the
+/// metrics.
+pub type SharesView = Arc<Mutex<BTreeMap<String, TenantView>>>;
+
 /// This instance's side of the fleet's quotas.
 pub struct ShareSync {
     id: String,
@@ -126,7 +130,7 @@ pub struct ShareSync {
     last_ok: Option<Instant>,
     /// Instances alive at the last round (the fallback's divisor).
     last_alive: usize,
-    view: Arc<Mutex<BTreeMap<String, TenantView>>>,
+    view: SharesView,
 }
 
 impl ShareSync {
@@ -146,7 +150,7 @@ impl ShareSync {
     }
 
     /// What it knows of every tenant, for `/capacity` and the metrics.
-    pub fn view(&self) -> Arc<Mutex<BTreeMap<String, TenantView>>> {
+    pub fn view(&self) -> SharesView {
         self.view.clone()
     }
 
@@ -202,7 +206,6 @@ impl ShareSync {
             }
             let share = share_of(&self.id, &alive, *quota);
             self.quotas.set_share(tenant, share);
-            self.last_alive = self.last_alive.max(alive.len());
             let instances = alive
                 .iter()
                 .map(|(id, r)| (id.clone(), share_of(id, &alive, *quota), r.clone()))
@@ -259,7 +262,7 @@ impl ShareSync {
 }
 
 /// The shares, as metrics.
-pub struct ShareMetrics(pub Arc<Mutex<BTreeMap<String, TenantView>>>);
+pub struct ShareMetrics(pub SharesView);
 
 impl Render for ShareMetrics {
     fn render(&self, out: &mut Exposition) {

@@ -422,12 +422,13 @@ fn tls_choices_reach_the_server() {
     assert!(server.metric("terminus_http_responses_total", &[]) >= n(&r, "requests"));
 }
 
-/// With `--resume`, every connection after the first of each closed-loop slot offers a
-/// ticket, however many connections run at once: the resumed share measures the server.
+/// With `--resume`, a connection after the first of each closed-loop slot offers a
+/// ticket (99% of them at least, however many connections run at once): the resumed
+/// share measures the server.
 /// (rustls's own client store keeps eight TLS 1.3 tickets per server; at 100 connections
 /// a fifth or more of the handshakes then went out without one.)
 #[test]
-fn resume_offers_a_ticket_on_every_connection_but_the_first_of_each_of_100() {
+fn resume_offers_a_ticket_on_99_percent_of_connections_after_the_first_100() {
     let _alone = exclusive();
     let server = Server::start(&["--workers", "1", "--crypto-backend", "scalar"]);
     for tls in ["1.3", "1.2"] {

@@ -4,6 +4,9 @@
 //! tickets with it; and a channel, `{prefix}ticket-keys`, on which the instance that made
 //! an entry names its epoch.
 
+use redis::aio::MultiplexedConnection;
+use redis::RedisResult;
+
 use crate::tickets::Rotation;
 
 /// Names and lifetimes of a fleet's key entries.
@@ -48,6 +51,24 @@ impl KeyEntries {
     /// the next.
     pub fn held(&self, epoch: u64) -> std::ops::RangeInclusive<u64> {
         epoch.saturating_sub(u64::from(self.rotation.keep) - 1)..=epoch + 1
+    }
+
+    /// The entries of the epochs held at `epoch`, in one `MGET`: each epoch, its entry's
+    /// name and what the store has under it.
+    pub async fn fetch(
+        &self,
+        conn: &mut MultiplexedConnection,
+        epoch: u64,
+    ) -> RedisResult<Vec<(u64, String, Option<Vec<u8>>)>> {
+        let epochs: Vec<u64> = self.held(epoch).collect();
+        let names: Vec<String> = epochs.iter().map(|e| self.name(*e)).collect();
+        let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+        Ok(epochs
+            .into_iter()
+            .zip(names)
+            .zip(found)
+            .map(|((e, n), v)| (e, n, v))
+            .collect())
     }
 }
 

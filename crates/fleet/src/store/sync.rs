@@ -135,24 +135,21 @@ impl KeySync {
     pub async fn round(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let unix = (self.clock)();
         let now = tickets::read(&self.ring).rotation().epoch_at(unix);
-        let epochs: Vec<u64> = self.entries.held(now).collect();
-        let names: Vec<String> = epochs.iter().map(|e| self.entries.name(*e)).collect();
         self.metrics.round_trips.inc();
-        let found: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
-        for ((epoch, name), value) in epochs.iter().zip(&names).zip(found) {
+        for (epoch, name, value) in self.entries.fetch(conn, now).await? {
             let made = match value {
                 Some(wrapped) => {
-                    self.take(*epoch, name, &wrapped, now);
+                    self.take(epoch, &name, &wrapped, now);
                     Ok(())
                 }
-                None if *epoch >= now => self.create(*epoch, name, unix, now, conn).await,
+                None if epoch >= now => self.create(epoch, &name, unix, now, conn).await,
                 None => Ok(()),
             };
             match made {
                 // What the store refused (an entry of the wrong type, say) spoils one
                 // epoch's sharing, not the connection: this instance seals with a key of
                 // its own for it meanwhile.
-                Err(e) if !lost(&e) => self.bad_entry(name, &e.to_string()),
+                Err(e) if !lost(&e) => self.bad_entry(&name, &e.to_string()),
                 other => other?,
             }
         }

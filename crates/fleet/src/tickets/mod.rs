@@ -152,19 +152,19 @@ impl Ticketer {
         self.metrics.clone()
     }
 
-    /// The current epoch, the ring brought up to it first if it is new.
-    fn now(&self) -> u64 {
+    /// The ring, read, and the current epoch, the ring brought up to it first if it is
+    /// new (one read lock a ticket in the common case).
+    fn current(&self) -> (std::sync::RwLockReadGuard<'_, Ring>, u64) {
         let unix = (self.clock)();
         let ring = read(&self.ring);
         let epoch = ring.rotation().epoch_at(unix);
-        let ready = self.advanced.load(Ordering::Acquire) == epoch;
-        drop(ring);
-        if !ready {
-            let mut ring = write(&self.ring);
-            ring.advance(epoch);
-            self.advanced.fetch_max(epoch, Ordering::AcqRel);
+        if self.advanced.load(Ordering::Acquire) == epoch {
+            return (ring, epoch);
         }
-        epoch
+        drop(ring);
+        write(&self.ring).advance(epoch);
+        self.advanced.fetch_max(epoch, Ordering::AcqRel);
+        (read(&self.ring), epoch)
     }
 }
 
@@ -174,16 +174,11 @@ impl ProducesTickets for Ticketer {
     }
 
     fn lifetime(&self) -> u32 {
-        self.ring
-            .read()
-            .expect("ticket ring lock")
-            .rotation()
-            .lifetime()
+        read(&self.ring).rotation().lifetime()
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let epoch = self.now();
-        let ring = read(&self.ring);
+        let (ring, epoch) = self.current();
         let sealed = ring.sealing(epoch)?.seal(plain);
         if sealed.is_some() {
             self.metrics.sealed.inc();
@@ -192,8 +187,7 @@ impl ProducesTickets for Ticketer {
     }
 
     fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
-        let epoch = self.now();
-        let ring = read(&self.ring);
+        let (ring, epoch) = self.current();
         let (key_epoch, key) = ring.opening(ticket, epoch)?;
         let plain = key.open(ticket)?;
         let age = match epoch.checked_sub(key_epoch) {

@@ -162,7 +162,7 @@ impl terminus_fleet::shares::Quotas for FleetQuotas {
     }
 
     fn set_share(&self, tenant: &str, share: f64) {
-        if let Some(account) = self.0.all().into_iter().find(|t| t.name() == tenant) {
+        if let Some(account) = self.0.get(tenant) {
             account.set_share(std::time::Instant::now(), share);
         }
     }
