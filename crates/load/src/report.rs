@@ -30,7 +30,7 @@ pub struct Report {
     /// "TLSv1.3 TLS13_AES_256_GCM_SHA384 X25519" -> handshakes.
     pub negotiated: BTreeMap<String, u64>,
     /// `connect`, `handshake`, `request` (answered), `failed` (until the failure): count,
-    /// mean, p50, p90, p99, p999, max (ms).
+    /// mean, p50, p90, p95, p99, p999, max (ms).
     pub latency_ms: BTreeMap<&'static str, Percentiles>,
     /// user+system CPU of the load generator over the run.
     pub client_cpu_s: f64,
