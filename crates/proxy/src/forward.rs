@@ -23,9 +23,11 @@ use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, Failed};
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Key, Pool};
+use crate::replay::Replayable;
 use crate::response::ResponseBody;
 use crate::spec::{Balance, HashKey, Protocol};
 use crate::upstream::{InProgress, Upstream};
+use crate::websocket::{connect_kind, Connect, Opening};
 use terminus_h1::has_token;
 use tokio::io::AsyncWriteExt;
 
@@ -79,15 +81,37 @@ where
         trailers: has_token(req.headers(), header::TE, "trailers"),
     };
     let (mut parts, body) = req.into_parts();
+    let error = |status, server: Option<usize>, cause: String| ProxyError {
+        status,
+        upstream: upstream.spec.name.clone(),
+        server: server.map(|i| upstream.servers[i].spec.address),
+        cause,
+    };
     let key = hash_key(&upstream.spec.balance, &parts, origin);
     let framing = body_framing(&body);
+    let http1 = upstream.spec.protocol == Protocol::Http1;
     // An HTTP/1.1 upgrade to an HTTP/1.1 upstream keeps the Upgrade tokens the upstream
-    // allows (WebSocket); any other (h2c) goes as a plain request.
-    let upgrade = (upstream.spec.protocol == Protocol::Http1
+    // allows (WebSocket); any other (h2c) goes as a plain request. An h2 client's
+    // WebSocket (extended CONNECT) becomes the same upgrade.
+    let mut upgrade = (http1
         && parts.version == hyper::Version::HTTP_11
         && has_token(&parts.headers, header::CONNECTION, "upgrade"))
     .then(|| allowed_upgrades(&parts.headers, &upstream.spec.upgrades))
     .flatten();
+    let opening = match connect_kind(&parts) {
+        Connect::No => None,
+        Connect::WebSocket if http1 && upstream.spec.upgrades.iter().any(|u| u == "websocket") => {
+            upgrade = Some(HeaderValue::from_static("websocket"));
+            Some(Opening::rewrite(&mut parts))
+        }
+        Connect::WebSocket => {
+            let cause = "a WebSocket over HTTP/2 goes only to an http1 upstream that allows it";
+            return Err(error(StatusCode::NOT_IMPLEMENTED, None, cause.into()));
+        }
+        Connect::Refused(status) => {
+            return Err(error(status, None, "CONNECT for no WebSocket".into()))
+        }
+    };
     upstream_headers(&mut parts, origin, framing, &body);
     if let Some(to) = &upgrade {
         parts.headers.insert(header::UPGRADE, to.clone());
@@ -100,16 +124,12 @@ where
         Protocol::Http1 => http1_head(&parts),
         Protocol::H2 | Protocol::H2c => Vec::new(),
     };
-    let error = |status, server: Option<usize>, cause: String| ProxyError {
-        status,
-        upstream: upstream.spec.name.clone(),
-        server: server.map(|i| upstream.servers[i].spec.address),
-        cause,
-    };
 
-    let mut body = Some(body);
+    let mut body = Some(Replayable::new(body));
     let mut excluded = None;
     let mut retried = false;
+    // After a stale pooled connection: the next attempt opens a new one.
+    let mut fresh = false;
     loop {
         let Some(i) = upstream
             .balancer
@@ -153,20 +173,29 @@ where
                     .spec
                     .proxy_protocol
                     .map(|v| crate::proxy_protocol::encode(v, origin.client, origin.local));
-                http1_attempt(exchange, pool, proxy_header, body_now, progress).await
+                http1_attempt(exchange, pool, proxy_header, body_now, progress, fresh).await
             }
             Protocol::H2 | Protocol::H2c => {
                 crate::h2::send(&pool.h2, &parts, body_now, progress, &attempt).await
             }
         };
-        let failed = match outcome {
-            Ok(resp) => return Ok(resp),
-            Err(failed) => failed,
+        let failed = match (outcome, &opening) {
+            (Ok(resp), None) => return Ok(resp),
+            (Ok(resp), Some(opening)) => {
+                return opening.answer(resp).ok_or_else(|| {
+                    let cause = "a 101 whose Sec-WebSocket-Accept does not answer our key";
+                    error(StatusCode::BAD_GATEWAY, Some(i), cause.into())
+                })
+            }
+            (Err(failed), _) => failed,
         };
         body = failed.body;
-        if failed.stale && body.is_some() {
+        if failed.stale && body.is_some() && !fresh {
             // The server closed an idle connection as we reused it: not its fault, and
-            // it saw nothing. Again, on a fresh or another pooled connection.
+            // it saw nothing. Again, on a new connection: the other pooled ones have
+            // been idle as long.
+            fresh = true;
+            server.metrics.stale_retry();
             continue;
         }
         let Some(failure) = failed.failure else {
@@ -202,15 +231,17 @@ async fn http1_attempt<B>(
     exchange: Exchange<'_>,
     pool: &Pool,
     proxy_header: Option<Vec<u8>>,
-    body: B,
+    body: Replayable<B>,
     progress: InProgress,
-) -> Result<Response<ResponseBody>, Failed<B>>
+    fresh: bool,
+) -> Result<Response<ResponseBody>, Failed<Replayable<B>>>
 where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
 {
     let server = progress.server();
     let tls = progress.upstream.spec.tls.as_ref();
-    let (conn, reused) = match pool.take(exchange.pool_key) {
+    let pooled = (!fresh).then(|| pool.take(exchange.pool_key)).flatten();
+    let (conn, reused) = match pooled {
         Some(conn) => (conn, true),
         None => match connect(&server.spec, tls, exchange.timeouts.connect).await {
             Ok((stream, took)) => {

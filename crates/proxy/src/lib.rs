@@ -13,8 +13,11 @@
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
 //!   connection taken or opened, exchange run ([`http1`], or HTTP/2 over TLS or in
 //!   cleartext for gRPC backends), the [`response`] streamed back (a body that stalls
-//!   ends at [`stall`]'s timeout, either protocol), retried where safe;
+//!   ends at [`stall`]'s timeout, either protocol), retried where safe (a body sent
+//!   out is held for that while small: [`replay`]);
 //! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways by [`relay`];
+//!   an HTTP/2 client's WebSocket (RFC 8441) is translated for HTTP/1.1 upstreams by
+//!   [`websocket`];
 //! - [`stream`]: `[[stream]]` connections (TCP after TLS, or TLS passthrough) to their
 //!   upstream;
 //! - [`metrics`]: per-server series.
@@ -31,12 +34,14 @@ pub mod metrics;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod relay;
+mod replay;
 pub mod response;
 pub mod spec;
 mod stall;
 pub mod stream;
 pub mod tunnel;
 pub mod upstream;
+mod websocket;
 
 pub use forward::{forward, ProxyError};
 pub use headers::Origin;

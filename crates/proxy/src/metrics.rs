@@ -81,7 +81,7 @@ pub struct ServerMetrics {
     responses: Labelled<5>,
     failures: Labelled<8>,
     connections: Labelled<2>,
-    retries: Labelled<1>,
+    retries: Labelled<2>,
     health: Labelled<2>,
     bytes: Labelled<2>,
     active: Labelled<1>,
@@ -122,8 +122,8 @@ impl ServerMetrics {
             ),
             retries: Labelled::counter(
                 "terminus_upstream_retries_total",
-                "Requests retried on another server after failing on this one.",
-                one(),
+                "Requests sent again: on another server after failing on this one, or on a new connection to it after a pooled one it had closed while idle (stale).",
+                label_values("after", ["failure", "stale"], &rest),
             ),
             health: Labelled::counter(
                 "terminus_upstream_health_changes_total",
@@ -184,6 +184,10 @@ impl ServerMetrics {
 
     pub(crate) fn retry(&self) {
         self.retries.inc(0);
+    }
+
+    pub(crate) fn stale_retry(&self) {
+        self.retries.inc(1);
     }
 
     pub(crate) fn health_change(&self, up: bool) {

@@ -6,7 +6,9 @@
 //! them even when no request comes ([`Pool::keep_swept`]): their descriptors are not held
 //! until the next request to the same server. A worker keeps at most [`MAX_IDLE`] idle
 //! connections in all, the one nearest its timeout closed to make room: with
-//! `proxy_protocol` each client has its own, and clients are many.
+//! `proxy_protocol` each client has its own, and clients are many. A connection leaves
+//! the pool closed as the protocol wants: over TLS with a close_notify alert, so that
+//! the server can tell our close from a connection cut off ([`Conn::close`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use std::task::Context;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::connect::{ReadHalf, Stream, WriteHalf};
 use crate::metrics::ServerMetrics;
@@ -79,6 +81,15 @@ impl Conn {
             buf: Vec::with_capacity(16 * 1024),
         }
     }
+
+    /// Closes an idle connection: over TLS a close_notify alert, then the TCP FIN. One
+    /// attempt that does not wait: an idle connection's send buffer is empty, so the
+    /// alert's few bytes go at once, and a connection that cannot take them is dropped
+    /// as it is (no task lives on to finish a close nobody waits for).
+    pub(crate) fn close(mut self) {
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        let _ = Pin::new(&mut self.write).poll_shutdown(&mut cx);
+    }
 }
 
 #[derive(Debug)]
@@ -92,6 +103,9 @@ struct Idle {
 impl Drop for Idle {
     fn drop(&mut self) {
         self.metrics.idle(-1);
+        if let Some(conn) = self.conn.take() {
+            conn.close();
+        }
     }
 }
 
@@ -103,10 +117,11 @@ impl Pool {
         let now = Instant::now();
         while let Some(mut idle) = list.pop() {
             self.count.set(self.count.get() - 1);
-            let mut conn = idle.conn.take()?;
+            let conn = idle.conn.as_mut()?;
             if idle.until > now && still_open(&mut conn.read) {
-                return Some(conn);
+                return idle.conn.take();
             }
+            // Dropped, so closed.
         }
         None
     }
@@ -127,6 +142,7 @@ impl Pool {
     ) {
         let mut idle = self.idle.borrow_mut();
         if idle.get(&key).map_or(0, Vec::len) >= keepalive.idle {
+            conn.close();
             return;
         }
         if self.count.get() >= MAX_IDLE {

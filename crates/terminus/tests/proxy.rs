@@ -24,12 +24,18 @@ impl App {
 
     /// Starts tests/upstream/SCRIPT with `args`; it prints "ready PORT" once listening.
     fn launch(script: &str, args: &[&str]) -> App {
+        Self::launch_with(script, args, &[])
+    }
+
+    /// [`App::launch`] with `env` added to its environment.
+    fn launch_with(script: &str, args: &[&str], env: &[(&str, &str)]) -> App {
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/upstream")
             .join(script);
         let mut child = Command::new("python3")
             .arg(script)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -467,6 +473,56 @@ fn keep_alive_requests_reuse_upstream_connections() {
     assert!(reused / 200.0 >= 0.99, "reused {reused} of 200");
 }
 
+/// An upstream whose keep-alive timeout (100 ms) is shorter than the pool's: every pooled
+/// connection, reused after 150 ms, is closed by its server as the request reaches it
+/// (app.py's APP_KEEPALIVE_MS makes that race certain instead of rare). Four clients at
+/// once, GETs and uploads up to the hold limit (content-length and chunked): each goes
+/// again on a new connection, whole, and none gets a 502.
+#[test]
+fn requests_on_pooled_connections_the_server_closed_go_again_whole_on_new_ones() {
+    let app = App::launch_with("app.py", &["0", "a"], &[("APP_KEEPALIVE_MS", "100")]);
+    let dir = TestDir::new("proxy-stale");
+    let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
+    let sizes = [1_000usize, 20_000, 64 * 1024];
+    let files: Vec<(String, String)> = sizes
+        .iter()
+        .map(|&n| {
+            let data: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+            let path = dir.write(&format!("up-{n}.bin"), &data);
+            (
+                format!("@{}", path.display()),
+                format!("{} {n}\n", sha256_hex(&data)),
+            )
+        })
+        .collect();
+    for round in 0..6 {
+        std::thread::sleep(Duration::from_millis(150));
+        std::thread::scope(|s| {
+            for (i, (at, want)) in files.iter().enumerate() {
+                let chunked = round % 2 == 1;
+                let server = &server;
+                s.spawn(move || {
+                    let mut args = vec!["--data-binary", at.as_str()];
+                    if chunked {
+                        args.extend(["-H", "Transfer-Encoding: chunked"]);
+                    }
+                    let out = curl(server, &args, "/app/sha256");
+                    assert_eq!(body(&out), *want, "round {round}, upload {i}");
+                });
+            }
+            s.spawn(|| assert_eq!(body(&curl(&server, &[], "/app/whoami")), "a"));
+        });
+    }
+    let stale = server.metric("terminus_upstream_retries_total", &["after=\"stale\""]);
+    let (_, reused) = upstream_connections(&server);
+    assert!(
+        stale >= 10.0 && reused >= stale,
+        "{stale} requests sent again after a stale connection ({reused} reused)"
+    );
+    let failures = metric_sum(&server.metrics(), "terminus_upstream_failures_total", &[]);
+    assert_eq!(failures, 0.0, "no request failed");
+}
+
 #[test]
 fn check_names_the_line_of_a_bad_upstream() {
     let dir = TestDir::new("proxy-check");
@@ -787,10 +843,14 @@ fn two_workers_keep_at_most_2048_idle_upstream_connections_for_2600_clients() {
         answered > 2200.0 && report["errors"].as_object().unwrap().is_empty(),
         "each client one request, all answered: {report:#}"
     );
-    let (new, _) = upstream_connections(&server);
+    // Each client address its own upstream connection. Not quite each client: on
+    // loopback Linux reuses ports in TIME_WAIT for new connections (tcp_tw_reuse = 2), so
+    // a later client may have an earlier one's address, and then rightly takes the
+    // connection pooled for it (CI saw 2,590 new of some 2,600).
+    let (new, reused) = upstream_connections(&server);
     assert!(
-        new >= answered,
-        "each client its own upstream connection: {new}"
+        new >= answered * 0.98,
+        "each client address its own upstream connection: {new} new, {reused} reused"
     );
     let held = established_to(backend.port);
     let idle = server.metric("terminus_upstream_idle_connections", &[]);
@@ -1338,6 +1398,47 @@ fn idle_upstream_connections_past_their_timeout_are_closed_without_a_request() {
     eventually(Duration::from_secs(4), "the sweep closes it", || {
         idle() == 0.0
     });
+}
+
+/// Idle TLS connections leave the pool with a close_notify: the server (Python's ssl,
+/// ragged EOFs not suppressed) sees each of them closed cleanly, none cut off.
+#[test]
+fn idle_tls_upstream_connections_leave_the_pool_with_close_notify() {
+    let dir = TestDir::new("proxy-close-notify");
+    let (backend, app) = tls_backend(&dir, "backend.internal", "app.py", &["0", "a"], &[]);
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\nkeepalive = {{ timeout = \"1s\" }}\ntls = {{ server_name = \"backend.internal\", ca = \"{}\" }}\n",
+        app.addr(),
+        backend.cert.display()
+    );
+    let server = proxy(&dir, &upstreams, APP_ROUTE);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| assert_eq!(body(&curl(&server, &[], "/app/whoami")), "a"));
+        }
+    });
+    let (new, _) = upstream_connections(&server);
+    let idle = || server.metric("terminus_upstream_idle_connections", &[]);
+    eventually(Duration::from_secs(4), "the sweep closes them", || {
+        idle() == 0.0
+    });
+    // The counts, less the clean closes of this function's own earlier queries (curl
+    // closes with close_notify too).
+    let mut queries = 0.0;
+    let mut closes = || {
+        let url = format!("https://{}/closes", app.addr());
+        let out = run(Command::new("curl").args(["-sS", "-k", &url]));
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let clean = c["clean"].as_f64().unwrap() - queries;
+        queries += 1.0;
+        (clean, c["cut"].as_f64().unwrap())
+    };
+    let mut seen = (0.0, 0.0);
+    eventually(Duration::from_secs(2), "the server saw every close", || {
+        seen = closes();
+        seen.0 + seen.1 >= new
+    });
+    assert_eq!(seen, (new, 0.0), "(clean, cut) closes of {new} connections");
 }
 
 /// An HTTP/2 upstream that stops in the middle of a body is given up on after the

@@ -23,6 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::headers::remove_hop_by_hop;
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Pool};
+use crate::replay::Replayable;
 use crate::response::ResponseBody;
 use crate::spec::Timeouts;
 use crate::tunnel::Upgrade;
@@ -54,10 +55,11 @@ pub(crate) struct Failed<B> {
     /// Who is at fault: `None` when it was the client (its body failed).
     pub(crate) failure: Option<Failure>,
     pub(crate) detail: String,
-    /// The request body, when none of it was taken: the request may be sent again.
+    /// The request body, when none of it was taken or all that was is held
+    /// ([`crate::replay`]): the request may be sent again.
     pub(crate) body: Option<B>,
     /// A reused connection that ended before any byte of a response: the server had
-    /// closed it while idle, which is no fault of the server's.
+    /// closed it while idle, which is no fault of the server's, and it saw nothing.
     pub(crate) stale: bool,
 }
 
@@ -82,12 +84,13 @@ impl Exchange<'_> {
         self,
         conn: Conn,
         reused: bool,
-        body: B,
+        body: Replayable<B>,
         progress: InProgress,
-    ) -> Result<Response<ResponseBody>, Failed<B>>
+    ) -> Result<Response<ResponseBody>, Failed<Replayable<B>>>
     where
         B: hyper::body::Body<Data = Bytes, Error = io::Error> + 'static,
     {
+        let keeper = body.keeper();
         let metrics = progress.server().metrics.clone();
         let Conn {
             mut read,
@@ -170,23 +173,28 @@ impl Exchange<'_> {
                     None => std::future::pending().await,
                 }
             };
+            // A connection that ends before any response byte: the request again, if
+            // its body can be (the pump that was sending it dropped first).
+            let unanswered =
+                |failure, detail, body: Option<Replayable<B>>, pump, answered: bool| {
+                    drop::<Pump>(pump);
+                    let body = body.or_else(|| (!answered).then(|| keeper.rewind()).flatten());
+                    Err(Failed {
+                        stale: reused && !answered && body.is_some(),
+                        ..fail(failure, detail, body)
+                    })
+                };
             tokio::select! {
                 biased;
                 n = read_some(&mut read, &mut buf) => match n {
                     Ok(0) => {
-                        let stale = reused && buf.is_empty() && body.is_some();
-                        return Err(Failed {
-                            stale,
-                            ..fail(Failure::Closed, "closed the connection before a response".into(), body)
-                        });
+                        let detail = "closed the connection before a response".into();
+                        return unanswered(Failure::Closed, detail, body, pump, !buf.is_empty());
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        let stale = reused && buf.is_empty() && body.is_some();
-                        return Err(Failed {
-                            stale,
-                            ..fail(Failure::Io, format!("reading the response: {e}"), body)
-                        });
+                        let detail = format!("reading the response: {e}");
+                        return unanswered(Failure::Io, detail, body, pump, !buf.is_empty());
                     }
                 },
                 done = pump.wait(), if !pump.is_done() => match done {
@@ -217,6 +225,7 @@ impl Exchange<'_> {
         };
         let header_time = sent_at.elapsed();
         metrics.latency(Phase::ResponseHeader, header_time);
+        keeper.release();
 
         let (mut parts, ()) = resp.into_parts();
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {

@@ -1,7 +1,8 @@
 //! HTTP/2 by hyper, on the worker's task set: each stream's request goes to the
 //! responder with its body (hyper's flow control is the back-pressure), and the
 //! connection closes with GOAWAY after `timeouts.keepalive` without traffic or on
-//! shutdown.
+//! shutdown. Extended CONNECT (RFC 8441) is on: a WebSocket the proxy accepted upstream
+//! turns its stream into a tunnel to the upstream connection.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -12,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
-use hyper::Request;
+use hyper::{Method, Request};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
@@ -38,11 +39,18 @@ pub(crate) async fn serve<S, R>(
         inner: stream,
         activity: activity.clone(),
     });
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let responder = responder.clone();
         async move {
             let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
-            let resp = responder.respond(req.map(RequestBody::h2)).await;
+            let upgrading = (method == Method::CONNECT).then(|| hyper::upgrade::on(&mut req));
+            let mut resp = responder.respond(req.map(RequestBody::h2)).await;
+            if let Some(upgrading) = upgrading {
+                let upgrade = resp.extensions_mut().remove::<terminus_proxy::Upgrade>();
+                if let Some(upgrade) = upgrade.filter(|_| resp.status().is_success()) {
+                    tokio::task::spawn_local(tunnel(upgrading, upgrade));
+                }
+            }
             // HTTP/2 requests carry an absolute URI; log what nginx's $request shows.
             let path = uri.path_and_query().map_or("/", |p| p.as_str());
             responder.record(&method, path, version, &resp);
@@ -51,8 +59,24 @@ pub(crate) async fn serve<S, R>(
     });
     let conn = hyper::server::conn::http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
+        .enable_connect_protocol()
         .serve_connection(io, service);
     drive(Box::pin(conn), &activity, keepalive, &mut shutdown).await;
+}
+
+/// Carries a stream hyper has handed over after a 2xx to its CONNECT, to and from the
+/// upstream connection the proxy opened for it.
+async fn tunnel(upgrading: hyper::upgrade::OnUpgrade, upgrade: terminus_proxy::Upgrade) {
+    let ended = match upgrading.await {
+        Ok(stream) => upgrade
+            .tunnel(&mut TokioIo::new(stream), &[])
+            .await
+            .map(drop),
+        Err(e) => Err(io::Error::other(e)),
+    };
+    if let Err(e) = ended {
+        tracing::debug!("HTTP/2 WebSocket stream ended: {e}");
+    }
 }
 
 /// Spawns HTTP/2 stream tasks on the worker's local task set.

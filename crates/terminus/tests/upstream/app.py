@@ -16,9 +16,17 @@ proxy passes the path on unchanged.
   /garbage           a response that is not HTTP
   /ambiguous         a response with both Content-Length and Transfer-Encoding
   /die?n=N[&mode=chunked]  announces N bytes (or chunks), sends half, then closes
+  /closes            over TLS, how many connections the client closed between requests
+                     with a close_notify ("clean") and without one ("cut"), as JSON
+With APP_KEEPALIVE_MS=M in its environment, a connection idle for more than M ms is
+closed, unanswered, when its next request arrives: the race between a server's keep-alive
+timeout and a client reusing the connection (the request crossing the server's FIN),
+made certain instead of rare.
 """
 import hashlib
 import json
+import os
+import select
 import socket
 import sys
 import time
@@ -26,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 PATTERN = bytes(range(256)) * 256  # 64 KiB
+KEEPALIVE_MS = float(os.environ.get("APP_KEEPALIVE_MS", "0"))
+CLOSES = {"clean": 0, "cut": 0}
 
 
 def pattern(n):
@@ -42,6 +52,25 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+    def handle_one_request(self):
+        answered = getattr(self, "answered_at", None)
+        if KEEPALIVE_MS and answered is not None:
+            select.select([self.connection], [], [])
+            if (time.monotonic() - answered) * 1000 > KEEPALIVE_MS:
+                self.close_connection = True
+                return
+        try:
+            super().handle_one_request()
+        except OSError as e:
+            # Over TLS, EOF without close_notify (ragged EOFs are not suppressed).
+            if "EOF" in type(e).__name__ or "EOF" in str(e):
+                CLOSES["cut"] += 1
+            self.close_connection = True
+            return
+        if not self.raw_requestline and hasattr(self.connection, "unwrap"):
+            CLOSES["clean"] += 1
+        self.answered_at = time.monotonic()
 
     def read_body(self):
         """Yields the request body's pieces, content-length or chunked."""
@@ -90,6 +119,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, f"{h.hexdigest()} {n}\n".encode())
         for _ in self.read_body():
             pass
+        if path == "/closes":
+            return self.reply(200, json.dumps(CLOSES).encode(), "application/json")
         if path == "/whoami":
             return self.reply(200, NAME.encode())
         if path == "/headers":
@@ -180,6 +211,8 @@ if __name__ == "__main__":
         if len(sys.argv) > 5:
             tls.verify_mode = ssl.CERT_REQUIRED
             tls.load_verify_locations(sys.argv[5])
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        server.socket = tls.wrap_socket(
+            server.socket, server_side=True, suppress_ragged_eofs=False
+        )
     print("ready", server.server_address[1], flush=True)
     server.serve_forever()
