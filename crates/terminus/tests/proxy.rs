@@ -523,6 +523,49 @@ fn requests_on_pooled_connections_the_server_closed_go_again_whole_on_new_ones()
     assert_eq!(failures, 0.0, "no request failed");
 }
 
+/// Full duplex over HTTP/1.1: an upstream that answers an upload at once and echoes each
+/// piece as it arrives (app.py /echo) gets every piece while its answer streams back. The
+/// client sends a piece only after the one before came back, so a proxy that stopped
+/// reading the upload at the response head (half duplex, nginx's way) would stall it.
+#[test]
+fn an_upload_goes_on_streaming_after_the_upstreams_answer_has_begun() {
+    use common::raw::{Ended, Raw};
+    let (_app, _dir, server) = one_app("proxy-duplex");
+    let mut raw = Raw::connect(&server);
+    let head = "POST /app/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n";
+    raw.send(head.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    for i in 0..5 {
+        let piece = format!("piece-{i};");
+        raw.send(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes())
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !String::from_utf8_lossy(&got).contains(&piece) {
+            let text = String::from_utf8_lossy(&got).into_owned();
+            assert!(
+                Instant::now() < deadline,
+                "{piece} did not come back: {text}"
+            );
+            let (more, ended) = raw.read_for(Duration::from_millis(200));
+            got.extend(more);
+            assert_eq!(ended, Ended::Open, "closed before {piece}: {text}");
+        }
+    }
+    raw.send(b"0\r\n\r\n").unwrap();
+    got.extend(raw.read_to_close(Duration::from_secs(5)));
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.ends_with("\r\n0\r\n\r\n"),
+        "the answer ended whole: {text}"
+    );
+    // The connection cannot stay: the head went out before the upload's end was known.
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_names_the_line_of_a_bad_upstream() {
     let dir = TestDir::new("proxy-check");
@@ -707,6 +750,35 @@ fn websocket_upgrades_become_a_two_way_stream() {
         "an idle tunnel stayed open {:?}",
         started.elapsed()
     );
+}
+
+/// RFC 8441: an HTTP/2 client (the `h2` package, websockets' sans-I/O protocol for the
+/// frames) opens a WebSocket with an extended CONNECT, which the HTTP/1.1 upstream
+/// (websockets' server) gets as its own opening handshake; the messages go both ways on
+/// the h2 stream and a close handshake ends it.
+#[test]
+fn websockets_from_h2_clients_reach_http1_upstreams() {
+    if !python_packages() {
+        return;
+    }
+    let (_backend, dir, server) =
+        behind_proxy("ws_app.py", "ws-h2", "timeouts = { idle = \"2s\" }", "/ws/");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/ws_app.py");
+    let target = format!("wss://localhost:{}/ws/echo", server.port());
+    let out = run(Command::new("python3").arg(script).args([
+        "call-h2",
+        &target,
+        dir.path("k.pem").to_str().unwrap(),
+    ]));
+    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["alpn"], "h2", "{seen}");
+    assert_eq!(seen["enable_connect_protocol"], 1, "{seen}");
+    assert_eq!(seen["status"], 200, "{seen}");
+    assert_eq!(seen["text"], "hello", "{seen}");
+    assert_eq!(seen["binary_ok"], true, "{seen}");
+    assert_eq!(seen["in_order"], true, "{seen}");
+    assert_eq!(seen["closed"], 1000, "a clean close went through: {seen}");
 }
 
 #[test]

@@ -79,7 +79,7 @@ pub(crate) async fn serve<S>(
     info: ConnectionInfo,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    S: h1::Transport + 'static,
+    S: h1::Transport + tokio::io::AsyncRead + 'static,
 {
     let timeouts = info.site.timeouts;
     if h2 {

@@ -16,6 +16,9 @@ proxy passes the path on unchanged.
   /garbage           a response that is not HTTP
   /ambiguous         a response with both Content-Length and Transfer-Encoding
   /die?n=N[&mode=chunked]  announces N bytes (or chunks), sends half, then closes
+  /echo              (a chunked upload) answers at once, chunked, and echoes each piece
+                     of the body as it arrives: the request and the response stream
+                     together (full duplex)
   /closes            over TLS, how many connections the client closed between requests
                      with a close_notify ("clean") and without one ("cut"), as JSON
 With APP_KEEPALIVE_MS=M in its environment, a connection idle for more than M ms is
@@ -117,6 +120,14 @@ class Handler(BaseHTTPRequestHandler):
                 h.update(piece)
                 n += len(piece)
             return self.reply(200, f"{h.hexdigest()} {n}\n".encode())
+        if path == "/echo":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for piece in self.read_body():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            return
         for _ in self.read_body():
             pass
         if path == "/closes":

@@ -1,17 +1,22 @@
 //! One HTTP/1.1 connection: requests read with their deadlines, each handed to the
 //! responder with its body fed as it asks, responses written, keep-alive and shutdown.
+//! A responder that answers while it still reads the body (a proxied upstream streaming
+//! its answer to an upload) keeps being fed as the answer goes out: full duplex, on the
+//! connection's two halves, and the connection closes after it.
 
 use std::time::{Duration, Instant};
 
 use hyper::body::SizeHint;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::future::Future;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::request_body::feed;
 use super::respond::{respond, Answering};
 use super::Transport;
-use crate::http::body::{Body, RequestBody};
+use crate::http::body::{Body, Feed, RequestBody};
 use crate::http::{error_response, Responder};
 use crate::site::Timeouts;
 use terminus_h1::{
@@ -28,7 +33,7 @@ enum Next {
 }
 
 /// Serves HTTP/1.1 on `io` until the client is done, a timeout, an error or shutdown.
-pub(crate) async fn serve<S: Transport, R: Responder>(
+pub(crate) async fn serve<S: Transport + AsyncRead, R: Responder>(
     mut io: S,
     responder: &R,
     timeouts: Timeouts,
@@ -63,7 +68,7 @@ pub(crate) async fn serve<S: Transport, R: Responder>(
             expect_continue: framing != Framing::None && expects_continue(&req),
             stall: timeouts.request_header,
         };
-        let mut resp = exchange
+        let (mut resp, feed) = exchange
             .run(&mut io, &mut buf, &mut decoder, req, responder)
             .await;
         responder.record(&method, path_of(&uri), version, &resp);
@@ -85,7 +90,25 @@ pub(crate) async fn serve<S: Transport, R: Responder>(
                     && !refused_as_malformed(&resp)
                     && !*shutdown.borrow(),
         };
-        match respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await {
+        // Still wanted: the body goes on while the answer goes out (and keep_alive is
+        // off, the body not being done).
+        let duplex = feed.filter(|f| !f.is_closed() && !decoder.is_done() && upgrade.is_none());
+        let responded = match duplex {
+            Some(feed) => {
+                let feeding = (&mut buf, &mut decoder, &feed, timeouts.request_header);
+                respond_duplex(
+                    &mut io,
+                    resp,
+                    answering,
+                    &mut scratch,
+                    timeouts.keepalive,
+                    feeding,
+                )
+                .await
+            }
+            None => respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await,
+        };
+        match responded {
             Ok(true) => {}
             Ok(false) => break,
             Err(e) => {
@@ -114,34 +137,67 @@ struct Exchange {
 }
 
 impl Exchange {
-    /// Runs the responder, feeding it the body as it reads it, until it answers.
-    async fn run<S: Transport, R: Responder>(
+    /// Runs the responder, feeding it the body as it reads it, until it answers; with the
+    /// answer, the body's feed while the body goes on.
+    async fn run<S: Transport + AsyncRead, R: Responder>(
         self,
         io: &mut S,
         buf: &mut Vec<u8>,
         decoder: &mut Decoder,
         req: Request<()>,
         responder: &R,
-    ) -> Response<Body> {
+    ) -> (Response<Body>, Option<Feed>) {
         if decoder.is_done() {
-            return responder.respond(req.map(|()| RequestBody::empty())).await;
+            let resp = responder.respond(req.map(|()| RequestBody::empty())).await;
+            return (resp, None);
         }
         let hint = match self.framing {
             Framing::Length(n) => SizeHint::with_exact(n),
             _ => SizeHint::new(),
         };
         let (tx, body) = RequestBody::fed(hint);
-        let answer = responder.respond(req.map(|()| body));
-        let feeding = feed(io, buf, decoder, tx, self.expect_continue, self.stall);
-        tokio::pin!(answer, feeding);
-        let mut fed = false;
-        loop {
-            tokio::select! {
-                resp = &mut answer => return resp,
-                () = &mut feeding, if !fed => fed = true,
-            }
+        let resp = {
+            let answer = responder.respond(req.map(|()| body));
+            let (mut read, mut write) = tokio::io::split(io);
+            let continue_to = self.expect_continue.then_some(&mut write);
+            let feeding = feed(&mut read, continue_to, buf, decoder, &tx, self.stall);
+            until_answered(answer, feeding).await
+        };
+        (resp, Some(tx))
+    }
+}
+
+/// `answer`'s output, with `feeding` driven alongside until then.
+async fn until_answered<T>(
+    answer: impl Future<Output = T>,
+    feeding: impl Future<Output = ()>,
+) -> T {
+    tokio::pin!(answer, feeding);
+    let mut fed = false;
+    loop {
+        tokio::select! {
+            out = &mut answer => return out,
+            () = &mut feeding, if !fed => fed = true,
         }
     }
+}
+
+/// Writes `resp` on the write half while the body goes on feeding its reader from the
+/// read half. Done when the response is: its reader (the proxy's request pump) has then
+/// ended too.
+async fn respond_duplex<S: Transport + AsyncRead>(
+    io: &mut S,
+    resp: Response<Body>,
+    answering: Answering,
+    scratch: &mut Vec<u8>,
+    stall: Duration,
+    (buf, decoder, fed, body_stall): (&mut Vec<u8>, &mut Decoder, &Feed, Duration),
+) -> std::io::Result<bool> {
+    let (mut read, mut write) = tokio::io::split(io);
+    let writing = respond(&mut write, resp, answering, scratch, stall);
+    let no_continue: Option<&mut tokio::io::WriteHalf<&mut S>> = None;
+    let feeding = feed(&mut read, no_continue, buf, decoder, fed, body_stall);
+    until_answered(writing, feeding).await
 }
 
 /// Answers a request the server will not serve with an error page, and closes.
@@ -177,7 +233,7 @@ fn path_of(uri: &Uri) -> &str {
 }
 
 /// Reads until `buf` holds a whole request head, and parses it.
-async fn read_request<S: Transport>(
+async fn read_request<S: Transport + AsyncRead>(
     io: &mut S,
     buf: &mut Vec<u8>,
     idle_since: Instant,

@@ -3,34 +3,37 @@
 //! previous frame, so a client never gets more than a frame and a read ahead of the
 //! responder (back-pressure reaches it through TCP).
 //!
-//! HTTP/1.1 here is half duplex, as nginx's: the body streams to the responder until the
-//! responder returns its answer's head; what it left unread is then dropped with the
-//! connection (see `conn`), never mistaken for the next request.
+//! While the responder still wants the body after it has answered (a proxied upstream
+//! that keeps reading: streaming uploads, gRPC-Web), the body keeps streaming to it as
+//! the response goes out (full duplex, see `conn`); otherwise what it left unread is
+//! dropped with the connection, never mistaken for the next request.
 
 use std::time::Duration;
 
 use hyper::body::Frame;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::Transport;
 use crate::http::body::{Feed, Piece};
 use std::io;
 use terminus_h1::{Decoded, Decoder};
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-/// Feeds the body `decoder` delimits, from `buf` and then from `io`, into `feed` until it
-/// ends, fails, or the responder drops it. A client that asked for `100 Continue` gets it
-/// when the body is first wanted and none of it has arrived. Each read must bring bytes
-/// within `stall`.
-pub(super) async fn feed<S: Transport>(
-    io: &mut S,
+/// Feeds the body `decoder` delimits, from `buf` and then from `read`, into `feed` until
+/// it ends, fails, or the responder drops it. A client that asked for `100 Continue` gets
+/// it on `continue_to` when the body is first wanted and none of it has arrived. Each
+/// read must bring bytes within `stall`.
+pub(super) async fn feed<R, W>(
+    read: &mut R,
+    mut continue_to: Option<&mut W>,
     buf: &mut Vec<u8>,
     decoder: &mut Decoder,
-    feed: Feed,
-    mut expect_continue: bool,
+    feed: &Feed,
     stall: Duration,
-) {
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     loop {
         // The permit first: nothing is read or decoded for a responder that is not
         // asking, and a frame decoded is a frame delivered (this future may be dropped
@@ -48,13 +51,13 @@ pub(super) async fn feed<S: Transport>(
                 }
                 Ok(None) => {}
             }
-            if std::mem::take(&mut expect_continue) {
-                if let Err(e) = send_continue(io, stall).await {
+            if let Some(to) = continue_to.take() {
+                if let Err(e) = send_continue(to, stall).await {
                     break Piece::Failed(e);
                 }
             }
             buf.reserve(16 * 1024);
-            match tokio::time::timeout(stall, io.read_buf(buf)).await {
+            match tokio::time::timeout(stall, read.read_buf(buf)).await {
                 Ok(Ok(0)) => break Piece::Failed(io::ErrorKind::UnexpectedEof.into()),
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => break Piece::Failed(e),
@@ -67,14 +70,14 @@ pub(super) async fn feed<S: Transport>(
         let last = !matches!(piece, Piece::Frame(_));
         permit.send(piece);
         // Some of the body came unasked: the client is not waiting for the interim answer.
-        expect_continue = false;
+        continue_to = None;
         if last {
             return;
         }
     }
 }
 
-async fn send_continue<S: Transport>(io: &mut S, stall: Duration) -> io::Result<()> {
+async fn send_continue<W: AsyncWrite + Unpin>(io: &mut W, stall: Duration) -> io::Result<()> {
     let write = async {
         io.write_all(CONTINUE).await?;
         io.flush().await

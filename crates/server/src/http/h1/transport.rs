@@ -11,8 +11,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::FILE_CHUNK;
 
-/// A connection's byte stream that can also send a range of a file.
-pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin {
+/// A connection's byte stream, as responses are written to it, that can also send a range
+/// of a file. Reading is the connection's (`AsyncRead` besides): while a request body is
+/// still coming in, a response may be written to the write half alone.
+pub(crate) trait Transport: AsyncWrite + Unpin {
     /// Sends `head` (the response head, or nothing) and then `len` (> 0) bytes of `file`
     /// from `offset`, in as few TLS records as they fit; `scratch` is the connection's
     /// buffer.
@@ -43,9 +45,12 @@ impl Transport for KtlsStream {
 /// A record layer that sends a file by reading it into the connection's buffer and
 /// writing the bytes: rustls in userspace, which packs head and body into full records
 /// (and, in tests, a plain pipe).
-pub(crate) trait CopiesFiles: AsyncRead + AsyncWrite + Unpin {}
+pub(crate) trait CopiesFiles: AsyncWrite + Unpin {}
 
 impl CopiesFiles for TlsStream {}
+
+/// The write half of a connection still reading a request body (full duplex).
+impl<T: AsyncRead + AsyncWrite> CopiesFiles for tokio::io::WriteHalf<T> {}
 
 #[cfg(test)]
 impl CopiesFiles for tokio::io::DuplexStream {}
