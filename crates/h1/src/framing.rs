@@ -243,7 +243,8 @@ impl Decoder {
                     let mut fields = [httparse::EMPTY_HEADER; 64];
                     let trailers = match httparse::parse_headers(section, &mut fields) {
                         Ok(httparse::Status::Complete((_, fields))) => {
-                            crate::head::field_map(fields).ok_or(Malformed("bad trailer field"))?
+                            crate::head::field_map(fields, section)
+                                .ok_or(Malformed("bad trailer field"))?
                         }
                         _ => return Err(Malformed("bad trailer section")),
                     };

@@ -2,6 +2,9 @@
 //! responses encoded (to clients) and parsed (from upstreams). [`crate::framing`] does
 //! bodies.
 
+use std::mem::MaybeUninit;
+
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 
@@ -14,9 +17,11 @@ const MAX_HEADERS: usize = 100;
 /// Parses a request head at the start of `buf` and removes it from `buf`.
 /// `Ok(None)`: not complete yet.
 pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCode> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut headers);
-    let len = match parsed.parse(buf) {
+    // Left uninitialised: httparse fills what it parses (zeroing 100 would cost more
+    // than parsing a small head).
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut []);
+    let len = match parsed.parse_with_uninit_headers(buf, &mut headers) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => {
@@ -32,7 +37,7 @@ pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCod
         .parse()
         .map_err(|_| StatusCode::BAD_REQUEST)?;
     let version = version_of(parsed.version);
-    let map = field_map(parsed.headers).ok_or(StatusCode::BAD_REQUEST)?;
+    let map = field_map(parsed.headers, &buf[..len]).ok_or(StatusCode::BAD_REQUEST)?;
     let mut req = Request::builder()
         .method(method)
         .uri(uri)
@@ -49,9 +54,10 @@ pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCod
 /// [`MAX_HEAD`]). Anything but a well-formed HTTP/1.x status line and fields is refused:
 /// a proxy passes on only what it understood.
 pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malformed> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut headers);
-    let len = match parsed.parse(buf) {
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let config = httparse::ParserConfig::default();
+    let len = match config.parse_response_with_uninit_headers(&mut parsed, buf, &mut headers) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => return Err(Malformed("too many header fields")),
@@ -62,7 +68,7 @@ pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malform
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(Malformed("bad status code"))?;
     let version = version_of(parsed.version);
-    let map = field_map(parsed.headers).ok_or(Malformed("bad field name or value"))?;
+    let map = field_map(parsed.headers, &buf[..len]).ok_or(Malformed("bad field name or value"))?;
     let mut resp = Response::new(());
     *resp.status_mut() = status;
     *resp.version_mut() = version;
@@ -78,13 +84,26 @@ fn version_of(minor: Option<u8>) -> Version {
     }
 }
 
-/// Parsed fields as a map; `None` if a name or value is not valid in one.
-pub(crate) fn field_map(fields: &[httparse::Header<'_>]) -> Option<HeaderMap> {
-    let mut map = HeaderMap::with_capacity(fields.len());
+/// Room for the fields a proxy adds to a parsed head (forwarding, framing), so that
+/// adding them does not grow the map.
+const SPARE_FIELDS: usize = 6;
+
+/// Parsed fields as a map; `None` if a name or value is not valid in one. `head` is the
+/// bytes the fields were parsed from: the values share one copy of it instead of one
+/// allocation each.
+pub(crate) fn field_map(fields: &[httparse::Header<'_>], head: &[u8]) -> Option<HeaderMap> {
+    let shared = Bytes::copy_from_slice(head);
+    let mut map = HeaderMap::with_capacity(fields.len() + SPARE_FIELDS);
     for f in fields {
+        // Where the value lies in `head` (httparse gives slices of it).
+        let at = (f.value.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+        let end = at + f.value.len();
+        if end > head.len() {
+            return None;
+        }
         map.append(
             HeaderName::from_bytes(f.name.as_bytes()).ok()?,
-            HeaderValue::from_bytes(f.value).ok()?,
+            HeaderValue::from_maybe_shared(shared.slice(at..end)).ok()?,
         );
     }
     Some(map)
