@@ -1,8 +1,10 @@
 //! A request's way through the proxy: its head rewritten for the upstream, a server
 //! chosen, a connection taken from the pool or opened, the exchange run, and on failure
-//! one retry on another server where that cannot repeat anything the first server acted
-//! on. Every failure ends as the status an nginx operator expects (502, 503, 504) with
-//! the upstream, the server and the cause, in the log and the metrics.
+//! one retry on another server where the request is safe to repeat (or the first server
+//! cannot have seen it), with its body whole. A pooled connection the server had closed
+//! while idle is not held against it: the request goes again on a new connection where
+//! that is safe. Every failure ends as the status an nginx operator expects (502, 503,
+//! 504) with the upstream, the server and the cause, in the log and the metrics.
 
 use std::fmt;
 use std::io;
@@ -20,7 +22,7 @@ use crate::balance::hash;
 use crate::connect::connect;
 use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
 use crate::health::now_ms;
-use crate::http1::{BodyFraming, Exchange, Failed};
+use crate::http1::{BodyFraming, Exchange, Failed, Stale};
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Key, Pool};
 use crate::replay::Replayable;
@@ -125,7 +127,10 @@ where
         Protocol::H2 | Protocol::H2c => Vec::new(),
     };
 
-    let mut body = Some(Replayable::new(body));
+    let mut body = Some(match upstream.spec.protocol {
+        Protocol::Http1 => Replayable::new(body),
+        Protocol::H2 | Protocol::H2c => Replayable::passing(body),
+    });
     let mut excluded = None;
     let mut retried = false;
     // After a stale pooled connection: the next attempt opens a new one.
@@ -182,21 +187,34 @@ where
         let failed = match (outcome, &opening) {
             (Ok(resp), None) => return Ok(resp),
             (Ok(resp), Some(opening)) => {
-                return opening.answer(resp).ok_or_else(|| {
-                    let cause = "a 101 whose Sec-WebSocket-Accept does not answer our key";
-                    error(StatusCode::BAD_GATEWAY, Some(i), cause.into())
-                })
+                return opening
+                    .answer(resp)
+                    .map_err(|cause| error(StatusCode::BAD_GATEWAY, Some(i), cause.into()));
             }
             (Err(failed), _) => failed,
         };
         body = failed.body;
-        if failed.stale && body.is_some() && !fresh {
-            // The server closed an idle connection as we reused it: not its fault, and
-            // it saw nothing. Again, on a new connection: the other pooled ones have
-            // been idle as long.
-            fresh = true;
-            server.metrics.stale_retry();
-            continue;
+        if let Some(stale) = failed.stale {
+            // The server closed an idle connection as we reused it: not its fault. Again,
+            // on a new connection (the other pooled ones have been idle as long), if it
+            // cannot have seen the request or the request is safe to repeat.
+            let again = match stale {
+                Stale::Unsent => true,
+                Stale::Unanswered => repeatable_method(&parts),
+            };
+            if again && body.is_some() && !fresh {
+                fresh = true;
+                server.metrics.stale_retry();
+                continue;
+            }
+            // Counted, but not against its health: a keep-alive race is no sign of a
+            // server in trouble.
+            if let Some(failure) = failed.failure {
+                server.metrics.failure(failure);
+            }
+            log_failure(upstream, server.spec.address, &failed.detail);
+            let detail = format!("{} on a reused connection, not sent again", failed.detail);
+            return Err(error(StatusCode::BAD_GATEWAY, Some(i), detail));
         }
         let Some(failure) = failed.failure else {
             // The client's body failed: nobody is waiting for this answer.
@@ -205,9 +223,9 @@ where
         upstream.failed(i, failure);
         log_failure(upstream, server.spec.address, &failed.detail);
         // A failed connect saw nothing: any request goes to another server. Otherwise the
-        // server may have acted on it: only a request that is safe to repeat and whose
-        // body it never saw goes (nginx's default proxy_next_upstream: error, not
-        // timeouts, not non-idempotent methods).
+        // server may have acted on it: only a request that is safe to repeat, with its
+        // body whole (never sent, or held), goes (nginx's default proxy_next_upstream:
+        // error, not timeouts, not non-idempotent methods).
         let connect = matches!(
             failure,
             Failure::ConnectError | Failure::ConnectTimeout | Failure::Tls
@@ -254,7 +272,7 @@ where
                             failure: Some(Failure::Io),
                             detail: format!("writing the PROXY header: {e}"),
                             body: Some(body),
-                            stale: false,
+                            stale: None,
                         });
                     }
                 }
@@ -265,7 +283,7 @@ where
                     failure: Some(failed.failure),
                     detail: failed.detail,
                     body: Some(body),
-                    stale: false,
+                    stale: None,
                 })
             }
         },
@@ -286,6 +304,16 @@ fn status_of(failure: Failure) -> StatusCode {
         }
         _ => StatusCode::BAD_GATEWAY,
     }
+}
+
+/// A request a server may get twice without harm: an idempotent method, or one the client
+/// marked with an idempotency key (draft-ietf-httpapi-idempotency-key-header; Go's
+/// HTTP client retries on the same grounds).
+fn repeatable_method(parts: &hyper::http::request::Parts) -> bool {
+    is_idempotent(&parts.method)
+        || ["idempotency-key", "x-idempotency-key"]
+            .iter()
+            .any(|k| parts.headers.contains_key(*k))
 }
 
 fn is_idempotent(method: &Method) -> bool {

@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use crate::connect::{connect, Stream};
 use crate::forward::Attempt;
 use crate::headers::remove_hop_by_hop;
-use crate::http1::{Failed, Upstreamed};
+use crate::http1::{Failed, Stale, Upstreamed};
 use crate::metrics::{Failure, Phase};
 use crate::response::ResponseBody;
 use crate::stall::Stall;
@@ -107,7 +107,7 @@ where
         failure: Some(failure),
         detail,
         body,
-        stale: false,
+        stale: None,
     };
     let tls = progress.upstream.spec.tls.as_ref();
     let key = (progress.upstream.id, address);
@@ -155,7 +155,7 @@ where
     if send.ready().await.is_err() {
         conns.0.borrow_mut().remove(&key);
         return Err(Failed {
-            stale: reused,
+            stale: reused.then_some(Stale::Unsent),
             ..fail(
                 Failure::Closed,
                 "the h2 connection closed".into(),
@@ -193,7 +193,7 @@ where
                 failure: Some(failure),
                 detail,
                 body: None,
-                stale: false,
+                stale: None,
             });
         }
         Err(_) => {
@@ -204,7 +204,7 @@ where
                     attempt.timeouts.response_header
                 ),
                 body: None,
-                stale: false,
+                stale: None,
             })
         }
     };

@@ -30,27 +30,25 @@ fn is_hop_by_hop(name: &str) -> bool {
 /// the request was routed by it and the server must be told the same host
 /// (`Connection: host` would otherwise send it none, and the server would pick its own).
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // One look at each name, then a removal for each one to go: most heads carry one or
-    // two (`Connection: keep-alive`), and a removal by name hashes it and probes the map
-    // (removing all nine names cost a keep-alive request ~6,000 instructions, callgrind).
-    let listed = headers.get_all(header::CONNECTION);
-    let tokens = || {
-        listed
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-    };
-    // Usually `Connection` names only options (`keep-alive`, `close`): no field to look for.
-    let names_fields = tokens().any(|t| !t.eq_ignore_ascii_case("close") && !is_hop_by_hop(t));
+    // Usually `Connection` names only options (`keep-alive`, `close`): no field of its
+    // own to take out. When it does, one removal per name it lists.
+    let names_fields = terminus_h1::tokens(headers, header::CONNECTION)
+        .any(|t| !t.eq_ignore_ascii_case("close") && !is_hop_by_hop(t));
+    if names_fields {
+        let named: Vec<HeaderName> = terminus_h1::tokens(headers, header::CONNECTION)
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .filter(|name| name != header::HOST)
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    // One look at each name, then a removal for each one present: most heads carry one
+    // or two, and a removal by name hashes it and probes the map (removing all nine
+    // names cost a keep-alive request ~6,000 instructions, callgrind).
     let doomed: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| {
-            is_hop_by_hop(name.as_str())
-                || names_fields
-                    && *name != header::HOST
-                    && tokens().any(|t| t.eq_ignore_ascii_case(name.as_str()))
-        })
+        .filter(|name| is_hop_by_hop(name.as_str()))
         .cloned()
         .collect();
     for name in doomed {

@@ -65,6 +65,14 @@ impl<B: Body<Data = Bytes, Error = io::Error>> Replayable<B> {
         }
     }
 
+    /// A body passed on without holding any of it: what goes where nothing is retried
+    /// once sent (HTTP/2 upstreams, whose streams may be long).
+    pub(crate) fn passing(body: B) -> Self {
+        let passing = Self::new(body);
+        passing.state.borrow_mut().holding = false;
+        passing
+    }
+
     pub(crate) fn keeper(&self) -> Keeper<B> {
         Keeper(self.state.clone())
     }
@@ -115,7 +123,12 @@ impl<B: Body<Data = Bytes, Error = io::Error>> Body for Replayable<B> {
                 s.ended = true;
                 return Poll::Ready(None);
             }
-            Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+            Some(Err(e)) => {
+                // What follows a failure is no body: nothing of it goes again.
+                s.holding = false;
+                s.held = Vec::new();
+                return Poll::Ready(Some(Err(e)));
+            }
         };
         if s.holding {
             let held = if let Some(data) = frame.data_ref() {

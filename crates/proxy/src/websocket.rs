@@ -65,25 +65,30 @@ impl Opening {
     }
 
     /// The upstream's answer as the h2 client takes it: a 101 that accepted our key
-    /// becomes 200 (RFC 8441 §5), any other status goes as it is. `None` when the 101's
-    /// `Sec-WebSocket-Accept` is not the one our key calls for: that server is not
-    /// speaking WebSocket to us.
+    /// becomes 200 (RFC 8441 §5), a refusal (3xx to 5xx) goes as it is. Else why the
+    /// server is not opening a WebSocket for us: a 101 whose `Sec-WebSocket-Accept` is
+    /// not the one our key calls for, or a 2xx, which the client would take for an open
+    /// WebSocket with nothing behind it.
     pub(crate) fn answer(
         &self,
         mut resp: Response<ResponseBody>,
-    ) -> Option<Response<ResponseBody>> {
+    ) -> Result<Response<ResponseBody>, &'static str> {
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-            return Some(resp);
+            return match resp.status().is_success() {
+                true => Err("a 2xx to a WebSocket opening handshake, not 101"),
+                false => Ok(resp),
+            };
         }
-        let accept = resp.headers_mut().remove(SEC_WEBSOCKET_ACCEPT)?;
-        if accept.as_bytes() != accept_for(self.key.as_bytes()).as_bytes() {
-            return None;
+        let expected = accept_for(self.key.as_bytes());
+        match resp.headers_mut().remove(SEC_WEBSOCKET_ACCEPT) {
+            Some(accept) if accept.as_bytes() == expected.as_bytes() => {}
+            _ => return Err("a 101 whose Sec-WebSocket-Accept does not answer our key"),
         }
         *resp.status_mut() = StatusCode::OK;
         let headers = resp.headers_mut();
         headers.remove(header::UPGRADE);
         headers.remove(header::CONNECTION);
-        Some(resp)
+        Ok(resp)
     }
 }
 
@@ -109,7 +114,7 @@ mod tests {
     }
 
     #[test]
-    fn a_101_with_another_keys_accept_is_refused() {
+    fn only_a_101_with_our_keys_accept_opens_the_websocket() {
         let (mut parts, ()) = hyper::Request::new(()).into_parts();
         parts.method = Method::CONNECT;
         let opening = Opening::rewrite(&mut parts);
@@ -128,6 +133,14 @@ mod tests {
         assert_eq!(good.status(), StatusCode::OK);
         assert!(good.headers().get(header::UPGRADE).is_none());
         let other = accept_for(b"dGhlIHNhbXBsZSBub25jZQ==");
-        assert!(opening.answer(switched(&other)).is_none());
+        assert!(opening.answer(switched(&other)).is_err());
+        let status = |code| {
+            Response::builder()
+                .status(code)
+                .body(ResponseBody::empty())
+                .unwrap()
+        };
+        assert!(opening.answer(status(200)).is_err(), "a 200 opens nothing");
+        assert_eq!(opening.answer(status(403)).unwrap().status(), 403);
     }
 }

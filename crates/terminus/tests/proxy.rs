@@ -476,10 +476,13 @@ fn keep_alive_requests_reuse_upstream_connections() {
 /// An upstream whose keep-alive timeout (100 ms) is shorter than the pool's: every pooled
 /// connection, reused after 150 ms, is closed by its server as the request reaches it
 /// (app.py's APP_KEEPALIVE_MS makes that race certain instead of rare). Four clients at
-/// once, GETs and uploads up to the hold limit (content-length and chunked): each goes
-/// again on a new connection, whole, and none gets a 502.
+/// once, GETs and PUT uploads up to the hold limit (content-length and chunked): each goes
+/// again on a new connection, whole, and none gets a 502. A POST goes again only with an
+/// idempotency key: without one the server may have acted on it (RFC 9110 9.2.2), and
+/// the client gets the 502, which does not count against the server's health.
 #[test]
-fn requests_on_pooled_connections_the_server_closed_go_again_whole_on_new_ones() {
+fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
+    use common::raw::Raw;
     let app = App::launch_with("app.py", &["0", "a"], &[("APP_KEEPALIVE_MS", "100")]);
     let dir = TestDir::new("proxy-stale");
     let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
@@ -502,7 +505,7 @@ fn requests_on_pooled_connections_the_server_closed_go_again_whole_on_new_ones()
                 let chunked = round % 2 == 1;
                 let server = &server;
                 s.spawn(move || {
-                    let mut args = vec!["--data-binary", at.as_str()];
+                    let mut args = vec!["-X", "PUT", "--data-binary", at.as_str()];
                     if chunked {
                         args.extend(["-H", "Transfer-Encoding: chunked"]);
                     }
@@ -521,6 +524,35 @@ fn requests_on_pooled_connections_the_server_closed_go_again_whole_on_new_ones()
     );
     let failures = metric_sum(&server.metrics(), "terminus_upstream_failures_total", &[]);
     assert_eq!(failures, 0.0, "no request failed");
+
+    // POSTs, each on a client connection whose worker has just pooled a connection (its
+    // GET), 150 ms later: on a stale one.
+    let after_a_pause = |request: &str| {
+        let mut raw = Raw::connect(&server);
+        raw.send(b"GET /app/whoami HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        while !got.ends_with(b"\r\n\r\na") {
+            let (more, _) = raw.read_for(Duration::from_secs(5));
+            assert!(!more.is_empty(), "{}", String::from_utf8_lossy(&got));
+            got.extend(more);
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        raw.send(request.as_bytes()).unwrap();
+        String::from_utf8_lossy(&raw.read_some()).into_owned()
+    };
+    let post = |extra: &str| {
+        format!(
+            "POST /app/sha256 HTTP/1.1\r\nHost: localhost\r\n{extra}Content-Length: 2\r\n\r\nhi"
+        )
+    };
+    let keyed = after_a_pause(&post("Idempotency-Key: \"8e03978e\"\r\n"));
+    assert!(keyed.starts_with("HTTP/1.1 200"), "{keyed}");
+    let bare = after_a_pause(&post(""));
+    assert!(bare.starts_with("HTTP/1.1 502"), "{bare}");
+    let downs = server.metric("terminus_upstream_health_changes_total", &["to=\"down\""]);
+    assert_eq!(downs, 0.0, "a keep-alive race took the server out");
+    assert_eq!(body(&curl(&server, &[], "/app/whoami")), "a");
 }
 
 /// Full duplex over HTTP/1.1: an upstream that answers an upload at once and echoes each
@@ -620,7 +652,10 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
 /// terminus_testkit).
 fn python_packages() -> bool {
     let found = Command::new("python3")
-        .args(["-c", "import grpc, websockets.asyncio.client, hypercorn"])
+        .args([
+            "-c",
+            "import grpc, websockets.asyncio.client, websockets.protocol, hypercorn, h2",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     terminus_testkit::runs_here(

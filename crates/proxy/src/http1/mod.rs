@@ -58,9 +58,22 @@ pub(crate) struct Failed<B> {
     /// The request body, when none of it was taken or all that was is held
     /// ([`crate::replay`]): the request may be sent again.
     pub(crate) body: Option<B>,
-    /// A reused connection that ended before any byte of a response: the server had
-    /// closed it while idle, which is no fault of the server's, and it saw nothing.
-    pub(crate) stale: bool,
+    /// A reused connection that turned out closed: the server had closed it while idle,
+    /// which is no fault of the server's.
+    pub(crate) stale: Option<Stale>,
+}
+
+/// How a reused connection was found closed, which says whether the server can have
+/// seen the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stale {
+    /// Writing the request head failed: the connection was gone before the server could
+    /// read a byte of it.
+    Unsent,
+    /// It ended before any byte of a response. Almost always the request crossed the
+    /// server's keep-alive close, but a server that read it and then failed looks the
+    /// same: only a request that is safe to repeat goes again (RFC 9110 section 9.2.2).
+    Unanswered,
 }
 
 /// What one exchange needs besides the connection and the body.
@@ -101,7 +114,7 @@ impl Exchange<'_> {
             failure: Some(failure),
             detail,
             body,
-            stale: false,
+            stale: None,
         };
         // Flushed: over TLS a write may leave the record in rustls's buffer.
         let send_head = async {
@@ -113,7 +126,7 @@ impl Exchange<'_> {
             .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))
         {
             return Err(Failed {
-                stale: reused,
+                stale: reused.then_some(Stale::Unsent),
                 ..fail(
                     Failure::Io,
                     format!("writing the request head: {e}"),
@@ -139,6 +152,9 @@ impl Exchange<'_> {
         let mut deadline = pump
             .is_done()
             .then(|| Instant::now() + self.timeouts.response_header);
+        // Any byte of a response, an interim one (100, 103) included: the server saw the
+        // request.
+        let mut answered = false;
         let resp = loop {
             match parse_response(&mut buf) {
                 Ok(Some(resp))
@@ -179,8 +195,9 @@ impl Exchange<'_> {
                 |failure, detail, body: Option<Replayable<B>>, pump, answered: bool| {
                     drop::<Pump>(pump);
                     let body = body.or_else(|| (!answered).then(|| keeper.rewind()).flatten());
+                    let stale = reused && !answered && body.is_some();
                     Err(Failed {
-                        stale: reused && !answered && body.is_some(),
+                        stale: stale.then_some(Stale::Unanswered),
                         ..fail(failure, detail, body)
                     })
                 };
@@ -189,12 +206,12 @@ impl Exchange<'_> {
                 n = read_some(&mut read, &mut buf) => match n {
                     Ok(0) => {
                         let detail = "closed the connection before a response".into();
-                        return unanswered(Failure::Closed, detail, body, pump, !buf.is_empty());
+                        return unanswered(Failure::Closed, detail, body, pump, answered);
                     }
-                    Ok(_) => {}
+                    Ok(_) => answered = true,
                     Err(e) => {
                         let detail = format!("reading the response: {e}");
-                        return unanswered(Failure::Io, detail, body, pump, !buf.is_empty());
+                        return unanswered(Failure::Io, detail, body, pump, answered);
                     }
                 },
                 done = pump.wait(), if !pump.is_done() => match done {
@@ -204,7 +221,7 @@ impl Exchange<'_> {
                             failure: None,
                             detail: format!("the client's request body failed: {e}"),
                             body: None,
-                            stale: false,
+                            stale: None,
                         });
                     }
                     // The server may have answered early and stopped reading (a 413,

@@ -42,6 +42,8 @@ pub(crate) async fn serve<S: Transport + AsyncRead, R: Responder>(
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut scratch = Vec::new();
     let mut idle_since = Instant::now();
+    // The connection ends with some of a request body unread.
+    let mut unread_body = false;
     loop {
         let req = match read_request(&mut io, &mut buf, idle_since, &timeouts, shutdown).await {
             Next::Request(req) => *req,
@@ -110,7 +112,10 @@ pub(crate) async fn serve<S: Transport + AsyncRead, R: Responder>(
         };
         match responded {
             Ok(true) => {}
-            Ok(false) => break,
+            Ok(false) => {
+                unread_body = !decoder.is_done();
+                break;
+            }
             Err(e) => {
                 tracing::debug!("response not completed: {e}");
                 return;
@@ -126,6 +131,28 @@ pub(crate) async fn serve<S: Transport + AsyncRead, R: Responder>(
     }
     // close_notify, then FIN; a client that does not read gets a second to take it.
     let _ = tokio::time::timeout(Duration::from_secs(1), io.shutdown()).await;
+    if unread_body {
+        linger(&mut io).await;
+    }
+}
+
+/// Reads away what a client still sends after its answer and our close (the rest of a
+/// body nobody wanted), until it closes too, for a second and a megabyte at most: closing
+/// a socket with unread bytes resets the connection, and a reset can destroy the end of
+/// the answer before the client has read it (nginx's lingering close).
+async fn linger<S: AsyncRead + Unpin>(io: &mut S) {
+    const MOST: usize = 1 << 20;
+    let drain = async {
+        let mut away = [0u8; 16 * 1024];
+        let mut read = 0;
+        while read < MOST {
+            match io.read(&mut away).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// One request handed to the responder, with its body.
