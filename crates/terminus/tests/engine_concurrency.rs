@@ -335,9 +335,14 @@ fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_are_batched() {
 
 /// The same storm while keep-alive requests keep both workers busy: a worker that never
 /// sleeps computes a batch when it is full or its oldest request has waited
-/// `max_batch_delay`, and the signatures' batches are mostly full.
+/// `max_batch_delay`, so the signatures' batches hold three requests or more on average.
+/// Not "mostly full" (4), as this test said until 2026-11-26: on a 2-core machine the
+/// clients share the workers' cores and the workers do sleep, and the mean batch falls in
+/// two modes, ~7.5 and 4.0-4.7, about half the runs each, with the same spread before and
+/// after that day's changes (10 runs each: 4.10-7.61 at af06830, 4.00-7.44 after); CI
+/// fails the lower mode against 4.
 #[test]
-fn six_hundred_concurrent_p384_handshakes_beside_keep_alive_traffic_fill_batches() {
+fn six_hundred_concurrent_p384_handshakes_beside_keep_alive_traffic_batch_three_or_more() {
     if !common::ifma() {
         return;
     }
@@ -349,7 +354,7 @@ fn six_hundred_concurrent_p384_handshakes_beside_keep_alive_traffic_fill_batches
         600,
         true,
     );
-    assert_batched(&m, "ecdsa_sign", 4.0);
+    assert_batched(&m, "ecdsa_sign", 3.0);
 }
 
 /// The mean batch of `op` is at least `least` (4: mostly full; 2: batched at all).

@@ -95,6 +95,8 @@ struct Window {
     parked: Duration,
     /// Handshake work's time so far, when the window started.
     handshake_time: Duration,
+    /// Handshakes under way when the window started.
+    working: u32,
     finished: u32,
     refused: u32,
     /// Refused after their ClientHello.
@@ -186,6 +188,7 @@ impl Admission {
                 started: Instant::now(),
                 parked: terminus_engine::parked_time(),
                 handshake_time: flush_tasks(),
+                working: 0,
                 finished: 0,
                 refused: 0,
                 refused_read: 0,
@@ -310,7 +313,8 @@ impl Admission {
     }
 
     /// Ends the measurement window once it is over: how much the worker slept, a new cost
-    /// from the time it spent on handshakes per handshake finished in it, and whether refusals at
+    /// from the time it spent on handshakes per handshake finished in it (and half of one
+    /// per handshake begun in it and still under way), and whether refusals at
     /// the ClientHello cost too much to go on reading them.
     fn roll(&self) {
         let w = self.window.get();
@@ -328,7 +332,14 @@ impl Admission {
             let refusing = REFUSAL_COST * w.refused;
             if w.finished >= 8 {
                 let on_handshakes = handshake_time.saturating_sub(w.handshake_time);
-                let sample = on_handshakes.saturating_sub(refusing) / w.finished;
+                // The window's handshake time went to the ones finished in it and to the
+                // ones begun in it and still under way (halfway through, on average):
+                // charging it all to the finished ones made a burst of 600 handshakes
+                // look ten times dearer than it was, and refused some of them.
+                let begun = self.working.get().saturating_sub(w.working);
+                let sample = on_handshakes
+                    .saturating_sub(refusing)
+                    .div_f64(f64::from(w.finished) + f64::from(begun) / 2.0);
                 // Weighted toward the past: one odd window moves it a little.
                 self.cost.set((self.cost.get() * 7 + sample * 3) / 10);
             }
@@ -344,6 +355,7 @@ impl Admission {
             started: now,
             parked,
             handshake_time,
+            working: self.working.get(),
             finished: 0,
             refused: 0,
             refused_read: 0,
@@ -427,6 +439,25 @@ mod tests {
         // against the 0.5 ms assumed first: 1.7 ms. Over 208, it would be 0.5 ms.
         let cost = admission.cost.get();
         assert!(cost > Duration::from_millis(1), "{cost:?}");
+    }
+
+    /// Handshakes begun in a window and still under way at its end had part of its time:
+    /// a burst of 300 with 8 finished is not charged as if the 8 had taken it all (which
+    /// made 600 concurrent RSA handshakes look ten times dearer and refused some).
+    #[test]
+    fn a_burst_still_under_way_shares_the_windows_cost() {
+        let admission = Admission::new(Duration::from_secs(1), Duration::default);
+        let done = under_way(&admission, 8);
+        let going = under_way(&admission, 292);
+        spin_handshake_work(&admission, Duration::from_millis(40));
+        drop(done);
+        std::thread::sleep(WINDOW);
+        admission.roll();
+        // 40 ms over 8 finished and 292 halfway: 0.26 ms, weighted 3 in 10 against the
+        // 0.5 ms assumed first: 0.43 ms. Over the 8 alone: 5 ms, and 1.85 ms weighted.
+        let cost = admission.cost.get();
+        assert!(cost < FIRST_COST, "{cost:?}");
+        drop(going);
     }
 
     /// Spends `cpu` of this thread's time as handshake work (metered).
