@@ -102,12 +102,13 @@ where
     .flatten();
     let opening = match connect_kind(&parts) {
         Connect::No => None,
-        Connect::WebSocket if http1 && upstream.spec.upgrades.iter().any(|u| u == "websocket") => {
+        // `websocket` is always among an upstream's upgrades.
+        Connect::WebSocket if http1 => {
             upgrade = Some(HeaderValue::from_static("websocket"));
             Some(Opening::rewrite(&mut parts))
         }
         Connect::WebSocket => {
-            let cause = "a WebSocket over HTTP/2 goes only to an http1 upstream that allows it";
+            let cause = "a WebSocket over HTTP/2 goes only to an http1 upstream";
             return Err(error(StatusCode::NOT_IMPLEMENTED, None, cause.into()));
         }
         Connect::Refused(status) => {

@@ -1,7 +1,9 @@
 //! A request body that can be sent again. A server may close an idle keep-alive
 //! connection just as the proxy reuses it (the request crosses the server's FIN); the
-//! request then fails before any byte of a response, and the server never saw it. To send
-//! it again on a fresh connection the proxy needs the body it already streamed out, so
+//! request then fails before any byte of a response, and the server almost certainly
+//! never saw it (when sending it again is allowed is `forward`'s rule). To send it again
+//! on a fresh connection, or another server, the proxy needs the body it already
+//! streamed out, so
 //! each frame it reads is held ([`HOLD_LIMIT`] bytes at most, by reference count, not
 //! copied) until the response begins. A body larger than that cannot be sent again once
 //! any of it is out, as in HAProxy (whose L7 retries need the request in one buffer) and

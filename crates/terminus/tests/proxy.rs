@@ -679,16 +679,26 @@ fn behind_proxy(script: &str, name: &str, extra: &str, path: &str) -> (App, Test
     (backend, dir, server)
 }
 
-/// A backend script's client ("call TARGET CA"), trusting the test certificate; what it
-/// printed, as JSON.
+/// A backend script's client ("MODE TARGET CA", MODE `call` or a variant such as
+/// `call-h2`), trusting the test certificate; what it printed, as JSON.
 fn call(script: &str, target: &str, dir: &TestDir, server: &Server) -> serde_json::Value {
+    call_as(script, "call", target, dir, server)
+}
+
+fn call_as(
+    script: &str,
+    mode: &str,
+    target: &str,
+    dir: &TestDir,
+    server: &Server,
+) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/upstream")
         .join(script);
     let ca = dir.path("k.pem");
     let out = run(Command::new("python3")
         .arg(script)
-        .args(["call", target, ca.to_str().unwrap()]));
+        .args([mode, target, ca.to_str().unwrap()]));
     assert!(out.status.success(), "{out:?}\n{}", server.stderr());
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -798,15 +808,8 @@ fn websockets_from_h2_clients_reach_http1_upstreams() {
     }
     let (_backend, dir, server) =
         behind_proxy("ws_app.py", "ws-h2", "timeouts = { idle = \"2s\" }", "/ws/");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/ws_app.py");
     let target = format!("wss://localhost:{}/ws/echo", server.port());
-    let out = run(Command::new("python3").arg(script).args([
-        "call-h2",
-        &target,
-        dir.path("k.pem").to_str().unwrap(),
-    ]));
-    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
-    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = call_as("ws_app.py", "call-h2", &target, &dir, &server);
     assert_eq!(seen["alpn"], "h2", "{seen}");
     assert_eq!(seen["enable_connect_protocol"], 1, "{seen}");
     assert_eq!(seen["status"], 200, "{seen}");
