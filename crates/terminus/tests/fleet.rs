@@ -420,6 +420,22 @@ fn keys_in_the_store_are_wrapped_and_rotate_under_load_without_a_dip() {
         0.0
     );
     assert!(fleet.sum("terminus_tickets_opened_total", &["key=\"previous\""]) > 0.0);
+    // The rotations in the metrics: every instance moved on three times or more (7 s at
+    // 2 s a period) and seals with the same epoch, holding only the store's keys.
+    for s in &fleet.instances {
+        let rotations = s.metric("terminus_ticket_key_rotations_total", &[]);
+        assert!(rotations >= 3.0, "{rotations} rotations in 7 s");
+        let epoch = s.metric("terminus_ticket_key_epoch", &[]);
+        assert!(
+            (epoch - fleet.instances[0].metric("terminus_ticket_key_epoch", &[])).abs() <= 1.0,
+            "epochs apart"
+        );
+        assert!(s.metric("terminus_ticket_keys_held", &["source=\"store\""]) >= 2.0);
+        assert_eq!(
+            s.metric("terminus_ticket_keys_held", &["source=\"local\""]),
+            0.0
+        );
+    }
 }
 
 #[test]

@@ -219,6 +219,9 @@ impl std::fmt::Debug for TicketMetrics {
 
 /// The series of the keys made here.
 const MADE_LOCALLY: &str = "terminus_ticket_keys_made_locally_total";
+const ROTATIONS: &str = "terminus_ticket_key_rotations_total";
+const EPOCH: &str = "terminus_ticket_key_epoch";
+const HELD: &str = "terminus_ticket_keys_held";
 
 impl TicketMetrics {
     fn new(ring: Arc<RwLock<Ring>>) -> Self {
@@ -253,7 +256,29 @@ impl Render for TicketMetrics {
             Kind::Counter,
             "Ticket keys this instance made itself: its rotation when alone; in a fleet, epochs the store gave no key for in time.",
         );
-        out.sample(MADE_LOCALLY, "", read(&self.ring).made());
+        let ring = read(&self.ring);
+        out.sample(MADE_LOCALLY, "", ring.made());
+        out.header(
+            ROTATIONS,
+            Kind::Counter,
+            "Times the sealing ticket key's epoch moved on (one a rotate period).",
+        );
+        out.sample(ROTATIONS, "", ring.rotations());
+        out.header(
+            EPOCH,
+            Kind::Gauge,
+            "The epoch whose key seals tickets now: Unix time over the rotate period.",
+        );
+        out.sample(EPOCH, "", ring.epoch().unwrap_or(0));
+        out.header(
+            HELD,
+            Kind::Gauge,
+            "Ticket keys held in memory, from the fleet store or made here.",
+        );
+        let store = ring.keys().filter(|(_, shared, _)| *shared).count();
+        let total = ring.keys().count();
+        out.sample(HELD, "source=\"store\"", store);
+        out.sample(HELD, "source=\"local\"", total - store);
     }
 }
 

@@ -22,6 +22,10 @@ pub struct Ring {
     keys: Vec<Held>,
     /// Keys made here so far.
     made: u64,
+    /// The newest epoch the ring was brought up to (the one sealing now), and how many
+    /// times that moved on to a later one: rotations, for the metrics.
+    epoch: Option<u64>,
+    rotations: u64,
 }
 
 impl std::fmt::Debug for Ring {
@@ -40,6 +44,8 @@ impl Ring {
             rotation,
             keys: Vec::new(),
             made: 0,
+            epoch: None,
+            rotations: 0,
         }
     }
 
@@ -58,6 +64,14 @@ impl Ring {
     /// nothing can seal at `epoch` a key is made here.
     /// Returns how many keys were made (0 or 1).
     pub fn advance(&mut self, epoch: u64) -> usize {
+        match self.epoch {
+            Some(was) if was < epoch => {
+                self.rotations += 1;
+                self.epoch = Some(epoch);
+            }
+            None => self.epoch = Some(epoch),
+            Some(_) => {}
+        }
         let oldest = self.oldest(epoch);
         // Keys further ahead than the next epoch too: the clock went back.
         self.keys
@@ -77,6 +91,16 @@ impl Ring {
     /// How many keys were made here, not taken from a store.
     pub fn made(&self) -> u64 {
         self.made
+    }
+
+    /// The epoch sealing now (the newest the ring was brought up to), once there is one.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
+    /// How many times the sealing epoch moved on.
+    pub fn rotations(&self) -> u64 {
+        self.rotations
     }
 
     /// Adds the store's key for `epoch`, seen at `now` (an epoch): true if it is new to
@@ -185,6 +209,10 @@ mod tests {
         }
         // Past keep the key is gone from memory, not only refused.
         assert!(r.keys().all(|(e, _, _)| e >= 101));
+        assert_eq!((r.epoch(), r.rotations()), (Some(103), 3));
+        // A clock gone back is no rotation.
+        r.advance(102);
+        assert_eq!((r.epoch(), r.rotations()), (Some(103), 3));
     }
 
     #[test]
