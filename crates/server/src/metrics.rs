@@ -27,16 +27,19 @@ pub enum HandshakeFailure {
     Crypto,
     /// terminus's own fault.
     Internal,
+    /// Plain HTTP on a TLS port (answered with a 400 page).
+    PlainHttp,
 }
 
 impl HandshakeFailure {
-    const ALL: [HandshakeFailure; 6] = [
+    const ALL: [HandshakeFailure; 7] = [
         Self::Timeout,
         Self::ClientClosed,
         Self::Tls,
         Self::Io,
         Self::Crypto,
         Self::Internal,
+        Self::PlainHttp,
     ];
 
     pub fn of(e: &HandshakeError) -> Self {
@@ -45,6 +48,7 @@ impl HandshakeFailure {
             (ErrorSource::Internal, _) => Self::Internal,
             (ErrorSource::Client, HandshakeError::Eof) => Self::ClientClosed,
             (ErrorSource::Client, HandshakeError::Io(_)) => Self::Io,
+            (ErrorSource::Client, HandshakeError::PlainText) => Self::PlainHttp,
             (ErrorSource::Client, _) => Self::Tls,
         }
     }
@@ -57,6 +61,7 @@ impl HandshakeFailure {
             Self::Io => "io_error",
             Self::Crypto => "crypto_error",
             Self::Internal => "internal_error",
+            Self::PlainHttp => "plain_http",
         }
     }
 

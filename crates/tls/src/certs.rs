@@ -131,6 +131,21 @@ impl LoadedCert {
         })
     }
 
+    /// A certificate made together with its key, which webpki cannot check against it:
+    /// TLS-ALPN-01's challenge certificate carries a critical extension (RFC 8737's
+    /// acmeIdentifier) that webpki refuses to parse, as it should for any certificate it
+    /// validates. Only for a certificate this process just made with `key_pem`.
+    pub fn made_with(cert: CertificateDer<'static>, key_pem: &[u8]) -> Result<Self, CertError> {
+        let key = Arc::new(parse_key(key_pem, Path::new("(generated key)"))?);
+        let algorithm = key.algorithm();
+        let certified = CertifiedKey::new(vec![cert], Arc::new(EngineSigningKey::new(key.clone())));
+        Ok(Self {
+            certified: Arc::new(certified),
+            algorithm,
+            key,
+        })
+    }
+
     /// SHA-256 of the leaf certificate, as `openssl x509 -fingerprint -sha256` prints it.
     pub fn fingerprint(&self) -> String {
         fingerprint(&self.certified.cert[0])

@@ -129,6 +129,16 @@ pub struct Listen {
     /// and Forwarded passed on (appended to); others' are replaced. `None`: everyone's
     /// are kept, as nginx's `$proxy_add_x_forwarded_for`.
     pub forwarded_from: Option<std::sync::Arc<[Cidr]>>,
+    /// `plain = "redirect"`: HTTP/1.1 without TLS. `None`: TLS.
+    pub plain: Option<Plain>,
+}
+
+/// What a plain-HTTP listener does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plain {
+    /// Answers ACME HTTP-01 challenges, and sends every other request to the same host
+    /// and path over HTTPS (308).
+    Redirect,
 }
 
 impl Listen {

@@ -56,6 +56,7 @@ impl Config {
                         ktls,
                         proxy_protocol: None,
                         forwarded_from: None,
+                        plain: None,
                     })
                 })
                 .collect::<Result<_, _>>()?;

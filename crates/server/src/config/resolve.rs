@@ -17,7 +17,7 @@ use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry}
 use super::{headers, route, stream, tenant, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
-    ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
+    Plain, ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
 };
 
 /// A `[[server]]`'s or `[[stream]]`'s names (checked) and certificates; the line of its
@@ -171,6 +171,24 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             }
             _ => None,
         };
+        let plain = match options.and_then(|o| o.plain.as_deref()) {
+            None => None,
+            Some("redirect") => Some(Plain::Redirect),
+            Some(other) => {
+                return Err(ctx.err(
+                    Some(entry.span()),
+                    format!("listener {address}: plain = {other:?} is not a plain-HTTP mode"),
+                    Some("plain = \"redirect\" (ACME challenges answered, everything else sent to https://)".to_owned()),
+                ))
+            }
+        };
+        if plain.is_some() && ktls.is_some() {
+            return Err(ctx.err(
+                Some(entry.span()),
+                format!("listener {address}: ktls is for TLS listeners, and this one is plain"),
+                None,
+            ));
+        }
         listen.push(Listen {
             addr: addr(&spanned, "listen")?,
             ktls: match ktls {
@@ -179,6 +197,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             },
             proxy_protocol,
             forwarded_from,
+            plain,
         });
     }
     if listen.is_empty() {
@@ -187,6 +206,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             ktls: default_ktls,
             proxy_protocol: None,
             forwarded_from: None,
+            plain: None,
         });
     }
 

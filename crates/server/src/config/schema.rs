@@ -75,6 +75,8 @@ pub struct ListenOptions {
     pub trusted: Option<Vec<String>>,
     /// Networks whose X-Forwarded-For and Forwarded are passed on (appended to).
     pub forwarded_from: Option<Vec<String>>,
+    /// `"redirect"`: plain HTTP, no TLS (ACME challenges answered, the rest redirected).
+    pub plain: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

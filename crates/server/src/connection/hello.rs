@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use terminus_proxy::stream::StreamMode;
 use terminus_proxy::Upstream;
-use terminus_tls::{read_client_hello, ClientHelloRead};
+use terminus_tls::{read_client_hello, ClientHelloRead, HandshakeError};
 use tokio::time::timeout_at;
 
 use super::{Accepted, Closed};
@@ -48,6 +48,10 @@ impl Accepted {
         )
         .await
         {
+            Ok(Err(HandshakeError::PlainText)) => {
+                crate::http::plain_http_refused(&mut self.socket, self.handshake_deadline).await;
+                return Err(Closed::Handshake(HandshakeError::PlainText));
+            }
             Ok(read) => read.map_err(Closed::Handshake)?,
             Err(_) => return Err(Closed::HandshakeTimeout(self.site.timeouts.handshake)),
         };

@@ -71,6 +71,44 @@ pub(crate) fn error_response(status: StatusCode, method: &Method) -> Response<Bo
     with_common_headers(resp)
 }
 
+/// Answers plain HTTP that came to a TLS port as nginx does, with a 400 page that says
+/// so, then closes: the write side at once, the read side once the client is done
+/// sending (or by `deadline`), so that its unread request does not turn the close into a
+/// reset that could destroy the answer before it is read.
+pub(crate) async fn plain_http_refused(
+    socket: &mut tokio::net::TcpStream,
+    deadline: tokio::time::Instant,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let text = "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was sent to HTTPS port</center>\r\n<hr><center>terminus</center>\r\n</body>\r\n</html>\r\n";
+    let page = format!(
+        "HTTP/1.1 400 Bad Request\r\nServer: terminus\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let sent = tokio::time::timeout_at(deadline, async {
+        socket.write_all(page.as_bytes()).await?;
+        socket.shutdown().await
+    })
+    .await;
+    if !matches!(sent, Ok(Ok(()))) {
+        return;
+    }
+    // What nginx's lingering close allows: a second, 64 KiB.
+    let linger = deadline.min(tokio::time::Instant::now() + std::time::Duration::from_secs(1));
+    let _ = tokio::time::timeout_at(linger, async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match socket.read(&mut sink).await? {
+                0 => break,
+                n => left = left.saturating_sub(n),
+            }
+        }
+        std::io::Result::Ok(())
+    })
+    .await;
+}
+
 /// Serves HTTP on `stream` until the client is done, the connection idles out, or
 /// `shutdown` fires (then in-flight requests finish and the connection closes).
 pub(crate) async fn serve<S>(

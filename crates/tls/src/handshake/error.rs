@@ -56,13 +56,19 @@ pub enum HandshakeError {
     #[error("crypto engine failed during the handshake: {0}")]
     /// The crypto engine failed (ours).
     Crypto(CryptoError),
+    #[error("plain HTTP sent to a TLS port")]
+    /// The client's first bytes are text, not a TLS record: plain HTTP, most likely. No
+    /// alert was sent: the caller answers in the client's protocol.
+    PlainText,
 }
 
 impl HandshakeError {
     /// Whose fault the failure is.
     pub fn source(&self) -> ErrorSource {
         match self {
-            Self::Io(_) | Self::Eof | Self::Tls(_) | Self::Downgrade(_) => ErrorSource::Client,
+            Self::Io(_) | Self::Eof | Self::Tls(_) | Self::Downgrade(_) | Self::PlainText => {
+                ErrorSource::Client
+            }
             Self::Crypto(e) => crypto_source(e),
         }
     }

@@ -112,6 +112,12 @@ pub async fn read_client_hello(
     let mut inbox = Inbox::keeping();
     loop {
         inbox.fill(stream, counters).await?;
+        // A TLS record begins with its content type (22, a handshake); a letter is an
+        // HTTP method: plain HTTP sent to this port, which the caller answers as HTTP
+        // (nginx's "400 The plain HTTP request was sent to HTTPS port").
+        if inbox.all().first().is_some_and(u8::is_ascii_alphabetic) {
+            return Err(HandshakeError::PlainText);
+        }
         if let Err(e) = inbox.feed_record(|records| acceptor.read_tls(records)) {
             // rustls's buffer is full: the ClientHello is over the 64 KiB it takes, and
             // its record layer noticed before its parser could (which says decode_error).

@@ -1,0 +1,189 @@
+//! What the listeners answer while an order waits for the CA to validate a name.
+//!
+//! An order publishes its challenge here and withdraws it when the order is done
+//! ([`Published`] does it on drop), so nothing is answered for a name no order is
+//! proving. HTTP-01 answers are key authorizations by token, given to any host on the
+//! plain listener (the token is the secret part, as RFC 8555 section 8.3 has it);
+//! TLS-ALPN-01 answers are a whole TLS configuration for one name: the challenge
+//! certificate (with its critical acmeIdentifier extension) and ALPN `acme-tls/1` only,
+//! its signature computed by the crypto engine like every other handshake's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use rustls::server::ProducesTickets;
+use rustls::ServerConfig;
+use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
+
+/// The ALPN protocol of TLS-ALPN-01 (RFC 8737 section 6.2).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The challenges being answered now, shared by the ACME thread and every worker.
+#[derive(Default)]
+pub struct Challenges {
+    http: RwLock<HashMap<String, String>>,
+    alpn: RwLock<HashMap<String, Arc<ServerConfig>>>,
+}
+
+impl std::fmt::Debug for Challenges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Challenges")
+            .field("http", &read(&self.http).len())
+            .field("alpn", &read(&self.alpn).len())
+            .finish()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Challenges {
+    /// The HTTP-01 answer for `token`, if an order is waiting on it.
+    pub fn http01(&self, token: &str) -> Option<String> {
+        read(&self.http).get(token).cloned()
+    }
+
+    /// The TLS configuration that answers TLS-ALPN-01 for `name`, if an order is
+    /// waiting on it.
+    pub fn tls_alpn01(&self, name: &str) -> Option<Arc<ServerConfig>> {
+        if read(&self.alpn).is_empty() {
+            return None;
+        }
+        read(&self.alpn).get(&name.to_ascii_lowercase()).cloned()
+    }
+
+    /// Answers HTTP-01 for `token` with `key_authorization` until the guard is dropped.
+    pub(crate) fn publish_http01(
+        self: &Arc<Self>,
+        token: &str,
+        key_authorization: String,
+    ) -> Published {
+        write(&self.http).insert(token.to_owned(), key_authorization);
+        Published {
+            challenges: self.clone(),
+            what: Withdraw::Http(token.to_owned()),
+        }
+    }
+
+    /// Answers TLS-ALPN-01 for `name` with a certificate carrying the SHA-256 of
+    /// `key_authorization` until the guard is dropped.
+    pub(crate) fn publish_tls_alpn01(
+        self: &Arc<Self>,
+        name: &str,
+        key_authorization: &str,
+    ) -> Result<Published, String> {
+        let config = alpn_config(name, key_authorization)?;
+        let name = name.to_ascii_lowercase();
+        write(&self.alpn).insert(name.clone(), config);
+        Ok(Published {
+            challenges: self.clone(),
+            what: Withdraw::Alpn(name),
+        })
+    }
+}
+
+enum Withdraw {
+    Http(String),
+    Alpn(String),
+}
+
+/// A challenge answered until this is dropped.
+pub(crate) struct Published {
+    challenges: Arc<Challenges>,
+    what: Withdraw,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        match &self.what {
+            Withdraw::Http(token) => {
+                write(&self.challenges.http).remove(token);
+            }
+            Withdraw::Alpn(name) => {
+                write(&self.challenges.alpn).remove(name);
+            }
+        }
+    }
+}
+
+/// The challenge certificate of RFC 8737 section 3: self-signed, `name` its only
+/// subjectAltName, the SHA-256 of the key authorization in a critical acmeIdentifier
+/// extension; offered with ALPN `acme-tls/1` alone and no session resumption.
+fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>, String> {
+    let digest =
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_authorization.as_bytes());
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| format!("challenge key: {e}"))?;
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])
+        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest.as_ref()));
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
+    let loaded = LoadedCert::made_with(cert.der().clone(), key.serialize_pem().as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut certs = VirtualHostCerts::default();
+    certs.insert(loaded);
+    let resolver = Arc::new(SniResolver::new(vec![(vec![name.to_owned()], certs)], 0));
+    let settings = TlsSettings {
+        alpn: vec![ACME_TLS_ALPN.to_vec()],
+        session_tickets: false,
+        session_cache: 0,
+        ..TlsSettings::default()
+    };
+    settings
+        .server_config(resolver, Arc::new(NoTickets))
+        .map_err(|e| e.to_string())
+}
+
+/// Validation handshakes resume nothing.
+#[derive(Debug)]
+struct NoTickets;
+
+impl ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_live_as_long_as_their_order_holds_them() {
+        let c = Arc::new(Challenges::default());
+        let held = c.publish_http01("tok", "tok.thumb".into());
+        assert_eq!(c.http01("tok").as_deref(), Some("tok.thumb"));
+        assert_eq!(c.http01("other"), None);
+        drop(held);
+        assert_eq!(c.http01("tok"), None);
+        let held = c.publish_tls_alpn01("A.test", "tok.thumb").unwrap();
+        let config = c.tls_alpn01("a.test").expect("case-insensitive name");
+        assert_eq!(config.alpn_protocols, vec![ACME_TLS_ALPN.to_vec()]);
+        assert!(c.tls_alpn01("b.test").is_none());
+        drop(held);
+        assert!(c.tls_alpn01("a.test").is_none());
+    }
+}

@@ -1,0 +1,176 @@
+//! One order, from new-order to the certificate chain (RFC 8555 section 7.4): every
+//! authorization proven by the configured challenge (published in [`Challenges`] while
+//! the CA validates, withdrawn after, whatever the outcome), then a key made here and
+//! its CSR finalized.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewOrder,
+    OrderStatus, RetryPolicy,
+};
+
+use crate::challenges::{Challenges, Published};
+use crate::settings::{AcmeSettings, ChallengeKind};
+use crate::store::CertKind;
+
+/// How long an order may take to be validated, and then to be issued.
+const VALIDATION: Duration = Duration::from_secs(90);
+
+/// A certificate just issued: its key and chain, PEM.
+pub(crate) struct Issued {
+    pub(crate) key_pem: String,
+    pub(crate) chain_pem: String,
+}
+
+/// Why an order failed, and when the CA asked to be tried again.
+#[derive(Debug)]
+pub(crate) struct OrderError {
+    pub(crate) message: String,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl std::fmt::Display for OrderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<instant_acme::Error> for OrderError {
+    fn from(e: instant_acme::Error) -> Self {
+        let retry_after = match &e {
+            instant_acme::Error::Timeout(Some(at)) => {
+                Some(at.saturating_duration_since(std::time::Instant::now()))
+            }
+            _ => None,
+        };
+        let message = match &e {
+            instant_acme::Error::Api(problem) => describe(problem),
+            other => other.to_string(),
+        };
+        Self {
+            message,
+            retry_after,
+        }
+    }
+}
+
+fn describe(problem: &instant_acme::Problem) -> String {
+    let mut text = format!(
+        "{} {}",
+        problem.r#type.as_deref().unwrap_or("error"),
+        problem.detail.as_deref().unwrap_or("")
+    );
+    for sub in &problem.subproblems {
+        text.push_str(&format!(
+            "; {}",
+            sub.detail.as_deref().unwrap_or("(no detail)")
+        ));
+    }
+    text
+}
+
+fn failed(message: impl Into<String>) -> OrderError {
+    OrderError {
+        message: message.into(),
+        retry_after: None,
+    }
+}
+
+/// Orders a certificate of `kind` for `names`, replacing `replaces` where the CA has ARI.
+pub(crate) async fn issue(
+    account: &Account,
+    settings: &AcmeSettings,
+    challenges: &Arc<Challenges>,
+    names: &[String],
+    kind: CertKind,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> Result<Issued, OrderError> {
+    let identifiers: Vec<Identifier> = names.iter().map(|n| Identifier::Dns(n.clone())).collect();
+    let new = || {
+        let order = NewOrder::new(&identifiers);
+        match &settings.profile {
+            Some(profile) => order.profile(profile),
+            None => order,
+        }
+    };
+    let mut order = match replaces {
+        Some(old) => {
+            match account.new_order(&new().replaces(old)).await {
+                Ok(order) => order,
+                // A CA without ARI, or one that will not link this order to the old
+                // certificate (already replaced, unknown to it): an order of its own.
+                Err(e) => {
+                    tracing::debug!("acme: order replacing the previous certificate refused ({e}); ordering anew");
+                    account.new_order(&new()).await?
+                }
+            }
+        }
+        None => account.new_order(&new()).await?,
+    };
+    let challenge_type = match settings.challenge {
+        ChallengeKind::Http01 => ChallengeType::Http01,
+        ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    };
+    // Held until the order is decided: the CA may validate from several places, more
+    // than once.
+    let mut published: Vec<Published> = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        match authz.status {
+            AuthorizationStatus::Valid => continue,
+            AuthorizationStatus::Pending => {}
+            other => return Err(failed(format!("authorization {other:?}"))),
+        }
+        let name = authz.identifier().to_string();
+        let mut challenge = authz.challenge(challenge_type.clone()).ok_or_else(|| {
+            failed(format!(
+                "the CA offers no {} challenge for {name}",
+                settings.challenge.name()
+            ))
+        })?;
+        let answer = challenge.key_authorization();
+        published.push(match settings.challenge {
+            ChallengeKind::Http01 => {
+                challenges.publish_http01(&challenge.token, answer.as_str().to_owned())
+            }
+            ChallengeKind::TlsAlpn01 => challenges
+                .publish_tls_alpn01(&name, answer.as_str())
+                .map_err(failed)?,
+        });
+        challenge.set_ready().await?;
+    }
+    let retries = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(VALIDATION);
+    let status = order.poll_ready(&retries).await?;
+    drop(published);
+    if status != OrderStatus::Ready {
+        let why = order
+            .state()
+            .error
+            .as_ref()
+            .map_or_else(|| format!("order {status:?}"), describe);
+        return Err(failed(why));
+    }
+    let key = match kind {
+        CertKind::Rsa2048 => {
+            rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048)
+        }
+        CertKind::EcdsaP256 => rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+    }
+    .map_err(|e| failed(format!("{} key: {e}", kind.name())))?;
+    let params =
+        rcgen::CertificateParams::new(names.to_vec()).map_err(|e| failed(format!("CSR: {e}")))?;
+    let csr = params
+        .serialize_request(&key)
+        .map_err(|e| failed(format!("CSR: {e}")))?;
+    order.finalize_csr(csr.der()).await?;
+    let chain_pem = order.poll_certificate(&retries).await?;
+    Ok(Issued {
+        key_pem: key.serialize_pem(),
+        chain_pem,
+    })
+}

@@ -1,0 +1,109 @@
+//! What the ACME thread reports: each certificate's expiry and next renewal, and orders
+//! by result.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use terminus_metrics::{Exposition, Kind, Labelled, Render};
+
+use crate::store::CertKind;
+
+/// Order results, in the metrics' order.
+const RESULTS: [&str; 2] = ["issued", "failed"];
+
+/// The ACME series.
+pub struct AcmeMetrics {
+    orders: Labelled<2>,
+    /// By (first name, key type): notAfter and the next renewal (or retry), Unix seconds.
+    certificates: Mutex<BTreeMap<(String, &'static str), (Option<u64>, Option<u64>)>>,
+}
+
+impl std::fmt::Debug for AcmeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeMetrics").finish_non_exhaustive()
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Default for AcmeMetrics {
+    fn default() -> Self {
+        Self {
+            orders: Labelled::counter(
+                "terminus_acme_orders_total",
+                "ACME orders, by result.",
+                RESULTS.map(|r| format!("result=\"{r}\"")),
+            ),
+            certificates: Mutex::default(),
+        }
+    }
+}
+
+impl AcmeMetrics {
+    fn entry<R>(
+        &self,
+        name: &str,
+        kind: CertKind,
+        f: impl FnOnce(&mut (Option<u64>, Option<u64>)) -> R,
+    ) -> R {
+        let mut map = self
+            .certificates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(map.entry((name.to_owned(), kind.name())).or_default())
+    }
+
+    pub(crate) fn expires(&self, name: &str, kind: CertKind, at: SystemTime) {
+        self.entry(name, kind, |e| e.0 = Some(unix(at)));
+    }
+
+    pub(crate) fn next(&self, name: &str, kind: CertKind, at: SystemTime) {
+        self.entry(name, kind, |e| e.1 = Some(unix(at)));
+    }
+
+    pub(crate) fn ordered(&self, issued: bool) {
+        self.orders.inc(usize::from(!issued));
+    }
+
+    /// Orders that ended with `result` (`"issued"` or `"failed"`).
+    pub fn orders(&self, result: &str) -> i64 {
+        RESULTS
+            .iter()
+            .position(|r| *r == result)
+            .map_or(0, |i| self.orders.get(i))
+    }
+}
+
+impl Render for AcmeMetrics {
+    fn render(&self, out: &mut Exposition) {
+        self.orders.render(out);
+        let map = self
+            .certificates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (series, help, pick) in [
+            (
+                "terminus_acme_certificate_expiry_seconds",
+                "When each ACME certificate expires (notAfter), Unix seconds.",
+                0,
+            ),
+            (
+                "terminus_acme_next_renewal_seconds",
+                "When each ACME certificate is next ordered (renewal, or retry after a failure), Unix seconds.",
+                1,
+            ),
+        ] {
+            out.header(series, Kind::Gauge, help);
+            for ((name, key), (expiry, next)) in map.iter() {
+                let value = if pick == 0 { expiry } else { next };
+                if let Some(v) = value {
+                    out.sample(series, &format!("name=\"{name}\",key=\"{key}\""), v);
+                }
+            }
+        }
+    }
+}
