@@ -26,6 +26,7 @@ pub mod settings;
 pub mod store;
 
 pub use challenges::Challenges;
-pub use manager::{Acme, Target};
+pub use manager::{Acme, OnIssued, Target};
+pub use metrics::AcmeMetrics;
 pub use settings::{AcmeSettings, ChallengeKind, Eab};
 pub use store::{CertKind, StateDir};

@@ -118,8 +118,18 @@ async fn run(shared: Arc<Shared>, targets: Vec<Target>) {
     };
     let mut tasks = tokio::task::JoinSet::new();
     for target in targets {
+        // A server's two orders go one at a time: TLS-ALPN-01 answers by name, so two
+        // orders proving the same name at once would overwrite each other's answer.
+        let one_order = Arc::new(tokio::sync::Mutex::new(()));
         for kind in CertKind::ALL {
-            tasks.spawn(keep(shared.clone(), account.clone(), target.clone(), kind));
+            let task = keep(
+                shared.clone(),
+                account.clone(),
+                target.clone(),
+                kind,
+                one_order.clone(),
+            );
+            tasks.spawn(task);
         }
     }
     while tasks.join_next().await.is_some() {}
@@ -177,7 +187,13 @@ async fn account(shared: &Shared) -> Result<Account, OrderError> {
 }
 
 /// Keeps `target`'s certificate of `kind` issued and renewed, forever.
-async fn keep(shared: Arc<Shared>, account: Account, target: Target, kind: CertKind) {
+async fn keep(
+    shared: Arc<Shared>,
+    account: Account,
+    target: Target,
+    kind: CertKind,
+    one_order: Arc<tokio::sync::Mutex<()>>,
+) {
     let names = &target.names;
     let label = names[0].as_str();
     let mut backoff = Backoff::default();
@@ -219,6 +235,7 @@ async fn keep(shared: Arc<Shared>, account: Account, target: Target, kind: CertK
             .as_ref()
             .and_then(|s| CertificateIdentifier::try_from(&s.leaf).ok())
             .map(|id| id.into_owned());
+        let ordering = one_order.lock().await;
         let ordered = issuer::issue(
             &account,
             &shared.settings,
@@ -228,6 +245,7 @@ async fn keep(shared: Arc<Shared>, account: Account, target: Target, kind: CertK
             replaces,
         )
         .await;
+        drop(ordering);
         let stored = ordered.and_then(|issued| {
             shared
                 .state

@@ -194,12 +194,16 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         BackendKind::Scalar | BackendKind::Multibuffer => None,
     };
     machine.measure(&site);
+    let challenges = Arc::new(terminus_acme::Challenges::default());
+    let (issued_tx, mut issued) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let acme = start_acme(&config, &challenges, issued_tx)?;
     let metrics = Arc::new(Metrics::new(
         Arc::new(EngineMetrics::new(backend)),
         pool.clone(),
         machine.clone(),
         proxy_metrics.clone(),
         fleet.clone(),
+        acme.as_ref().map(terminus_acme::Acme::metrics),
     ));
 
     let kernel_tls = Arc::new(probe_kernel_tls(&config));
@@ -238,6 +242,13 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             pool,
         },
         kernel_tls,
+        challenges,
+        https_port: bound
+            .iter()
+            .zip(&config.listen)
+            .find(|(_, l)| l.plain.is_none())
+            .map(|(addr, _)| addr.port())
+            .filter(|&port| port != 443),
     };
     // Everything start-up needs is acquired before any worker accepts: a connection
     // flood arriving with the first accept must not leave us without the descriptors
@@ -294,6 +305,10 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     }
     start.wait();
     for (addr, l) in bound.iter().zip(&config.listen) {
+        if l.plain.is_some() {
+            println!("listening on http://{addr}/ (plain: ACME challenges, redirects to https)");
+            continue;
+        }
         println!("listening on https://{addr}/");
         tracing::info!("listener {addr}: ktls {}", l.ktls.name());
     }
@@ -311,6 +326,11 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = hup.recv() => reload(&options, &config, &kept, &handle, &checks, &machine),
+                Some(()) = issued.recv() => {
+                    // Several certificates stored at once: one reload takes them all.
+                    while issued.try_recv().is_ok() {}
+                    reload(&options, &config, &kept, &handle, &checks, &machine);
+                }
             }
         }
         tracing::info!(
@@ -328,6 +348,45 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     }
     tracing::info!("terminus stopped");
     Ok(())
+}
+
+/// Starts the ACME thread if a server takes its certificates from `[acme]`: it tells the
+/// server through `issued` when it stored one, and the server reloads.
+fn start_acme(
+    config: &Config,
+    challenges: &Arc<terminus_acme::Challenges>,
+    issued: tokio::sync::mpsc::UnboundedSender<()>,
+) -> Result<Option<terminus_acme::Acme>, StartError> {
+    let Some(settings) = &config.acme else {
+        return Ok(None);
+    };
+    let targets: Vec<terminus_acme::Target> = config
+        .servers
+        .iter()
+        .filter(|s| s.acme)
+        .map(|s| terminus_acme::Target {
+            names: s.names.clone(),
+        })
+        .collect();
+    if targets.is_empty() {
+        tracing::warn!("[acme] is configured but no server has certificates = \"acme\"");
+        return Ok(None);
+    }
+    let acme = terminus_acme::Acme::start(
+        settings.clone(),
+        targets,
+        challenges.clone(),
+        Arc::new(move || {
+            let _ = issued.send(());
+        }),
+    )?;
+    tracing::info!(
+        "acme: certificates from {} ({}), kept in {}",
+        settings.directory,
+        settings.challenge.name(),
+        settings.state_dir.display()
+    );
+    Ok(Some(acme))
 }
 
 /// Probes what the kernel's TLS can take, unless no listener wants it, and says so once.

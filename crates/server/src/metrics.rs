@@ -179,6 +179,8 @@ pub struct Metrics {
     pub proxy: Arc<ProxyMetrics>,
     /// Session tickets and their keys, and the fleet's store.
     fleet: Arc<terminus_fleet::Fleet>,
+    /// ACME orders and certificates, where a server has `certificates = "acme"`.
+    acme: Option<Arc<terminus_acme::AcmeMetrics>>,
 }
 
 /// Completed handshakes by version, suite and key type: label values seen at run time
@@ -207,6 +209,7 @@ impl Metrics {
         machine: Arc<Machine>,
         proxy: Arc<ProxyMetrics>,
         fleet: Arc<terminus_fleet::Fleet>,
+        acme: Option<Arc<terminus_acme::AcmeMetrics>>,
     ) -> Self {
         Self {
             connections_open: Gauge::new(
@@ -261,6 +264,7 @@ impl Metrics {
             capacity: CapacityReport(machine),
             proxy,
             fleet,
+            acme,
         }
     }
 
@@ -358,6 +362,9 @@ impl Metrics {
         BridgeMetrics.render(&mut out);
         self.proxy.render(&mut out);
         self.fleet.render(&mut out);
+        if let Some(acme) = &self.acme {
+            acme.render(&mut out);
+        }
         if let Some(pool) = &self.pool {
             pool.render(&mut out);
         }

@@ -114,6 +114,8 @@ impl Site {
             let loaded: Vec<LoadedCert> = if passthrough {
                 // Its server answers the handshake.
                 Vec::new()
+            } else if server.acme {
+                acme_certificates(&server.names, config.acme.as_ref(), self_signed)
             } else if server.certificates.is_empty() {
                 self_signed.to_vec()
             } else {
@@ -256,4 +258,54 @@ impl SiteHandle {
     pub fn replace(&self, site: Site) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(site);
     }
+}
+
+/// A `certificates = "acme"` server's certificates: those the state directory holds that
+/// are valid now and for exactly its names, and for a key type it has none of yet, the
+/// self-signed one (before the first order completes, or while it is retried).
+fn acme_certificates(
+    names: &[String],
+    acme: Option<&terminus_acme::AcmeSettings>,
+    self_signed: &[LoadedCert],
+) -> Vec<LoadedCert> {
+    let Some(acme) = acme else {
+        return self_signed.to_vec();
+    };
+    let state = terminus_acme::StateDir::new(&acme.state_dir);
+    let now = std::time::SystemTime::now();
+    let mut loaded: Vec<LoadedCert> = Vec::new();
+    for kind in terminus_acme::CertKind::ALL {
+        match state.load(names, kind) {
+            Ok(Some(stored)) if stored.serves(names, now) => {
+                match LoadedCert::from_files(&stored.path, &stored.path) {
+                    Ok(cert) => loaded.push(cert),
+                    Err(e) => tracing::warn!("acme: {}: {e}; not served", stored.path.display()),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "acme: the {} certificate for {}: {e}",
+                kind.name(),
+                names[0]
+            ),
+        }
+    }
+    let missing: Vec<&LoadedCert> = self_signed
+        .iter()
+        .filter(|s| loaded.iter().all(|l| l.algorithm != s.algorithm))
+        .collect();
+    if !missing.is_empty() {
+        tracing::info!(
+            "acme: {} has {} of its certificates; the self-signed {} served until issued",
+            names[0],
+            loaded.len(),
+            if loaded.is_empty() {
+                "ones are"
+            } else {
+                "one is"
+            }
+        );
+    }
+    loaded.extend(missing.into_iter().cloned());
+    loaded
 }

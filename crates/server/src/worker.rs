@@ -33,6 +33,11 @@ pub struct Shared {
     pub engine: EngineSpec,
     /// What the kernel's TLS can take, probed at start-up.
     pub kernel_tls: Arc<KernelSupport>,
+    /// The ACME challenges being answered (none without `[acme]`).
+    pub challenges: Arc<terminus_acme::Challenges>,
+    /// Where plain-HTTP listeners redirect to: the first TLS listener's port, `None`
+    /// for 443 (or without a TLS listener).
+    pub https_port: Option<u16>,
 }
 
 pub(crate) struct Worker {

@@ -16,6 +16,7 @@ use terminus_tls::TlsSettings;
 
 use crate::http::files::CacheSettings;
 
+mod acme;
 mod headers;
 mod overrides;
 mod resolve;
@@ -73,8 +74,11 @@ pub struct ServerConfig {
     pub default: bool,
     /// Longest prefix first once built; none: the built-in page.
     pub routes: Vec<RouteConfig>,
-    /// Empty: the self-signed default certificates.
+    /// Empty: the self-signed default certificates (or, with `acme`, until ACME's are
+    /// stored).
     pub certificates: Vec<CertPaths>,
+    /// `certificates = "acme"`: RSA-2048 and ECDSA P-256 certificates from the issuer.
+    pub acme: bool,
     pub line: Option<usize>,
     /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
     pub stream: Option<StreamTarget>,
@@ -192,6 +196,8 @@ pub struct Config {
     pub upstreams: Vec<terminus_proxy::UpstreamSpec>,
     /// `[[tenant]]`s and the servers' own capacities.
     pub tenants: Vec<TenantConfig>,
+    /// `[acme]`: the issuer of the servers with `certificates = "acme"`.
+    pub acme: Option<terminus_acme::AcmeSettings>,
 }
 
 /// What `crypto.backend` asks for.

@@ -14,7 +14,7 @@ use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
 use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry};
-use super::{headers, route, stream, tenant, upstream};
+use super::{acme, headers, route, stream, tenant, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     Plain, ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
@@ -218,10 +218,18 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     )?;
     let (tenants, server_tenants) =
         tenant::resolve(&raw.tenant, &raw.server, handshake_timeout, ctx)?;
+    let acme = acme::resolve(raw, &listen, &resolve_path, ctx)?;
     let mut servers = Vec::new();
     for (s, tenant) in raw.server.iter().zip(server_tenants) {
         let (line, certificates) =
             names_and_certificates(&s.names, &s.certificate, "[[server]]", &resolve_path, ctx)?;
+        let uses_acme = acme::server_uses_acme(
+            s.certificates.as_ref(),
+            &s.names,
+            !certificates.is_empty(),
+            acme.as_ref(),
+            ctx,
+        )?;
         servers.push(ServerConfig {
             names: s.names.get_ref().clone(),
             default: s.default,
@@ -233,6 +241,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
                 ctx,
             )?,
             certificates,
+            acme: uses_acme,
             line,
             stream: None,
             headers: match &s.headers {
@@ -257,6 +266,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             default: true,
             routes: Vec::new(),
             certificates: Vec::new(),
+            acme: false,
             line: None,
             stream: None,
             headers: Vec::new(),
@@ -283,6 +293,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             default: false,
             routes: Vec::new(),
             certificates,
+            acme: false,
             line,
             stream: Some(stream::resolve(s, &upstreams, ctx)?),
             headers: Vec::new(),
@@ -317,6 +328,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         tls: resolve_tls(raw, ctx)?,
         ticket_keys,
         fleet: resolve_fleet(raw, ctx, &resolve_path, ticket_keys)?,
+        acme,
         crypto_backend,
         crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
         crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),

@@ -43,6 +43,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub tenant: Vec<TenantSection>,
     pub fleet: Option<Spanned<FleetSection>>,
+    pub acme: Option<Spanned<super::acme::AcmeSection>>,
 }
 
 /// `[fleet]`: the store instances share ticket keys through.
@@ -148,6 +149,8 @@ pub struct ServerSection {
     pub root: Option<Spanned<String>>,
     #[serde(default)]
     pub certificate: Vec<CertificateSection>,
+    /// `"acme"`: from the `[acme]` issuer.
+    pub certificates: Option<Spanned<String>>,
     #[serde(default)]
     pub route: Vec<RouteSection>,
     pub headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,

@@ -45,6 +45,7 @@ impl Hello {
         } = self;
         let config = match route {
             Route::Stream(_) => accepted.site.stream_tls.clone(),
+            Route::AcmeChallenge(config) => config,
             _ => accepted.site.tls.clone(),
         };
         let metrics = &worker.shared.metrics;

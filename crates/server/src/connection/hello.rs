@@ -27,6 +27,10 @@ pub(crate) enum Route {
     /// Carry the client's bytes to the upstream untouched, the ClientHello first (a
     /// `[[stream]]` in passthrough mode).
     Passthrough(Arc<Upstream>),
+    /// An ACME CA validating TLS-ALPN-01 (ALPN `acme-tls/1` alone, an order waiting on
+    /// the name): the handshake shows the challenge certificate of this configuration,
+    /// and the connection closes after it (RFC 8737 section 3).
+    AcmeChallenge(Arc<rustls::ServerConfig>),
 }
 
 /// Stage 1: the ClientHello has been read; nothing has been answered yet.
@@ -36,6 +40,21 @@ pub(crate) struct Hello {
     /// The virtual host SNI chose (the default one without SNI).
     pub(super) host: usize,
     pub(crate) route: Route,
+}
+
+/// The TLS-ALPN-01 answer for this ClientHello: only when it offers `acme-tls/1`, and
+/// nothing else (RFC 8737 section 3: the validating client offers that protocol alone),
+/// and an order is waiting on its SNI.
+fn acme_challenge(
+    read: &ClientHelloRead,
+    sni: Option<&str>,
+    worker: &Worker,
+) -> Option<Arc<rustls::ServerConfig>> {
+    let mut alpn = read.client_hello().alpn()?;
+    if alpn.next()? != terminus_acme::challenges::ACME_TLS_ALPN || alpn.next().is_some() {
+        return None;
+    }
+    worker.shared.challenges.tls_alpn01(sni?)
 }
 
 impl Accepted {
@@ -57,10 +76,16 @@ impl Accepted {
         };
         let sni = read.client_hello().server_name().map(Arc::<str>::from);
         let host = self.site.resolver.lookup(sni.as_deref());
-        let route = match &self.site.hosts[host].stream {
-            None => Route::Terminate,
-            Some((upstream, StreamMode::Terminate)) => Route::Stream(upstream.clone()),
-            Some((upstream, StreamMode::Passthrough)) => Route::Passthrough(upstream.clone()),
+        let route = match (
+            &self.site.hosts[host].stream,
+            acme_challenge(&read, sni.as_deref(), worker),
+        ) {
+            (_, Some(challenge)) => Route::AcmeChallenge(challenge),
+            (None, None) => Route::Terminate,
+            (Some((upstream, StreamMode::Terminate)), None) => Route::Stream(upstream.clone()),
+            (Some((upstream, StreamMode::Passthrough)), None) => {
+                Route::Passthrough(upstream.clone())
+            }
         };
         self.ctx.hello(sni, read.first_byte());
         Ok(Hello {

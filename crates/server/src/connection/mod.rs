@@ -17,6 +17,7 @@ mod data_path;
 mod handshake;
 mod hello;
 mod pacing;
+mod plain;
 mod proxy_header;
 mod stream;
 
@@ -52,6 +53,9 @@ pub(crate) async fn run(
     listen: &Listen,
     worker: Rc<Worker>,
 ) {
+    if listen.plain.is_some() {
+        return plain::run(socket, peer, open, admitted, listen, worker).await;
+    }
     // Up to the end of the handshake the connection's CPU is handshake work, which
     // admission control weighs handshakes by; what it does after is not.
     let ready = {
@@ -91,19 +95,7 @@ async fn handshake_stages(
     listen: &Listen,
     worker: &Rc<Worker>,
 ) -> Option<Ready> {
-    let peer = match &listen.proxy_protocol {
-        None => peer,
-        Some(trusted) => {
-            let deadline = Instant::now() + worker.shared.site.current().timeouts.handshake;
-            match proxy_header::read(&socket, peer, trusted, deadline).await {
-                Ok(client) => client,
-                Err(e) => {
-                    tracing::debug!(%peer, "PROXY protocol header: {e}; connection closed");
-                    return None;
-                }
-            }
-        }
-    };
+    let peer = client_address(&socket, peer, listen, worker).await?;
     let keeps_forwarded = listen.keeps_forwarded(peer.ip());
     let accepted = Accepted::new(socket, peer, open, keeps_forwarded, worker);
     let started = (accepted.ctx.id(), accepted.ctx.timeline().accepted);
@@ -119,14 +111,41 @@ async fn handshake_stages(
         }
         route => route,
     };
+    let challenge = matches!(route, Route::AcmeChallenge(_));
     let served = async {
         let established = hello.handshake(admitted, worker).await?;
+        if challenge {
+            // The CA has seen the certificate: nothing more is said on this connection.
+            return Err(Closed::ChallengeAnswered);
+        }
         established.secure(listen.ktls, worker).await
     };
     match (served.await, route) {
         (Ok(secured), Route::Stream(upstream)) => Some(Ready::Relay(secured, upstream)),
         (Ok(secured), _) => Some(Ready::Serve(secured)),
         (Err(closed), _) => closed.record(worker, peer, started),
+    }
+}
+
+/// The client's address: the connection's peer, or where `listen` takes PROXY headers,
+/// the one its header names. `None`: the header was bad (logged) and the connection is
+/// to be closed.
+async fn client_address(
+    socket: &TcpStream,
+    peer: SocketAddr,
+    listen: &Listen,
+    worker: &Worker,
+) -> Option<SocketAddr> {
+    let Some(trusted) = &listen.proxy_protocol else {
+        return Some(peer);
+    };
+    let deadline = Instant::now() + worker.shared.site.current().timeouts.handshake;
+    match proxy_header::read(socket, peer, trusted, deadline).await {
+        Ok(client) => Some(client),
+        Err(e) => {
+            tracing::debug!(%peer, "PROXY protocol header: {e}; connection closed");
+            None
+        }
     }
 }
 
@@ -183,6 +202,8 @@ pub(crate) enum Closed {
     Overloaded,
     /// The tenant's quota refused the handshake (counted by the tenant).
     OverQuota(Arc<TenantAccount>, QuotaRefusal),
+    /// An ACME TLS-ALPN-01 validation's handshake is done: it is closed, as RFC 8737 asks.
+    ChallengeAnswered,
 }
 
 impl Closed {
@@ -225,6 +246,9 @@ impl Closed {
                 metrics.handshake_refused(Refusal::Quota);
                 tracing::debug!(%peer, tenant = tenant.name(), "handshake refused: {}", cause.name());
             }
+            Closed::ChallengeAnswered => {
+                tracing::debug!(%peer, "acme: tls-alpn-01 challenge certificate shown");
+            }
         }
         None
     }
@@ -236,7 +260,10 @@ impl Closed {
             Closed::HandshakeTimeout(_) => Some(HandshakeFailure::Timeout.name()),
             Closed::Overloaded => Some(Refusal::AtHello.name()),
             Closed::OverQuota(..) => Some(Refusal::Quota.name()),
-            Closed::KtlsRefused | Closed::KtlsFailed(_) | Closed::Userspace(_) => None,
+            Closed::KtlsRefused
+            | Closed::KtlsFailed(_)
+            | Closed::Userspace(_)
+            | Closed::ChallengeAnswered => None,
         }
     }
 }

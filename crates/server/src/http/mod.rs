@@ -11,6 +11,7 @@ pub mod files;
 mod h1;
 mod h2;
 mod mime;
+pub(crate) mod redirect;
 pub mod route;
 mod target;
 
@@ -107,6 +108,17 @@ pub(crate) async fn plain_http_refused(
         std::io::Result::Ok(())
     })
     .await;
+}
+
+/// Serves plain HTTP/1.1 (no TLS) on `socket` with `responder` until the client is
+/// done, the connection idles out, or `shutdown` fires.
+pub(crate) async fn serve_plain<R: Responder>(
+    socket: tokio::net::TcpStream,
+    responder: &R,
+    timeouts: crate::site::Timeouts,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    h1::serve(socket, responder, timeouts, &mut shutdown).await
 }
 
 /// Serves HTTP on `stream` until the client is done, the connection idles out, or

@@ -49,6 +49,9 @@ pub(crate) trait CopiesFiles: AsyncWrite + Unpin {}
 
 impl CopiesFiles for TlsStream {}
 
+/// A plain-HTTP listener's connection: no record layer.
+impl CopiesFiles for tokio::net::TcpStream {}
+
 /// The write half of a connection still reading a request body (full duplex).
 impl<T: AsyncRead + AsyncWrite> CopiesFiles for tokio::io::WriteHalf<T> {}
 

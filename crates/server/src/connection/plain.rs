@@ -1,0 +1,39 @@
+//! A plain-HTTP listener's connection (`plain = "redirect"`): no handshake, so nothing
+//! for admission control to weigh; HTTP/1.1 answered by [`crate::http::redirect`] (ACME
+//! HTTP-01 challenges, then a redirect to HTTPS).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use tokio::net::TcpStream;
+
+use crate::admission::Ticket;
+use crate::config::Listen;
+use crate::http::redirect::Redirect;
+use crate::worker::{OpenConnection, Worker};
+
+/// Serves one plain connection to its end.
+pub(super) async fn run(
+    socket: TcpStream,
+    peer: SocketAddr,
+    _open: OpenConnection,
+    admitted: Ticket,
+    listen: &Listen,
+    worker: Rc<Worker>,
+) {
+    admitted.cancel();
+    let Some(peer) = super::client_address(&socket, peer, listen, &worker).await else {
+        return;
+    };
+    let _ = socket.set_nodelay(true);
+    let site = worker.shared.site.current();
+    let timeouts = site.timeouts;
+    let responder = Redirect {
+        site,
+        peer,
+        https_port: worker.shared.https_port,
+        challenges: worker.shared.challenges.clone(),
+        metrics: worker.shared.metrics.clone(),
+    };
+    crate::http::serve_plain(socket, &responder, timeouts, worker.shared.shutdown.clone()).await;
+}
