@@ -52,6 +52,9 @@ pub enum Need {
     Bpftrace,
     /// redis-server, the fleet's store (`.ci/run` installs Debian's).
     Redis,
+    /// Pebble and pebble-challtestsrv, the ACME test CA and its DNS (`.ci/run` installs
+    /// them with `go install`).
+    Pebble,
 }
 
 impl Need {
@@ -67,6 +70,7 @@ impl Need {
             Need::TestsslGrade => "testssl-grade",
             Need::Bpftrace => "bpftrace",
             Need::Redis => "redis",
+            Need::Pebble => "pebble",
         }
     }
 }

@@ -1,0 +1,699 @@
+//! Certificates from ACME, against Pebble (the ACME test CA, its validation on) and
+//! pebble-challtestsrv (its DNS, answering 127.0.0.1 for every name): issuance over
+//! HTTP-01 and TLS-ALPN-01, both key types checked with curl and openssl against
+//! Pebble's root; a restart with valid certificates orders nothing; a short-lived
+//! certificate renews while open connections carry on; with the CA gone the renewal
+//! backs off and the old certificate is served. Pebble refuses 5% of nonces (its
+//! default), so every run also goes through instant-acme's bad-nonce retries. The plain
+//! listener and the 400 for plain HTTP on a TLS port, and the `[acme]` config errors,
+//! need no CA.
+
+mod common;
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use terminus_testkit::{repo, runs_here, Need};
+
+const PEBBLE: &str = "github.com/letsencrypt/pebble/v2";
+const PEBBLE_VERSION: &str = "v2.10.1";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `name` where `.ci/run` installs it (`target/tools`), else in Go's bin directory.
+fn go_tool(name: &str) -> Option<PathBuf> {
+    let local = repo().join("target/tools").join(name);
+    if local.exists() {
+        return Some(local);
+    }
+    let gopath = Command::new("go").args(["env", "GOPATH"]).output().ok()?;
+    let bin = PathBuf::from(String::from_utf8_lossy(&gopath.stdout).trim())
+        .join("bin")
+        .join(name);
+    bin.exists().then_some(bin)
+}
+
+/// Pebble's own test certificates (its HTTPS listener's, and the root that signs it),
+/// from the module `go install` brought into Go's module cache.
+fn pebble_certs() -> Option<PathBuf> {
+    let out = Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        .join(format!("{PEBBLE}@{PEBBLE_VERSION}"))
+        .join("test/certs");
+    dir.join("pebble.minica.pem").exists().then_some(dir)
+}
+
+/// A Pebble CA with its DNS, stopped (by PID) when dropped.
+struct Pebble {
+    pebble: Option<Child>,
+    dns: Child,
+    dir: TestDir,
+    acme_port: u16,
+    mgmt_port: u16,
+    certs: PathBuf,
+    binary: PathBuf,
+}
+
+impl Pebble {
+    /// Pebble validating HTTP-01 on `http_port` and TLS-ALPN-01 on `tls_port` (where
+    /// terminus listens), issuing 90-day certificates, and `shortlived` ones of
+    /// `short_secs` to orders that ask for that profile. `None` (a visible skip) where
+    /// Pebble is not installed.
+    fn start(http_port: u16, tls_port: u16, short_secs: Option<u64>) -> Option<Pebble> {
+        let tools = (
+            go_tool("pebble"),
+            go_tool("pebble-challtestsrv"),
+            pebble_certs(),
+        );
+        let (Some(binary), Some(challtestsrv), Some(certs)) = tools else {
+            runs_here(
+                Need::Pebble,
+                false,
+                "pebble, pebble-challtestsrv or Pebble's test certificates are not installed (go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.1)",
+            );
+            return None;
+        };
+        let dir = TestDir::new("pebble");
+        let dns_port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dns = Command::new(challtestsrv)
+            .args([
+                "-defaultIPv4",
+                "127.0.0.1",
+                "-defaultIPv6",
+                "",
+                "-dnsserver",
+                &format!("127.0.0.1:{dns_port}"),
+                "-http01",
+                "",
+                "-https01",
+                "",
+                "-tlsalpn01",
+                "",
+                "-doh",
+                "",
+                "-management",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble-challtestsrv");
+        let profiles = match short_secs {
+            None => {
+                r#""default": {"description": "90 days", "validityPeriod": 7776000}"#.to_owned()
+            }
+            Some(secs) => format!(
+                r#""default": {{"description": "90 days", "validityPeriod": 7776000}}, "shortlived": {{"description": "short", "validityPeriod": {secs}}}"#
+            ),
+        };
+        let (acme_port, mgmt_port) = (free_port(), free_port());
+        dir.write(
+            "pebble.json",
+            format!(
+                r#"{{"pebble": {{"listenAddress": "127.0.0.1:{acme_port}", "managementListenAddress": "127.0.0.1:{mgmt_port}",
+ "certificate": "{c}/localhost/cert.pem", "privateKey": "{c}/localhost/key.pem",
+ "httpPort": {http_port}, "tlsPort": {tls_port}, "ocspResponderURL": "", "externalAccountBindingRequired": false,
+ "retryAfter": {{"authz": 1, "order": 1}}, "keyAlgorithm": "ecdsa", "profiles": {{{profiles}}}}}}}"#,
+                c = certs.display()
+            ),
+        );
+        let mut pebble = Pebble {
+            pebble: None,
+            dns,
+            dir,
+            acme_port,
+            mgmt_port,
+            certs,
+            binary,
+        };
+        pebble.run(dns_port);
+        Some(pebble)
+    }
+
+    fn run(&mut self, dns_port: u16) {
+        let child = Command::new(&self.binary)
+            .args(["-config", self.dir.path("pebble.json").to_str().unwrap()])
+            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+            // Validation at once, not after Pebble's random sleep of up to 15 s.
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .stdout(std::fs::File::create(self.dir.path("pebble.log")).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble");
+        self.pebble = Some(child);
+        let dir = self.directory();
+        let minica = self.minica();
+        eventually(Duration::from_secs(20), "Pebble's directory", || {
+            Command::new("curl")
+                .args([
+                    "-sf",
+                    "--cacert",
+                    minica.to_str().unwrap(),
+                    &dir,
+                    "-o",
+                    "/dev/null",
+                ])
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+    }
+
+    fn directory(&self) -> String {
+        format!("https://localhost:{}/dir", self.acme_port)
+    }
+
+    /// The root that signs Pebble's own HTTPS certificate (not the certificates it issues).
+    fn minica(&self) -> PathBuf {
+        self.certs.join("pebble.minica.pem")
+    }
+
+    /// The root of the certificates Pebble issues (made at its start), written to a file.
+    fn issuing_root(&self, dir: &TestDir) -> PathBuf {
+        let out = run(Command::new("curl").args([
+            "-sf",
+            "--cacert",
+            self.minica().to_str().unwrap(),
+            &format!("https://localhost:{}/roots/0", self.mgmt_port),
+        ]));
+        assert!(out.status.success(), "{out:?}");
+        dir.write("pebble-root.pem", out.stdout)
+    }
+
+    /// Stops the CA (by its PID), leaving its DNS up.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.pebble.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = self.dns.kill();
+        let _ = self.dns.wait();
+    }
+}
+
+/// A terminus site with `[acme]` from `pebble`: one server, a.test and www.a.test,
+/// serving `www/`, on a TLS listener at `tls_port` and, with `http_port`, a plain one.
+fn acme_site(
+    dir: &TestDir,
+    pebble: &Pebble,
+    tls_port: u16,
+    http_port: Option<u16>,
+    extra: &str,
+) -> PathBuf {
+    dir.write("www/index.html", "served over ACME's certificate\n");
+    let listen = match http_port {
+        Some(p) => format!(
+            "[\"127.0.0.1:{tls_port}\", {{ address = \"127.0.0.1:{p}\", plain = \"redirect\" }}]"
+        ),
+        None => format!("[\"127.0.0.1:{tls_port}\"]"),
+    };
+    dir.write(
+        "terminus.toml",
+        format!(
+            "listen = {listen}\nworkers = 1\n[acme]\ndirectory = \"{}\"\nca = \"{}\"\nstate_dir = \"{}\"\ncontact = [\"mailto:ops@a.test\"]\n{extra}\n[[server]]\nnames = [\"a.test\", \"www.a.test\"]\ncertificates = \"acme\"\nroot = \"{}\"\n",
+            pebble.directory(),
+            pebble.minica().display(),
+            dir.path("state").display(),
+            dir.path("www").display(),
+        ),
+    )
+}
+
+fn start(conf: &Path) -> Server {
+    Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    )
+}
+
+fn orders(server: &Server, result: &str) -> f64 {
+    server.metric(
+        "terminus_acme_orders_total",
+        &[&format!("result=\"{result}\"")],
+    )
+}
+
+/// Waits for `n` certificates issued, failing at once on a failed order.
+fn issued(server: &Server, n: f64) {
+    eventually(Duration::from_secs(90), "the certificates issued", || {
+        assert_eq!(
+            orders(server, "failed"),
+            0.0,
+            "an order failed: {}",
+            server.stderr()
+        );
+        orders(server, "issued") >= n
+    });
+    // The reload that puts it live follows the order.
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// What `openssl s_client` sees at `port` for `name` when it offers only `sigalgs`,
+/// verifying against `root`: (verified, the leaf's serial, the whole output).
+fn served(port: u16, name: &str, sigalgs: &str, root: &Path) -> (bool, String, String) {
+    let out = run(Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-servername",
+            name,
+            "-sigalgs",
+            sigalgs,
+            "-CAfile",
+            root.to_str().unwrap(),
+            "-verify_hostname",
+            name,
+            "-showcerts",
+        ])
+        .stdin(Stdio::null()));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let verified = text.contains("Verify return code: 0 (ok)");
+    let leaf = text
+        .split("-----BEGIN CERTIFICATE-----")
+        .nth(1)
+        .and_then(|s| s.split("-----END CERTIFICATE-----").next())
+        .map(|b| format!("-----BEGIN CERTIFICATE-----{b}-----END CERTIFICATE-----\n"))
+        .unwrap_or_default();
+    let mut x509 = Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    x509.stdin
+        .take()
+        .unwrap()
+        .write_all(leaf.as_bytes())
+        .unwrap();
+    let serial = String::from_utf8_lossy(&x509.wait_with_output().unwrap().stdout)
+        .trim()
+        .to_owned();
+    (verified, serial, text)
+}
+
+fn curl_verified(port: u16, name: &str, root: &Path) -> std::process::Output {
+    run(Command::new("curl").args([
+        "-sS",
+        "--cacert",
+        root.to_str().unwrap(),
+        "--resolve",
+        &format!("{name}:{port}:127.0.0.1"),
+        &format!("https://{name}:{port}/index.html"),
+    ]))
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn http01_issues_an_rsa_and_an_ecdsa_certificate_served_and_kept_0600() {
+    let _alone = exclusive();
+    let (tls_port, http_port) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(http_port, tls_port, None) else {
+        return;
+    };
+    let dir = TestDir::new("acme-http01");
+    let conf = acme_site(&dir, &pebble, tls_port, Some(http_port), "");
+    let server = start(&conf);
+    // Before the orders complete, the self-signed pair serves (and says so).
+    assert!(
+        server
+            .stdout_lines
+            .iter()
+            .any(|l| l.contains("self-signed")),
+        "{:?}",
+        server.stdout_lines
+    );
+    issued(&server, 2.0);
+    let root = pebble.issuing_root(&dir);
+    let out = curl_verified(tls_port, "a.test", &root);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "served over ACME's certificate\n",
+        "{out:?}"
+    );
+    for (sigalgs, key) in [
+        ("RSA-PSS+SHA256", "rsa2048"),
+        ("ECDSA+SHA256", "ecdsa-p256"),
+    ] {
+        let (verified, serial, text) = served(tls_port, "www.a.test", sigalgs, &root);
+        assert!(verified && !serial.is_empty(), "{key}: {text}");
+        let file = dir.path(&format!("state/certificates/a.test/{key}.pem"));
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+        let expiry = server.metric(
+            "terminus_acme_certificate_expiry_seconds",
+            &["name=\"a.test\"", &format!("key=\"{key}\"")],
+        );
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(expiry > now + 80.0 * 86_400.0, "{key} expires at {expiry}");
+    }
+    let accounts: Vec<_> = std::fs::read_dir(dir.path("state/accounts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(accounts.len(), 1, "{accounts:?}");
+    assert_eq!(mode(&accounts[0]), 0o600);
+}
+
+#[test]
+fn tls_alpn01_issues_with_no_plain_listener_and_a_restart_with_valid_certificates_orders_nothing() {
+    let _alone = exclusive();
+    let tls_port = free_port();
+    // Pebble's HTTP-01 port is closed: only TLS-ALPN-01 can prove the names.
+    let Some(pebble) = Pebble::start(free_port(), tls_port, None) else {
+        return;
+    };
+    let dir = TestDir::new("acme-alpn");
+    let conf = acme_site(&dir, &pebble, tls_port, None, "");
+    let mut server = start(&conf);
+    issued(&server, 2.0);
+    let root = pebble.issuing_root(&dir);
+    let before: Vec<String> = ["RSA-PSS+SHA256", "ECDSA+SHA256"]
+        .iter()
+        .map(|s| {
+            let (verified, serial, text) = served(tls_port, "a.test", s, &root);
+            assert!(verified, "{text}");
+            serial
+        })
+        .collect();
+    // No order waits now: a handshake offering acme-tls/1 gets the site's certificate.
+    let out = run(Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{tls_port}"),
+            "-servername",
+            "a.test",
+            "-alpn",
+            "acme-tls/1",
+            "-CAfile",
+            root.to_str().unwrap(),
+        ])
+        .stdin(Stdio::null()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+    server.signal("TERM");
+    server.wait_exit(Duration::from_secs(10));
+    drop(server);
+    let server = start(&conf);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        (orders(&server, "issued"), orders(&server, "failed")),
+        (0.0, 0.0),
+        "a restart with valid certificates placed an order"
+    );
+    let after: Vec<String> = ["RSA-PSS+SHA256", "ECDSA+SHA256"]
+        .iter()
+        .map(|s| served(tls_port, "a.test", s, &root).1)
+        .collect();
+    assert_eq!(after, before, "the stored certificates are served again");
+    let next = server.metric(
+        "terminus_acme_next_renewal_seconds",
+        &["name=\"a.test\"", "key=\"rsa2048\""],
+    );
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        next > now + 86_400.0,
+        "the next renewal is scheduled: {next}"
+    );
+}
+
+/// A keep-alive HTTPS connection held open by Python's ssl: one request, then another
+/// when told (a line on stdin); prints each status.
+const HELD_CONNECTION: &str = r#"
+import socket, ssl, sys
+port, name, root = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=root)
+conn = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname=name)
+f = conn.makefile("rb")
+def ask():
+    conn.sendall(b"GET /index.html HTTP/1.1\r\nHost: " + name.encode() + b"\r\n\r\n")
+    status = f.readline().split()[1].decode()
+    length = 0
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    f.read(length)
+    print(status, flush=True)
+ask()
+sys.stdin.readline()
+ask()
+"#;
+
+#[test]
+fn a_short_lived_certificate_renews_seen_by_new_connections_while_an_open_one_carries_on() {
+    let _alone = exclusive();
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(free_port(), tls_port, Some(30)) else {
+        return;
+    };
+    let dir = TestDir::new("acme-renew");
+    let conf = acme_site(&dir, &pebble, tls_port, None, "profile = \"shortlived\"");
+    let server = start(&conf);
+    issued(&server, 2.0);
+    let root = pebble.issuing_root(&dir);
+    let (verified, first, text) = served(tls_port, "a.test", "ECDSA+SHA256", &root);
+    assert!(verified, "{text}");
+    let mut held = Command::new("python3")
+        .args(["-c", HELD_CONNECTION, &tls_port.to_string(), "a.test"])
+        .arg(&root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "200");
+    // A 30-second certificate renews within its life (Pebble's ARI window is all of
+    // it): new connections see the new serial.
+    let mut renewed = String::new();
+    eventually(
+        Duration::from_secs(60),
+        "the ECDSA certificate renewed",
+        || {
+            renewed = served(tls_port, "a.test", "ECDSA+SHA256", &root).1;
+            !renewed.is_empty() && renewed != first
+        },
+    );
+    assert!(orders(&server, "issued") >= 3.0);
+    // The connection made on the old certificate is still served.
+    use std::io::Write;
+    held.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "200",
+        "the old connection after renewal"
+    );
+    held.wait().unwrap();
+    let out = curl_verified(tls_port, "a.test", &root);
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn with_the_ca_gone_renewal_backs_off_and_the_current_certificate_is_still_served() {
+    let _alone = exclusive();
+    let tls_port = free_port();
+    let Some(mut pebble) = Pebble::start(free_port(), tls_port, Some(40)) else {
+        return;
+    };
+    let dir = TestDir::new("acme-ca-gone");
+    let conf = acme_site(&dir, &pebble, tls_port, None, "profile = \"shortlived\"");
+    let server = start(&conf);
+    issued(&server, 2.0);
+    let root = pebble.issuing_root(&dir);
+    let (_, serial, _) = served(tls_port, "a.test", "ECDSA+SHA256", &root);
+    let issued_before = orders(&server, "issued");
+    // Stopped by its PID; the renewal comes due within the 40 s certificate's life.
+    pebble.stop();
+    eventually(Duration::from_secs(60), "a renewal failing", || {
+        orders(&server, "failed") >= 1.0
+    });
+    let failed_at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    // The first retry is drawn from 30-60 s (a minute, jittered into its upper half),
+    // for whichever certificate failed; the other one either waits its turn or failed
+    // too.
+    let next: Vec<f64> = ["rsa2048", "ecdsa-p256"]
+        .iter()
+        .map(|k| {
+            server.metric(
+                "terminus_acme_next_renewal_seconds",
+                &["name=\"a.test\"", &format!("key=\"{k}\"")],
+            )
+        })
+        .collect();
+    assert!(
+        next.iter().any(|&n| n >= failed_at + 25.0),
+        "a retry is scheduled half a minute or more away: {next:?} at {failed_at}"
+    );
+    assert_eq!(orders(&server, "issued"), issued_before);
+    let (verified, now_served, text) = served(tls_port, "a.test", "ECDSA+SHA256", &root);
+    assert!(
+        verified,
+        "the current certificate, still valid, is served: {text}"
+    );
+    if orders(&server, "issued") == issued_before {
+        assert_eq!(now_served, serial);
+    }
+    assert!(
+        server.stderr().contains("trying again in"),
+        "the failure is logged with its retry: {}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn plain_http_to_a_tls_port_gets_a_400_page_and_a_plain_listener_redirects_with_308() {
+    let dir = TestDir::new("plain-listener");
+    let (tls_port, http_port) = (free_port(), free_port());
+    dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:{tls_port}\", {{ address = \"127.0.0.1:{http_port}\", plain = \"redirect\" }}]\nworkers = 1\n"
+        ),
+    );
+    let server = start(&dir.path("terminus.toml"));
+    assert_eq!(server.port(), tls_port);
+    let out = run(Command::new("curl").args([
+        "-sS",
+        "-i",
+        &format!("http://127.0.0.1:{tls_port}/index.html"),
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("HTTP/1.1 400")
+            && text.contains("The plain HTTP request was sent to HTTPS port"),
+        "{out:?}"
+    );
+    assert_eq!(
+        server.metric(
+            "terminus_handshake_failures_total",
+            &["reason=\"plain_http\""]
+        ),
+        1.0
+    );
+    // Redirected to the same host and target over HTTPS, the method kept (308).
+    for (method, target) in [("GET", "/a/b?c=1"), ("POST", "/form")] {
+        let out = run(Command::new("curl").args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-X",
+            method,
+            "-w",
+            "%{http_code} %{redirect_url}",
+            "-H",
+            "Host: www.example.test",
+            &format!("http://127.0.0.1:{http_port}{target}"),
+        ]));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("308 https://www.example.test:{tls_port}{target}"),
+            "{method} {target}"
+        );
+    }
+    // No Host, nowhere to send it: 400.
+    let out = run(Command::new("curl").args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--http1.0",
+        "-H",
+        "Host:",
+        &format!("http://127.0.0.1:{http_port}/"),
+    ]));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "400");
+    // An unknown challenge token is not answered: it is redirected like any path.
+    let out = run(Command::new("curl").args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-H",
+        "Host: a.test",
+        &format!("http://127.0.0.1:{http_port}/.well-known/acme-challenge/nope"),
+    ]));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "308");
+}
+
+#[test]
+fn acme_settings_that_cannot_work_are_refused_at_their_line() {
+    let dir = TestDir::new("acme-config");
+    let cases = [
+        (
+            "[acme]\ndirectory = \"https://ca.test/dir\"\nstate_dir = \"s\"\n[[server]]\nnames = [\"*.a.test\"]\ncertificates = \"acme\"\n",
+            "DNS-01",
+            5,
+        ),
+        (
+            "listen = [\"127.0.0.1:0\"]\n[acme]\ndirectory = \"https://ca.test/dir\"\nstate_dir = \"s\"\nchallenge = \"http-01\"\n",
+            "needs a plain-HTTP listener",
+            2,
+        ),
+        (
+            "[acme]\ndirectory = \"https://ca.test/dir\"\n",
+            "needs state_dir",
+            1,
+        ),
+        (
+            "[[server]]\nnames = [\"a.test\"]\ncertificates = \"acme\"\n",
+            "needs an [acme] issuer",
+            3,
+        ),
+        (
+            "listen = [{ address = \"127.0.0.1:0\", plain = \"serve\" }]\n",
+            "not a plain-HTTP mode",
+            1,
+        ),
+    ];
+    for (text, says, line) in cases {
+        let conf = dir.write("bad.toml", text);
+        let out =
+            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            err.contains(says) && err.contains(&format!("bad.toml:{line}")),
+            "{text}\n{err}"
+        );
+    }
+}
