@@ -12,11 +12,18 @@ use crate::store::CertKind;
 /// Order results, in the metrics' order.
 const RESULTS: [&str; 2] = ["issued", "failed"];
 
+/// One certificate's times, Unix seconds: notAfter, and the next order (renewal or retry).
+#[derive(Debug, Default, Clone, Copy)]
+struct Times {
+    expiry: Option<u64>,
+    next: Option<u64>,
+}
+
 /// The ACME series.
 pub struct AcmeMetrics {
     orders: Labelled<2>,
-    /// By (first name, key type): notAfter and the next renewal (or retry), Unix seconds.
-    certificates: Mutex<BTreeMap<(String, &'static str), (Option<u64>, Option<u64>)>>,
+    /// By (first name, key type).
+    certificates: Mutex<BTreeMap<(String, &'static str), Times>>,
 }
 
 impl std::fmt::Debug for AcmeMetrics {
@@ -44,12 +51,7 @@ impl Default for AcmeMetrics {
 }
 
 impl AcmeMetrics {
-    fn entry<R>(
-        &self,
-        name: &str,
-        kind: CertKind,
-        f: impl FnOnce(&mut (Option<u64>, Option<u64>)) -> R,
-    ) -> R {
+    fn entry(&self, name: &str, kind: CertKind, f: impl FnOnce(&mut Times)) {
         let mut map = self
             .certificates
             .lock()
@@ -58,11 +60,11 @@ impl AcmeMetrics {
     }
 
     pub(crate) fn expires(&self, name: &str, kind: CertKind, at: SystemTime) {
-        self.entry(name, kind, |e| e.0 = Some(unix(at)));
+        self.entry(name, kind, |e| e.expiry = Some(unix(at)));
     }
 
     pub(crate) fn next(&self, name: &str, kind: CertKind, at: SystemTime) {
-        self.entry(name, kind, |e| e.1 = Some(unix(at)));
+        self.entry(name, kind, |e| e.next = Some(unix(at)));
     }
 
     pub(crate) fn ordered(&self, issued: bool) {
@@ -98,8 +100,8 @@ impl Render for AcmeMetrics {
             ),
         ] {
             out.header(series, Kind::Gauge, help);
-            for ((name, key), (expiry, next)) in map.iter() {
-                let value = if pick == 0 { expiry } else { next };
+            for ((name, key), times) in map.iter() {
+                let value = if pick == 0 { times.expiry } else { times.next };
                 if let Some(v) = value {
                     out.sample(series, &format!("name=\"{name}\",key=\"{key}\""), v);
                 }
