@@ -20,7 +20,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::balance::hash;
 use crate::connect::connect;
-use crate::headers::{add_forwarding, remove_hop_by_hop, Origin};
+use crate::headers::{add_client_cert, add_forwarding, remove_hop_by_hop, Origin};
 use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, Failed, Stale};
 use crate::metrics::{Failure, Phase};
@@ -116,6 +116,7 @@ where
         }
     };
     upstream_headers(&mut parts, origin, framing, &body);
+    add_client_cert(&mut parts.headers, origin, upstream.spec.client_cert);
     if let Some(to) = &upgrade {
         parts.headers.insert(header::UPGRADE, to.clone());
         parts

@@ -1,10 +1,15 @@
 //! Header rewriting at the proxy: hop-by-hop fields removed both ways (they describe one
 //! connection, and the proxy's connections are not the client's), and the client's
-//! address, scheme and host passed on (`X-Forwarded-*` and RFC 7239 `Forwarded`).
+//! address, scheme and host passed on (`X-Forwarded-*` and RFC 7239 `Forwarded`), and
+//! where the server asks for client certificates, the client's as RFC 9440 or Envoy's
+//! XFCC has it (the client's own copies of those fields never pass).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use hyper::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
+
+use crate::spec::ClientCertHeader;
 
 /// Fields that belong to one connection (RFC 9110 section 7.6.1), and `Expect`, which
 /// the proxy answers itself. `Proxy-Authorization` is the proxy's, not the server's.
@@ -74,6 +79,71 @@ pub struct Origin {
     /// The client's own X-Forwarded-For and Forwarded are appended to (a trusted hop's);
     /// else replaced, so that a client cannot name an address it is not.
     keeps_forwarded: bool,
+    /// Where the server asks for client certificates: what the client showed.
+    client_cert: Option<Arc<ClientCertFields>>,
+}
+
+/// A connection's client-certificate fields, written once per connection.
+#[derive(Debug)]
+struct ClientCertFields {
+    /// `SUCCESS` (a certificate verified) or `NONE` (optional, none shown), as nginx's
+    /// `$ssl_client_verify`.
+    verify: &'static str,
+    /// RFC 9440's `Client-Cert` and `Client-Cert-Chain`, and Envoy's XFCC.
+    rfc9440: Option<(HeaderValue, Option<HeaderValue>)>,
+    xfcc: Option<HeaderValue>,
+    /// For the access log.
+    subject: Option<String>,
+}
+
+const CLIENT_CERT: HeaderName = HeaderName::from_static("client-cert");
+const CLIENT_CERT_CHAIN: HeaderName = HeaderName::from_static("client-cert-chain");
+const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+const CLIENT_VERIFY: HeaderName = HeaderName::from_static("x-client-verify");
+
+impl ClientCertFields {
+    fn of(identity: Option<&terminus_tls::ClientIdentity>) -> Self {
+        let Some(id) = identity else {
+            return Self {
+                verify: "NONE",
+                rfc9440: None,
+                xfcc: None,
+                subject: None,
+            };
+        };
+        use base64::Engine;
+        let b64 = |der: &[u8]| {
+            format!(
+                ":{}:",
+                base64::engine::general_purpose::STANDARD.encode(der)
+            )
+        };
+        let leaf = HeaderValue::from_str(&b64(&id.leaf)).ok();
+        let chain = (!id.chain.is_empty())
+            .then(|| {
+                id.chain
+                    .iter()
+                    .map(|c| b64(c))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .and_then(|c| HeaderValue::from_str(&c).ok());
+        // Envoy's quoting: the subject in double quotes, its quotes and backslashes escaped.
+        let subject = id.subject.replace('\\', "\\\\").replace('"', "\\\"");
+        let mut xfcc = format!("Hash={};Subject=\"{subject}\"", id.sha256);
+        for uri in &id.uris {
+            xfcc.push_str(&format!(";URI={uri}"));
+        }
+        for dns in &id.dns {
+            xfcc.push_str(&format!(";DNS={dns}"));
+        }
+        Self {
+            verify: "SUCCESS",
+            rfc9440: leaf.map(|l| (l, chain)),
+            xfcc: HeaderValue::from_str(&xfcc).ok(),
+            subject: Some(id.subject.clone()),
+        }
+    }
 }
 
 impl Origin {
@@ -93,7 +163,23 @@ impl Origin {
             element: HeaderValue::from_str(&format!("for={node};proto={scheme}"))
                 .expect("an address and a scheme are a valid value"),
             keeps_forwarded: true,
+            client_cert: None,
         }
+    }
+
+    /// The same, for a connection whose server asks for client certificates: `identity`
+    /// is the client's verified one, `None` where it showed none.
+    pub fn with_client_cert(mut self, identity: Option<&terminus_tls::ClientIdentity>) -> Self {
+        self.client_cert = Some(Arc::new(ClientCertFields::of(identity)));
+        self
+    }
+
+    /// `SUCCESS` or `NONE`, and the client certificate's subject, where the server asks
+    /// for client certificates (for the access log).
+    pub fn client_verify(&self) -> Option<(&'static str, Option<&str>)> {
+        self.client_cert
+            .as_ref()
+            .map(|c| (c.verify, c.subject.as_deref()))
     }
 
     /// The same, the client's own forwarding fields kept (`true`, nginx's default) or
@@ -101,6 +187,34 @@ impl Origin {
     pub fn keeping_forwarded(mut self, keep: bool) -> Self {
         self.keeps_forwarded = keep;
         self
+    }
+}
+
+/// Tells the server who the client's certificate says it is, in `format`, where the
+/// client's server asks for certificates; the client's own copies of these fields are
+/// removed always, so that a client cannot claim an identity it did not prove.
+pub fn add_client_cert(headers: &mut HeaderMap, origin: &Origin, format: ClientCertHeader) {
+    for name in [CLIENT_CERT, CLIENT_CERT_CHAIN, XFCC, CLIENT_VERIFY] {
+        headers.remove(name);
+    }
+    let Some(fields) = &origin.client_cert else {
+        return;
+    };
+    headers.insert(CLIENT_VERIFY, HeaderValue::from_static(fields.verify));
+    match format {
+        ClientCertHeader::Rfc9440 => {
+            if let Some((leaf, chain)) = &fields.rfc9440 {
+                headers.insert(CLIENT_CERT, leaf.clone());
+                if let Some(chain) = chain {
+                    headers.insert(CLIENT_CERT_CHAIN, chain.clone());
+                }
+            }
+        }
+        ClientCertHeader::Xfcc => {
+            if let Some(xfcc) = &fields.xfcc {
+                headers.insert(XFCC, xfcc.clone());
+            }
+        }
     }
 }
 

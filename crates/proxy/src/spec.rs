@@ -31,6 +31,18 @@ pub struct UpstreamSpec {
     /// The `Upgrade` tokens (lower case) a client may switch to through this upstream:
     /// `websocket` and what the configuration adds. Any other is taken out of the request.
     pub upgrades: Vec<String>,
+    /// How a client's verified certificate is told to the servers.
+    pub client_cert: ClientCertHeader,
+}
+
+/// The fields that carry a client's certificate (mutual TLS) to the servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientCertHeader {
+    /// RFC 9440: `Client-Cert` (the leaf, `:base64 DER:`) and `Client-Cert-Chain`.
+    #[default]
+    Rfc9440,
+    /// Envoy's `X-Forwarded-Client-Cert` (`Hash=...;Subject="...";URI=...;DNS=...`).
+    Xfcc,
 }
 
 /// One server of an upstream.

@@ -20,6 +20,11 @@ use crate::http::route::{Route, Routes};
 #[derive(Debug)]
 pub struct Host {
     pub names: Vec<String>,
+    /// The rustls configuration its handshakes use: the site's, or the one of its
+    /// client-certificate policy.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// `client_auth`'s mode, where it asks for client certificates.
+    pub client_auth: Option<terminus_tls::ClientAuthMode>,
     pub routes: Routes,
     /// A `[[stream]]`'s upstream and mode: its connections carry bytes, not HTTP.
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
@@ -185,10 +190,7 @@ impl Site {
             resolver_hosts,
             config.default_server_index(),
         ));
-        let tls = config
-            .tls
-            .server_config(resolver.clone(), tickets.clone())
-            .map_err(|e| err(None, format!("[tls]: {e}"), None))?;
+        let (tls, verifying) = tls_configs(config, &resolver, tickets, &err)?;
         let access_log = AccessLog::open(&config.access_log).map_err(|e| {
             err(
                 None,
@@ -203,6 +205,15 @@ impl Site {
             .zip(&config.servers)
             .map(|((routes, stream), server)| Host {
                 names: server.names.clone(),
+                tls: match &server.client_auth {
+                    None => tls.clone(),
+                    Some(policy) => verifying
+                        .iter()
+                        .find(|(p, _)| p == policy)
+                        .map(|(_, config)| config.clone())
+                        .expect("a configuration for every policy"),
+                },
+                client_auth: server.client_auth.as_ref().map(|p| p.mode),
                 routes,
                 stream,
                 headers: server.headers.clone(),
@@ -308,4 +319,61 @@ fn acme_certificates(
     }
     loaded.extend(missing.into_iter().cloned());
     loaded
+}
+
+/// The tag of tickets issued where no client certificate is asked for, once some server
+/// asks for one.
+const NO_CLIENT_AUTH: [u8; 8] = *b"no-mtls\0";
+
+/// The site's rustls configuration, and one per distinct client-certificate policy of
+/// its servers. With any policy, every configuration's tickets carry the policy they
+/// were issued under, so that none resumes under another.
+#[allow(clippy::type_complexity)]
+fn tls_configs(
+    config: &Config,
+    resolver: &Arc<SniResolver>,
+    tickets: &Arc<terminus_fleet::tickets::Ticketer>,
+    err: &dyn Fn(Option<usize>, String, Option<&str>) -> ConfigError,
+) -> Result<
+    (
+        Arc<rustls::ServerConfig>,
+        Vec<(terminus_tls::ClientAuthPolicy, Arc<rustls::ServerConfig>)>,
+    ),
+    ConfigError,
+> {
+    let mut policies: Vec<(&terminus_tls::ClientAuthPolicy, Option<usize>)> = Vec::new();
+    for server in &config.servers {
+        if let Some(p) = &server.client_auth {
+            if policies.iter().all(|(q, _)| *q != p) {
+                policies.push((p, server.line));
+            }
+        }
+    }
+    let ticketer = |tag: [u8; 8]| -> Arc<dyn rustls::server::ProducesTickets> {
+        if policies.is_empty() {
+            tickets.clone()
+        } else {
+            Arc::new(terminus_tls::PolicyTickets::new(tickets.clone(), tag))
+        }
+    };
+    let tls = config
+        .tls
+        .server_config(resolver.clone(), ticketer(NO_CLIENT_AUTH))
+        .map_err(|e| err(None, format!("[tls]: {e}"), None))?;
+    let mut verifying = Vec::new();
+    for (policy, line) in &policies {
+        let verifier = policy.verifier().map_err(|e| {
+            err(
+                *line,
+                format!("client_auth: {e}"),
+                Some("ca holds the PEM certificates of the CAs that sign clients; crl PEM or DER revocation lists"),
+            )
+        })?;
+        let verifying_config = config
+            .tls
+            .server_config_verifying(resolver.clone(), ticketer(policy.tag()), Some(verifier))
+            .map_err(|e| err(*line, format!("[tls]: {e}"), None))?;
+        verifying.push(((*policy).clone(), verifying_config));
+    }
+    Ok((tls, verifying))
 }

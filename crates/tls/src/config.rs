@@ -157,6 +157,17 @@ impl TlsSettings {
         resolver: Arc<SniResolver>,
         ticketer: Arc<dyn ProducesTickets>,
     ) -> Result<Arc<ServerConfig>, TlsSettingsError> {
+        self.server_config_verifying(resolver, ticketer, None)
+    }
+
+    /// [`TlsSettings::server_config`], asking clients for certificates that `clients`
+    /// verifies (see [`crate::client_auth`]).
+    pub fn server_config_verifying(
+        &self,
+        resolver: Arc<SniResolver>,
+        ticketer: Arc<dyn ProducesTickets>,
+        clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Result<Arc<ServerConfig>, TlsSettingsError> {
         self.check()?;
         let provider = CryptoProvider {
             cipher_suites: self.cipher_suites.clone(),
@@ -167,11 +178,14 @@ impl TlsSettings {
                 .collect(),
             ..aws_lc_rs::default_provider()
         };
-        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+        let config = ServerConfig::builder_with_provider(Arc::new(provider))
             .with_protocol_versions(&self.versions)
-            .map_err(|e| TlsSettingsError::Rustls(e.to_string()))?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver);
+            .map_err(|e| TlsSettingsError::Rustls(e.to_string()))?;
+        let mut config = match clients {
+            None => config.with_no_client_auth(),
+            Some(verifier) => config.with_client_cert_verifier(verifier),
+        }
+        .with_cert_resolver(resolver);
         config.alpn_protocols = self.alpn.clone();
         config.ignore_client_order = self.prefer_server_ciphers;
         // Kernel TLS takes the traffic keys after the handshake (crate::ktls).

@@ -9,11 +9,14 @@
 //! - [`ktls`] hands the record layer to the kernel after the handshake (sendfile, splice);
 //! - [`stream`] is the userspace record layer, where the kernel cannot take over;
 //! - [`record`] frames whole records before rustls or the kernel sees them;
+//! - [`client_auth`] is client certificates (mutual TLS): a server's policy as a rustls
+//!   verifier, tickets bound to it, the verified identity;
 //! - [`client`] is how terminus's own client side (the load generator, the proxy's TLS
 //!   upstreams) trusts a server.
 
 pub mod certs;
 pub mod client;
+pub mod client_auth;
 pub mod config;
 pub mod handshake;
 pub mod ktls;
@@ -23,6 +26,7 @@ pub mod selfsigned;
 pub mod stream;
 
 pub use certs::{CertError, LoadedCert};
+pub use client_auth::{ClientAuthMode, ClientAuthPolicy, ClientIdentity, PolicyTickets};
 pub use config::{TlsSettings, TlsSettingsError};
 pub use handshake::{
     handshake, read_client_hello, ClientHelloRead, ErrorSource, Handshake, HandshakeError,

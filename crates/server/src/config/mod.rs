@@ -17,6 +17,7 @@ use terminus_tls::TlsSettings;
 use crate::http::files::CacheSettings;
 
 mod acme;
+mod client_auth;
 mod headers;
 mod overrides;
 mod resolve;
@@ -79,6 +80,8 @@ pub struct ServerConfig {
     pub certificates: Vec<CertPaths>,
     /// `certificates = "acme"`: RSA-2048 and ECDSA P-256 certificates from the issuer.
     pub acme: bool,
+    /// `client_auth`: the client certificates its handshakes ask for.
+    pub client_auth: Option<terminus_tls::ClientAuthPolicy>,
     pub line: Option<usize>,
     /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
     pub stream: Option<StreamTarget>,

@@ -14,7 +14,7 @@ use terminus_tls::{TlsSettings, TlsSettingsError};
 use toml::Spanned;
 
 use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry};
-use super::{acme, headers, route, stream, tenant, upstream};
+use super::{acme, client_auth, headers, route, stream, tenant, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
     Plain, ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
@@ -242,6 +242,11 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             )?,
             certificates,
             acme: uses_acme,
+            client_auth: s
+                .client_auth
+                .as_ref()
+                .map(|c| client_auth::resolve(c, &resolve_path, ctx))
+                .transpose()?,
             line,
             stream: None,
             headers: match &s.headers {
@@ -267,6 +272,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             routes: Vec::new(),
             certificates: Vec::new(),
             acme: false,
+            client_auth: None,
             line: None,
             stream: None,
             headers: Vec::new(),
@@ -294,6 +300,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             routes: Vec::new(),
             certificates,
             acme: false,
+            client_auth: None,
             line,
             stream: Some(stream::resolve(s, &upstreams, ctx)?),
             headers: Vec::new(),

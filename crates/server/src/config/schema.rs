@@ -151,6 +151,8 @@ pub struct ServerSection {
     pub certificate: Vec<CertificateSection>,
     /// `"acme"`: from the `[acme]` issuer.
     pub certificates: Option<Spanned<String>>,
+    /// Client certificates (mutual TLS).
+    pub client_auth: Option<Spanned<super::client_auth::ClientAuthSection>>,
     #[serde(default)]
     pub route: Vec<RouteSection>,
     pub headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,

@@ -68,6 +68,15 @@ impl Established {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let metrics = &worker.shared.metrics;
         let h2 = conn.alpn_protocol() == Some(b"h2");
+        let mut origin =
+            terminus_proxy::Origin::new(peer, local, "https").keeping_forwarded(keeps_forwarded);
+        if site.hosts[host].client_auth.is_some() {
+            // rustls has verified the chain (or the policy let the client show none).
+            let identity = conn
+                .peer_certificates()
+                .and_then(terminus_tls::ClientIdentity::of);
+            origin = origin.with_client_cert(identity.as_ref());
+        }
         let info = ConnectionInfo {
             site,
             host,
@@ -77,8 +86,7 @@ impl Established {
             metrics: metrics.clone(),
             files: worker.files.clone(),
             upstream_pool: worker.upstream_pool.clone(),
-            origin: terminus_proxy::Origin::new(peer, local, "https")
-                .keeping_forwarded(keeps_forwarded),
+            origin,
             handshake: observed,
         };
         let id = info.handshake.id;

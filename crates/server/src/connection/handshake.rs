@@ -46,7 +46,7 @@ impl Hello {
         let config = match route {
             Route::Stream(_) => accepted.site.stream_tls.clone(),
             Route::AcmeChallenge(config) => config,
-            _ => accepted.site.tls.clone(),
+            _ => accepted.site.hosts[host].tls.clone(),
         };
         let metrics = &worker.shared.metrics;
         read.refuse_downgrade(

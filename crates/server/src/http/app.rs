@@ -111,8 +111,19 @@ impl Responder for ConnectionInfo {
             // The connection's handshake, on each of its requests (Tengine's
             // $ssl_handshake_time): its total and its crypto requests' queue wait.
             let took = &self.handshake.breakdown;
+            // A server asking for client certificates: nginx's $ssl_client_verify and
+            // $ssl_client_s_dn.
+            let client = self
+                .origin
+                .client_verify()
+                .map_or(String::new(), |(verify, subject)| {
+                    format!(
+                        " client_verify={verify} client_subject=\"{}\"",
+                        subject.unwrap_or("-").replace('"', "'")
+                    )
+                });
             log.write(format_args!(
-                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream} handshake_time={:.4} crypto_wait={:.4}",
+                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream}{client} handshake_time={:.4} crypto_wait={:.4}",
                 self.peer,
                 method,
                 target,

@@ -477,3 +477,55 @@ pub fn rate_load(
         ]))
     })
 }
+
+/// A running app.py, killed on drop.
+pub struct App {
+    child: Child,
+    pub port: u16,
+}
+
+impl App {
+    pub fn start(name: &str) -> App {
+        Self::launch("app.py", &["0", name])
+    }
+
+    /// Starts tests/upstream/SCRIPT with `args`; it prints "ready PORT" once listening.
+    pub fn launch(script: &str, args: &[&str]) -> App {
+        Self::launch_with(script, args, &[])
+    }
+
+    /// [`App::launch`] with `env` added to its environment.
+    pub fn launch_with(script: &str, args: &[&str], env: &[(&str, &str)]) -> App {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/upstream")
+            .join(script);
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the test upstream");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{args:?} did not start: {line:?}"));
+        App { child, port }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

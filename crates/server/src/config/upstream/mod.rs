@@ -36,6 +36,8 @@ pub struct UpstreamSection {
     pub tls: Option<Spanned<tls::TlsSection>>,
     /// Upgrade tokens beyond `websocket` that may switch a connection to the server.
     pub upgrades: Option<Spanned<Vec<String>>>,
+    /// `"rfc9440"` or `"xfcc"`: how a client's certificate is told to the servers.
+    pub client_cert: Option<Spanned<String>>,
 }
 
 /// A server: `"HOST:PORT"` or `{ address = "HOST:PORT", weight = 2, backup = true }`.
@@ -284,9 +286,21 @@ fn resolve_upstream(
         .map(|t| tls::resolve(t, u.name.get_ref(), protocol, resolve_path, ctx))
         .transpose()?;
     let upgrades = upgrades(u, ctx)?;
+    let client_cert = match u.client_cert.as_ref().map(|c| (c.get_ref().as_str(), c.span())) {
+        None | Some(("rfc9440", _)) => terminus_proxy::spec::ClientCertHeader::Rfc9440,
+        Some(("xfcc", _)) => terminus_proxy::spec::ClientCertHeader::Xfcc,
+        Some((other, span)) => {
+            return Err(ctx.err(
+                Some(span),
+                format!("client_cert = {other:?} is not a header format"),
+                Some("\"rfc9440\" (Client-Cert, Client-Cert-Chain) or \"xfcc\" (Envoy's X-Forwarded-Client-Cert)".to_owned()),
+            ))
+        }
+    };
     Ok(UpstreamSpec {
         tls,
         upgrades,
+        client_cert,
         name: u.name.get_ref().clone(),
         servers,
         balance,

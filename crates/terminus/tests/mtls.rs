@@ -1,0 +1,443 @@
+//! Client certificates (mutual TLS) per server, with a CA, clients and CRLs made by the
+//! openssl CLI, curl and openssl s_client as clients and Python's http.server
+//! (tests/upstream/app.py `/headers`) as the upstream that reports what it was told.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// A CA (`NAME.pem`, `NAME.key`) in `dir`.
+fn ca(dir: &TestDir, name: &str) {
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        dir.path(&format!("{name}.key")).to_str().unwrap(),
+        "-out",
+        dir.path(&format!("{name}.pem")).to_str().unwrap(),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name}"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+}
+
+/// A client certificate for `name` (CN, and a SPIFFE URI) signed by `ca`.
+fn client(dir: &TestDir, name: &str, ca: &str) {
+    let p = |ext: &str| {
+        dir.path(&format!("{name}.{ext}"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &p("key"),
+        "-out",
+        &p("csr"),
+        "-subj",
+        &format!("/O=Tests/CN={name}"),
+    ]);
+    let ext = dir.write(
+        &format!("{name}.ext"),
+        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\nsubjectAltName=URI:spiffe://tests/{name}\n"),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("csr"),
+        "-CA",
+        dir.path(&format!("{ca}.pem")).to_str().unwrap(),
+        "-CAkey",
+        dir.path(&format!("{ca}.key")).to_str().unwrap(),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        &p("pem"),
+        "-extfile",
+        ext.to_str().unwrap(),
+    ]);
+}
+
+/// `openssl ca`'s bookkeeping for CRLs of the `clients` CA.
+fn ca_config(dir: &TestDir) -> std::path::PathBuf {
+    dir.write("index.txt", "");
+    dir.write("crlnumber", "01\n");
+    dir.write(
+        "ca.cnf",
+        format!(
+            "[ca]\ndefault_ca = clients\n[clients]\ndatabase = {}\ncrlnumber = {}\ndefault_md = sha256\ndefault_crl_days = 2\n",
+            dir.path("index.txt").display(),
+            dir.path("crlnumber").display()
+        ),
+    )
+}
+
+/// Writes the clients CA's CRL (after revoking `revoke`, if given).
+fn crl(dir: &TestDir, revoke: Option<&str>) {
+    let conf = dir.path("ca.cnf");
+    let ca_args = [
+        "-config",
+        conf.to_str().unwrap(),
+        "-keyfile",
+        &dir.path("clients.key").to_str().unwrap().to_owned(),
+        "-cert",
+        &dir.path("clients.pem").to_str().unwrap().to_owned(),
+    ]
+    .map(str::to_owned);
+    if let Some(name) = revoke {
+        let mut args: Vec<String> = vec!["ca".into()];
+        args.extend(ca_args.iter().cloned());
+        args.extend([
+            "-revoke".into(),
+            dir.path(&format!("{name}.pem")).to_str().unwrap().into(),
+        ]);
+        openssl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    let mut args: Vec<String> = vec!["ca".into()];
+    args.extend(ca_args.iter().cloned());
+    args.extend([
+        "-gencrl".into(),
+        "-out".into(),
+        dir.path("crl.pem").to_str().unwrap().into(),
+    ]);
+    openssl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+struct Setup {
+    dir: TestDir,
+    server: Server,
+    _app: App,
+}
+
+/// req.test requires a certificate from the clients CA (its CRL checked), opt.test
+/// asks for one (upstream told by XFCC), plain.test asks for none; all proxy to app.py.
+fn setup(test: &str) -> Setup {
+    let dir = TestDir::new(test);
+    ca(&dir, "clients");
+    ca(&dir, "other");
+    for (name, by) in [
+        ("alice", "clients"),
+        ("bob", "clients"),
+        ("mallory", "other"),
+    ] {
+        client(&dir, name, by);
+    }
+    ca_config(&dir);
+    crl(&dir, None);
+    let app = App::start("a");
+    let server_block = |name: &str, auth: &str, upstream: &str| {
+        format!("[[server]]\nnames = [\"{name}\"]\n{auth}\n[[server.route]]\npath = \"/\"\nupstream = \"{upstream}\"\n")
+    };
+    let ca = dir.path("clients.pem");
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[log]\naccess = \"{log}\"\n[[upstream]]\nname = \"app\"\nservers = [\"{a}\"]\n[[upstream]]\nname = \"app-xfcc\"\nservers = [\"{a}\"]\nclient_cert = \"xfcc\"\n{}{}{}",
+            server_block(
+                "req.test",
+                &format!("client_auth = {{ mode = \"required\", ca = \"{}\", crl = [\"{}\"] }}", ca.display(), dir.path("crl.pem").display()),
+                "app"
+            ),
+            server_block(
+                "opt.test",
+                &format!("client_auth = {{ mode = \"optional\", ca = \"{}\" }}", ca.display()),
+                "app-xfcc"
+            ),
+            server_block("plain.test", "", "app"),
+            log = dir.path("access.log").display(),
+            a = app.addr(),
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    Setup {
+        dir,
+        server,
+        _app: app,
+    }
+}
+
+impl Setup {
+    /// curl to `host`'s /headers (SNI and Host `host`), as `who` (a client certificate)
+    /// or anonymous, with `extra` arguments.
+    fn curl(&self, host: &str, who: Option<&str>, extra: &[&str]) -> Output {
+        let port = self.server.port();
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sS",
+            "-k",
+            "--resolve",
+            &format!("{host}:{port}:127.0.0.1"),
+        ]);
+        if let Some(who) = who {
+            cmd.args([
+                "--cert",
+                self.dir.path(&format!("{who}.pem")).to_str().unwrap(),
+            ]);
+            cmd.args([
+                "--key",
+                self.dir.path(&format!("{who}.key")).to_str().unwrap(),
+            ]);
+        }
+        cmd.args(extra)
+            .arg(format!("https://{host}:{port}/app/headers"));
+        run(&mut cmd)
+    }
+
+    /// The headers the upstream saw, by (lower-case) name.
+    fn seen(&self, out: &Output) -> Vec<(String, String)> {
+        assert!(out.status.success(), "{out:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        doc["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h[0].as_str().unwrap().to_owned(),
+                    h[1].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The leaf certificate's DER, base64, as RFC 9440 writes it (`:...:`).
+fn rfc9440(dir: &TestDir, who: &str) -> String {
+    let der = openssl(&[
+        "x509",
+        "-in",
+        dir.path(&format!("{who}.pem")).to_str().unwrap(),
+        "-outform",
+        "DER",
+    ])
+    .stdout;
+    let b64 = openssl_b64(&der);
+    format!(":{b64}:")
+}
+
+fn openssl_b64(bytes: &[u8]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["base64", "-A"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+}
+
+fn refused(out: &Output, alert: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.to_lowercase().contains(alert),
+        "expected a refusal with {alert:?}: {out:?}"
+    );
+}
+
+#[test]
+fn a_required_server_serves_a_verified_client_and_tells_the_upstream_who_it_is() {
+    let s = setup("mtls-required");
+    // Without a certificate: refused with TLS 1.3's certificate_required alert.
+    refused(&s.curl("req.test", None, &[]), "certificate required");
+    // With one: served, and the upstream gets the certificate (RFC 9440) and SUCCESS,
+    // never the client's own copies of those fields.
+    let seen = s.seen(&s.curl(
+        "req.test",
+        Some("alice"),
+        &[
+            "-H",
+            "Client-Cert: :Zm9yZ2Vk:",
+            "-H",
+            "X-Client-Verify: SUCCESS-FORGED",
+        ],
+    ));
+    assert_eq!(
+        header(&seen, "client-cert"),
+        Some(rfc9440(&s.dir, "alice").as_str())
+    );
+    assert_eq!(header(&seen, "x-client-verify"), Some("SUCCESS"));
+    assert_eq!(seen.iter().filter(|(n, _)| n == "client-cert").count(), 1);
+    // A client of another CA: refused (unknown_ca).
+    refused(&s.curl("req.test", Some("mallory"), &[]), "unknown ca");
+    // The access log says who.
+    let log = std::fs::read_to_string(s.dir.path("access.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("client_verify=SUCCESS") && l.contains("CN=alice")),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_revoked_client_is_refused_also_once_a_reload_brings_the_new_crl() {
+    let s = setup("mtls-crl");
+    assert!(s.curl("req.test", Some("bob"), &[]).status.success());
+    crl(&s.dir, Some("bob"));
+    s.server.signal("HUP");
+    eventually(Duration::from_secs(10), "the new CRL in force", || {
+        !s.curl("req.test", Some("bob"), &[]).status.success()
+    });
+    refused(&s.curl("req.test", Some("bob"), &[]), "certificate revoked");
+    assert!(s.curl("req.test", Some("alice"), &[]).status.success());
+}
+
+#[test]
+fn an_optional_server_forwards_none_without_a_certificate_and_xfcc_with_one() {
+    let s = setup("mtls-optional");
+    let seen = s.seen(&s.curl(
+        "opt.test",
+        None,
+        &[
+            "-H",
+            "X-Forwarded-Client-Cert: Hash=forged;Subject=\"CN=root\"",
+        ],
+    ));
+    assert_eq!(header(&seen, "x-client-verify"), Some("NONE"));
+    assert_eq!(header(&seen, "x-forwarded-client-cert"), None, "{seen:?}");
+    let seen = s.seen(&s.curl("opt.test", Some("alice"), &[]));
+    let xfcc = header(&seen, "x-forwarded-client-cert").unwrap_or_default();
+    assert!(
+        xfcc.starts_with("Hash=")
+            && xfcc.contains("CN=alice")
+            && xfcc.contains("URI=spiffe://tests/alice"),
+        "{xfcc}"
+    );
+    assert_eq!(header(&seen, "client-cert"), None, "XFCC only: {seen:?}");
+    // A certificate shown must still verify.
+    refused(&s.curl("opt.test", Some("mallory"), &[]), "unknown ca");
+}
+
+#[test]
+fn identity_fields_sent_by_a_client_never_reach_an_upstream_of_a_server_without_client_auth() {
+    let s = setup("mtls-spoof");
+    let seen = s.seen(&s.curl(
+        "plain.test",
+        None,
+        &[
+            "-H",
+            "Client-Cert: :Zm9yZ2Vk:",
+            "-H",
+            "Client-Cert-Chain: :Zm9yZ2Vk:",
+            "-H",
+            "X-Forwarded-Client-Cert: Hash=forged",
+            "-H",
+            "X-Client-Verify: SUCCESS",
+        ],
+    ));
+    for name in [
+        "client-cert",
+        "client-cert-chain",
+        "x-forwarded-client-cert",
+        "x-client-verify",
+    ] {
+        assert_eq!(header(&seen, name), None, "{name}: {seen:?}");
+    }
+}
+
+#[test]
+fn a_request_for_a_server_of_another_client_auth_policy_is_misdirected() {
+    let s = setup("mtls-421");
+    // alice's handshake was for opt.test (optional); Host names req.test (required).
+    let out = s.curl(
+        "opt.test",
+        Some("alice"),
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "Host: req.test",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "421");
+    // And the other way: a handshake that showed no certificate cannot reach req.test.
+    let out = s.curl(
+        "plain.test",
+        None,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "Host: req.test",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "421");
+}
+
+#[test]
+fn a_session_from_a_server_without_client_auth_does_not_resume_on_one_that_requires_it() {
+    let s = setup("mtls-tickets");
+    let port = s.server.port().to_string();
+    let sess = s.dir.path("plain.sess");
+    let connect = |name: &str, extra: &[&str]| -> String {
+        let out = run(Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &format!("127.0.0.1:{port}"),
+                "-servername",
+                name,
+            ])
+            .args(["-tls1_3", "-ign_eof"])
+            .args(extra)
+            .stdin(Stdio::null()));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = connect("plain.test", &["-sess_out", sess.to_str().unwrap()]);
+    assert!(first.contains("New,"), "{first}");
+    // The same server resumes it...
+    let again = connect("plain.test", &["-sess_in", sess.to_str().unwrap()]);
+    assert!(again.contains("Reused,"), "{again}");
+    // ...a server requiring certificates does not (and the client, showing none, is
+    // refused: it did not get in by resuming).
+    let other = connect("req.test", &["-sess_in", sess.to_str().unwrap()]);
+    assert!(!other.contains("Reused,"), "{other}");
+}
+
+#[test]
+fn client_auth_settings_that_cannot_work_are_refused_at_their_line() {
+    let dir = TestDir::new("mtls-config");
+    for (text, says) in [
+        ("[[server]]\nnames = [\"a.test\"]\nclient_auth = { mode = \"sometimes\", ca = \"x.pem\" }\n", "not a mode"),
+        ("[[server]]\nnames = [\"a.test\"]\nclient_auth = { mode = \"required\" }\n", "needs ca"),
+        ("[[server]]\nnames = [\"a.test\"]\nclient_auth = { ca = \"missing.pem\" }\n", "missing.pem"),
+    ] {
+        let conf = dir.write("bad.toml", text);
+        let out = run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says) && err.contains("bad.toml:"), "{text}\n{err}");
+    }
+}
