@@ -58,12 +58,22 @@ impl Acme {
         challenges: Arc<Challenges>,
         on_issued: OnIssued,
     ) -> std::io::Result<Self> {
+        let state = StateDir::new(&settings.state_dir);
+        state.probe().map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "[acme] state_dir {} cannot be written ({e}): an order's account and certificates would be lost, and each retry would be a new issuance",
+                    settings.state_dir.display()
+                ),
+            )
+        })?;
         let metrics = Arc::new(AcmeMetrics::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let shared = Arc::new(Shared {
-            state: StateDir::new(&settings.state_dir),
+            state,
             settings,
             challenges,
             on_issued,
@@ -197,6 +207,10 @@ async fn keep(
     let names = &target.names;
     let label = names[0].as_str();
     let mut backoff = Backoff::default();
+    // After an issuance, no other order before a tenth of its lifetime: a certificate
+    // that does not count as serving at once (a clock behind the CA's notBefore, an ARI
+    // window already past) must not be ordered again and again.
+    let mut earliest = SystemTime::UNIX_EPOCH;
     loop {
         let stored = match shared.state.load(names, kind) {
             Ok(stored) => stored,
@@ -215,7 +229,7 @@ async fn keep(
                 .metrics
                 .expires(label, kind, current.validity.not_after);
             let (window, poll) = ari(&account, current).await;
-            let due = renew_at(current.validity, window, draw());
+            let due = renew_at(current.validity, window, draw()).max(earliest);
             shared.metrics.next(label, kind, due);
             if let Ok(wait) = due.duration_since(now) {
                 tracing::debug!(
@@ -228,6 +242,10 @@ async fn keep(
                 tokio::time::sleep(wait.min(poll)).await;
                 continue;
             }
+        } else if let Ok(wait) = earliest.duration_since(now) {
+            shared.metrics.next(label, kind, earliest);
+            tokio::time::sleep(wait).await;
+            continue;
         } else {
             shared.metrics.next(label, kind, now);
         }
@@ -259,6 +277,8 @@ async fn keep(
             Ok(new) => {
                 shared.metrics.ordered(true);
                 backoff.succeeded();
+                let gap = (new.validity.lifetime() / 10).max(Duration::from_secs(1));
+                earliest = SystemTime::now() + gap;
                 tracing::info!(
                     "acme: issued the {} certificate for {} (serial {}, valid until {})",
                     kind.name(),

@@ -85,6 +85,13 @@ impl StateDir {
         Self { root: root.into() }
     }
 
+    /// Makes the directory (0700) and checks that files can be written in it.
+    pub fn probe(&self) -> io::Result<()> {
+        let probe = self.root.join(".probe");
+        write_atomic(&probe, b"terminus")?;
+        fs::remove_file(probe)
+    }
+
     /// Where the account for `directory` is kept.
     pub fn account_path(&self, directory: &str) -> PathBuf {
         let host = directory
@@ -197,13 +204,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .mode(0o700)
         .create(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    // A name no other writer (another process sharing the volume, PID 1 in its own
+    // container too) picks, created new: nothing already there is written through.
+    let mut random = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut random).map_err(|_| io::Error::other("no randomness"))?;
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = dir.join(format!(".{name}.{suffix}.tmp"));
     let written = (|| {
         let mut file = fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
+            // Never through a symbolic link.
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;

@@ -320,16 +320,20 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         config.source
     );
 
+    // The configuration in force: the file's as last loaded without error.
+    let mut live = config.clone();
     signals.block_on(async {
         loop {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => reload(&options, &config, &kept, &handle, &checks, &machine),
+                _ = hup.recv() => reload(&options, &config, &mut live, &kept, &handle, &checks, &machine),
                 Some(()) = issued.recv() => {
-                    // Several certificates stored at once: one reload takes them all.
+                    // Several certificates stored at once: one rebuild takes them all.
                     while issued.try_recv().is_ok() {}
-                    reload(&options, &config, &kept, &handle, &checks, &machine);
+                    if rebuild(&live, &kept, &handle, &checks, &machine) {
+                        tracing::info!("acme: new certificates in force");
+                    }
                 }
             }
         }
@@ -371,6 +375,9 @@ fn start_acme(
     if targets.is_empty() {
         tracing::warn!("[acme] is configured but no server has certificates = \"acme\"");
         return Ok(None);
+    }
+    if config.fleet.is_some() {
+        tracing::warn!("acme: with [fleet], each instance orders its own certificates and answers only its own challenges: the CA's validation must reach the instance that ordered (certificates are not shared through the store yet)");
     }
     let acme = terminus_acme::Acme::start(
         settings.clone(),
@@ -427,11 +434,13 @@ fn resolve_backend(choice: BackendChoice) -> Result<BackendKind, StartError> {
     }
 }
 
-/// SIGHUP: build a new [`Site`] from the config file and certificates and swap it in.
-/// A broken config is logged and the running one kept.
+/// SIGHUP: build a new [`Site`] from the config file and certificates and swap it in,
+/// and make that configuration the `live` one. A broken config is logged and the
+/// running one kept. Settings only a restart changes are compared with `started`'s.
 fn reload(
     options: &ServerOptions,
-    running: &Config,
+    started: &Config,
+    live: &mut Config,
     kept: &Kept<'_>,
     handle: &SiteHandle,
     checks: &health_checks::HealthChecks,
@@ -444,36 +453,67 @@ fn reload(
             return;
         }
     };
-    match Site::build(&config, kept) {
+    let acme_servers = |c: &Config| -> Vec<Vec<String>> {
+        c.servers
+            .iter()
+            .filter(|s| s.acme)
+            .map(|s| s.names.clone())
+            .collect()
+    };
+    if !rebuild(&config, kept, handle, checks, machine) {
+        return;
+    }
+    for (what, changed) in [
+        ("listen", config.listen != started.listen),
+        ("workers", config.workers != started.workers),
+        (
+            "crypto.backend",
+            config.crypto_backend != started.crypto_backend,
+        ),
+        ("admin", config.admin != started.admin),
+        (
+            "limits.max_connections",
+            config.max_connections != started.max_connections,
+        ),
+        (
+            "limits.handshake_queue",
+            config.handshake_queue != started.handshake_queue,
+        ),
+        ("tls.ticket_keys", config.ticket_keys != started.ticket_keys),
+        ("[fleet]", config.fleet != started.fleet),
+        (
+            "[acme] or the servers with certificates = \"acme\"",
+            config.acme != started.acme || acme_servers(&config) != acme_servers(started),
+        ),
+    ] {
+        if changed {
+            tracing::warn!("reload: {what} changed; it takes effect after a restart");
+        }
+    }
+    tracing::info!("configuration reloaded from {}", config.source);
+    *live = config;
+}
+
+/// Builds the [`Site`] of `config` again (certificates and files re-read) and swaps it
+/// in: a reload's second half, and all of what a new ACME certificate needs (the file
+/// is not read again for it: an edit half made is not put live by a renewal).
+fn rebuild(
+    config: &Config,
+    kept: &Kept<'_>,
+    handle: &SiteHandle,
+    checks: &health_checks::HealthChecks,
+    machine: &Machine,
+) -> bool {
+    match Site::build(config, kept) {
         Ok(site) => {
-            for (what, changed) in [
-                ("listen", config.listen != running.listen),
-                ("workers", config.workers != running.workers),
-                (
-                    "crypto.backend",
-                    config.crypto_backend != running.crypto_backend,
-                ),
-                ("admin", config.admin != running.admin),
-                (
-                    "limits.max_connections",
-                    config.max_connections != running.max_connections,
-                ),
-                (
-                    "limits.handshake_queue",
-                    config.handshake_queue != running.handshake_queue,
-                ),
-                ("tls.ticket_keys", config.ticket_keys != running.ticket_keys),
-                ("[fleet]", config.fleet != running.fleet),
-            ] {
-                if changed {
-                    tracing::warn!("reload: {what} changed; it takes effect after a restart");
-                }
-            }
             machine.measure(&site);
             checks.watch(&site);
             handle.replace(site);
-            tracing::info!("configuration reloaded from {}", config.source);
+            true
         }
-        Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
+        Err(e) => {
+            tracing::error!("reload failed, keeping the running configuration: {e}");
+            false
+        }
     }
 }

@@ -272,8 +272,8 @@ impl SiteHandle {
 }
 
 /// A `certificates = "acme"` server's certificates: those the state directory holds that
-/// are valid now and for exactly its names, and for a key type it has none of yet, the
-/// self-signed one (before the first order completes, or while it is retried).
+/// are valid now and for exactly its names; without any, the self-signed ones (before
+/// the first order completes, or while it is retried).
 fn acme_certificates(
     names: &[String],
     acme: Option<&terminus_acme::AcmeSettings>,
@@ -301,23 +301,15 @@ fn acme_certificates(
             ),
         }
     }
-    let missing: Vec<&LoadedCert> = self_signed
-        .iter()
-        .filter(|s| loaded.iter().all(|l| l.algorithm != s.algorithm))
-        .collect();
-    if !missing.is_empty() {
+    // One valid certificate from the CA serves alone: a self-signed one beside it would
+    // be chosen by every client that takes its key type (ECDSA is preferred), and fail.
+    if loaded.is_empty() {
         tracing::info!(
-            "acme: {} has {} of its certificates; the self-signed {} served until issued",
-            names[0],
-            loaded.len(),
-            if loaded.is_empty() {
-                "ones are"
-            } else {
-                "one is"
-            }
+            "acme: {} has no certificate from the CA yet; the self-signed ones are served until one is issued",
+            names[0]
         );
+        return self_signed.to_vec();
     }
-    loaded.extend(missing.into_iter().cloned());
     loaded
 }
 

@@ -57,10 +57,10 @@ pub fn resolve(
     let a = section.get_ref();
     let err = |message: String, hint: &str| ctx.err(at.clone(), message, Some(hint.to_owned()));
     let directory = match &a.directory {
-        Some(d) if d.starts_with("https://") || d.starts_with("http://") => d.clone(),
+        Some(d) if d.starts_with("https://") => d.clone(),
         Some(d) => {
             return Err(err(
-                format!("[acme] directory {d:?} is not a URL"),
+                format!("[acme] directory {d:?} is not an https:// URL (RFC 8555 section 6.1)"),
                 "directory = \"https://acme-v02.api.letsencrypt.org/directory\"",
             ))
         }
@@ -87,9 +87,15 @@ pub fn resolve(
     };
     let ca = a.ca.as_deref().map(resolve_path);
     if let Some(ca) = &ca {
-        if let Err(e) = std::fs::read(ca) {
-            return Err(err(
+        let pem = std::fs::read(ca).map_err(|e| {
+            err(
                 format!("[acme] ca {}: {e}", ca.display()),
+                "ca is the PEM root certificate the directory's HTTPS certificate chains to",
+            )
+        })?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(err(
+                format!("[acme] ca {}: no PEM certificate in it", ca.display()),
                 "ca is the PEM root certificate the directory's HTTPS certificate chains to",
             ));
         }
@@ -201,7 +207,32 @@ pub fn server_uses_acme(
             Some("name each host, or bring the wildcard certificate as [[server.certificate]] files".to_owned()),
         ));
     }
+    if let Some(bad) = names.get_ref().iter().find(|n| !is_dns_name(n)) {
+        return Err(ctx.err(
+            Some(names.span()),
+            format!("{bad:?} is not a DNS name a CA issues for"),
+            Some(
+                "letters, digits and hyphens in dot-separated labels: \"www.example.com\""
+                    .to_owned(),
+            ),
+        ));
+    }
     Ok(true)
+}
+
+/// A host name of letters, digits and hyphens in labels of 1-63, two labels or more
+/// (what a public CA issues for; also what the state directory may name a folder by).
+fn is_dns_name(name: &str) -> bool {
+    let labels: Vec<&str> = name.split('.').collect();
+    name.len() <= 253
+        && labels.len() >= 2
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// Decodes base64url, padded or not.

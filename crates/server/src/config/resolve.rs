@@ -256,6 +256,32 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             tenant,
         });
     }
+    // Two ACME servers with one name would share its certificate file and each other's
+    // challenge answers.
+    let acme_names: Vec<String> = servers
+        .iter()
+        .filter(|s| s.acme)
+        .flat_map(|s| s.names.iter().map(|n| n.to_ascii_lowercase()))
+        .collect();
+    let repeated = (1..acme_names.len()).find(|&i| acme_names[..i].contains(&acme_names[i]));
+    if let Some(name) = repeated.map(|i| &acme_names[i]) {
+        let at = raw
+            .server
+            .iter()
+            .filter(|s| {
+                s.names
+                    .get_ref()
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(name))
+            })
+            .nth(1)
+            .map(|s| s.names.span());
+        return Err(ctx.err(
+            at,
+            format!("{name:?} is named by two servers with certificates = \"acme\""),
+            Some("give each name to one server".to_owned()),
+        ));
+    }
     if servers.iter().filter(|s| s.default).count() > 1 {
         let second = raw
             .server

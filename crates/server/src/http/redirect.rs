@@ -58,6 +58,10 @@ impl Responder for Redirect {
                 return with_common_headers(resp);
             }
         }
+        // `OPTIONS *` names no resource to send anywhere.
+        if !req.uri().path().starts_with('/') {
+            return self.refuse(req, StatusCode::BAD_REQUEST).await;
+        }
         let host = match super::target::settle_host(&mut req) {
             Ok(Some(host)) => host,
             Ok(None) | Err(_) => return self.refuse(req, StatusCode::BAD_REQUEST).await,
