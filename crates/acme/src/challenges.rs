@@ -53,10 +53,11 @@ impl Challenges {
     /// The TLS configuration that answers TLS-ALPN-01 for `name`, if an order is
     /// waiting on it.
     pub fn tls_alpn01(&self, name: &str) -> Option<Arc<ServerConfig>> {
-        if read(&self.alpn).is_empty() {
+        let alpn = read(&self.alpn);
+        if alpn.is_empty() {
             return None;
         }
-        read(&self.alpn).get(&name.to_ascii_lowercase()).cloned()
+        alpn.get(&name.to_ascii_lowercase()).cloned()
     }
 
     /// Answers HTTP-01 for `token` with `key_authorization` until the guard is dropped.

@@ -71,6 +71,18 @@ fn describe(problem: &instant_acme::Problem) -> String {
     text
 }
 
+/// Whether `e` refuses only the order's `replaces` (RFC 9773 section 5).
+fn replaced_refused(e: &instant_acme::Error) -> bool {
+    match e {
+        instant_acme::Error::Unsupported(_) => true,
+        instant_acme::Error::Api(p) => p
+            .r#type
+            .as_deref()
+            .is_some_and(|t| t.ends_with(":alreadyReplaced") || t.ends_with(":malformed")),
+        _ => false,
+    }
+}
+
 fn failed(message: impl Into<String>) -> OrderError {
     OrderError {
         message: message.into(),
@@ -100,11 +112,14 @@ pub(crate) async fn issue(
             match account.new_order(&new().replaces(old)).await {
                 Ok(order) => order,
                 // A CA without ARI, or one that will not link this order to the old
-                // certificate (already replaced, unknown to it): an order of its own.
-                Err(e) => {
+                // certificate (already replaced): an order of its own. Any other
+                // refusal (a rate limit, the CA down) is the order's failure, retried
+                // later.
+                Err(e) if replaced_refused(&e) => {
                     tracing::debug!("acme: order replacing the previous certificate refused ({e}); ordering anew");
                     account.new_order(&new()).await?
                 }
+                Err(e) => return Err(e.into()),
             }
         }
         None => account.new_order(&new()).await?,

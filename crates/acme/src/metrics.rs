@@ -70,14 +70,6 @@ impl AcmeMetrics {
     pub(crate) fn ordered(&self, issued: bool) {
         self.orders.inc(usize::from(!issued));
     }
-
-    /// Orders that ended with `result` (`"issued"` or `"failed"`).
-    pub fn orders(&self, result: &str) -> i64 {
-        RESULTS
-            .iter()
-            .position(|r| *r == result)
-            .map_or(0, |i| self.orders.get(i))
-    }
 }
 
 impl Render for AcmeMetrics {

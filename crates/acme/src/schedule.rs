@@ -149,7 +149,7 @@ mod tests {
     }
 
     #[test]
-    fn ari_s_window_comes_first_and_one_already_past_means_now() {
+    fn ari_s_window_comes_first_at_a_random_point_and_a_degenerate_one_is_its_start() {
         let v = issued(90);
         let start = v.not_before + DAY * 10;
         let end = start + DAY * 2;

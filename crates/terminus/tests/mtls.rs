@@ -95,33 +95,24 @@ fn ca_config(dir: &TestDir) -> std::path::PathBuf {
 
 /// Writes the clients CA's CRL (after revoking `revoke`, if given).
 fn crl(dir: &TestDir, revoke: Option<&str>) {
-    let conf = dir.path("ca.cnf");
-    let ca_args = [
-        "-config",
-        conf.to_str().unwrap(),
-        "-keyfile",
-        &dir.path("clients.key").to_str().unwrap().to_owned(),
-        "-cert",
-        &dir.path("clients.pem").to_str().unwrap().to_owned(),
-    ]
-    .map(str::to_owned);
-    if let Some(name) = revoke {
-        let mut args: Vec<String> = vec!["ca".into()];
-        args.extend(ca_args.iter().cloned());
-        args.extend([
-            "-revoke".into(),
-            dir.path(&format!("{name}.pem")).to_str().unwrap().into(),
-        ]);
+    let path = |name: &str| dir.path(name).to_str().unwrap().to_owned();
+    let ca = |extra: &[String]| {
+        let mut args = vec![
+            "ca".to_owned(),
+            "-config".to_owned(),
+            path("ca.cnf"),
+            "-keyfile".to_owned(),
+            path("clients.key"),
+            "-cert".to_owned(),
+            path("clients.pem"),
+        ];
+        args.extend_from_slice(extra);
         openssl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    };
+    if let Some(name) = revoke {
+        ca(&["-revoke".to_owned(), path(&format!("{name}.pem"))]);
     }
-    let mut args: Vec<String> = vec!["ca".into()];
-    args.extend(ca_args.iter().cloned());
-    args.extend([
-        "-gencrl".into(),
-        "-out".into(),
-        dir.path("crl.pem").to_str().unwrap().into(),
-    ]);
-    openssl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    ca(&["-gencrl".to_owned(), "-out".to_owned(), path("crl.pem")]);
 }
 
 struct Setup {
@@ -153,7 +144,7 @@ fn setup(test: &str) -> Setup {
     let conf = dir.write(
         "terminus.toml",
         format!(
-            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[log]\naccess = \"{log}\"\n[[upstream]]\nname = \"app\"\nservers = [\"{a}\"]\n[[upstream]]\nname = \"app-xfcc\"\nservers = [\"{a}\"]\nclient_cert = \"xfcc\"\n{}{}{}",
+            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[timeouts]\nkeepalive = \"2s\"\n[log]\naccess = \"{log}\"\n[[upstream]]\nname = \"app\"\nservers = [\"{a}\"]\n[[upstream]]\nname = \"app-xfcc\"\nservers = [\"{a}\"]\nclient_cert = \"xfcc\"\n{}{}{}",
             server_block(
                 "req.test",
                 &format!("client_auth = {{ mode = \"required\", ca = \"{}\", crl = [\"{}\"] }}", ca.display(), dir.path("crl.pem").display()),
@@ -397,8 +388,13 @@ fn a_request_for_a_server_of_another_client_auth_policy_is_misdirected() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "421");
 }
 
+/// A session from a server that asked for no certificate resumes there, but not once a
+/// reload has made that server require one: the ticket names the policy it was issued
+/// under (rustls restores the client's certificate from a ticket and verifies nothing
+/// on resumption, so without the tag the client would be in without a certificate).
+/// Another server's name never resumes it either (rustls checks SNI).
 #[test]
-fn a_session_from_a_server_without_client_auth_does_not_resume_on_one_that_requires_it() {
+fn a_session_does_not_resume_under_another_client_auth_policy_even_for_the_same_name() {
     let s = setup("mtls-tickets");
     let port = s.server.port().to_string();
     let sess = s.dir.path("plain.sess");
@@ -418,13 +414,33 @@ fn a_session_from_a_server_without_client_auth_does_not_resume_on_one_that_requi
     };
     let first = connect("plain.test", &["-sess_out", sess.to_str().unwrap()]);
     assert!(first.contains("New,"), "{first}");
-    // The same server resumes it...
     let again = connect("plain.test", &["-sess_in", sess.to_str().unwrap()]);
-    assert!(again.contains("Reused,"), "{again}");
-    // ...a server requiring certificates does not (and the client, showing none, is
-    // refused: it did not get in by resuming).
+    assert!(
+        again.contains("Reused,"),
+        "the same policy resumes: {again}"
+    );
     let other = connect("req.test", &["-sess_in", sess.to_str().unwrap()]);
     assert!(!other.contains("Reused,"), "{other}");
+    // plain.test now requires a certificate; the ticket (keys kept across reloads) must
+    // not let a client without one in.
+    let conf = s.dir.path("terminus.toml");
+    let text = std::fs::read_to_string(&conf).unwrap().replace(
+        "names = [\"plain.test\"]\n",
+        &format!(
+            "names = [\"plain.test\"]\nclient_auth = {{ mode = \"required\", ca = \"{}\" }}\n",
+            s.dir.path("clients.pem").display()
+        ),
+    );
+    std::fs::write(&conf, text).unwrap();
+    s.server.signal("HUP");
+    eventually(Duration::from_secs(10), "the reload in force", || {
+        !s.curl("plain.test", None, &[]).status.success()
+    });
+    let after = connect("plain.test", &["-sess_in", sess.to_str().unwrap()]);
+    assert!(
+        !after.contains("Reused,"),
+        "resumed under a policy requiring certificates: {after}"
+    );
 }
 
 #[test]

@@ -267,7 +267,7 @@ impl Render for TicketMetrics {
         out.header(
             EPOCH,
             Kind::Gauge,
-            "The epoch whose key seals tickets now: Unix time over the rotate period.",
+            "The newest epoch the ring was brought to (Unix time over the rotate period): the one whose key seals, unless the clock went back.",
         );
         out.sample(EPOCH, "", ring.epoch().unwrap_or(0));
         out.header(
