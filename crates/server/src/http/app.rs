@@ -13,7 +13,7 @@ use hyper::header;
 use hyper::{Method, Request, Response, StatusCode, Version};
 
 use super::body::{Body, RequestBody};
-use super::{error_response, files, Responder};
+use super::{files, Responder};
 use crate::metrics::Metrics;
 use crate::site::Site;
 
@@ -41,10 +41,7 @@ pub struct ConnectionInfo {
 impl ConnectionInfo {
     /// Answers `req` with an error page, its small body read away first.
     async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
-        let method = req.method().clone();
-        let within = self.site.timeouts.request_header;
-        req.into_body().discard(super::DISCARD_LIMIT, within).await;
-        error_response(status, &method)
+        super::refuse(req, status, self.site.timeouts.request_header).await
     }
 }
 

@@ -50,6 +50,17 @@ pub(crate) fn with_common_headers(mut resp: Response<Body>) -> Response<Body> {
     resp
 }
 
+/// Answers `req` with an error page, its small body read away first (within `within`).
+pub(crate) async fn refuse(
+    req: Request<RequestBody>,
+    status: StatusCode,
+    within: std::time::Duration,
+) -> Response<Body> {
+    let method = req.method().clone();
+    req.into_body().discard(DISCARD_LIMIT, within).await;
+    error_response(status, &method)
+}
+
 /// A small HTML error page, nginx-style; HEAD gets the headers only.
 pub(crate) fn error_response(status: StatusCode, method: &Method) -> Response<Body> {
     let reason = status.canonical_reason().unwrap_or("");

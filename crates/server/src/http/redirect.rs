@@ -33,10 +33,7 @@ pub(crate) struct Redirect {
 
 impl Redirect {
     async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
-        let method = req.method().clone();
-        let within = self.site.timeouts.request_header;
-        req.into_body().discard(super::DISCARD_LIMIT, within).await;
-        error_response(status, &method)
+        super::refuse(req, status, self.site.timeouts.request_header).await
     }
 }
 
