@@ -544,7 +544,7 @@ fn malformed_tls_gets_an_alert_and_others_are_served() {
     assert!(reply.len() >= 7, "expected an alert record, got {reply:?}");
     assert_eq!(reply[0], 0x15, "record type alert");
     assert_eq!(reply[5], 2, "fatal alert");
-        // Not TLS at all, nor HTTP (plain HTTP gets nginx's 400 page instead: acme.rs).
+    // Not TLS at all, nor HTTP (plain HTTP gets nginx's 400 page instead: acme.rs).
     let mut sock = std::net::TcpStream::connect(server.addr).unwrap();
     sock.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .unwrap();
