@@ -118,20 +118,8 @@ impl Drop for Published {
 /// subjectAltName, the SHA-256 of the key authorization in a critical acmeIdentifier
 /// extension; offered with ALPN `acme-tls/1` alone and no session resumption.
 fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>, String> {
-    let digest =
-        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_authorization.as_bytes());
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(|e| format!("challenge key: {e}"))?;
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])
-        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
-    params
-        .custom_extensions
-        .push(rcgen::CustomExtension::new_acme_identifier(digest.as_ref()));
-    let cert = params
-        .self_signed(&key)
-        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
-    let loaded = LoadedCert::made_with(cert.der().clone(), key.serialize_pem().as_bytes())
-        .map_err(|e| e.to_string())?;
+    let (cert, key_pem) = challenge_certificate(name, key_authorization)?;
+    let loaded = LoadedCert::made_with(cert, key_pem.as_bytes()).map_err(|e| e.to_string())?;
     let mut certs = VirtualHostCerts::default();
     certs.insert(loaded);
     let resolver = Arc::new(SniResolver::new(vec![(vec![name.to_owned()], certs)], 0));
@@ -144,6 +132,26 @@ fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>,
     settings
         .server_config(resolver, Arc::new(NoTickets))
         .map_err(|e| e.to_string())
+}
+
+/// The challenge certificate for `name` (DER) and its key (PEM).
+fn challenge_certificate(
+    name: &str,
+    key_authorization: &str,
+) -> Result<(rustls::pki_types::CertificateDer<'static>, String), String> {
+    let digest =
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_authorization.as_bytes());
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .map_err(|e| format!("challenge key: {e}"))?;
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])
+        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest.as_ref()));
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
+    Ok((cert.der().clone(), key.serialize_pem()))
 }
 
 /// Validation handshakes resume nothing.
@@ -186,5 +194,31 @@ mod tests {
         assert!(c.tls_alpn01("b.test").is_none());
         drop(held);
         assert!(c.tls_alpn01("a.test").is_none());
+    }
+
+    /// RFC 8737 section 3: the name as the only subjectAltName, and a critical
+    /// acmeIdentifier (1.3.6.1.5.5.7.1.31) holding the DER OCTET STRING of the key
+    /// authorization's SHA-256.
+    #[test]
+    fn the_challenge_certificate_carries_the_key_authorization_digest_critically() {
+        let (der, _) = challenge_certificate("a.test", "tok.thumb").unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let oid = x509_parser::oid_registry::Oid::from(&[1, 3, 6, 1, 5, 5, 7, 1, 31]).unwrap();
+        let ext = cert
+            .extensions()
+            .iter()
+            .find(|e| e.oid == oid)
+            .expect("an acmeIdentifier extension");
+        assert!(ext.critical);
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b"tok.thumb");
+        let mut expected = vec![0x04, 32];
+        expected.extend_from_slice(digest.as_ref());
+        assert_eq!(ext.value, &expected[..]);
+        let san = cert.subject_alternative_name().unwrap().unwrap();
+        assert_eq!(san.value.general_names.len(), 1);
+        assert!(matches!(
+            san.value.general_names[0],
+            x509_parser::extensions::GeneralName::DNSName("a.test")
+        ));
     }
 }
