@@ -1,28 +1,28 @@
 //! One order, from new-order to the certificate chain (RFC 8555 section 7.4): every
-//! authorization proven by the configured challenge (published in [`Challenges`] while
-//! the CA validates, withdrawn after, whatever the outcome), then a key made here and
-//! its CSR finalized.
+//! authorization proven by the configured challenge (published in [`Challenges`], and in
+//! a fleet's store for the other instances, while the CA validates; withdrawn after,
+//! whatever the outcome), then a key made here and its CSR finalized.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use instant_acme::{
     Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewOrder,
-    OrderStatus, RetryPolicy,
+    Order, OrderStatus, RetryPolicy,
 };
+use zeroize::Zeroizing;
 
 use crate::challenges::{Challenges, Published};
+use crate::fleet::{Answer, FleetStore};
 use crate::settings::{AcmeSettings, ChallengeKind};
 use crate::store::CertKind;
 
 /// How long an order may take to be validated, and then to be issued.
 const VALIDATION: Duration = Duration::from_secs(90);
 
-/// A certificate just issued: its key and chain, PEM.
-pub(crate) struct Issued {
-    pub(crate) key_pem: String,
-    pub(crate) chain_pem: String,
-}
+/// A certificate just issued: its key, then its chain, PEM, as the state directory and
+/// the fleet's store keep it (zeroed when dropped).
+pub(crate) struct Issued(pub(crate) Zeroizing<String>);
 
 /// Why an order failed, and when the CA asked to be tried again.
 #[derive(Debug)]
@@ -91,10 +91,12 @@ fn failed(message: impl Into<String>) -> OrderError {
 }
 
 /// Orders a certificate of `kind` for `names`, replacing `replaces` where the CA has ARI.
+/// With `fleet`, the challenge answers are shared with every instance first.
 pub(crate) async fn issue(
     account: &Account,
     settings: &AcmeSettings,
     challenges: &Arc<Challenges>,
+    fleet: Option<&FleetStore>,
     names: &[String],
     kind: CertKind,
     replaces: Option<CertificateIdentifier<'static>>,
@@ -124,44 +126,15 @@ pub(crate) async fn issue(
         }
         None => account.new_order(&new()).await?,
     };
-    let challenge_type = match settings.challenge {
-        ChallengeKind::Http01 => ChallengeType::Http01,
-        ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
-    };
-    // Held until the order is decided: the CA may validate from several places, more
-    // than once.
-    let mut published: Vec<Published> = Vec::new();
-    let mut authorizations = order.authorizations();
-    while let Some(authz) = authorizations.next().await {
-        let mut authz = authz?;
-        match authz.status {
-            AuthorizationStatus::Valid => continue,
-            AuthorizationStatus::Pending => {}
-            other => return Err(failed(format!("authorization {other:?}"))),
-        }
-        let name = authz.identifier().to_string();
-        let mut challenge = authz.challenge(challenge_type.clone()).ok_or_else(|| {
-            failed(format!(
-                "the CA offers no {} challenge for {name}",
-                settings.challenge.name()
-            ))
-        })?;
-        let answer = challenge.key_authorization();
-        published.push(match settings.challenge {
-            ChallengeKind::Http01 => {
-                challenges.publish_http01(&challenge.token, answer.as_str().to_owned())
-            }
-            ChallengeKind::TlsAlpn01 => challenges
-                .publish_tls_alpn01(&name, answer.as_str())
-                .map_err(failed)?,
-        });
-        challenge.set_ready().await?;
+    // Answered until the order is decided, whatever the outcome: the CA may validate
+    // from several places, more than once.
+    let mut answers = Answers::default();
+    let proven = prove(&mut order, settings, challenges, fleet, &mut answers).await;
+    if let Some(fleet) = fleet {
+        fleet.withdraw(&answers.shared).await;
     }
-    let retries = RetryPolicy::new()
-        .initial_delay(Duration::from_millis(250))
-        .timeout(VALIDATION);
-    let status = order.poll_ready(&retries).await?;
-    drop(published);
+    drop(answers);
+    let status = proven?;
     if status != OrderStatus::Ready {
         let why = order
             .state()
@@ -183,9 +156,87 @@ pub(crate) async fn issue(
         .serialize_request(&key)
         .map_err(|e| failed(format!("CSR: {e}")))?;
     order.finalize_csr(csr.der()).await?;
-    let chain_pem = order.poll_certificate(&retries).await?;
-    Ok(Issued {
-        key_pem: key.serialize_pem(),
-        chain_pem,
-    })
+    let retries = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(VALIDATION);
+    let chain = order.poll_certificate(&retries).await?;
+    let mut file = Zeroizing::new(key.serialize_pem());
+    let end = file.trim_end().len();
+    file.truncate(end);
+    file.push('\n');
+    file.push_str(&chain);
+    Ok(Issued(file))
+}
+
+/// The answers an order published: here (withdrawn on drop) and in the fleet's store.
+#[derive(Default)]
+struct Answers {
+    here: Vec<Published>,
+    shared: Vec<Answer>,
+}
+
+/// Every pending authorization's challenge answered, the CA told, and its verdict
+/// awaited. Answers go out first, all of them, and the CA is told only once every
+/// instance can give them: another instance reads the store every `poll`.
+async fn prove(
+    order: &mut Order,
+    settings: &AcmeSettings,
+    challenges: &Arc<Challenges>,
+    fleet: Option<&FleetStore>,
+    answers: &mut Answers,
+) -> Result<OrderStatus, OrderError> {
+    let challenge_type = match settings.challenge {
+        ChallengeKind::Http01 => ChallengeType::Http01,
+        ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    };
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        match authz.status {
+            AuthorizationStatus::Valid => continue,
+            AuthorizationStatus::Pending => {}
+            other => return Err(failed(format!("authorization {other:?}"))),
+        }
+        let name = authz.identifier().to_string();
+        let challenge = authz.challenge(challenge_type.clone()).ok_or_else(|| {
+            failed(format!(
+                "the CA offers no {} challenge for {name}",
+                settings.challenge.name()
+            ))
+        })?;
+        let answer = match settings.challenge {
+            ChallengeKind::Http01 => Answer::Http01(challenge.token.clone()),
+            ChallengeKind::TlsAlpn01 => Answer::TlsAlpn01(name),
+        };
+        let key_authorization = challenge.key_authorization();
+        answers.here.push(
+            answer
+                .publish(challenges, key_authorization.as_str())
+                .map_err(failed)?,
+        );
+        if let Some(fleet) = fleet {
+            fleet
+                .publish(&answer, key_authorization.as_str())
+                .await
+                .map_err(failed)?;
+            answers.shared.push(answer);
+        }
+    }
+    if let (Some(fleet), false) = (fleet, answers.shared.is_empty()) {
+        tokio::time::sleep(fleet.poll * 2 + Duration::from_millis(250)).await;
+    }
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz?;
+        if authz.status != AuthorizationStatus::Pending {
+            continue;
+        }
+        if let Some(mut challenge) = authz.challenge(challenge_type.clone()) {
+            challenge.set_ready().await?;
+        }
+    }
+    let retries = RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .timeout(VALIDATION);
+    Ok(order.poll_ready(&retries).await?)
 }

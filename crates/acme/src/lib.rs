@@ -13,11 +13,15 @@
 //!   how to back off after a failure: policy, without I/O.
 //! - [`store`]: the state directory: the account and every certificate with its key,
 //!   written atomically, mode 0600.
+//! - `fleet`: with `[fleet]`, the account and certificates kept in the fleet's store,
+//!   one instance ordering each under a lock, and challenge answers shared, so that the
+//!   CA's validation may reach any instance.
 //! - `issuer`: one order from new-order to the certificate chain.
 //! - [`Acme`]: the thread that keeps every server's certificates issued and renewed, and
 //!   tells the server when one changed (it goes live by the reload path).
 
 pub mod challenges;
+mod fleet;
 mod issuer;
 mod manager;
 mod metrics;

@@ -2,22 +2,29 @@
 //! renewed, each by a task of its own on one current-thread runtime (`acme`), apart from
 //! the workers, which only read [`Challenges`] and the files it writes.
 //!
-//! A task's loop: read the stored certificate; if it serves (valid, for exactly the
-//! server's names), ask ARI for the window and sleep until the renewal point (or the
-//! CA's next ARI poll, whichever is first: the window may move); else order now. An
-//! issued certificate is stored and the server told, so that it goes live by the reload
-//! path without dropping a connection. A failure waits the backoff while the old
-//! certificate (or, before any, the self-signed one) keeps being served.
+//! A task's loop: in a fleet, first take the store's copy if it is newer than ours (or
+//! give ours if the store's is older); then read the stored certificate; if it serves
+//! (valid, for exactly the server's names), ask ARI for the window and sleep until the
+//! renewal point (or the CA's next ARI poll, whichever is first: the window may move);
+//! else order now, in a fleet only under the server's lock (an instance that finds it
+//! held waits for the holder's certificate to reach the store). An issued certificate
+//! is stored and the server told, so that it goes live by the reload path without
+//! dropping a connection. A failure waits the backoff while the old certificate (or,
+//! before any, the self-signed one) keeps being served; a certificate issued but not
+//! written is written again, not ordered again.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use instant_acme::{
-    Account, AccountCredentials, CertificateIdentifier, ExternalAccountKey, NewAccount,
+    Account, AccountBuilder, AccountCredentials, CertificateIdentifier, ExternalAccountKey,
+    NewAccount,
 };
+use terminus_fleet::store::StoreSettings;
 
 use crate::challenges::Challenges;
-use crate::issuer::{self, OrderError};
+use crate::fleet::FleetStore;
+use crate::issuer::{self, Issued, OrderError};
 use crate::metrics::AcmeMetrics;
 use crate::schedule::{renew_at, Backoff};
 use crate::settings::AcmeSettings;
@@ -35,9 +42,25 @@ pub struct Target {
     pub names: Vec<String>,
 }
 
-/// The ACME thread, started once for the process.
+/// How long an instance that found a server's lock held waits before looking again.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// In a fleet, how often a certificate waiting for its renewal looks for a newer copy
+/// in the store (another instance's renewal).
+const FLEET_LOOK: Duration = Duration::from_secs(60);
+
+/// The ACME thread, made once for the process and started when the listeners are up
+/// (the CA validates at once, and a challenge it cannot reach is an order failed).
 pub struct Acme {
     metrics: Arc<AcmeMetrics>,
+    ready: std::sync::Mutex<Option<Unstarted>>,
+}
+
+/// What the thread takes when it starts.
+struct Unstarted {
+    shared: Arc<Shared>,
+    targets: Vec<Target>,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl std::fmt::Debug for Acme {
@@ -50,11 +73,14 @@ impl std::fmt::Debug for Acme {
 pub type OnIssued = Arc<dyn Fn() + Send + Sync>;
 
 impl Acme {
-    /// Starts the thread that keeps `targets`' certificates, answering challenges
-    /// through `challenges` and calling `on_issued` after storing each new certificate.
-    pub fn start(
+    /// Readies the thread that keeps `targets`' certificates, answering challenges
+    /// through `challenges` and calling `on_issued` after storing each new certificate;
+    /// with `fleet`, sharing them through its store. Fails on a state directory that
+    /// cannot be written or a store that cannot be opened.
+    pub fn new(
         settings: AcmeSettings,
         targets: Vec<Target>,
+        fleet: Option<&StoreSettings>,
         challenges: Arc<Challenges>,
         on_issued: OnIssued,
     ) -> std::io::Result<Self> {
@@ -68,6 +94,10 @@ impl Acme {
                 ),
             )
         })?;
+        let fleet = fleet
+            .map(|f| FleetStore::open(f).map(Arc::new))
+            .transpose()
+            .map_err(std::io::Error::other)?;
         let metrics = Arc::new(AcmeMetrics::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -76,13 +106,39 @@ impl Acme {
             state,
             settings,
             challenges,
+            fleet,
             on_issued,
             metrics: metrics.clone(),
         });
+        Ok(Self {
+            metrics,
+            ready: std::sync::Mutex::new(Some(Unstarted {
+                shared,
+                targets,
+                runtime,
+            })),
+        })
+    }
+
+    /// Starts the thread (once; later calls do nothing).
+    pub fn start(&self) -> std::io::Result<()> {
+        let taken = self
+            .ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(Unstarted {
+            shared,
+            targets,
+            runtime,
+        }) = taken
+        else {
+            return Ok(());
+        };
         std::thread::Builder::new()
             .name("acme".into())
             .spawn(move || runtime.block_on(run(shared, targets)))?;
-        Ok(Self { metrics })
+        Ok(())
     }
 
     /// Its series, for `/metrics`.
@@ -95,6 +151,7 @@ struct Shared {
     settings: AcmeSettings,
     state: StateDir,
     challenges: Arc<Challenges>,
+    fleet: Option<Arc<FleetStore>>,
     on_issued: OnIssued,
     metrics: Arc<AcmeMetrics>,
 }
@@ -109,6 +166,10 @@ fn draw() -> f64 {
 }
 
 async fn run(shared: Arc<Shared>, targets: Vec<Target>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(fleet) = &shared.fleet {
+        tasks.spawn(fleet.clone().mirror(shared.challenges.clone()));
+    }
     let account = {
         let mut backoff = Backoff::default();
         loop {
@@ -126,7 +187,6 @@ async fn run(shared: Arc<Shared>, targets: Vec<Target>) {
             }
         }
     };
-    let mut tasks = tokio::task::JoinSet::new();
     for target in targets {
         // A server's two orders go one at a time: TLS-ALPN-01 answers by name, so two
         // orders proving the same name at once would overwrite each other's answer.
@@ -145,24 +205,87 @@ async fn run(shared: Arc<Shared>, targets: Vec<Target>) {
     while tasks.join_next().await.is_some() {}
 }
 
-/// The account kept in the state directory, or a new one (stored at once).
+fn store_error(what: &str) -> impl Fn(String) -> OrderError + '_ {
+    move |e| OrderError {
+        message: format!("{what}: {e}"),
+        retry_after: None,
+    }
+}
+
+/// The account: the fleet's (in a fleet), else the state directory's, else a new one,
+/// stored at once. In a fleet one instance makes it, under a lock; the others wait
+/// for it to reach the store.
 async fn account(shared: &Shared) -> Result<Account, OrderError> {
     let settings = &shared.settings;
-    let builder = match &settings.ca {
-        Some(ca) => Account::builder_with_root(ca)?,
-        None => Account::builder()?,
+    let builder = || match &settings.ca {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
     };
+    let Some(fleet) = &shared.fleet else {
+        return local_account(shared, builder()?).await;
+    };
+    let entry = FleetStore::account(&settings.directory);
+    loop {
+        if let Some(json) = fleet
+            .get(&entry)
+            .await
+            .map_err(store_error("the account"))?
+        {
+            return from_json(builder()?, &json).await;
+        }
+        let Some(lock) = fleet
+            .lock(&entry)
+            .await
+            .map_err(store_error("the account"))?
+        else {
+            tokio::time::sleep(LOCK_WAIT).await;
+            continue;
+        };
+        let made = async {
+            if let Some(json) = fleet
+                .get(&entry)
+                .await
+                .map_err(store_error("the account"))?
+            {
+                return from_json(builder()?, &json).await;
+            }
+            // This instance's own account, from before it joined a fleet, becomes the
+            // fleet's; else a new one.
+            let account = local_account(shared, builder()?).await?;
+            let json = shared
+                .state
+                .load_account(&settings.directory)
+                .map_err(|e| store_error("the account")(e.to_string()))?
+                .ok_or_else(|| store_error("the account")("not in the state directory".into()))?;
+            fleet
+                .put(&entry, &json, None)
+                .await
+                .map_err(store_error("the account"))?;
+            Ok(account)
+        }
+        .await;
+        fleet.unlock(lock).await;
+        return made;
+    }
+}
+
+async fn from_json(builder: AccountBuilder, json: &[u8]) -> Result<Account, OrderError> {
+    let credentials: AccountCredentials = serde_json::from_slice(json).map_err(|e| OrderError {
+        message: format!("stored account: {e}"),
+        retry_after: None,
+    })?;
+    Ok(builder.from_credentials(credentials).await?)
+}
+
+/// The account kept in the state directory, or a new one (stored at once).
+async fn local_account(shared: &Shared, builder: AccountBuilder) -> Result<Account, OrderError> {
+    let settings = &shared.settings;
     let io = |e: std::io::Error| OrderError {
         message: format!("state directory {}: {e}", settings.state_dir.display()),
         retry_after: None,
     };
     if let Some(json) = shared.state.load_account(&settings.directory).map_err(io)? {
-        let credentials: AccountCredentials =
-            serde_json::from_slice(&json).map_err(|e| OrderError {
-                message: format!("stored account: {e}"),
-                retry_after: None,
-            })?;
-        return Ok(builder.from_credentials(credentials).await?);
+        return from_json(builder, &json).await;
     }
     let contact: Vec<&str> = settings.contact.iter().map(String::as_str).collect();
     let eab = settings
@@ -196,6 +319,83 @@ async fn account(shared: &Shared) -> Result<Account, OrderError> {
     Ok(account)
 }
 
+/// In a fleet, brings this instance's copy of `names`' certificate of `kind` and the
+/// store's in step: the store's taken if it serves and is newer (stored here and the
+/// server told), ours given if the store has none that serves or an older one. Returns
+/// whether ours changed.
+async fn sync(
+    shared: &Shared,
+    fleet: &FleetStore,
+    names: &[String],
+    kind: CertKind,
+) -> Result<bool, String> {
+    let entry = FleetStore::certificate(names, kind);
+    let now = SystemTime::now();
+    let ours = shared
+        .state
+        .load(names, kind)
+        .ok()
+        .flatten()
+        .filter(|s| s.serves(names, now));
+    let theirs = match fleet.get(&entry).await? {
+        Some(file) => match Stored::parse(shared.state.certificate_path(names, kind), &file) {
+            Ok(stored) if stored.serves(names, now) => Some((stored, file)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!("acme: {entry} in the fleet's store does not parse ({e}); replaced");
+                None
+            }
+        },
+        None => None,
+    };
+    let newer = |a: &Stored, b: &Stored| a.validity.not_after > b.validity.not_after;
+    match (ours, theirs) {
+        (Some(ours), Some((theirs, _))) if ours.serial == theirs.serial => Ok(false),
+        (ours, Some((theirs, file))) if ours.as_ref().map_or(true, |o| newer(&theirs, o)) => {
+            let stored = shared
+                .state
+                .save(names, kind, &file)
+                .map_err(|e| format!("storing the fleet's certificate: {e}"))?;
+            shared.metrics.fleet(true);
+            tracing::info!(
+                "acme: the {} certificate for {} (serial {}) taken from the fleet's store",
+                kind.name(),
+                names.join(", "),
+                stored.serial
+            );
+            (shared.on_issued)();
+            Ok(true)
+        }
+        (Some(ours), _) => {
+            let file = shared
+                .state
+                .read(names, kind)
+                .map_err(|e| e.to_string())?
+                .ok_or("the certificate just read is gone")?;
+            give(shared, fleet, names, kind, &ours, &file).await?;
+            Ok(false)
+        }
+        (None, _) => Ok(false),
+    }
+}
+
+/// Puts `file` (`stored`'s) in the fleet's store, kept a week past its notAfter.
+async fn give(
+    shared: &Shared,
+    fleet: &FleetStore,
+    names: &[String],
+    kind: CertKind,
+    stored: &Stored,
+    file: &[u8],
+) -> Result<(), String> {
+    let expires = stored.validity.not_after + Duration::from_secs(7 * 86_400);
+    fleet
+        .put(&FleetStore::certificate(names, kind), file, Some(expires))
+        .await?;
+    shared.metrics.fleet(false);
+    Ok(())
+}
+
 /// Keeps `target`'s certificate of `kind` issued and renewed, forever.
 async fn keep(
     shared: Arc<Shared>,
@@ -211,7 +411,32 @@ async fn keep(
     // that does not count as serving at once (a clock behind the CA's notBefore, an ARI
     // window already past) must not be ordered again and again.
     let mut earliest = SystemTime::UNIX_EPOCH;
+    // A certificate issued that the state directory did not take: written again, not
+    // ordered again.
+    let mut unsaved: Option<Issued> = None;
+    let mut fleet_failing = false;
     loop {
+        if let Some(fleet) = &shared.fleet {
+            match sync(&shared, fleet, names, kind).await {
+                Ok(_) => fleet_failing = false,
+                Err(e) if !fleet_failing => {
+                    fleet_failing = true;
+                    tracing::warn!(
+                        "acme: the {} certificate for {label} and the fleet's store: {e}",
+                        kind.name()
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        if let Some(issued) = unsaved.take() {
+            if let Err(e) = written(&shared, names, kind, issued, &mut unsaved).await {
+                let wait = backoff.failed(None, draw());
+                tracing::warn!("acme: the {} certificate for {label} was issued but not stored ({e}); trying again in {}", kind.name(), human(wait));
+                tokio::time::sleep(wait).await;
+            }
+            continue;
+        }
         let stored = match shared.state.load(names, kind) {
             Ok(stored) => stored,
             Err(e) => {
@@ -224,6 +449,11 @@ async fn keep(
         };
         let now = SystemTime::now();
         let serving = stored.filter(|s| s.serves(names, now));
+        let look = if shared.fleet.is_some() {
+            FLEET_LOOK
+        } else {
+            Duration::MAX
+        };
         if let Some(current) = &serving {
             shared
                 .metrics
@@ -239,12 +469,12 @@ async fn keep(
                     human(wait),
                     if window.is_some() { " (ARI)" } else { "" }
                 );
-                tokio::time::sleep(wait.min(poll)).await;
+                tokio::time::sleep(wait.min(poll).min(look)).await;
                 continue;
             }
         } else if let Ok(wait) = earliest.duration_since(now) {
             shared.metrics.next(label, kind, earliest);
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(wait.min(look)).await;
             continue;
         } else {
             shared.metrics.next(label, kind, now);
@@ -254,42 +484,75 @@ async fn keep(
             .and_then(|s| CertificateIdentifier::try_from(&s.leaf).ok())
             .map(|id| id.into_owned());
         let ordering = one_order.lock().await;
+        let lock = match &shared.fleet {
+            None => None,
+            Some(fleet) => {
+                match fleet
+                    .lock(&format!("order:{}", label.to_ascii_lowercase()))
+                    .await
+                {
+                    Ok(Some(lock)) => {
+                        // The holder before us may have just stored what we were about to
+                        // order.
+                        if sync(&shared, fleet, names, kind).await.unwrap_or(false) {
+                            fleet.unlock(lock).await;
+                            continue;
+                        }
+                        Some(lock)
+                    }
+                    Ok(None) => {
+                        drop(ordering);
+                        tracing::debug!("acme: another instance orders for {label}; waiting for its {} certificate", kind.name());
+                        tokio::time::sleep(LOCK_WAIT).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        drop(ordering);
+                        let wait = backoff.failed(None, draw());
+                        shared.metrics.next(label, kind, SystemTime::now() + wait);
+                        tracing::warn!("acme: the {} certificate for {label} is due but the fleet's store cannot order it ({e}); trying again in {}", kind.name(), human(wait));
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                }
+            }
+        };
         let ordered = issuer::issue(
             &account,
             &shared.settings,
             &shared.challenges,
+            shared.fleet.as_deref(),
             names,
             kind,
             replaces,
         )
         .await;
-        drop(ordering);
-        let stored = ordered.and_then(|issued| {
-            shared
-                .state
-                .save(names, kind, &issued.key_pem, &issued.chain_pem)
+        let outcome = match ordered {
+            Ok(issued) => written(&shared, names, kind, issued, &mut unsaved)
+                .await
                 .map_err(|e| OrderError {
-                    message: format!("storing it: {e}"),
+                    message: format!("issued, but not stored: {e}"),
                     retry_after: None,
-                })
-        });
-        match stored {
+                }),
+            Err(e) => Err(e),
+        };
+        if let (Some(fleet), Some(lock)) = (&shared.fleet, lock) {
+            fleet.unlock(lock).await;
+        }
+        drop(ordering);
+        match outcome {
             Ok(new) => {
                 shared.metrics.ordered(true);
                 backoff.succeeded();
                 let gap = (new.validity.lifetime() / 10).max(Duration::from_secs(1));
                 earliest = SystemTime::now() + gap;
-                tracing::info!(
-                    "acme: issued the {} certificate for {} (serial {}, valid until {})",
-                    kind.name(),
-                    names.join(", "),
-                    new.serial,
-                    httpdate(new.validity.not_after)
-                );
-                (shared.on_issued)();
             }
             Err(e) => {
-                shared.metrics.ordered(false);
+                if unsaved.is_some() {
+                    shared.metrics.ordered(true);
+                } else {
+                    shared.metrics.ordered(false);
+                }
                 let wait = backoff.failed(e.retry_after, draw());
                 shared.metrics.next(label, kind, SystemTime::now() + wait);
                 tracing::warn!(
@@ -304,6 +567,39 @@ async fn keep(
             }
         }
     }
+}
+
+/// Stores `issued` here, then gives it to the fleet's store; the server told. What the
+/// state directory did not take is left in `unsaved`; a store that did not take it
+/// gets it from the next [`sync`].
+async fn written(
+    shared: &Shared,
+    names: &[String],
+    kind: CertKind,
+    issued: Issued,
+    unsaved: &mut Option<Issued>,
+) -> Result<Stored, String> {
+    let new = match shared.state.save(names, kind, issued.0.as_bytes()) {
+        Ok(new) => new,
+        Err(e) => {
+            *unsaved = Some(issued);
+            return Err(e.to_string());
+        }
+    };
+    tracing::info!(
+        "acme: issued the {} certificate for {} (serial {}, valid until {})",
+        kind.name(),
+        names.join(", "),
+        new.serial,
+        httpdate(new.validity.not_after)
+    );
+    (shared.on_issued)();
+    if let Some(fleet) = &shared.fleet {
+        if let Err(e) = give(shared, fleet, names, kind, &new, issued.0.as_bytes()).await {
+            tracing::warn!("acme: the {} certificate for {} is not in the fleet's store yet ({e}); given again on the next look", kind.name(), names[0]);
+        }
+    }
+    Ok(new)
 }
 
 /// ARI's window for `current`, if the CA has ARI, and when to ask again.

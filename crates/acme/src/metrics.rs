@@ -22,6 +22,8 @@ struct Times {
 /// The ACME series.
 pub struct AcmeMetrics {
     orders: Labelled<2>,
+    /// Certificates taken from a fleet's store, and given to it.
+    fleet: Labelled<2>,
     /// By (first name, key type).
     certificates: Mutex<BTreeMap<(String, &'static str), Times>>,
 }
@@ -45,6 +47,11 @@ impl Default for AcmeMetrics {
                 "ACME orders, by result.",
                 RESULTS.map(|r| format!("result=\"{r}\"")),
             ),
+            fleet: Labelled::counter(
+                "terminus_acme_fleet_certificates_total",
+                "ACME certificates taken from the fleet's store (another instance ordered them) and given to it.",
+                ["way=\"taken\"".to_owned(), "way=\"given\"".to_owned()],
+            ),
             certificates: Mutex::default(),
         }
     }
@@ -67,6 +74,10 @@ impl AcmeMetrics {
         self.entry(name, kind, |e| e.next = Some(unix(at)));
     }
 
+    pub(crate) fn fleet(&self, taken: bool) {
+        self.fleet.inc(usize::from(!taken));
+    }
+
     pub(crate) fn ordered(&self, issued: bool) {
         self.orders.inc(usize::from(!issued));
     }
@@ -75,6 +86,7 @@ impl AcmeMetrics {
 impl Render for AcmeMetrics {
     fn render(&self, out: &mut Exposition) {
         self.orders.render(out);
+        self.fleet.render(out);
         let map = self
             .certificates
             .lock()

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use rustls::pki_types::CertificateDer;
+use zeroize::Zeroizing;
 
 use crate::schedule::Validity;
 
@@ -63,6 +64,27 @@ pub struct Stored {
 }
 
 impl Stored {
+    /// The certificate in `file` (a key and a chain, PEM), kept at `path`.
+    pub fn parse(path: PathBuf, file: &[u8]) -> io::Result<Self> {
+        let leaf = rustls_pemfile::certs(&mut &file[..])
+            .next()
+            .transpose()?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no certificate in it"))?;
+        let (validity, serial, names) = parse_leaf(&leaf).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        Ok(Self {
+            path,
+            leaf,
+            validity,
+            serial,
+            names,
+        })
+    }
+
     /// Whether it is for exactly `names` and can be served at `now`.
     pub fn serves(&self, names: &[String], now: SystemTime) -> bool {
         self.validity.valid_at(now) && self.names == name_set(names)
@@ -124,45 +146,26 @@ impl StateDir {
     /// parses (whatever its validity and names: the caller decides).
     pub fn load(&self, names: &[String], kind: CertKind) -> io::Result<Option<Stored>> {
         let path = self.certificate_path(names, kind);
-        let pem = match fs::read(&path) {
-            Ok(pem) => pem,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let leaf = rustls_pemfile::certs(&mut &pem[..])
-            .next()
-            .transpose()?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no certificate in it"))?;
-        let parsed = parse_leaf(&leaf).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
-        })?;
-        Ok(Some(Stored {
-            path,
-            leaf,
-            validity: parsed.0,
-            serial: parsed.1,
-            names: parsed.2,
-        }))
+        match self.read(names, kind)? {
+            Some(file) => Stored::parse(path, &file).map(Some),
+            None => Ok(None),
+        }
     }
 
-    /// Keeps `key_pem` and `chain_pem` as `names`' certificate of `kind`, replacing the
-    /// old one at once; returns what was stored.
-    pub fn save(
-        &self,
-        names: &[String],
-        kind: CertKind,
-        key_pem: &str,
-        chain_pem: &str,
-    ) -> io::Result<Stored> {
+    /// The file of `names`' certificate of `kind` (key, then chain), if there is one.
+    pub fn read(&self, names: &[String], kind: CertKind) -> io::Result<Option<Zeroizing<Vec<u8>>>> {
+        match fs::read(self.certificate_path(names, kind)) {
+            Ok(file) => Ok(Some(Zeroizing::new(file))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps `file` (the key, then the chain, PEM) as `names`' certificate of `kind`,
+    /// replacing the old one at once; returns what was stored.
+    pub fn save(&self, names: &[String], kind: CertKind, file: &[u8]) -> io::Result<Stored> {
         let path = self.certificate_path(names, kind);
-        let mut text = String::with_capacity(key_pem.len() + chain_pem.len() + 1);
-        text.push_str(key_pem.trim_end());
-        text.push('\n');
-        text.push_str(chain_pem);
-        write_atomic(&path, text.as_bytes())?;
+        write_atomic(&path, file)?;
         self.load(names, kind)?
             .ok_or_else(|| io::Error::other("the certificate just written is gone"))
     }
@@ -262,12 +265,13 @@ pub(crate) fn parse_leaf(
 mod tests {
     use super::*;
 
-    fn self_signed(names: &[&str]) -> (String, String) {
+    /// A key and its self-signed certificate, as one file.
+    fn self_signed(names: &[&str]) -> String {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
         let params =
             rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
-        (key.serialize_pem(), params.self_signed(&key).unwrap().pem())
+        key.serialize_pem() + &params.self_signed(&key).unwrap().pem()
     }
 
     #[test]
@@ -277,9 +281,9 @@ mod tests {
         let state = StateDir::new(&dir);
         let names = vec!["a.test".to_owned(), "www.a.test".to_owned()];
         assert!(state.load(&names, CertKind::EcdsaP256).unwrap().is_none());
-        let (key, chain) = self_signed(&["a.test", "www.a.test"]);
+        let file = self_signed(&["a.test", "www.a.test"]);
         let stored = state
-            .save(&names, CertKind::EcdsaP256, &key, &chain)
+            .save(&names, CertKind::EcdsaP256, file.as_bytes())
             .unwrap();
         let now = SystemTime::now();
         assert!(stored.serves(&names, now));
@@ -295,9 +299,9 @@ mod tests {
         // Key and chain in one file, which the server's loader takes as both.
         terminus_tls::LoadedCert::from_files(&stored.path, &stored.path).unwrap();
         // Replaced whole: the new serial, no temporary file left behind.
-        let (key2, chain2) = self_signed(&["a.test", "www.a.test"]);
+        let file2 = self_signed(&["a.test", "www.a.test"]);
         let again = state
-            .save(&names, CertKind::EcdsaP256, &key2, &chain2)
+            .save(&names, CertKind::EcdsaP256, file2.as_bytes())
             .unwrap();
         assert_ne!(again.serial, stored.serial);
         let left: Vec<_> = fs::read_dir(stored.path.parent().unwrap())

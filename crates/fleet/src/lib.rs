@@ -134,7 +134,7 @@ impl Render for Fleet {
 
 /// A name for this instance in the store, readable in `terminus capacity`: its host
 /// name and process id.
-fn instance_id() -> String {
+pub fn instance_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into());

@@ -304,6 +304,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("admin on http://{addr}/metrics");
     }
     start.wait();
+    if let Some(acme) = &acme {
+        acme.start()?;
+    }
     for (addr, l) in bound.iter().zip(&config.listen) {
         if l.plain.is_some() {
             println!("listening on http://{addr}/ (plain: ACME challenges, redirects to https)");
@@ -354,8 +357,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Starts the ACME thread if a server takes its certificates from `[acme]`: it tells the
-/// server through `issued` when it stored one, and the server reloads.
+/// Readies the ACME thread if a server takes its certificates from `[acme]` (started once
+/// the listeners accept): it tells the server through `issued` when it stored one, and
+/// the server reloads.
 fn start_acme(
     config: &Config,
     challenges: &Arc<terminus_acme::Challenges>,
@@ -376,22 +380,25 @@ fn start_acme(
         tracing::warn!("[acme] is configured but no server has certificates = \"acme\"");
         return Ok(None);
     }
-    if config.fleet.is_some() {
-        tracing::warn!("acme: with [fleet], each instance orders its own certificates and answers only its own challenges: the CA's validation must reach the instance that ordered (certificates are not shared through the store yet)");
-    }
-    let acme = terminus_acme::Acme::start(
+    let acme = terminus_acme::Acme::new(
         settings.clone(),
         targets,
+        config.fleet.as_ref(),
         challenges.clone(),
         Arc::new(move || {
             let _ = issued.send(());
         }),
     )?;
     tracing::info!(
-        "acme: certificates from {} ({}), kept in {}",
+        "acme: certificates from {} ({}), kept in {}{}",
         settings.directory,
         settings.challenge.name(),
-        settings.state_dir.display()
+        settings.state_dir.display(),
+        if config.fleet.is_some() {
+            " and in the fleet's store"
+        } else {
+            ""
+        }
     );
     Ok(Some(acme))
 }

@@ -10,24 +10,17 @@
 
 mod common;
 
-use std::net::{TcpListener, UdpSocket};
+use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
+use common::redis::{free_port, Redis};
 use common::*;
 use terminus_testkit::{repo, runs_here, Need};
 
 const PEBBLE: &str = "github.com/letsencrypt/pebble/v2";
 const PEBBLE_VERSION: &str = "v2.10.1";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `name` where `.ci/run` installs it (`target/tools`), else in Go's bin directory.
 fn go_tool(name: &str) -> Option<PathBuf> {
@@ -221,20 +214,37 @@ fn acme_site(
     http_port: Option<u16>,
     extra: &str,
 ) -> PathBuf {
+    acme_site_on(dir, pebble, "127.0.0.1", tls_port, http_port, extra)
+}
+
+/// [`acme_site`] on address `ip`, its configuration `terminus-<ip>.toml` and its state
+/// `state-<ip>` where `ip` is not 127.0.0.1.
+fn acme_site_on(
+    dir: &TestDir,
+    pebble: &Pebble,
+    ip: &str,
+    tls_port: u16,
+    http_port: Option<u16>,
+    extra: &str,
+) -> PathBuf {
     dir.write("www/index.html", "served over ACME's certificate\n");
     let listen = match http_port {
-        Some(p) => format!(
-            "[\"127.0.0.1:{tls_port}\", {{ address = \"127.0.0.1:{p}\", plain = \"redirect\" }}]"
-        ),
-        None => format!("[\"127.0.0.1:{tls_port}\"]"),
+        Some(p) => {
+            format!("[\"{ip}:{tls_port}\", {{ address = \"{ip}:{p}\", plain = \"redirect\" }}]")
+        }
+        None => format!("[\"{ip}:{tls_port}\"]"),
+    };
+    let (conf, state) = match ip {
+        "127.0.0.1" => ("terminus.toml".to_owned(), "state".to_owned()),
+        _ => (format!("terminus-{ip}.toml"), format!("state-{ip}")),
     };
     dir.write(
-        "terminus.toml",
+        &conf,
         format!(
             "listen = {listen}\nworkers = 1\n[acme]\ndirectory = \"{}\"\nca = \"{}\"\nstate_dir = \"{}\"\ncontact = [\"mailto:ops@a.test\"]\n{extra}\n[[server]]\nnames = [\"a.test\", \"www.a.test\"]\ncertificates = \"acme\"\nroot = \"{}\"\n",
             pebble.directory(),
             pebble.minica().display(),
-            dir.path("state").display(),
+            dir.path(&state).display(),
             dir.path("www").display(),
         ),
     )
@@ -272,11 +282,22 @@ fn issued(server: &Server, n: f64) {
 /// What `openssl s_client` sees at `port` for `name` when it offers only `sigalgs`,
 /// verifying against `root`: (verified, the leaf's serial, the whole output).
 fn served(port: u16, name: &str, sigalgs: &str, root: &Path) -> (bool, String, String) {
+    served_on("127.0.0.1", port, name, sigalgs, root)
+}
+
+/// [`served`] at `ip`.
+fn served_on(
+    ip: &str,
+    port: u16,
+    name: &str,
+    sigalgs: &str,
+    root: &Path,
+) -> (bool, String, String) {
     let out = run(Command::new("openssl")
         .args([
             "s_client",
             "-connect",
-            &format!("127.0.0.1:{port}"),
+            &format!("{ip}:{port}"),
             "-servername",
             name,
             "-sigalgs",
@@ -671,6 +692,103 @@ fn plain_http_to_a_tls_port_gets_a_400_page_and_a_plain_listener_redirects_with_
         &format!("http://127.0.0.1:{http_port}/.well-known/acme-challenge/nope"),
     ]));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "308");
+}
+
+/// A fleet of two (127.0.0.1 and 127.0.0.2 at one port, one Redis), Pebble validating
+/// HTTP-01 at 127.0.0.1 only. The instance at .2 starts first and orders both
+/// certificates under the server's lock; the CA's validation reaches the instance at .1,
+/// which answers from the store; .1 then takes both certificates from the store without
+/// an order of its own, and the two serve the same serials. The store holds them sealed.
+#[test]
+fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serves_it_everywhere() {
+    let _alone = exclusive();
+    let Some(redis) = Redis::start(0) else {
+        return;
+    };
+    let (tls_port, http_port) = (free_port(), free_port());
+    let Some(pebble) = Pebble::start(http_port, tls_port, None) else {
+        return;
+    };
+    let dir = TestDir::new("acme-fleet");
+    let key_file = dir.write(
+        "fleet.key",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+    );
+    let fleet = format!(
+        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"1s\"\n",
+        redis.url(),
+        key_file.display()
+    );
+    let orderer = start(&acme_site_on(
+        &dir,
+        &pebble,
+        "127.0.0.2",
+        tls_port,
+        Some(http_port),
+        &fleet,
+    ));
+    // Ordering: the lock is held, the answers are in the store, the CA not yet told.
+    eventually(Duration::from_secs(30), "the .2 instance ordering", || {
+        redis
+            .cli(&["EXISTS", "terminus:acme:lock:order:a.test"])
+            .trim()
+            == "1"
+    });
+    let answerer = start(&acme_site_on(
+        &dir,
+        &pebble,
+        "127.0.0.1",
+        tls_port,
+        Some(http_port),
+        &fleet,
+    ));
+    issued(&orderer, 2.0);
+    eventually(
+        Duration::from_secs(30),
+        "both taken by .1 from the store",
+        || answerer.metric("terminus_acme_fleet_certificates_total", &["way=\"taken\""]) >= 2.0,
+    );
+    assert_eq!(
+        orders(&answerer, "issued") + orders(&answerer, "failed"),
+        0.0,
+        "{}",
+        answerer.stderr()
+    );
+    assert_eq!(
+        orderer.metric("terminus_acme_fleet_certificates_total", &["way=\"given\""]),
+        2.0
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let root = pebble.issuing_root(&dir);
+    for sigalgs in ["RSA-PSS+SHA256", "ECDSA+SHA256"] {
+        let (ok1, serial1, text1) = served_on("127.0.0.1", tls_port, "a.test", sigalgs, &root);
+        let (ok2, serial2, text2) = served_on("127.0.0.2", tls_port, "a.test", sigalgs, &root);
+        assert!(ok1 && ok2, "{text1}\n{text2}");
+        assert!(
+            !serial1.is_empty() && serial1 == serial2,
+            "{serial1} vs {serial2}"
+        );
+    }
+    for entry in [
+        "terminus:acme:cert:a.test:rsa2048",
+        "terminus:acme:cert:a.test:ecdsa-p256",
+    ] {
+        let sealed = redis.cli_bytes(&["GET", entry]);
+        assert!(sealed.len() > 500, "{entry}: {} bytes", sealed.len());
+        assert!(
+            !sealed.windows(11).any(|w| w == b"PRIVATE KEY")
+                && !sealed.windows(5).any(|w| w == b"-----"),
+            "{entry} is kept in the clear"
+        );
+    }
+    // One account for the fleet, made by the orderer and taken by the other.
+    let account = |state: &str| {
+        let dir = dir.path(&format!("{state}/accounts"));
+        std::fs::read_dir(&dir).map_or(0, |d| d.count())
+    };
+    assert_eq!((account("state-127.0.0.2"), account("state")), (1, 0));
+    // The answers were withdrawn.
+    assert_eq!(redis.cli(&["HLEN", "terminus:acme:challenges"]).trim(), "0");
 }
 
 #[test]

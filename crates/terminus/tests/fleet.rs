@@ -6,11 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::redis::{free_port, Redis};
 use common::*;
-use terminus_testkit::{runs_here, Need};
 
 /// One server with an ECDSA certificate, `extra` before it (`[tls]`, `[fleet]`).
 fn server(dir: &TestDir, extra: &str) -> Server {
@@ -142,83 +142,6 @@ fn bad_ticket_key_settings_name_their_line() {
             "{setting}: {text}"
         );
     }
-}
-
-/// A redis-server of the test's own on a loopback port, killed (by its PID) when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    /// Starts one on `port` (0: a free one), empty, persisting nothing; `None` (the skip
-    /// reported) where redis-server is not installed.
-    fn start(port: u16) -> Option<Redis> {
-        let installed = Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !runs_here(
-            Need::Redis,
-            installed,
-            "redis-server is not installed (apt-get install redis-server)",
-        ) {
-            return None;
-        }
-        let port = if port == 0 { free_port() } else { port };
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let redis = Redis { child, port };
-        eventually(Duration::from_secs(10), "redis answering", || {
-            redis.cli(&["PING"]).trim() == "PONG"
-        });
-        Some(redis)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// `redis-cli` against it; stdout, raw.
-    fn cli(&self, args: &[&str]) -> String {
-        String::from_utf8_lossy(&self.cli_bytes(args)).into_owned()
-    }
-
-    fn cli_bytes(&self, args: &[&str]) -> Vec<u8> {
-        Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "--raw"])
-            .args(args)
-            .output()
-            .map(|o| o.stdout)
-            .unwrap_or_default()
-    }
-}
-
-impl Redis {
-    /// Kills it by its PID, as an outage would.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Three instances sharing `redis`, on 127.0.0.1, .2 and .3 at one port (so that

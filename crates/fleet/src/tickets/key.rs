@@ -55,36 +55,18 @@ impl KeyMaterial {
 
     /// The material sealed under `kek`, bound to `label` (the store's name for it).
     pub fn wrap(&self, kek: &Kek, label: &[u8]) -> Vec<u8> {
-        let nonce = random_nonce();
-        let mut out = Vec::with_capacity(NONCE_LEN + self.0.len() + TAG_LEN);
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(&self.0[..]);
-        let tag = kek
-            .0
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(label),
-                &mut out[NONCE_LEN..],
-            )
-            .expect("sealing a key");
-        out.extend_from_slice(tag.as_ref());
-        out
+        kek.seal(label, &self.0[..])
     }
 
     /// The material `wrap` sealed under `kek` with `label`; `None` if it does not open
     /// (another key file, another label, or damaged).
     pub fn unwrap(kek: &Kek, label: &[u8], wrapped: &[u8]) -> Option<Self> {
-        if wrapped.len() != NONCE_LEN + NAME_LEN + SECRET_LEN + TAG_LEN {
+        let plain = kek.open(label, wrapped)?;
+        if plain.len() != NAME_LEN + SECRET_LEN {
             return None;
         }
-        let nonce = Nonce::try_assume_unique_for_key(&wrapped[..NONCE_LEN]).ok()?;
-        let mut in_out = Zeroizing::new(wrapped[NONCE_LEN..].to_vec());
-        let plain = kek
-            .0
-            .open_in_place(nonce, Aad::from(label), &mut in_out[..])
-            .ok()?;
         let mut bytes = Zeroizing::new([0u8; NAME_LEN + SECRET_LEN]);
-        bytes.copy_from_slice(plain);
+        bytes.copy_from_slice(&plain);
         Some(Self(bytes))
     }
 }
@@ -138,7 +120,8 @@ impl TicketKey {
     }
 }
 
-/// The key-encryption key that wraps ticket keys in a store.
+/// The key-encryption key (the fleet's key file) that seals what a store keeps secret:
+/// ticket keys, and ACME's account and certificate keys.
 pub struct Kek(LessSafeKey);
 
 impl std::fmt::Debug for Kek {
@@ -164,6 +147,43 @@ impl Kek {
         }
         let unbound = UnboundKey::new(&AES_256_GCM, &bytes[..]).expect("a 256-bit key");
         Ok(Self(LessSafeKey::new(unbound)))
+    }
+
+    /// `plain` sealed under this key, bound to `label` (the store's name for the entry):
+    /// a random nonce, the ciphertext, the tag. Whatever a fleet keeps secret in its
+    /// store (ticket keys, ACME's account and certificate keys) is sealed here.
+    pub fn seal(&self, label: &[u8], plain: &[u8]) -> Vec<u8> {
+        let nonce = random_nonce();
+        let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(plain);
+        let tag = self
+            .0
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(label),
+                &mut out[NONCE_LEN..],
+            )
+            .expect("sealing under the key file's key");
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// What [`Kek::seal`] sealed with `label`; `None` if it does not open (another key
+    /// file, another label, or damaged). Zeroed when dropped.
+    pub fn open(&self, label: &[u8], sealed: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
+        if sealed.len() < NONCE_LEN + TAG_LEN {
+            return None;
+        }
+        let nonce = Nonce::try_assume_unique_for_key(&sealed[..NONCE_LEN]).ok()?;
+        let mut in_out = Zeroizing::new(sealed[NONCE_LEN..].to_vec());
+        let len = self
+            .0
+            .open_in_place(nonce, Aad::from(label), &mut in_out[..])
+            .ok()?
+            .len();
+        in_out.truncate(len);
+        Some(in_out)
     }
 }
 

@@ -1,0 +1,380 @@
+//! ACME in a fleet: the account and the certificates kept in the fleet's store, so that
+//! every instance serves the same certificate and one order is placed per certificate,
+//! not one per instance; and the challenge answers shared, so that the CA's validation
+//! may reach any instance behind the balancer.
+//!
+//! ```text
+//! <prefix>acme:account:<directory hash>      the account (instant-acme's credentials), sealed
+//! <prefix>acme:cert:<first name>:<kind>      key and chain, PEM, sealed; gone a week after notAfter
+//! <prefix>acme:lock:<what>                   the instance ordering it, for at most LOCK_TTL
+//! <prefix>acme:challenges                    a hash: "http-01 <token>" or "tls-alpn-01 <name>"
+//!                                            to "<expiry> <instance> <key authorization>"
+//! ```
+//!
+//! Secrets are sealed under the fleet's key file ([`Kek`]) with the entry's name as
+//! additional data, as ticket keys are: the store's readers learn nothing, and an entry
+//! copied under another name does not open. Challenge answers are not secret (the CA
+//! fetches them in the clear) and are kept as text.
+//!
+//! The lock is Redis's `SET NX PX` with a random token, released only by its holder. It
+//! orders names, it does not guard correctness: a holder that outlives it makes, at
+//! worst, one certificate more, and every instance keeps the newest one it finds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client};
+use terminus_fleet::store::StoreSettings;
+use terminus_fleet::tickets::key::Kek;
+use zeroize::Zeroizing;
+
+use crate::challenges::{Challenges, Published};
+use crate::store::CertKind;
+
+/// How long a lock holds without its holder: longer than an order may take (two
+/// polls of at most 90 s each, and the requests around them).
+const LOCK_TTL: Duration = Duration::from_secs(600);
+
+/// How long a challenge answer stays in the store if its order never withdraws it (the
+/// instance died): past any validation the CA may still make.
+const CHALLENGE_TTL: Duration = Duration::from_secs(600);
+
+/// A field of the challenges' hash for an HTTP-01 token or a TLS-ALPN-01 name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Answer {
+    Http01(String),
+    TlsAlpn01(String),
+}
+
+impl Answer {
+    fn field(&self) -> String {
+        match self {
+            Self::Http01(token) => format!("http-01 {token}"),
+            Self::TlsAlpn01(name) => format!("tls-alpn-01 {}", name.to_ascii_lowercase()),
+        }
+    }
+
+    fn parse(field: &str) -> Option<Self> {
+        match field.split_once(' ')? {
+            ("http-01", token) => Some(Self::Http01(token.to_owned())),
+            ("tls-alpn-01", name) => Some(Self::TlsAlpn01(name.to_owned())),
+            _ => None,
+        }
+    }
+
+    /// Publishes the answer on this instance's listeners until the guard is dropped.
+    pub(crate) fn publish(
+        &self,
+        challenges: &Arc<Challenges>,
+        key_authorization: &str,
+    ) -> Result<Published, String> {
+        match self {
+            Self::Http01(token) => {
+                Ok(challenges.publish_http01(token, key_authorization.to_owned()))
+            }
+            Self::TlsAlpn01(name) => challenges.publish_tls_alpn01(name, key_authorization),
+        }
+    }
+}
+
+/// A lock held on one of the store's names.
+#[derive(Debug)]
+pub(crate) struct Lock {
+    name: String,
+    token: String,
+}
+
+/// The fleet's store as ACME uses it, from the ACME thread only.
+pub(crate) struct FleetStore {
+    client: Client,
+    kek: Kek,
+    prefix: String,
+    /// Who this instance is in lock and challenge entries.
+    instance: String,
+    /// How often other instances' challenge answers are read.
+    pub(crate) poll: Duration,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+impl std::fmt::Debug for FleetStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetStore")
+            .field("prefix", &self.prefix)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FleetStore {
+    /// The store `settings` name (its files read; no connection yet).
+    pub(crate) fn open(settings: &StoreSettings) -> Result<Self, String> {
+        let (client, kek) = settings.open()?;
+        Ok(Self {
+            client,
+            kek,
+            prefix: settings.prefix.clone(),
+            instance: terminus_fleet::instance_id(),
+            poll: settings.poll,
+            conn: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// A connection, made anew after any error on the last one.
+    async fn conn(&self) -> Result<MultiplexedConnection, String> {
+        let mut held = self.conn.lock().await;
+        if let Some(conn) = held.as_ref() {
+            return Ok(conn.clone());
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)));
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| format!("the fleet's store: {e}"))?;
+        *held = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `cmd`, forgetting the connection if it failed.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
+        let mut conn = self.conn().await?;
+        match cmd.query_async(&mut conn).await {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                    *self.conn.lock().await = None;
+                }
+                Err(format!("the fleet's store: {e}"))
+            }
+        }
+    }
+
+    fn name(&self, what: &str) -> String {
+        format!("{}acme:{what}", self.prefix)
+    }
+
+    /// The entry for `names`' certificate of `kind`.
+    pub(crate) fn certificate(names: &[String], kind: CertKind) -> String {
+        let first = names.first().map_or("default", String::as_str);
+        format!("cert:{}:{}", first.to_ascii_lowercase(), kind.name())
+    }
+
+    /// The entry for the account at `directory`.
+    pub(crate) fn account(directory: &str) -> String {
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, directory.as_bytes());
+        let hash: String = digest.as_ref()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("account:{hash}")
+    }
+
+    /// The secret kept as `entry`, opened; `None` if there is none. One that does not
+    /// open is an error naming the key file: instances of a fleet share it.
+    pub(crate) async fn get(&self, entry: &str) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
+        let name = self.name(entry);
+        let sealed: Option<Vec<u8>> = self.query(redis::cmd("GET").arg(&name)).await?;
+        let Some(sealed) = sealed else {
+            return Ok(None);
+        };
+        self.kek
+            .open(name.as_bytes(), &sealed)
+            .map(Some)
+            .ok_or_else(|| format!("{name} in the fleet's store does not open with [fleet] key_file: every instance needs the same one"))
+    }
+
+    /// Keeps `secret` as `entry`, sealed, until `expires` (or for good).
+    pub(crate) async fn put(
+        &self,
+        entry: &str,
+        secret: &[u8],
+        expires: Option<SystemTime>,
+    ) -> Result<(), String> {
+        let name = self.name(entry);
+        let sealed = self.kek.seal(name.as_bytes(), secret);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&name).arg(sealed);
+        if let Some(at) = expires {
+            let unix = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            cmd.arg("EXAT").arg(unix.max(1));
+        }
+        self.query::<()>(&cmd).await
+    }
+
+    /// Takes the lock on `what` if no instance holds it.
+    pub(crate) async fn lock(&self, what: &str) -> Result<Option<Lock>, String> {
+        let name = self.name(&format!("lock:{what}"));
+        let mut random = [0u8; 12];
+        aws_lc_rs::rand::fill(&mut random).map_err(|_| "no randomness".to_owned())?;
+        let token = format!(
+            "{} {}",
+            self.instance,
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let taken: Option<String> = self
+            .query(
+                redis::cmd("SET")
+                    .arg(&name)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(LOCK_TTL.as_millis() as u64),
+            )
+            .await?;
+        Ok(taken.map(|_| Lock { name, token }))
+    }
+
+    /// Releases `lock` if it is still this instance's.
+    pub(crate) async fn unlock(&self, lock: Lock) {
+        const RELEASE: &str =
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(RELEASE).arg(1).arg(&lock.name).arg(&lock.token);
+        if let Err(e) = self.query::<i64>(&cmd).await {
+            tracing::debug!(
+                "acme: releasing {} ({e}); it lapses in {} s",
+                lock.name,
+                LOCK_TTL.as_secs()
+            );
+        }
+    }
+
+    /// Shares `answer` with every instance until [`FleetStore::withdraw`].
+    pub(crate) async fn publish(
+        &self,
+        answer: &Answer,
+        key_authorization: &str,
+    ) -> Result<(), String> {
+        let expiry = SystemTime::now() + CHALLENGE_TTL;
+        let unix = expiry
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let value = format!("{unix} {} {key_authorization}", self.instance);
+        self.query::<()>(
+            redis::cmd("HSET")
+                .arg(self.name("challenges"))
+                .arg(answer.field())
+                .arg(value),
+        )
+        .await
+    }
+
+    /// Withdraws `answers` from the other instances.
+    pub(crate) async fn withdraw(&self, answers: &[Answer]) {
+        if answers.is_empty() {
+            return;
+        }
+        let mut cmd = redis::cmd("HDEL");
+        cmd.arg(self.name("challenges"));
+        for answer in answers {
+            cmd.arg(answer.field());
+        }
+        if let Err(e) = self.query::<i64>(&cmd).await {
+            tracing::debug!("acme: withdrawing challenge answers ({e}); they lapse on their own");
+        }
+    }
+
+    /// The answers other instances publish now, by field; expired ones removed.
+    async fn others(&self) -> Result<HashMap<Answer, String>, String> {
+        let all: HashMap<String, String> = self
+            .query(redis::cmd("HGETALL").arg(self.name("challenges")))
+            .await?;
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut live = HashMap::new();
+        let mut expired = Vec::new();
+        for (field, value) in all {
+            let mut parts = value.splitn(3, ' ');
+            let (Some(expiry), Some(instance), Some(key_authorization)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                expired.push(field);
+                continue;
+            };
+            let Some(answer) = Answer::parse(&field) else {
+                continue;
+            };
+            if expiry.parse::<u64>().map_or(true, |e| e < now) {
+                expired.push(field);
+            } else if instance != self.instance {
+                live.insert(answer, key_authorization.to_owned());
+            }
+        }
+        if !expired.is_empty() {
+            let mut cmd = redis::cmd("HDEL");
+            cmd.arg(self.name("challenges")).arg(expired);
+            let _ = self.query::<i64>(&cmd).await;
+        }
+        Ok(live)
+    }
+
+    /// Answers, on this instance's listeners, the challenges other instances' orders
+    /// published, read every `poll`; forever.
+    pub(crate) async fn mirror(self: Arc<Self>, challenges: Arc<Challenges>) {
+        let mut answering: HashMap<Answer, (String, Published)> = HashMap::new();
+        let mut failing = false;
+        loop {
+            match self.others().await {
+                Ok(others) => {
+                    failing = false;
+                    answering.retain(|answer, (value, _)| others.get(answer) == Some(value));
+                    for (answer, value) in others {
+                        if answering.contains_key(&answer) {
+                            continue;
+                        }
+                        match answer.publish(&challenges, &value) {
+                            Ok(published) => {
+                                tracing::debug!(
+                                    "acme: answering {} for another instance's order",
+                                    answer.field()
+                                );
+                                answering.insert(answer, (value, published));
+                            }
+                            Err(e) => tracing::warn!(
+                                "acme: another instance's challenge {}: {e}",
+                                answer.field()
+                            ),
+                        }
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!("acme: other instances' challenge answers unread: {e}");
+                    }
+                    failing = true;
+                }
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_found_again_from_its_field() {
+        for answer in [
+            Answer::Http01("tok-EN_1".into()),
+            Answer::TlsAlpn01("a.test".into()),
+        ] {
+            assert_eq!(Answer::parse(&answer.field()), Some(answer));
+        }
+        assert_eq!(Answer::parse("dns-01 a.test"), None);
+        assert_eq!(
+            Answer::TlsAlpn01("A.Test".into()).field(),
+            "tls-alpn-01 a.test"
+        );
+    }
+}
