@@ -16,12 +16,15 @@
 //! - `fleet`: with `[fleet]`, the account and certificates kept in the fleet's store,
 //!   one instance ordering each under a lock, and challenge answers shared, so that the
 //!   CA's validation may reach any instance.
+//! - `http`: the client that reaches the CA, keeping a 429's or 503's Retry-After, and
+//!   `terminus check`'s look at the directory.
 //! - `issuer`: one order from new-order to the certificate chain.
 //! - [`Acme`]: the thread that keeps every server's certificates issued and renewed, and
 //!   tells the server when one changed (it goes live by the reload path).
 
 pub mod challenges;
 mod fleet;
+mod http;
 mod issuer;
 mod manager;
 mod metrics;
@@ -30,6 +33,7 @@ pub mod settings;
 pub mod store;
 
 pub use challenges::Challenges;
+pub use http::{check_issuer, IssuerProblem};
 pub use manager::{Acme, OnIssued, Target};
 pub use metrics::AcmeMetrics;
 pub use settings::{AcmeSettings, ChallengeKind, Eab};

@@ -24,6 +24,7 @@ use terminus_fleet::store::StoreSettings;
 
 use crate::challenges::Challenges;
 use crate::fleet::FleetStore;
+use crate::http::CaClient;
 use crate::issuer::{self, Issued, OrderError};
 use crate::metrics::AcmeMetrics;
 use crate::schedule::{renew_at, Backoff};
@@ -98,6 +99,8 @@ impl Acme {
             .map(|f| FleetStore::open(f).map(Arc::new))
             .transpose()
             .map_err(std::io::Error::other)?;
+        let ca = CaClient::new(settings.ca.as_deref())
+            .map_err(|e| std::io::Error::other(format!("[acme] ca: {e}")))?;
         let metrics = Arc::new(AcmeMetrics::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -107,6 +110,7 @@ impl Acme {
             settings,
             challenges,
             fleet,
+            ca,
             on_issued,
             metrics: metrics.clone(),
         });
@@ -152,8 +156,32 @@ struct Shared {
     state: StateDir,
     challenges: Arc<Challenges>,
     fleet: Option<Arc<FleetStore>>,
+    /// How orders reach the CA (and what it said about when to come back).
+    ca: CaClient,
     on_issued: OnIssued,
     metrics: Arc<AcmeMetrics>,
+}
+
+impl Shared {
+    /// The longer of the waits the CA asked for: in the failed exchange, or in any
+    /// rate-limited (429) or unavailable (503) answer since.
+    fn asked(&self, e: &OrderError) -> Option<Duration> {
+        e.retry_after
+            .max(self.ca.asked_to_wait().map(|(wait, _)| wait))
+    }
+
+    /// What the CA answered when it asked to be left alone, for the failure's log line.
+    fn refusal(&self) -> String {
+        self.ca
+            .asked_to_wait()
+            .map(|(wait, status)| {
+                format!(
+                    " (the CA answered {status} and asked to be left alone for {})",
+                    human(wait)
+                )
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// A uniform draw in [0, 1) from the system's CSPRNG.
@@ -176,10 +204,11 @@ async fn run(shared: Arc<Shared>, targets: Vec<Target>) {
             match account(&shared).await {
                 Ok(account) => break account,
                 Err(e) => {
-                    let wait = backoff.failed(e.retry_after, draw());
+                    let wait = backoff.failed(shared.asked(&e), draw());
                     tracing::warn!(
-                        "acme: no account at {}: {e}; trying again in {}",
+                        "acme: no account at {}: {e}{}; trying again in {}",
                         shared.settings.directory,
+                        shared.refusal(),
                         human(wait)
                     );
                     tokio::time::sleep(wait).await;
@@ -217,12 +246,9 @@ fn store_error(what: &str) -> impl Fn(String) -> OrderError + '_ {
 /// for it to reach the store.
 async fn account(shared: &Shared) -> Result<Account, OrderError> {
     let settings = &shared.settings;
-    let builder = || match &settings.ca {
-        Some(ca) => Account::builder_with_root(ca),
-        None => Account::builder(),
-    };
+    let builder = || Account::builder_with_http(Box::new(shared.ca.clone()));
     let Some(fleet) = &shared.fleet else {
-        return local_account(shared, builder()?).await;
+        return local_account(shared, builder()).await;
     };
     let entry = FleetStore::account(&settings.directory);
     loop {
@@ -231,7 +257,7 @@ async fn account(shared: &Shared) -> Result<Account, OrderError> {
             .await
             .map_err(store_error("the account"))?
         {
-            return from_json(builder()?, &json).await;
+            return from_json(builder(), &json).await;
         }
         let Some(lock) = fleet
             .lock(&entry)
@@ -247,11 +273,11 @@ async fn account(shared: &Shared) -> Result<Account, OrderError> {
                 .await
                 .map_err(store_error("the account"))?
             {
-                return from_json(builder()?, &json).await;
+                return from_json(builder(), &json).await;
             }
             // This instance's own account, from before it joined a fleet, becomes the
             // fleet's; else a new one.
-            let account = local_account(shared, builder()?).await?;
+            let account = local_account(shared, builder()).await?;
             let json = shared
                 .state
                 .load_account(&settings.directory)
@@ -553,13 +579,14 @@ async fn keep(
                 } else {
                     shared.metrics.ordered(false);
                 }
-                let wait = backoff.failed(e.retry_after, draw());
+                let wait = backoff.failed(shared.asked(&e), draw());
                 shared.metrics.next(label, kind, SystemTime::now() + wait);
                 tracing::warn!(
-                    "acme: ordering the {} certificate for {} failed ({} in a row): {e}; trying again in {}, {} meanwhile",
+                    "acme: ordering the {} certificate for {} failed ({} in a row): {e}{}; trying again in {}, {} meanwhile",
                     kind.name(),
                     names.join(", "),
                     backoff.failures(),
+                    shared.refusal(),
                     human(wait),
                     if serving.is_some() { "the current certificate served" } else { "the self-signed certificate served" }
                 );

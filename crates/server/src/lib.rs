@@ -55,6 +55,9 @@ pub enum StartError {
     #[error("crypto backend multibuffer: crypto_mb cannot run on this CPU (it needs AVX-512 IFMA); use crypto.backend = \"auto\" or \"scalar\"")]
     /// `crypto.backend = "multibuffer"` on a CPU without AVX-512 IFMA.
     MultibufferUnavailable,
+    #[error("{0}")]
+    /// (`check`) The ACME issuer cannot work as configured.
+    Acme(String),
     #[error("[fleet]: {0}")]
     /// The fleet's store settings cannot work, or (`check`) the store does not answer.
     Fleet(String),
@@ -108,6 +111,9 @@ pub struct Checked {
     pub site: Site,
     /// What works but is probably not what was meant.
     pub warnings: Vec<String>,
+    /// What was found reaching the services the configuration names (the fleet's
+    /// store, the ACME CA).
+    pub found: Vec<String>,
 }
 
 /// Validates a configuration completely (certificates, keys, docroots), as `terminus
@@ -129,14 +135,31 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
         },
     )?;
     let mut warnings = Vec::new();
+    let mut found = Vec::new();
     if let Some(store) = &config.fleet {
         match terminus_fleet::check_store(store, config.ticket_keys) {
-            Ok(found) => tracing::info!("fleet: {found}"),
+            Ok(store) => found.push(format!("[fleet] {store}")),
             Err(StoreProblem::Unreachable(why)) => warnings.push(format!(
                 "{}: [fleet] {why}: instances would start with keys of their own and keep trying",
                 config.source
             )),
             Err(StoreProblem::Wrong(why)) => return Err(StartError::Fleet(why)),
+        }
+    }
+    if let Some(acme) = config
+        .acme
+        .as_ref()
+        .filter(|_| config.servers.iter().any(|s| s.acme))
+    {
+        match terminus_acme::check_issuer(acme) {
+            Ok(issuer) => found.push(format!("[acme] {issuer}")),
+            Err(terminus_acme::IssuerProblem::Unreachable(why)) => warnings.push(format!(
+                "{}: [acme] directory {why}: servers would start with self-signed certificates and keep trying",
+                config.source
+            )),
+            Err(terminus_acme::IssuerProblem::Wrong(why)) => {
+                return Err(StartError::Acme(format!("{}: [acme] {why}", config.source)))
+            }
         }
     }
     if !config.tenants.is_empty() {
@@ -151,7 +174,11 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             ));
         }
     }
-    Ok(Checked { site, warnings })
+    Ok(Checked {
+        site,
+        warnings,
+        found,
+    })
 }
 
 /// Starts terminus and blocks until it has shut down.

@@ -193,9 +193,16 @@ fn main() -> ExitCode {
                 overrides: Overrides::default(),
             };
             match terminus_server::check(&options) {
-                Ok(terminus_server::Checked { site, warnings }) => {
+                Ok(terminus_server::Checked {
+                    site,
+                    warnings,
+                    found,
+                }) => {
                     for w in &warnings {
                         eprintln!("terminus: warning: {w}");
+                    }
+                    for f in &found {
+                        println!("{f}");
                     }
                     println!(
                         "{}: ok ({} server(s), {} certificate(s))",

@@ -791,6 +791,132 @@ fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serve
     assert_eq!(redis.cli(&["HLEN", "terminus:acme:challenges"]).trim(), "0");
 }
 
+/// `terminus check` reaches the CA: Pebble's directory answers (with ARI); a profile
+/// it does not offer is refused by name; a CA that does not answer is a warning.
+#[test]
+fn terminus_check_reaches_the_ca_refuses_a_profile_it_does_not_offer_and_warns_when_it_is_down() {
+    let tls_port = free_port();
+    let Some(pebble) = Pebble::start(free_port(), tls_port, None) else {
+        return;
+    };
+    let dir = TestDir::new("acme-check");
+    let check = |conf: &Path| {
+        let out =
+            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = check(&acme_site(&dir, &pebble, tls_port, None, ""));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("answers as an ACME directory with renewal information (ARI)"),
+        "{text}"
+    );
+    let (ok, text) = check(&acme_site(
+        &dir,
+        &pebble,
+        tls_port,
+        None,
+        "profile = \"nosuch\"",
+    ));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("profile = \"nosuch\", but") && text.contains("offers default"),
+        "{text}"
+    );
+    let conf = acme_site(&dir, &pebble, tls_port, None, "");
+    let closed = free_port();
+    let text = std::fs::read_to_string(&conf).unwrap().replace(
+        &pebble.directory(),
+        &format!("https://localhost:{closed}/dir"),
+    );
+    let (ok, text) = check(&dir.write("down.toml", text));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("warning")
+            && text.contains("servers would start with self-signed certificates"),
+        "{text}"
+    );
+}
+
+/// A CA that answers 429 with a Retry-After of three hours is left alone that long, not
+/// the first backoff's minute (instant-acme does not read a 429's Retry-After; terminus's
+/// client does).
+#[test]
+fn a_rate_limited_ca_is_left_alone_as_long_as_its_retry_after_asks() {
+    let Some(certs) = pebble_certs() else {
+        runs_here(
+            Need::Pebble,
+            false,
+            "Pebble's test certificates are not installed (go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.1)",
+        );
+        return;
+    };
+    let dir = TestDir::new("acme-429");
+    let script = dir.write(
+        "ca.py",
+        r#"import http.server, ssl, sys
+class Limited(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        body = b'{"type": "urn:ietf:params:acme:error:rateLimited", "detail": "too many requests"}'
+        self.send_response(429)
+        self.send_header("Retry-After", "10800")
+        self.send_header("Content-Type", "application/problem+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_HEAD = do_POST = answer
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Limited)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(sys.argv[2], sys.argv[3])
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#,
+    );
+    let port = free_port();
+    let mut ca = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg(certs.join("localhost/cert.pem"))
+        .arg(certs.join("localhost/key.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    eventually(Duration::from_secs(10), "the limited CA listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    dir.write("www/index.html", "hi\n");
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:{}\"]\nworkers = 1\n[acme]\ndirectory = \"https://localhost:{port}/dir\"\nca = \"{}\"\nstate_dir = \"{}\"\n[[server]]\nnames = [\"a.test\"]\ncertificates = \"acme\"\nroot = \"{}\"\n",
+            free_port(),
+            certs.join("pebble.minica.pem").display(),
+            dir.path("state").display(),
+            dir.path("www").display(),
+        ),
+    );
+    let server = start(&conf);
+    eventually(Duration::from_secs(20), "the account refused", || {
+        server.stderr().contains("no account at")
+    });
+    let _ = ca.kill();
+    let _ = ca.wait();
+    let log = server.stderr();
+    assert!(
+        log.contains("the CA answered 429 Too Many Requests and asked to be left alone for 2 h)")
+            && log.contains("trying again in 2 h"),
+        "{log}"
+    );
+}
+
 #[test]
 fn acme_settings_that_cannot_work_are_refused_at_their_line() {
     let dir = TestDir::new("acme-config");
