@@ -9,6 +9,7 @@
 //! its signature computed by the crypto engine like every other handshake's.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rustls::server::ProducesTickets;
@@ -21,8 +22,20 @@ pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 /// The challenges being answered now, shared by the ACME thread and every worker.
 #[derive(Default)]
 pub struct Challenges {
-    http: RwLock<HashMap<String, String>>,
-    alpn: RwLock<HashMap<String, Arc<ServerConfig>>>,
+    /// By token: the publication's number and the key authorization.
+    http: RwLock<HashMap<String, (u64, String)>>,
+    /// By name: the publication's number and the configuration.
+    alpn: RwLock<HashMap<String, (u64, Arc<ServerConfig>)>>,
+    /// Numbers publications, so that a guard withdraws only its own answer.
+    published: AtomicU64,
+}
+
+/// Whose answer is published: this instance's order's replaces whatever is there;
+/// another instance's (read from a fleet's store) never replaces one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    Ours,
+    Theirs,
 }
 
 impl std::fmt::Debug for Challenges {
@@ -47,7 +60,9 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 impl Challenges {
     /// The HTTP-01 answer for `token`, if an order is waiting on it.
     pub fn http01(&self, token: &str) -> Option<String> {
-        read(&self.http).get(token).cloned()
+        read(&self.http)
+            .get(token)
+            .map(|(_, answer)| answer.clone())
     }
 
     /// The TLS configuration that answers TLS-ALPN-01 for `name`, if an order is
@@ -57,36 +72,72 @@ impl Challenges {
         if alpn.is_empty() {
             return None;
         }
-        alpn.get(&name.to_ascii_lowercase()).cloned()
+        alpn.get(&name.to_ascii_lowercase())
+            .map(|(_, config)| config.clone())
     }
 
-    /// Answers HTTP-01 for `token` with `key_authorization` until the guard is dropped.
+    /// Answers HTTP-01 for `token` with `key_authorization` until the guard is dropped
+    /// (`None`: theirs, and an answer is already there).
     pub(crate) fn publish_http01(
         self: &Arc<Self>,
         token: &str,
         key_authorization: String,
-    ) -> Published {
-        write(&self.http).insert(token.to_owned(), key_authorization);
-        Published {
+        whose: Whose,
+    ) -> Option<Published> {
+        let id = self.published.fetch_add(1, Ordering::Relaxed);
+        if !place(&self.http, token, (id, key_authorization), whose) {
+            return None;
+        }
+        Some(Published {
             challenges: self.clone(),
             what: Withdraw::Http(token.to_owned()),
-        }
+            id,
+        })
     }
 
     /// Answers TLS-ALPN-01 for `name` with a certificate carrying the SHA-256 of
-    /// `key_authorization` until the guard is dropped.
+    /// `key_authorization` until the guard is dropped (`None`: theirs, and an answer is
+    /// already there).
     pub(crate) fn publish_tls_alpn01(
         self: &Arc<Self>,
         name: &str,
         key_authorization: &str,
-    ) -> Result<Published, String> {
+        whose: Whose,
+    ) -> Result<Option<Published>, String> {
         let config = alpn_config(name, key_authorization)?;
         let name = name.to_ascii_lowercase();
-        write(&self.alpn).insert(name.clone(), config);
-        Ok(Published {
+        let id = self.published.fetch_add(1, Ordering::Relaxed);
+        if !place(&self.alpn, &name, (id, config), whose) {
+            return Ok(None);
+        }
+        Ok(Some(Published {
             challenges: self.clone(),
             what: Withdraw::Alpn(name),
-        })
+            id,
+        }))
+    }
+}
+
+/// Puts `entry` at `key` (theirs only where nothing is); whether it was put.
+fn place<T>(
+    map: &RwLock<HashMap<String, (u64, T)>>,
+    key: &str,
+    entry: (u64, T),
+    whose: Whose,
+) -> bool {
+    let mut map = write(map);
+    if whose == Whose::Theirs && map.contains_key(key) {
+        return false;
+    }
+    map.insert(key.to_owned(), entry);
+    true
+}
+
+/// Removes the entry at `key` if it is still publication `id`'s.
+fn withdraw<T>(map: &RwLock<HashMap<String, (u64, T)>>, key: &str, id: u64) {
+    let mut map = write(map);
+    if map.get(key).is_some_and(|(held, _)| *held == id) {
+        map.remove(key);
     }
 }
 
@@ -95,21 +146,18 @@ enum Withdraw {
     Alpn(String),
 }
 
-/// A challenge answered until this is dropped.
+/// A challenge answered until this is dropped (unless another publication replaced it).
 pub(crate) struct Published {
     challenges: Arc<Challenges>,
     what: Withdraw,
+    id: u64,
 }
 
 impl Drop for Published {
     fn drop(&mut self) {
         match &self.what {
-            Withdraw::Http(token) => {
-                write(&self.challenges.http).remove(token);
-            }
-            Withdraw::Alpn(name) => {
-                write(&self.challenges.alpn).remove(name);
-            }
+            Withdraw::Http(token) => withdraw(&self.challenges.http, token, self.id),
+            Withdraw::Alpn(name) => withdraw(&self.challenges.alpn, name, self.id),
         }
     }
 }
@@ -183,16 +231,44 @@ mod tests {
     #[test]
     fn answers_live_as_long_as_their_order_holds_them() {
         let c = Arc::new(Challenges::default());
-        let held = c.publish_http01("tok", "tok.thumb".into());
+        let held = c.publish_http01("tok", "tok.thumb".into(), Whose::Ours);
         assert_eq!(c.http01("tok").as_deref(), Some("tok.thumb"));
         assert_eq!(c.http01("other"), None);
         drop(held);
         assert_eq!(c.http01("tok"), None);
-        let held = c.publish_tls_alpn01("A.test", "tok.thumb").unwrap();
+        let held = c
+            .publish_tls_alpn01("A.test", "tok.thumb", Whose::Ours)
+            .unwrap();
         let config = c.tls_alpn01("a.test").expect("case-insensitive name");
         assert_eq!(config.alpn_protocols, vec![ACME_TLS_ALPN.to_vec()]);
         assert!(c.tls_alpn01("b.test").is_none());
         drop(held);
+        assert!(c.tls_alpn01("a.test").is_none());
+    }
+
+    /// Another instance's answer (from a fleet's store) never replaces this instance's
+    /// order's, and a guard whose answer was replaced withdraws nothing.
+    #[test]
+    fn a_guard_withdraws_only_its_own_answer_and_theirs_never_replaces_ours() {
+        let c = Arc::new(Challenges::default());
+        let theirs = c.publish_http01("tok", "old".into(), Whose::Theirs);
+        assert!(theirs.is_some());
+        let ours = c.publish_http01("tok", "new".into(), Whose::Ours);
+        drop(theirs);
+        assert_eq!(c.http01("tok").as_deref(), Some("new"));
+        assert!(c
+            .publish_http01("tok", "stale".into(), Whose::Theirs)
+            .is_none());
+        assert_eq!(c.http01("tok").as_deref(), Some("new"));
+        drop(ours);
+        assert_eq!(c.http01("tok"), None);
+        let ours = c.publish_tls_alpn01("a.test", "k1", Whose::Ours).unwrap();
+        assert!(c
+            .publish_tls_alpn01("a.test", "k2", Whose::Theirs)
+            .unwrap()
+            .is_none());
+        assert!(c.tls_alpn01("a.test").is_some());
+        drop(ours);
         assert!(c.tls_alpn01("a.test").is_none());
     }
 

@@ -8,13 +8,14 @@
 //! <prefix>acme:cert:<first name>:<kind>      key and chain, PEM, sealed; gone a week after notAfter
 //! <prefix>acme:lock:<what>                   the instance ordering it, for at most LOCK_TTL
 //! <prefix>acme:challenges                    a hash: "http-01 <token>" or "tls-alpn-01 <name>"
-//!                                            to "<expiry> <instance> <key authorization>"
+//!                                            to "<expiry> <instance> <key authorization>", sealed
 //! ```
 //!
-//! Secrets are sealed under the fleet's key file ([`Kek`]) with the entry's name as
-//! additional data, as ticket keys are: the store's readers learn nothing, and an entry
-//! copied under another name does not open. Challenge answers are not secret (the CA
-//! fetches them in the clear) and are kept as text.
+//! Everything is sealed under the fleet's key file ([`Kek`]) with the entry's name (and a
+//! challenge's field) as additional data, as ticket keys are: the store's readers learn
+//! nothing, an entry copied under another name does not open, and whoever can write to
+//! the store without the key file cannot make the fleet answer a challenge for an order
+//! of theirs.
 //!
 //! The lock is Redis's `SET NX PX` with a random token, released only by its holder. It
 //! orders names, it does not guard correctness: a holder that outlives it makes, at
@@ -27,10 +28,10 @@ use std::time::{Duration, SystemTime};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client};
 use terminus_fleet::store::StoreSettings;
-use terminus_fleet::tickets::key::Kek;
+use terminus_fleet::tickets::key::{hex, Kek};
 use zeroize::Zeroizing;
 
-use crate::challenges::{Challenges, Published};
+use crate::challenges::{Challenges, Published, Whose};
 use crate::store::CertKind;
 
 /// How long a lock holds without its holder: longer than an order may take (two
@@ -40,6 +41,10 @@ const LOCK_TTL: Duration = Duration::from_secs(600);
 /// How long a challenge answer stays in the store if its order never withdraws it (the
 /// instance died): past any validation the CA may still make.
 const CHALLENGE_TTL: Duration = Duration::from_secs(600);
+
+/// Other instances' answers are read at `[fleet] poll`, but at least this often: an
+/// order waits two reads before telling the CA, well within the TTLs above.
+const LOOK_MAX: Duration = Duration::from_secs(5);
 
 /// A field of the challenges' hash for an HTTP-01 token or a TLS-ALPN-01 name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -64,17 +69,19 @@ impl Answer {
         }
     }
 
-    /// Publishes the answer on this instance's listeners until the guard is dropped.
+    /// Publishes the answer on this instance's listeners until the guard is dropped
+    /// (`None`: `Theirs`, and an answer of ours is there).
     pub(crate) fn publish(
         &self,
         challenges: &Arc<Challenges>,
         key_authorization: &str,
-    ) -> Result<Published, String> {
+        whose: Whose,
+    ) -> Result<Option<Published>, String> {
         match self {
             Self::Http01(token) => {
-                Ok(challenges.publish_http01(token, key_authorization.to_owned()))
+                Ok(challenges.publish_http01(token, key_authorization.to_owned(), whose))
             }
-            Self::TlsAlpn01(name) => challenges.publish_tls_alpn01(name, key_authorization),
+            Self::TlsAlpn01(name) => challenges.publish_tls_alpn01(name, key_authorization, whose),
         }
     }
 }
@@ -94,7 +101,7 @@ pub(crate) struct FleetStore {
     /// Who this instance is in lock and challenge entries.
     instance: String,
     /// How often other instances' challenge answers are read.
-    pub(crate) poll: Duration,
+    pub(crate) look: Duration,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
 }
 
@@ -116,7 +123,7 @@ impl FleetStore {
             kek,
             prefix: settings.prefix.clone(),
             instance: terminus_fleet::instance_id(),
-            poll: settings.poll,
+            look: settings.poll.min(LOOK_MAX),
             conn: tokio::sync::Mutex::new(None),
         })
     }
@@ -166,11 +173,7 @@ impl FleetStore {
     /// The entry for the account at `directory`.
     pub(crate) fn account(directory: &str) -> String {
         let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, directory.as_bytes());
-        let hash: String = digest.as_ref()[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!("account:{hash}")
+        format!("account:{}", hex(&digest.as_ref()[..8]))
     }
 
     /// The secret kept as `entry`, opened; `None` if there is none. One that does not
@@ -199,10 +202,7 @@ impl FleetStore {
         let mut cmd = redis::cmd("SET");
         cmd.arg(&name).arg(sealed);
         if let Some(at) = expires {
-            let unix = at
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            cmd.arg("EXAT").arg(unix.max(1));
+            cmd.arg("EXAT").arg(unix(at).max(1));
         }
         self.query::<()>(&cmd).await
     }
@@ -212,14 +212,7 @@ impl FleetStore {
         let name = self.name(&format!("lock:{what}"));
         let mut random = [0u8; 12];
         aws_lc_rs::rand::fill(&mut random).map_err(|_| "no randomness".to_owned())?;
-        let token = format!(
-            "{} {}",
-            self.instance,
-            random
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
+        let token = format!("{} {}", self.instance, hex(&random));
         let taken: Option<String> = self
             .query(
                 redis::cmd("SET")
@@ -231,6 +224,23 @@ impl FleetStore {
             )
             .await?;
         Ok(taken.map(|_| Lock { name, token }))
+    }
+
+    /// Keeps `lock` for `wait` from now (if it is still this instance's) and lets it
+    /// lapse then: after a failed order, no instance orders the same names again before
+    /// this one's backoff (and the CA's Retry-After) has passed.
+    pub(crate) async fn hold(&self, lock: Lock, wait: Duration) {
+        const HOLD: &str =
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(HOLD)
+            .arg(1)
+            .arg(&lock.name)
+            .arg(&lock.token)
+            .arg(wait.as_millis().max(1) as u64);
+        if let Err(e) = self.query::<i64>(&cmd).await {
+            tracing::debug!("acme: holding {} ({e})", lock.name);
+        }
     }
 
     /// Releases `lock` if it is still this instance's.
@@ -254,18 +264,15 @@ impl FleetStore {
         answer: &Answer,
         key_authorization: &str,
     ) -> Result<(), String> {
-        let expiry = SystemTime::now() + CHALLENGE_TTL;
-        let unix = expiry
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let value = format!("{unix} {} {key_authorization}", self.instance);
-        self.query::<()>(
-            redis::cmd("HSET")
-                .arg(self.name("challenges"))
-                .arg(answer.field())
-                .arg(value),
-        )
-        .await
+        let expiry = unix(SystemTime::now() + CHALLENGE_TTL);
+        let value = format!("{expiry} {} {key_authorization}", self.instance);
+        let hash = self.name("challenges");
+        let field = answer.field();
+        let sealed = self
+            .kek
+            .seal(label(&hash, &field).as_bytes(), value.as_bytes());
+        self.query::<()>(redis::cmd("HSET").arg(&hash).arg(field).arg(sealed))
+            .await
     }
 
     /// Withdraws `answers` from the other instances.
@@ -283,43 +290,52 @@ impl FleetStore {
         }
     }
 
-    /// The answers other instances publish now, by field; expired ones removed.
+    /// The answers other instances publish now, by field; expired ones (and ones that
+    /// do not open) removed, each only if it is still what was read.
     async fn others(&self) -> Result<HashMap<Answer, String>, String> {
-        let all: HashMap<String, String> = self
-            .query(redis::cmd("HGETALL").arg(self.name("challenges")))
-            .await?;
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let hash = self.name("challenges");
+        let all: HashMap<String, Vec<u8>> = self.query(redis::cmd("HGETALL").arg(&hash)).await?;
+        let now = unix(SystemTime::now());
         let mut live = HashMap::new();
-        let mut expired = Vec::new();
-        for (field, value) in all {
-            let mut parts = value.splitn(3, ' ');
-            let (Some(expiry), Some(instance), Some(key_authorization)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                expired.push(field);
-                continue;
-            };
-            let Some(answer) = Answer::parse(&field) else {
+        let mut stale = Vec::new();
+        for (field, sealed) in all {
+            let opened = self.kek.open(label(&hash, &field).as_bytes(), &sealed);
+            let value = opened.as_deref().and_then(|v| std::str::from_utf8(v).ok());
+            let mut parts = value.unwrap_or("").splitn(3, ' ');
+            let (Some(expiry), Some(instance), Some(key_authorization), Some(answer)) = (
+                parts.next(),
+                parts.next(),
+                parts.next(),
+                Answer::parse(&field),
+            ) else {
+                stale.push((field, sealed));
                 continue;
             };
             if expiry.parse::<u64>().map_or(true, |e| e < now) {
-                expired.push(field);
+                stale.push((field, sealed));
             } else if instance != self.instance {
                 live.insert(answer, key_authorization.to_owned());
             }
         }
-        if !expired.is_empty() {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(self.name("challenges")).arg(expired);
+        tracing::trace!(
+            "acme: {} answer(s) of other instances in the store, {} stale",
+            live.len(),
+            stale.len()
+        );
+        if !stale.is_empty() {
+            const REMOVE: &str = "for i = 1, #ARGV, 2 do if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then redis.call('HDEL', KEYS[1], ARGV[i]) end end return 0";
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(REMOVE).arg(1).arg(&hash);
+            for (field, sealed) in stale {
+                cmd.arg(field).arg(sealed);
+            }
             let _ = self.query::<i64>(&cmd).await;
         }
         Ok(live)
     }
 
     /// Answers, on this instance's listeners, the challenges other instances' orders
-    /// published, read every `poll`; forever.
+    /// published, read every `look`; forever.
     pub(crate) async fn mirror(self: Arc<Self>, challenges: Arc<Challenges>) {
         let mut answering: HashMap<Answer, (String, Published)> = HashMap::new();
         let mut failing = false;
@@ -332,8 +348,9 @@ impl FleetStore {
                         if answering.contains_key(&answer) {
                             continue;
                         }
-                        match answer.publish(&challenges, &value) {
-                            Ok(published) => {
+                        match answer.publish(&challenges, &value, Whose::Theirs) {
+                            Ok(None) => {}
+                            Ok(Some(published)) => {
                                 tracing::debug!(
                                     "acme: answering {} for another instance's order",
                                     answer.field()
@@ -354,9 +371,20 @@ impl FleetStore {
                     failing = true;
                 }
             }
-            tokio::time::sleep(self.poll).await;
+            tokio::time::sleep(self.look).await;
         }
     }
+}
+
+/// A challenge's additional data: the hash's name and the field.
+fn label(hash: &str, field: &str) -> String {
+    format!("{hash} {field}")
+}
+
+/// Unix seconds.
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

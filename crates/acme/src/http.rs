@@ -21,7 +21,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
 
+use crate::schedule::LONGEST_RETRY;
 use crate::settings::AcmeSettings;
+
+/// How long one request to the CA may take: a CA that stops answering must not hold an
+/// order (and, in a fleet, its lock) for longer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The CA's client; clones share what the CA asked.
 #[derive(Clone)]
@@ -116,11 +121,12 @@ impl HttpClient for CaClient {
         &self,
         req: Request<BodyWrapper<Bytes>>,
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>> {
-        let sent = self.https.request(req);
+        let sent = tokio::time::timeout(REQUEST_TIMEOUT, self.https.request(req));
         let not_before = self.not_before.clone();
         Box::pin(async move {
             let response = sent
                 .await
+                .map_err(|_| instant_acme::Error::Str("the CA did not answer in 30 s"))?
                 .map_err(|e| instant_acme::Error::Other(Box::new(e)))?;
             let status = response.status();
             if matches!(
@@ -145,13 +151,14 @@ impl HttpClient for CaClient {
 }
 
 /// When a `Retry-After` value (delay-seconds or an HTTP-date, RFC 9110 section 10.2.3)
-/// received at `now` says to come back.
+/// received at `now` says to come back, at most [`LONGEST_RETRY`] away.
 pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<SystemTime> {
     let value = value.trim();
-    match value.parse::<u64>() {
-        Ok(secs) => Some(now + Duration::from_secs(secs)),
-        Err(_) => httpdate::parse_http_date(value).ok(),
-    }
+    let at = match value.parse::<u64>() {
+        Ok(secs) => now.checked_add(Duration::from_secs(secs.min(LONGEST_RETRY.as_secs())))?,
+        Err(_) => httpdate::parse_http_date(value).ok()?,
+    };
+    Some(at.min(now + LONGEST_RETRY))
 }
 
 /// `terminus check`'s look at the issuer: the directory answers, is an ACME directory,
@@ -242,6 +249,9 @@ mod tests {
             Some(now + Duration::from_secs(3600))
         );
         assert_eq!(retry_after("soon", now), None);
+        let day = now + Duration::from_secs(86_400);
+        assert_eq!(retry_after(&u64::MAX.to_string(), now), Some(day));
+        assert_eq!(retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now), Some(day));
         assert_eq!(retry_after("-5", now), None);
     }
 }

@@ -12,7 +12,7 @@ use instant_acme::{
 };
 use zeroize::Zeroizing;
 
-use crate::challenges::{Challenges, Published};
+use crate::challenges::{Challenges, Published, Whose};
 use crate::fleet::{Answer, FleetStore};
 use crate::settings::{AcmeSettings, ChallengeKind};
 use crate::store::CertKind;
@@ -156,13 +156,12 @@ pub(crate) async fn issue(
         .serialize_request(&key)
         .map_err(|e| failed(format!("CSR: {e}")))?;
     order.finalize_csr(csr.der()).await?;
-    let retries = RetryPolicy::new()
-        .initial_delay(Duration::from_millis(250))
-        .timeout(VALIDATION);
-    let chain = order.poll_certificate(&retries).await?;
-    let mut file = Zeroizing::new(key.serialize_pem());
-    let end = file.trim_end().len();
-    file.truncate(end);
+    let chain = order.poll_certificate(&retries()).await?;
+    let key_pem = Zeroizing::new(key.serialize_pem());
+    let key_pem = key_pem.trim_end();
+    // Sized at once: a buffer that grew would leave a copy of the key behind, unzeroed.
+    let mut file = Zeroizing::new(String::with_capacity(key_pem.len() + 1 + chain.len()));
+    file.push_str(key_pem);
     file.push('\n');
     file.push_str(&chain);
     Ok(Issued(file))
@@ -209,9 +208,9 @@ async fn prove(
             ChallengeKind::TlsAlpn01 => Answer::TlsAlpn01(name),
         };
         let key_authorization = challenge.key_authorization();
-        answers.here.push(
+        answers.here.extend(
             answer
-                .publish(challenges, key_authorization.as_str())
+                .publish(challenges, key_authorization.as_str(), Whose::Ours)
                 .map_err(failed)?,
         );
         if let Some(fleet) = fleet {
@@ -223,7 +222,7 @@ async fn prove(
         }
     }
     if let (Some(fleet), false) = (fleet, answers.shared.is_empty()) {
-        tokio::time::sleep(fleet.poll * 2 + Duration::from_millis(250)).await;
+        tokio::time::sleep(fleet.look * 2 + Duration::from_millis(250)).await;
     }
     let mut authorizations = order.authorizations();
     while let Some(authz) = authorizations.next().await {
@@ -235,8 +234,13 @@ async fn prove(
             challenge.set_ready().await?;
         }
     }
-    let retries = RetryPolicy::new()
+    Ok(order.poll_ready(&retries()).await?)
+}
+
+/// How an order's state is polled: soon, then as the CA's Retry-After says, for at most
+/// [`VALIDATION`].
+fn retries() -> RetryPolicy {
+    RetryPolicy::new()
         .initial_delay(Duration::from_millis(250))
-        .timeout(VALIDATION);
-    Ok(order.poll_ready(&retries).await?)
+        .timeout(VALIDATION)
 }

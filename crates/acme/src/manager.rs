@@ -21,6 +21,7 @@ use instant_acme::{
     NewAccount,
 };
 use terminus_fleet::store::StoreSettings;
+use zeroize::Zeroizing;
 
 use crate::challenges::Challenges;
 use crate::fleet::FleetStore;
@@ -329,10 +330,12 @@ async fn local_account(shared: &Shared, builder: AccountBuilder) -> Result<Accou
             eab.as_ref(),
         )
         .await?;
-    let json = serde_json::to_vec_pretty(&credentials).map_err(|e| OrderError {
-        message: format!("account credentials: {e}"),
-        retry_after: None,
-    })?;
+    let json = serde_json::to_vec_pretty(&credentials)
+        .map(Zeroizing::new)
+        .map_err(|e| OrderError {
+            message: format!("account credentials: {e}"),
+            retry_after: None,
+        })?;
     shared
         .state
         .save_account(&settings.directory, &json)
@@ -374,7 +377,9 @@ async fn sync(
         },
         None => None,
     };
-    let newer = |a: &Stored, b: &Stored| a.validity.not_after > b.validity.not_after;
+    // Newer by issuance, not by expiry: a renewal under a shorter profile expires
+    // before the certificate it replaces.
+    let newer = |a: &Stored, b: &Stored| a.validity.not_before > b.validity.not_before;
     match (ours, theirs) {
         (Some(ours), Some((theirs, _))) if ours.serial == theirs.serial => Ok(false),
         (ours, Some((theirs, file))) if ours.as_ref().map_or(true, |o| newer(&theirs, o)) => {
@@ -422,6 +427,16 @@ async fn give(
     Ok(())
 }
 
+/// When the serving certificate renews: ARI's window as last asked, and one draw in it
+/// (kept while the certificate and the window are the same, so that waking up early,
+/// to look at the fleet's store or for a lock, does not draw again).
+struct Plan {
+    serial: String,
+    window: Option<(SystemTime, SystemTime)>,
+    draw: f64,
+    ask_again: tokio::time::Instant,
+}
+
 /// Keeps `target`'s certificate of `kind` issued and renewed, forever.
 async fn keep(
     shared: Arc<Shared>,
@@ -440,7 +455,13 @@ async fn keep(
     // A certificate issued that the state directory did not take: written again, not
     // ordered again.
     let mut unsaved: Option<Issued> = None;
+    let mut plan: Option<Plan> = None;
     let mut fleet_failing = false;
+    let look = if shared.fleet.is_some() {
+        FLEET_LOOK
+    } else {
+        Duration::MAX
+    };
     loop {
         if let Some(fleet) = &shared.fleet {
             match sync(&shared, fleet, names, kind).await {
@@ -456,10 +477,16 @@ async fn keep(
             }
         }
         if let Some(issued) = unsaved.take() {
-            if let Err(e) = written(&shared, names, kind, issued, &mut unsaved).await {
-                let wait = backoff.failed(None, draw());
-                tracing::warn!("acme: the {} certificate for {label} was issued but not stored ({e}); trying again in {}", kind.name(), human(wait));
-                tokio::time::sleep(wait).await;
+            match written(&shared, names, kind, issued, &mut unsaved).await {
+                Ok(new) => {
+                    backoff.succeeded();
+                    earliest = after_issuance(&new);
+                }
+                Err(e) => {
+                    let wait = backoff.failed(None, draw());
+                    tracing::warn!("acme: the {} certificate for {label} was issued but not stored ({e}); trying again in {}", kind.name(), human(wait));
+                    tokio::time::sleep(wait).await;
+                }
             }
             continue;
         }
@@ -475,17 +502,28 @@ async fn keep(
         };
         let now = SystemTime::now();
         let serving = stored.filter(|s| s.serves(names, now));
-        let look = if shared.fleet.is_some() {
-            FLEET_LOOK
-        } else {
-            Duration::MAX
-        };
         if let Some(current) = &serving {
             shared
                 .metrics
                 .expires(label, kind, current.validity.not_after);
-            let (window, poll) = ari(&account, current).await;
-            let due = renew_at(current.validity, window, draw()).max(earliest);
+            let stale = plan.as_ref().map_or(true, |p| {
+                p.serial != current.serial || tokio::time::Instant::now() >= p.ask_again
+            });
+            if stale {
+                let (window, poll) = ari(&account, current).await;
+                let draw = match &plan {
+                    Some(p) if p.serial == current.serial && p.window == window => p.draw,
+                    _ => draw(),
+                };
+                plan = Some(Plan {
+                    serial: current.serial.clone(),
+                    window,
+                    draw,
+                    ask_again: tokio::time::Instant::now() + poll,
+                });
+            }
+            let p = plan.as_ref().expect("planned above");
+            let due = renew_at(current.validity, p.window, p.draw).max(earliest);
             shared.metrics.next(label, kind, due);
             if let Ok(wait) = due.duration_since(now) {
                 tracing::debug!(
@@ -493,9 +531,12 @@ async fn keep(
                     kind.name(),
                     current.serial,
                     human(wait),
-                    if window.is_some() { " (ARI)" } else { "" }
+                    if p.window.is_some() { " (ARI)" } else { "" }
                 );
-                tokio::time::sleep(wait.min(poll).min(look)).await;
+                let ask = p
+                    .ask_again
+                    .saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(wait.min(ask).min(look)).await;
                 continue;
             }
         } else if let Ok(wait) = earliest.duration_since(now) {
@@ -527,10 +568,15 @@ async fn keep(
                         Some(lock)
                     }
                     Ok(None) => {
+                        // Another instance orders, or waits out its failure's backoff.
                         drop(ordering);
                         tracing::debug!("acme: another instance orders for {label}; waiting for its {} certificate", kind.name());
                         tokio::time::sleep(LOCK_WAIT).await;
                         continue;
+                    }
+                    Err(e) if serving.as_ref().is_some_and(expiring) => {
+                        tracing::warn!("acme: the fleet's store cannot order the {} certificate for {label} ({e}) and it expires within a tenth of its lifetime: ordering it on this instance alone", kind.name());
+                        None
                     }
                     Err(e) => {
                         drop(ordering);
@@ -562,24 +608,26 @@ async fn keep(
                 }),
             Err(e) => Err(e),
         };
-        if let (Some(fleet), Some(lock)) = (&shared.fleet, lock) {
-            fleet.unlock(lock).await;
-        }
-        drop(ordering);
         match outcome {
             Ok(new) => {
+                if let (Some(fleet), Some(lock)) = (&shared.fleet, lock) {
+                    fleet.unlock(lock).await;
+                }
+                drop(ordering);
                 shared.metrics.ordered(true);
                 backoff.succeeded();
-                let gap = (new.validity.lifetime() / 10).max(Duration::from_secs(1));
-                earliest = SystemTime::now() + gap;
+                earliest = after_issuance(&new);
             }
             Err(e) => {
-                if unsaved.is_some() {
-                    shared.metrics.ordered(true);
-                } else {
-                    shared.metrics.ordered(false);
-                }
+                shared.metrics.ordered(unsaved.is_some());
                 let wait = backoff.failed(shared.asked(&e), draw());
+                // The fleet waits with us: the lock lapses when our backoff ends, so
+                // that N instances do not make N times the failed attempts the CA
+                // counts against the names.
+                if let (Some(fleet), Some(lock)) = (&shared.fleet, lock) {
+                    fleet.hold(lock, wait).await;
+                }
+                drop(ordering);
                 shared.metrics.next(label, kind, SystemTime::now() + wait);
                 tracing::warn!(
                     "acme: ordering the {} certificate for {} failed ({} in a row): {e}{}; trying again in {}, {} meanwhile",
@@ -594,6 +642,22 @@ async fn keep(
             }
         }
     }
+}
+
+/// No other order before a tenth of `new`'s lifetime.
+fn after_issuance(new: &Stored) -> SystemTime {
+    SystemTime::now() + (new.validity.lifetime() / 10).max(Duration::from_secs(1))
+}
+
+/// Whether `current` has less than a tenth of its lifetime left: too late to wait for a
+/// fleet's store to come back.
+fn expiring(current: &Stored) -> bool {
+    let left = current
+        .validity
+        .not_after
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    left < current.validity.lifetime() / 10
 }
 
 /// Stores `issued` here, then gives it to the fleet's store; the server told. What the

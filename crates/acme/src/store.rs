@@ -171,9 +171,9 @@ impl StateDir {
     }
 
     /// The account kept for `directory`, as instant-acme's credentials JSON.
-    pub fn load_account(&self, directory: &str) -> io::Result<Option<Vec<u8>>> {
+    pub fn load_account(&self, directory: &str) -> io::Result<Option<Zeroizing<Vec<u8>>>> {
         match fs::read(self.account_path(directory)) {
-            Ok(json) => Ok(Some(json)),
+            Ok(json) => Ok(Some(Zeroizing::new(json))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -314,7 +314,7 @@ mod tests {
                 .load_account("https://ca.test/dir")
                 .unwrap()
                 .as_deref(),
-            Some(&b"{}"[..])
+            Some(&b"{}".to_vec())
         );
         assert!(state
             .load_account("https://other.test/dir")

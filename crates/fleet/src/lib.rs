@@ -133,12 +133,23 @@ impl Render for Fleet {
 }
 
 /// A name for this instance in the store, readable in `terminus capacity`: its host
-/// name and process id.
+/// name, process id, and a random part drawn once per process (containers sharing a
+/// host's name are each PID 1).
 pub fn instance_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "host".into());
-    format!("{host}:{}", std::process::id())
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "host".into());
+        let mut random = [0u8; 3];
+        let _ = aws_lc_rs::rand::fill(&mut random);
+        format!(
+            "{host}:{}:{}",
+            std::process::id(),
+            tickets::key::hex(&random)
+        )
+    })
+    .clone()
 }
 
 /// What `terminus check` found wrong with a store.

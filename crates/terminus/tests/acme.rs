@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use common::redis::{free_port, Redis};
+use common::redis::Redis;
 use common::*;
 use terminus_testkit::{repo, runs_here, Need};
 
@@ -715,7 +715,7 @@ fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serve
         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
     );
     let fleet = format!(
-        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"1s\"\n",
+        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"2s\"\n",
         redis.url(),
         key_file.display()
     );
@@ -727,12 +727,14 @@ fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serve
         Some(http_port),
         &fleet,
     ));
-    // Ordering: the lock is held, the answers are in the store, the CA not yet told.
+    // Ordering: the lock is held and the answers are in the store; the CA is told two
+    // polls (4 s) later, by when the instance at .1 answers them too.
     eventually(Duration::from_secs(30), "the .2 instance ordering", || {
         redis
             .cli(&["EXISTS", "terminus:acme:lock:order:a.test"])
             .trim()
             == "1"
+            && redis.cli(&["HLEN", "terminus:acme:challenges"]).trim() != "0"
     });
     let answerer = start(&acme_site_on(
         &dir,
@@ -915,6 +917,58 @@ server.serve_forever()
             && log.contains("trying again in 2 h"),
         "{log}"
     );
+}
+
+/// In a fleet, a failed order keeps the server's lock for its backoff: the other
+/// instance does not try the same names meanwhile, so the CA counts one failure, not
+/// one per instance. (Pebble validates HTTP-01 at a port where no instance listens.)
+#[test]
+fn in_a_fleet_a_failed_order_holds_the_lock_for_its_backoff_and_no_other_instance_tries() {
+    let _alone = exclusive();
+    let Some(redis) = Redis::start(0) else {
+        return;
+    };
+    let (tls_port, http_port, nowhere) = (free_port(), free_port(), free_port());
+    let Some(pebble) = Pebble::start(nowhere, tls_port, None) else {
+        return;
+    };
+    let dir = TestDir::new("acme-fleet-fail");
+    let key_file = dir.write(
+        "fleet.key",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+    );
+    let fleet = format!(
+        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"1s\"\n",
+        redis.url(),
+        key_file.display()
+    );
+    let instances: Vec<Server> = ["127.0.0.1", "127.0.0.2"]
+        .iter()
+        .map(|ip| {
+            start(&acme_site_on(
+                &dir,
+                &pebble,
+                ip,
+                tls_port,
+                Some(http_port),
+                &fleet,
+            ))
+        })
+        .collect();
+    let failed = || -> f64 { instances.iter().map(|s| orders(s, "failed")).sum() };
+    eventually(Duration::from_secs(60), "an order failed", || {
+        failed() >= 1.0
+    });
+    // The first backoff is 30 to 60 s; the other instance looks for the lock every 2 s.
+    std::thread::sleep(Duration::from_secs(8));
+    let logs: Vec<String> = instances.iter().map(Server::stderr).collect();
+    assert_eq!(failed(), 1.0, "{logs:#?}");
+    let ttl: i64 = redis
+        .cli(&["PTTL", "terminus:acme:lock:order:a.test"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 15_000, "the lock lapses in {ttl} ms");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::redis::{free_port, Redis};
+use common::redis::Redis;
 use common::*;
 
 /// One server with an ECDSA certificate, `extra` before it (`[tls]`, `[fleet]`).

@@ -530,3 +530,12 @@ impl Drop for App {
         let _ = self.child.wait();
     }
 }
+
+/// A TCP port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

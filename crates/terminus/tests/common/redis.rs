@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use terminus_testkit::{eventually, runs_here, Need};
 
+use super::free_port;
+
 /// A redis-server of the test's own on a loopback port, killed (by its PID) when dropped.
 pub struct Redis {
     child: Child,
@@ -72,13 +74,4 @@ impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A TCP port free on 127.0.0.1 now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
