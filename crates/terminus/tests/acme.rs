@@ -250,6 +250,20 @@ fn acme_site_on(
     )
 }
 
+/// `[fleet]` lines for `redis`, its key file written in `dir`, reading the store every
+/// `poll`.
+fn fleet_settings(dir: &TestDir, redis: &Redis, poll: &str) -> String {
+    let key_file = dir.write(
+        "fleet.key",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
+    );
+    format!(
+        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"{poll}\"\n",
+        redis.url(),
+        key_file.display()
+    )
+}
+
 fn start(conf: &Path) -> Server {
     Server::start_with(
         &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
@@ -710,15 +724,7 @@ fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serve
         return;
     };
     let dir = TestDir::new("acme-fleet");
-    let key_file = dir.write(
-        "fleet.key",
-        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
-    );
-    let fleet = format!(
-        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"2s\"\n",
-        redis.url(),
-        key_file.display()
-    );
+    let fleet = fleet_settings(&dir, &redis, "2s");
     let orderer = start(&acme_site_on(
         &dir,
         &pebble,
@@ -933,15 +939,7 @@ fn in_a_fleet_a_failed_order_holds_the_lock_for_its_backoff_and_no_other_instanc
         return;
     };
     let dir = TestDir::new("acme-fleet-fail");
-    let key_file = dir.write(
-        "fleet.key",
-        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n",
-    );
-    let fleet = format!(
-        "[fleet]\nstore = \"{}\"\nkey_file = \"{}\"\npoll = \"1s\"\n",
-        redis.url(),
-        key_file.display()
-    );
+    let fleet = fleet_settings(&dir, &redis, "1s");
     let instances: Vec<Server> = ["127.0.0.1", "127.0.0.2"]
         .iter()
         .map(|ip| {
