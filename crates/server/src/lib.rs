@@ -58,6 +58,9 @@ pub enum StartError {
     #[error("{0}")]
     /// (`check`) The ACME issuer cannot work as configured.
     Acme(String),
+    #[error("http3: {0}")]
+    /// The TLS settings cannot serve QUIC.
+    Http3(String),
     #[error("[fleet]: {0}")]
     /// The fleet's store settings cannot work, or (`check`) the store does not answer.
     Fleet(String),
@@ -242,6 +245,20 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         config.workers,
     )
     .map_err(|(addr, source)| StartError::Listen { addr, source })?;
+    let http3: Vec<std::net::SocketAddr> = bound
+        .iter()
+        .zip(&config.listen)
+        .filter(|(_, l)| l.http3)
+        .map(|(addr, _)| *addr)
+        .collect();
+    let mut quic_per_worker = listener::bind_udp_all(&http3, config.workers)
+        .map_err(|(addr, source)| StartError::Listen { addr, source })?
+        .into_iter();
+    let quic = if http3.is_empty() {
+        None
+    } else {
+        Some(terminus_quic::server_config(&site.tls).map_err(StartError::Http3)?)
+    };
     let admin = config
         .admin
         .map(|addr| {
@@ -270,6 +287,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         },
         kernel_tls,
         challenges,
+        quic,
         https_port: bound
             .iter()
             .zip(&config.listen)
@@ -299,13 +317,16 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             .into_iter()
             .zip(config.listen.iter().cloned())
             .collect();
+        let quic_sockets = quic_per_worker.next().unwrap_or_default();
         let shared = shared.clone();
         let cpu = config.pin.then_some(id);
         let (start, ready) = (start.clone(), ready_tx.clone());
         threads.push(
             thread::Builder::new()
                 .name(format!("worker-{id}"))
-                .spawn(move || worker::run(id, listeners, cpu, shared, ready, start))?,
+                .spawn(move || {
+                    worker::run(id, listeners, quic_sockets, cpu, shared, ready, start)
+                })?,
         );
     }
     let not_ready: Vec<std::io::Error> = (0..config.workers)

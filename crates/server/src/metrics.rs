@@ -360,6 +360,7 @@ impl Metrics {
         self.engine.render(&mut out);
         self.capacity.render(&mut out);
         BridgeMetrics.render(&mut out);
+        terminus_quic::QUIC_METRICS.render(&mut out);
         self.proxy.render(&mut out);
         self.fleet.render(&mut out);
         if let Some(acme) = &self.acme {

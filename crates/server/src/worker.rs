@@ -35,6 +35,8 @@ pub struct Shared {
     pub kernel_tls: Arc<KernelSupport>,
     /// The ACME challenges being answered (none without `[acme]`).
     pub challenges: Arc<terminus_acme::Challenges>,
+    /// QUIC's configuration, where a listener has `http3`.
+    pub quic: Option<Arc<terminus_quic::ServerConfig>>,
     /// Where plain-HTTP listeners redirect to: the first TLS listener's port, `None`
     /// for 443 (or without a TLS listener).
     pub https_port: Option<u16>,
@@ -60,9 +62,11 @@ pub(crate) struct Worker {
 /// It reports on `ready` whether its event loop could be built, then waits at `start`
 /// until every worker and the main thread are ready, so nothing is accepted before all
 /// start-up resources are held.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     id: usize,
     listeners: Vec<(std::net::TcpListener, Listen)>,
+    quic_sockets: Vec<std::net::UdpSocket>,
     pin_cpu: Option<usize>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
@@ -118,6 +122,16 @@ pub fn run(
         }
         for acceptor in acceptors {
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
+        }
+        if let Some(config) = &worker.shared.quic {
+            for socket in quic_sockets {
+                let serving = terminus_quic::serve(socket, config.clone(), worker.engine.clone());
+                tokio::task::spawn_local(async move {
+                    if let Err(e) = serving.await {
+                        tracing::error!("worker {id}: QUIC endpoint stopped: {e}");
+                    }
+                });
+            }
         }
         let pool = Rc::downgrade(&worker.upstream_pool);
         tokio::task::spawn_local(terminus_proxy::Pool::keep_swept(pool));

@@ -138,6 +138,8 @@ pub struct Listen {
     pub forwarded_from: Option<std::sync::Arc<[Cidr]>>,
     /// `plain = "redirect"`: HTTP/1.1 without TLS. `None`: TLS.
     pub plain: Option<Plain>,
+    /// `http3 = true`: QUIC (UDP) on the same address too.
+    pub http3: bool,
 }
 
 /// What a plain-HTTP listener does.

@@ -57,6 +57,7 @@ impl Config {
                         proxy_protocol: None,
                         forwarded_from: None,
                         plain: None,
+                        http3: false,
                     })
                 })
                 .collect::<Result<_, _>>()?;

@@ -182,6 +182,14 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
                 ))
             }
         };
+        let http3 = options.is_some_and(|o| o.http3);
+        if plain.is_some() && http3 {
+            return Err(ctx.err(
+                Some(entry.span()),
+                format!("listener {address}: http3 is for TLS listeners, and this one is plain"),
+                Some("put http3 = true on the TLS listener (port 443)".to_owned()),
+            ));
+        }
         if plain.is_some() && ktls.is_some() {
             return Err(ctx.err(
                 Some(entry.span()),
@@ -198,6 +206,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             proxy_protocol,
             forwarded_from,
             plain,
+            http3,
         });
     }
     if listen.is_empty() {
@@ -207,6 +216,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             proxy_protocol: None,
             forwarded_from: None,
             plain: None,
+            http3: false,
         });
     }
 

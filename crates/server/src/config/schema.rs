@@ -78,6 +78,9 @@ pub struct ListenOptions {
     pub forwarded_from: Option<Vec<String>>,
     /// `"redirect"`: plain HTTP, no TLS (ACME challenges answered, the rest redirected).
     pub plain: Option<String>,
+    /// HTTP/3 over QUIC on the same port (UDP) as well.
+    #[serde(default)]
+    pub http3: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

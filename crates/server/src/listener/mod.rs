@@ -1,11 +1,12 @@
 //! SO_REUSEPORT listening sockets: one per worker per address, so the kernel spreads
 //! connections across workers without a shared accept lock; [`accept`] takes
-//! connections off them.
+//! connections off them. A listener with `http3` has a UDP socket per worker on the same
+//! address too, for QUIC.
 
 pub(crate) mod accept;
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -14,12 +15,19 @@ const BACKLOG: i32 = 4096;
 /// SO_REUSEPORT would let us share a port with another running server (a second
 /// terminus, an nginx) without a word. A plain bind first fails with EADDRINUSE if anyone
 /// listens there, which is the error an operator needs to see.
-fn ensure_free(addr: SocketAddr) -> io::Result<()> {
+fn ensure_free(addr: SocketAddr, kind: Type) -> io::Result<()> {
     if addr.port() == 0 {
         return Ok(());
     }
-    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    probe.set_reuse_address(true)?;
+    let protocol = if kind == Type::DGRAM {
+        Protocol::UDP
+    } else {
+        Protocol::TCP
+    };
+    let probe = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
+    // TCP's TIME_WAIT leftovers do not make a port busy; for UDP, SO_REUSEADDR would let
+    // the probe share a port another server holds.
+    probe.set_reuse_address(kind == Type::STREAM)?;
     if addr.is_ipv6() {
         probe.set_only_v6(true)?;
     }
@@ -51,7 +59,7 @@ pub fn bind_all(addrs: &[SocketAddr], workers: usize) -> Result<Bound, (SocketAd
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &addr in addrs {
-        ensure_free(addr).map_err(|e| (addr, e))?;
+        ensure_free(addr, Type::STREAM).map_err(|e| (addr, e))?;
         let first = bind(addr).map_err(|e| (addr, e))?;
         let actual = first.local_addr().map_err(|e| (addr, e))?;
         per_worker[0].push(first);
@@ -64,4 +72,31 @@ pub fn bind_all(addrs: &[SocketAddr], workers: usize) -> Result<Bound, (SocketAd
         per_worker,
         addrs: bound,
     })
+}
+
+fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// Binds a UDP socket per worker at each of `addrs` (the TCP listeners' bound
+/// addresses, so the port is the same). An error names the address.
+pub fn bind_udp_all(
+    addrs: &[SocketAddr],
+    workers: usize,
+) -> Result<Vec<Vec<UdpSocket>>, (SocketAddr, io::Error)> {
+    let mut per_worker: Vec<Vec<UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
+    for &addr in addrs {
+        ensure_free(addr, Type::DGRAM).map_err(|e| (addr, e))?;
+        for sockets in per_worker.iter_mut() {
+            sockets.push(bind_udp(addr).map_err(|e| (addr, e))?);
+        }
+    }
+    Ok(per_worker)
 }

@@ -1,0 +1,39 @@
+//! The QUIC side of a TLS configuration: the site's rustls configuration (its engine
+//! signing keys and key-exchange groups, so QUIC handshakes are computed by the crypto
+//! engine as TCP ones are) with HTTP/3's ALPN, wrapped for quinn-proto.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn_proto::crypto::rustls::QuicServerConfig;
+use quinn_proto::{IdleTimeout, ServerConfig, TransportConfig, VarInt};
+
+/// HTTP/3's ALPN protocol (RFC 9114 section 3.1).
+pub const H3_ALPN: &[u8] = b"h3";
+
+/// How long a QUIC connection may stay silent before it is closed: quic-go's default,
+/// which Caddy serves with.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A quinn-proto server configuration from `tls`: HTTP/3 only, no 0-RTT (rustls's
+/// `max_early_data_size` stays 0), TLS 1.3 as QUIC requires.
+pub fn server_config(tls: &Arc<rustls::ServerConfig>) -> Result<Arc<ServerConfig>, String> {
+    let mut tls = (**tls).clone();
+    tls.alpn_protocols = vec![H3_ALPN.to_vec()];
+    tls.max_early_data_size = 0;
+    // QUIC carries no kernel-TLS hand-off.
+    tls.enable_secret_extraction = false;
+    let crypto = QuicServerConfig::try_from(Arc::new(tls))
+        .map_err(|e| format!("TLS settings QUIC cannot use: {e}"))?;
+    let mut transport = TransportConfig::default();
+    transport.max_idle_timeout(Some(
+        IdleTimeout::try_from(IDLE_TIMEOUT).expect("30 s is a valid idle timeout"),
+    ));
+    // HTTP/3 opens a few unidirectional streams each way (control, QPACK encoder and
+    // decoder) and a bidirectional one per request.
+    transport.max_concurrent_uni_streams(VarInt::from_u32(8));
+    transport.max_concurrent_bidi_streams(VarInt::from_u32(100));
+    let mut config = ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    Ok(Arc::new(config))
+}

@@ -1,0 +1,158 @@
+//! A worker's QUIC endpoint: one UDP socket (`SO_REUSEPORT`, as the worker's TCP
+//! listeners), one quinn-proto `Endpoint`, and a task per connection.
+//!
+//! The endpoint task reads datagrams and routes them: a new connection is accepted with
+//! its first packet left unprocessed (`Endpoint::accept_deferred`, terminus's patch to
+//! quinn-proto) and handed to a task of its own ([`crate::connection`]); a datagram for a
+//! known connection goes to that task's queue. A connection whose handshake is waiting
+//! for the crypto engine is suspended inside its own task, its datagrams queued, while
+//! the endpoint goes on routing everyone else's: that is what lets QUIC handshakes be
+//! batched like TCP ones.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use quinn_proto::{
+    ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, ServerConfig,
+    Transmit,
+};
+use terminus_engine::Engine;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+
+use crate::connection;
+use crate::metrics::QuicMetrics;
+
+/// The largest UDP payload read (QUIC's datagrams are at most this, RFC 9000 section 14
+/// allows up to 65527, and an endpoint advertises what it takes).
+const MAX_DATAGRAM: usize = 65_527;
+
+/// What a worker's connections share with its endpoint task.
+pub(crate) struct Shared {
+    pub(crate) socket: UdpSocket,
+    pub(crate) endpoint: RefCell<Endpoint>,
+    /// Each connection's queue of events from the endpoint.
+    pub(crate) routes: RefCell<HashMap<ConnectionHandle, mpsc::UnboundedSender<ConnectionEvent>>>,
+    pub(crate) engine: Engine,
+    pub(crate) metrics: &'static QuicMetrics,
+}
+
+impl Shared {
+    /// Sends one datagram (quinn-proto is asked for one at a time: no GSO yet).
+    pub(crate) async fn send(&self, transmit: &Transmit, bytes: &[u8]) {
+        let bytes = &bytes[..transmit.size];
+        match transmit.segment_size {
+            Some(segment) if segment < bytes.len() => {
+                for chunk in bytes.chunks(segment) {
+                    let _ = self.socket.send_to(chunk, transmit.destination).await;
+                }
+            }
+            _ => {
+                let _ = self.socket.send_to(bytes, transmit.destination).await;
+            }
+        }
+    }
+}
+
+/// Serves QUIC on `socket` with `config` until the task is dropped: handshakes computed
+/// by `engine`, counted in [`crate::QUIC_METRICS`].
+pub async fn serve(
+    socket: std::net::UdpSocket,
+    config: Arc<ServerConfig>,
+    engine: Engine,
+) -> io::Result<()> {
+    socket.set_nonblocking(true)?;
+    let socket = UdpSocket::from_std(socket)?;
+    let local_ip = socket.local_addr()?.ip();
+    let endpoint = Endpoint::new(
+        Arc::new(EndpointConfig::default()),
+        Some(config),
+        true,
+        None,
+    );
+    let shared = Rc::new(Shared {
+        socket,
+        endpoint: RefCell::new(endpoint),
+        routes: RefCell::default(),
+        engine,
+        metrics: &crate::QUIC_METRICS,
+    });
+    let mut datagram = vec![0u8; MAX_DATAGRAM];
+    let mut out = Vec::with_capacity(1500);
+    loop {
+        let (len, remote) = match shared.socket.recv_from(&mut datagram).await {
+            Ok(received) => received,
+            // An ICMP error from an earlier send to a peer gone: nothing to do for
+            // the others.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        out.clear();
+        let event = shared.endpoint.borrow_mut().handle(
+            now,
+            remote,
+            Some(local_ip),
+            None,
+            BytesMut::from(&datagram[..len]),
+            &mut out,
+        );
+        match event {
+            None => {}
+            Some(DatagramEvent::Response(transmit)) => shared.send(&transmit, &out).await,
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => route(&shared, ch, event),
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                accept(&shared, incoming, remote, &mut out).await
+            }
+        }
+    }
+}
+
+/// Hands `event` to connection `ch`'s task (dropped if the connection has gone).
+pub(crate) fn route(shared: &Shared, ch: ConnectionHandle, event: ConnectionEvent) {
+    if let Some(queue) = shared.routes.borrow().get(&ch) {
+        let _ = queue.send(event);
+    }
+}
+
+/// Accepts `incoming` and starts its connection's task; the first packet (the
+/// ClientHello) is processed there, on the crypto bridge.
+async fn accept(
+    shared: &Rc<Shared>,
+    incoming: quinn_proto::Incoming,
+    remote: SocketAddr,
+    out: &mut Vec<u8>,
+) {
+    let accepted =
+        shared
+            .endpoint
+            .borrow_mut()
+            .accept_deferred(incoming, Instant::now(), out, None);
+    match accepted {
+        Ok((ch, conn, first, failed)) => {
+            let (queue, events) = mpsc::unbounded_channel();
+            shared.routes.borrow_mut().insert(ch, queue);
+            shared.metrics.accepted();
+            tokio::task::spawn_local(connection::run(
+                shared.clone(),
+                ch,
+                Box::new(conn),
+                first,
+                failed,
+                events,
+            ));
+        }
+        Err(e) => {
+            tracing::debug!("quic: connection from {remote} not accepted: {}", e.cause);
+            if let Some(transmit) = e.response {
+                shared.send(&transmit, out).await;
+            }
+        }
+    }
+}

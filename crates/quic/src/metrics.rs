@@ -1,0 +1,59 @@
+//! What the QUIC endpoints report: connections accepted, handshakes completed and
+//! failed, across the process's workers.
+
+use terminus_metrics::{Counter, Exposition, Render};
+
+/// The process's QUIC series, every worker's endpoint counting in them.
+pub static QUIC_METRICS: QuicMetrics = QuicMetrics::new();
+
+/// The QUIC series.
+pub struct QuicMetrics {
+    accepted: Counter,
+    handshakes: Counter,
+    failed: Counter,
+}
+
+impl std::fmt::Debug for QuicMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicMetrics").finish_non_exhaustive()
+    }
+}
+
+impl QuicMetrics {
+    const fn new() -> Self {
+        Self {
+            accepted: Counter::new(
+                "terminus_quic_connections_total",
+                "QUIC connections accepted (their first packet taken).",
+            ),
+            handshakes: Counter::new(
+                "terminus_quic_handshakes_total",
+                "QUIC handshakes completed.",
+            ),
+            failed: Counter::new(
+                "terminus_quic_handshake_failures_total",
+                "QUIC connections closed before their handshake completed.",
+            ),
+        }
+    }
+
+    pub(crate) fn accepted(&self) {
+        self.accepted.inc();
+    }
+
+    pub(crate) fn handshaken(&self) {
+        self.handshakes.inc();
+    }
+
+    pub(crate) fn failed(&self) {
+        self.failed.inc();
+    }
+}
+
+impl Render for QuicMetrics {
+    fn render(&self, out: &mut Exposition) {
+        self.accepted.render(out);
+        self.handshakes.render(out);
+        self.failed.render(out);
+    }
+}
