@@ -13,16 +13,21 @@
 use std::rc::Rc;
 use std::time::Instant;
 
+use h3::quic::ConnectionErrorIncoming;
 use quinn_proto::{
-    Connection, ConnectionEvent, ConnectionHandle, Event, FailedAccept, FirstPacket,
+    Connection, ConnectionEvent, ConnectionHandle, Event, FailedAccept, FirstPacket, Transmit,
 };
 use terminus_engine::HandshakeContext;
 use terminus_tls::handshake::bridge;
 use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::endpoint::Shared;
+use crate::transport::{lost_reason, H3Connection, State};
+use crate::Established;
 
-/// Drives connection `ch` until it is drained, starting with its `first` packet.
+/// Drives connection `ch` until it is drained, starting with its `first` packet: its
+/// handshake, then its life shared with its HTTP/3 side.
 pub(crate) async fn run(
     shared: Rc<Shared>,
     ch: ConnectionHandle,
@@ -32,6 +37,22 @@ pub(crate) async fn run(
     mut events: mpsc::UnboundedReceiver<ConnectionEvent>,
 ) {
     let ctx = HandshakeContext::new(Instant::now());
+    if let Some(conn) = handshake(&shared, ch, conn, first, failed, &mut events, &ctx).await {
+        established(&shared, ch, conn, events, ctx).await;
+    }
+    shared.routes.borrow_mut().remove(&ch);
+}
+
+/// Runs the handshake to its end; the connection, if it completed.
+async fn handshake(
+    shared: &Shared,
+    ch: ConnectionHandle,
+    conn: Box<Connection>,
+    first: FirstPacket,
+    failed: FailedAccept,
+    events: &mut mpsc::UnboundedReceiver<ConnectionEvent>,
+    ctx: &HandshakeContext,
+) -> Option<Box<Connection>> {
     let engine = shared.engine.clone();
     // Everything crossing the coroutine is boxed: corosensei moves the closure and the
     // result through the coroutine's stack.
@@ -42,7 +63,7 @@ pub(crate) async fn run(
             let answered = conn.process_first_packet(*first);
             (conn, answered)
         },
-        |op| engine.submit(op, &ctx),
+        |op| engine.submit(op, ctx),
     )
     .await;
     let mut out = Vec::with_capacity(1500);
@@ -55,42 +76,95 @@ pub(crate) async fn run(
         if let Some(transmit) = response {
             shared.send(&transmit, &out).await;
         }
-        shared.routes.borrow_mut().remove(&ch);
-        return;
+        return None;
     }
     drop(failed);
-    let mut handshaking = true;
     loop {
-        flush(&shared, ch, &mut conn, &mut out).await;
+        send_all(shared, gather(shared, ch, &mut conn)).await;
         while let Some(event) = conn.poll() {
             match event {
                 Event::Connected => {
-                    handshaking = false;
                     ctx.finished();
                     shared.metrics.handshaken();
+                    return Some(conn);
                 }
                 Event::ConnectionLost { reason } => {
-                    if handshaking {
-                        shared.metrics.failed();
-                    }
-                    tracing::debug!("quic: connection lost: {reason}");
+                    shared.metrics.failed();
+                    tracing::debug!("quic: handshake lost: {reason}");
                 }
                 _ => {}
             }
         }
         if conn.is_drained() {
-            break;
+            return None;
         }
         let deadline = conn.poll_timeout();
         tokio::select! {
             event = events.recv() => {
-                let Some(event) = event else { break };
-                conn = step(conn, event, &shared, &ctx).await;
+                let event = event?;
+                conn = step(conn, event, shared, ctx).await;
             }
             () = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
         }
     }
-    shared.routes.borrow_mut().remove(&ch);
+}
+
+/// Drives an established connection, shared with its HTTP/3 side (handed to the
+/// server's hook), until it is drained.
+async fn established(
+    shared: &Shared,
+    ch: ConnectionHandle,
+    conn: Box<Connection>,
+    mut events: mpsc::UnboundedReceiver<ConnectionEvent>,
+    handshake: HandshakeContext,
+) {
+    let remote = conn.remote_address();
+    let sni = conn
+        .crypto_session()
+        .handshake_data()
+        .and_then(|d| {
+            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                .ok()
+        })
+        .and_then(|d| d.server_name);
+    let kick = Rc::new(Notify::new());
+    let state = State::new(conn, kick.clone());
+    (shared.on_established)(Established {
+        h3: H3Connection(state.clone()),
+        remote,
+        local: shared.local,
+        sni,
+        handshake,
+    });
+    loop {
+        let datagrams = {
+            let mut state = state.borrow_mut();
+            let state = &mut *state;
+            let datagrams = gather(shared, ch, &mut state.conn);
+            while let Some(event) = state.conn.poll() {
+                match event {
+                    Event::Stream(event) => state.stream_event(event),
+                    Event::ConnectionLost { reason } => state.lost(lost_reason(&reason)),
+                    _ => {}
+                }
+            }
+            if state.conn.is_drained() {
+                state.lost(ConnectionErrorIncoming::InternalError("drained".into()));
+                return;
+            }
+            datagrams
+        };
+        send_all(shared, datagrams).await;
+        let deadline = state.borrow_mut().conn.poll_timeout();
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { return };
+                state.borrow_mut().conn.handle_event(event);
+            }
+            () = sleep_until(deadline) => state.borrow_mut().conn.handle_timeout(Instant::now()),
+            () = kick.notified() => {}
+        }
+    }
 }
 
 /// Hands `event` to `conn`: on the bridge while it is handshaking (a datagram may carry
@@ -117,9 +191,14 @@ async fn step(
     .await
 }
 
-/// Sends what `conn` has to send, and passes its events to the endpoint (and the
-/// endpoint's answers back).
-async fn flush(shared: &Shared, ch: ConnectionHandle, conn: &mut Connection, out: &mut Vec<u8>) {
+/// Passes `conn`'s events to the endpoint (and the endpoint's answers back), and takes
+/// the datagrams it has to send, each with its bytes: sent by [`send_all`] once no
+/// borrow of the connection is held (the HTTP/3 side may want it meanwhile).
+fn gather(
+    shared: &Shared,
+    ch: ConnectionHandle,
+    conn: &mut Connection,
+) -> Vec<(Transmit, Vec<u8>)> {
     while let Some(event) = conn.poll_endpoint_events() {
         let answer = shared.endpoint.borrow_mut().handle_event(ch, event);
         if let Some(answer) = answer {
@@ -127,12 +206,19 @@ async fn flush(shared: &Shared, ch: ConnectionHandle, conn: &mut Connection, out
             conn.handle_event(answer);
         }
     }
+    let mut datagrams = Vec::new();
     loop {
-        out.clear();
-        let Some(transmit) = conn.poll_transmit(Instant::now(), 1, out) else {
-            break;
+        let mut bytes = Vec::with_capacity(1500);
+        let Some(transmit) = conn.poll_transmit(Instant::now(), 1, &mut bytes) else {
+            return datagrams;
         };
-        shared.send(&transmit, out).await;
+        datagrams.push((transmit, bytes));
+    }
+}
+
+async fn send_all(shared: &Shared, datagrams: Vec<(Transmit, Vec<u8>)>) {
+    for (transmit, bytes) in datagrams {
+        shared.send(&transmit, &bytes).await;
     }
 }
 

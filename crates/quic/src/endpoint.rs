@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::connection;
 use crate::metrics::QuicMetrics;
+use crate::OnEstablished;
 
 /// The largest UDP payload read (QUIC's datagrams are at most this, RFC 9000 section 14
 /// allows up to 65527, and an endpoint advertises what it takes).
@@ -41,6 +42,10 @@ pub(crate) struct Shared {
     pub(crate) routes: RefCell<HashMap<ConnectionHandle, mpsc::UnboundedSender<ConnectionEvent>>>,
     pub(crate) engine: Engine,
     pub(crate) metrics: &'static QuicMetrics,
+    /// The socket's address.
+    pub(crate) local: SocketAddr,
+    /// Given each connection whose handshake completed.
+    pub(crate) on_established: OnEstablished,
 }
 
 impl Shared {
@@ -61,15 +66,18 @@ impl Shared {
 }
 
 /// Serves QUIC on `socket` with `config` until the task is dropped: handshakes computed
-/// by `engine`, counted in [`crate::QUIC_METRICS`].
+/// by `engine`, counted in [`crate::QUIC_METRICS`]; each connection whose handshake
+/// completed is given to `on_established`, which serves its requests.
 pub async fn serve(
     socket: std::net::UdpSocket,
     config: Arc<ServerConfig>,
     engine: Engine,
+    on_established: OnEstablished,
 ) -> io::Result<()> {
     socket.set_nonblocking(true)?;
     let socket = UdpSocket::from_std(socket)?;
-    let local_ip = socket.local_addr()?.ip();
+    let local = socket.local_addr()?;
+    let local_ip = local.ip();
     let endpoint = Endpoint::new(
         Arc::new(EndpointConfig::default()),
         Some(config),
@@ -82,6 +90,8 @@ pub async fn serve(
         routes: RefCell::default(),
         engine,
         metrics: &crate::QUIC_METRICS,
+        local,
+        on_established,
     });
     let mut datagram = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::with_capacity(1500);

@@ -10,16 +10,40 @@
 //! - [`config`]: the quinn-proto server configuration from the site's rustls one.
 //! - [`endpoint`]: a worker's UDP socket and endpoint: datagrams routed to connections.
 //! - `connection`: one connection's task: its handshake on the crypto bridge, then its
-//!   timers and datagrams.
+//!   timers and datagrams, the connection shared with its HTTP/3 side.
+//! - `transport`: the `h3` crate's QUIC traits over such a connection.
 //! - [`QuicMetrics`]: connections and handshakes.
 //!
-//! Not yet: the HTTP/3 layer (h3) over the connections, Retry and the handshake limits,
+//! Not yet: Retry and the handshake limits,
 //! connection IDs that name their worker, GSO/GRO (quinn-udp).
 
 pub mod config;
 mod connection;
 pub mod endpoint;
 mod metrics;
+pub mod transport;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+/// A connection whose handshake completed, for the server to serve HTTP/3 on.
+pub struct Established {
+    /// The connection, as the `h3` crate takes it (`h3::server::builder().build(..)`).
+    pub h3: H3Connection,
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The address it reached.
+    pub local: SocketAddr,
+    /// The name the client asked for.
+    pub sni: Option<String>,
+    /// The handshake's context: its timeline, its payer.
+    pub handshake: terminus_engine::HandshakeContext,
+}
+
+/// What a worker does with each established connection.
+pub type OnEstablished = Rc<dyn Fn(Established)>;
+
+pub use transport::H3Connection;
 
 pub use config::{server_config, H3_ALPN};
 pub use endpoint::serve;

@@ -125,7 +125,12 @@ pub fn run(
         }
         if let Some(config) = &worker.shared.quic {
             for socket in quic_sockets {
-                let serving = terminus_quic::serve(socket, config.clone(), worker.engine.clone());
+                let serving = terminus_quic::serve(
+                    socket,
+                    config.clone(),
+                    worker.engine.clone(),
+                    crate::connection::quic::on_established(worker.clone()),
+                );
                 tokio::task::spawn_local(async move {
                     if let Err(e) = serving.await {
                         tracing::error!("worker {id}: QUIC endpoint stopped: {e}");

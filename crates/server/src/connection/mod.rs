@@ -19,6 +19,7 @@ mod hello;
 mod pacing;
 mod plain;
 mod proxy_header;
+pub(crate) mod quic;
 mod stream;
 
 pub use proxy_header::Cidr;

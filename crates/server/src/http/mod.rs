@@ -10,6 +10,7 @@ pub mod body;
 pub mod files;
 mod h1;
 mod h2;
+pub(crate) mod h3;
 mod mime;
 pub(crate) mod redirect;
 pub mod route;

@@ -1,0 +1,65 @@
+//! A QUIC connection whose handshake completed (crates/quic): its requests served over
+//! HTTP/3 by the same responder as a TCP connection's, with the same site snapshot,
+//! virtual host (from SNI), origin and handshake observation.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use terminus_observe::{Breakdown, HandshakeLabels, Observed};
+
+use crate::http::{self, ConnectionInfo};
+use crate::worker::{OpenConnection, Worker};
+
+/// What this worker does with each established QUIC connection: serve it.
+pub(crate) fn on_established(worker: Rc<Worker>) -> terminus_quic::OnEstablished {
+    Rc::new(move |established| {
+        tokio::task::spawn_local(serve(worker.clone(), established));
+    })
+}
+
+async fn serve(worker: Rc<Worker>, established: terminus_quic::Established) {
+    let terminus_quic::Established {
+        h3,
+        remote,
+        local,
+        sni,
+        handshake,
+    } = established;
+    // Counted against max_connections like a TCP connection; none left: not served.
+    let Ok(permit) = worker.shared.connection_limit.clone().try_acquire_owned() else {
+        return;
+    };
+    let _open = OpenConnection::new(worker.clone(), permit);
+    let site = worker.shared.site.current();
+    let host = site.resolver.lookup(sni.as_deref());
+    let (ended, breakdown) = {
+        let timeline = handshake.timeline();
+        let ended = timeline.finished.unwrap_or_else(Instant::now);
+        let breakdown = Breakdown::of(&timeline).unwrap_or(Breakdown {
+            total: ended.saturating_duration_since(timeline.accepted),
+            phases: Default::default(),
+        });
+        (ended, breakdown)
+    };
+    let labels = HandshakeLabels {
+        version: "TLSv1.3",
+        key_type: "quic",
+        resumed: false,
+        tenant: site.hosts[host].tenant.shared_name(),
+    };
+    let set = worker.shared.metrics.phases.handshake(labels, &breakdown);
+    let observed = Observed::new(handshake.id(), ended, breakdown, set);
+    let info = ConnectionInfo {
+        origin: terminus_proxy::Origin::new(remote, local, "https"),
+        site,
+        host,
+        sni,
+        peer: remote,
+        local,
+        metrics: worker.shared.metrics.clone(),
+        files: worker.files.clone(),
+        upstream_pool: worker.upstream_pool.clone(),
+        handshake: observed,
+    };
+    http::h3::serve(h3, Rc::new(info)).await;
+}

@@ -1,0 +1,116 @@
+//! HTTP/3 by the h3 crate, over a QUIC connection the worker drives (crates/quic): each
+//! request stream's request goes to the responder with its body fed frame by frame, as
+//! HTTP/1.1's is, and the response's frames are sent as the body yields them.
+
+use std::io;
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
+use hyper::{header, Request, Response};
+use terminus_quic::H3Connection;
+
+use super::body::{Piece, RequestBody};
+use super::Responder;
+
+/// Serves HTTP/3 on `conn` until the client closes it or it idles out.
+pub(crate) async fn serve<R: Responder + 'static>(conn: H3Connection, responder: Rc<R>) {
+    let mut h3 = match h3::server::builder().build(conn).await {
+        Ok(h3) => h3,
+        Err(e) => {
+            tracing::debug!("h3: connection not set up: {e}");
+            return;
+        }
+    };
+    loop {
+        match h3.accept().await {
+            Ok(Some(resolver)) => {
+                tokio::task::spawn_local(request(resolver, responder.clone()));
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!("h3: connection ended: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// One request stream: the request to the responder, the response back.
+async fn request<R: Responder>(
+    resolver: h3::server::RequestResolver<H3Connection, Bytes>,
+    responder: Rc<R>,
+) {
+    let (req, stream) = match resolver.resolve_request().await {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            tracing::debug!("h3: request not read: {e}");
+            return;
+        }
+    };
+    let (mut send, mut recv) = stream.split();
+    let hint = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or_else(SizeHint::default, SizeHint::with_exact);
+    let (feed, body) = RequestBody::fed(hint);
+    tokio::task::spawn_local(async move {
+        loop {
+            let piece = match recv.recv_data().await {
+                Ok(Some(mut data)) => {
+                    Piece::Frame(Frame::data(data.copy_to_bytes(data.remaining())))
+                }
+                Ok(None) => Piece::End,
+                Err(e) => Piece::Failed(io::Error::other(e.to_string())),
+            };
+            let last = !matches!(piece, Piece::Frame(_));
+            if feed.send(piece).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
+    let req: Request<RequestBody> = req.map(|()| body);
+    let resp = responder.respond(req).await;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    responder.record(&method, path, version, &resp);
+    let (mut parts, mut body) = resp.into_parts();
+    // Connection-specific fields are malformed in HTTP/3 (RFC 9114 section 4.2).
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::HeaderName::from_static("keep-alive"),
+        header::HeaderName::from_static("proxy-connection"),
+    ] {
+        parts.headers.remove(name);
+    }
+    if let Err(e) = send.send_response(Response::from_parts(parts, ())).await {
+        tracing::debug!("h3: response head not sent: {e}");
+        return;
+    }
+    while let Some(frame) = body.frame().await {
+        let sent = match frame {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => send.send_data(data).await,
+                Err(frame) => match frame.into_trailers() {
+                    Ok(trailers) => send.send_trailers(trailers).await,
+                    Err(_) => Ok(()),
+                },
+            },
+            Err(e) => {
+                tracing::debug!("h3: response body failed: {e}");
+                send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return;
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!("h3: response body not sent: {e}");
+            return;
+        }
+    }
+    let _ = send.finish().await;
+}
