@@ -217,3 +217,37 @@ fn openssl_sha256(bytes: &[u8]) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// TCP responses (HTTP/1.1 and h2, by curl) on a listener with `http3` say where HTTP/3
+/// is (`Alt-Svc: h3=":PORT"; ma=86400`), and a listener without it says nothing.
+#[test]
+fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_others_do_not() {
+    let dir = TestDir::new("h3-alt-svc");
+    let (server, port) = h3_server(&dir, KeyKind::EcdsaP256, "scalar");
+    let headers = |port: u16, version: &str| {
+        let out = run(Command::new("curl").args([
+            "-sk",
+            version,
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            &format!("https://localhost:{port}/index.html"),
+        ]));
+        String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+    };
+    for version in ["--http1.1", "--http2"] {
+        let head = headers(port, version);
+        assert!(
+            head.contains(&format!("alt-svc: h3=\":{port}\"; ma=86400")),
+            "{version}: {head}"
+        );
+    }
+    drop(server);
+    let plain = Server::start(&[]);
+    let head = headers(plain.port(), "--http1.1");
+    assert!(
+        head.starts_with("http/1.1 ") && !head.contains("alt-svc"),
+        "{head}"
+    );
+}

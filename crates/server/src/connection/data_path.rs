@@ -57,6 +57,7 @@ impl Established {
             site,
             ctx,
             keeps_forwarded,
+            http3,
             _open,
             ..
         } = accepted;
@@ -88,6 +89,11 @@ impl Established {
             upstream_pool: worker.upstream_pool.clone(),
             origin,
             handshake: observed,
+            // RFC 7838; nginx's documented `add_header Alt-Svc 'h3=":443"; ma=86400'`.
+            alt_svc: http3.then(|| {
+                hyper::header::HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", local.port()))
+                    .expect("a valid header value")
+            }),
         };
         let id = info.handshake.id;
         let secured = |records| Secured {

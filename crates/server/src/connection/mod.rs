@@ -98,7 +98,7 @@ async fn handshake_stages(
 ) -> Option<Ready> {
     let peer = client_address(&socket, peer, listen, worker).await?;
     let keeps_forwarded = listen.keeps_forwarded(peer.ip());
-    let accepted = Accepted::new(socket, peer, open, keeps_forwarded, worker);
+    let accepted = Accepted::new(socket, peer, open, keeps_forwarded, listen.http3, worker);
     let started = (accepted.ctx.id(), accepted.ctx.timeline().accepted);
     let hello = match accepted.hello(worker).await {
         Ok(hello) => hello,
@@ -161,6 +161,8 @@ pub(crate) struct Accepted {
     handshake_deadline: Instant,
     /// The client's own X-Forwarded-For and Forwarded go upstream (see `forwarded_from`).
     keeps_forwarded: bool,
+    /// The listener serves HTTP/3 too: responses say so (Alt-Svc).
+    http3: bool,
     _open: OpenConnection,
 }
 
@@ -170,6 +172,7 @@ impl Accepted {
         peer: SocketAddr,
         open: OpenConnection,
         keeps_forwarded: bool,
+        http3: bool,
         worker: &Worker,
     ) -> Self {
         let _ = socket.set_nodelay(true);
@@ -182,6 +185,7 @@ impl Accepted {
             peer,
             handshake_deadline: now + site.timeouts.handshake,
             keeps_forwarded,
+            http3,
             site,
             ctx,
             _open: open,

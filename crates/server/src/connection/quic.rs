@@ -60,6 +60,7 @@ async fn serve(worker: Rc<Worker>, established: terminus_quic::Established) {
         files: worker.files.clone(),
         upstream_pool: worker.upstream_pool.clone(),
         handshake: observed,
+        alt_svc: None,
     };
     http::h3::serve(h3, Rc::new(info)).await;
 }

@@ -36,6 +36,9 @@ pub struct ConnectionInfo {
     pub origin: terminus_proxy::Origin,
     /// The connection's handshake: its phases, and when it ended.
     pub handshake: terminus_observe::Observed,
+    /// What every response says of HTTP/3 on this port (`Alt-Svc`), where the listener
+    /// serves it.
+    pub alt_svc: Option<hyper::header::HeaderValue>,
 }
 
 impl ConnectionInfo {
@@ -76,6 +79,11 @@ impl Responder for ConnectionInfo {
             resp.headers_mut()
                 .entry(name)
                 .or_insert_with(|| value.clone());
+        }
+        if let Some(alt_svc) = &self.alt_svc {
+            resp.headers_mut()
+                .entry(hyper::header::ALT_SVC)
+                .or_insert_with(|| alt_svc.clone());
         }
         resp
     }
