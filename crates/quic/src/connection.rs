@@ -17,7 +17,7 @@ use h3::quic::ConnectionErrorIncoming;
 use quinn_proto::{
     Connection, ConnectionEvent, ConnectionHandle, Event, FailedAccept, FirstPacket, Transmit,
 };
-use terminus_engine::HandshakeContext;
+use terminus_engine::{HandshakeContext, HandshakeGuard};
 use terminus_tls::handshake::bridge;
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
@@ -35,9 +35,12 @@ pub(crate) async fn run(
     first: FirstPacket,
     failed: FailedAccept,
     mut events: mpsc::UnboundedReceiver<ConnectionEvent>,
+    in_flight: HandshakeGuard,
 ) {
     let ctx = HandshakeContext::new(Instant::now());
-    if let Some(conn) = handshake(&shared, ch, conn, first, failed, &mut events, &ctx).await {
+    let handshaken = handshake(&shared, ch, conn, first, failed, &mut events, &ctx).await;
+    drop(in_flight);
+    if let Some(conn) = handshaken {
         established(&shared, ch, conn, events, ctx).await;
     }
     shared.routes.borrow_mut().remove(&ch);

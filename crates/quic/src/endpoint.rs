@@ -146,6 +146,9 @@ async fn accept(
             .accept_deferred(incoming, Instant::now(), out, None);
     match accepted {
         Ok((ch, conn, first, failed)) => {
+            // Counted in flight from here: the engine holds a partial batch while
+            // handshakes in flight may still add to it (as a TCP one from its ClientHello).
+            let in_flight = shared.engine.handshake_started();
             let (queue, events) = mpsc::unbounded_channel();
             shared.routes.borrow_mut().insert(ch, queue);
             shared.metrics.accepted();
@@ -156,6 +159,7 @@ async fn accept(
                 first,
                 failed,
                 events,
+                in_flight,
             ));
         }
         Err(e) => {

@@ -4,6 +4,8 @@
 mod common;
 
 use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
 
 use common::*;
 use terminus_testkit::{runs_here, Need};
@@ -249,5 +251,125 @@ fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_others_do_not() {
     assert!(
         head.starts_with("http/1.1 ") && !head.contains("alt-svc"),
         "{head}"
+    );
+}
+
+/// `count` QUIC handshakes at once from quinn's client (fast enough to outrun one
+/// server worker, which Python's aioquic is not), each connection then closed; how many
+/// completed.
+fn quic_storm(port: u16, count: usize) -> usize {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+        .with_no_client_auth();
+        crypto.alpn_protocols = vec![b"h3".to_vec()];
+        crypto.resumption = rustls::client::Resumption::disabled();
+        let config = quinn::ClientConfig::new(Arc::new(
+            quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap(),
+        ));
+        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        endpoint.set_default_client_config(config);
+        let server: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let handles: Vec<_> = (0..count)
+            .map(|_| {
+                let endpoint = endpoint.clone();
+                tokio::spawn(async move {
+                    let connecting = endpoint.connect(server, "localhost").ok()?;
+                    let conn = tokio::time::timeout(Duration::from_secs(20), connecting)
+                        .await
+                        .ok()?
+                        .ok()?;
+                    conn.close(0u32.into(), b"done");
+                    Some(())
+                })
+            })
+            .collect();
+        let mut done = 0;
+        for handle in handles {
+            if let Ok(Some(())) = handle.await {
+                done += 1;
+            }
+        }
+        endpoint.wait_idle().await;
+        done
+    })
+}
+
+/// The storm's client trusts any certificate: it measures the server, not PKI.
+#[derive(Debug)]
+struct AnyCertificate;
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A storm of 256 concurrent QUIC handshakes on the multibuffer backend fills the
+/// engine's RSA batches as TCP's do (at least 4 signatures a batch on average): each
+/// QUIC handshake is counted in flight from its first packet and suspends on the bridge.
+/// Needs AVX-512 IFMA (a visible skip elsewhere).
+#[test]
+fn a_storm_of_quic_handshakes_fills_multibuffer_batches() {
+    if !ifma() {
+        return;
+    }
+    let _alone = exclusive();
+    let dir = TestDir::new("h3-storm");
+    let (server, port) = h3_server(&dir, KeyKind::Rsa(2048), "multibuffer");
+    let done = quic_storm(port, 256);
+    assert_eq!(done, 256, "{}", server.stderr());
+    let labels = ["op=\"rsa_sign\"", "backend=\"multibuffer\""];
+    let signed = server.metric("terminus_crypto_batch_size_sum", &labels);
+    let batches = server.metric("terminus_crypto_batch_size_count", &labels);
+    assert_eq!(signed, 256.0);
+    assert!(
+        signed / batches >= 4.0,
+        "{signed} signatures in {batches} batches: QUIC handshakes are not batched"
+    );
+    assert_eq!(
+        server.metric("terminus_crypto_sync_fallbacks_total", &[]),
+        0.0
     );
 }
