@@ -17,12 +17,12 @@ use h3::quic::ConnectionErrorIncoming;
 use quinn_proto::{
     Connection, ConnectionEvent, ConnectionHandle, Event, FailedAccept, FirstPacket, Transmit,
 };
-use terminus_engine::{HandshakeContext, HandshakeGuard};
+use terminus_engine::HandshakeContext;
 use terminus_tls::handshake::bridge;
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
 
-use crate::endpoint::Shared;
+use crate::endpoint::{InFlight, Shared};
 use crate::transport::{lost_reason, H3Connection, State};
 use crate::Established;
 
@@ -35,7 +35,7 @@ pub(crate) async fn run(
     first: FirstPacket,
     failed: FailedAccept,
     mut events: mpsc::UnboundedReceiver<ConnectionEvent>,
-    in_flight: HandshakeGuard,
+    in_flight: InFlight,
 ) {
     let ctx = HandshakeContext::new(Instant::now());
     let handshaken = handshake(&shared, ch, conn, first, failed, &mut events, &ctx).await;

@@ -9,7 +9,7 @@
 //! the endpoint goes on routing everyone else's: that is what lets QUIC handshakes be
 //! batched like TCP ones.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -22,10 +22,11 @@ use quinn_proto::{
     ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, ServerConfig,
     Transmit,
 };
-use terminus_engine::Engine;
+use terminus_engine::{Engine, HandshakeGuard};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 
+use crate::admission::{self, Decision, Limits};
 use crate::connection;
 use crate::metrics::QuicMetrics;
 use crate::OnEstablished;
@@ -46,6 +47,10 @@ pub(crate) struct Shared {
     pub(crate) local: SocketAddr,
     /// Given each connection whose handshake completed.
     pub(crate) on_established: OnEstablished,
+    /// Which new connections are taken.
+    limits: Limits,
+    /// Handshakes in flight on this worker.
+    handshaking: Cell<usize>,
 }
 
 impl Shared {
@@ -65,12 +70,13 @@ impl Shared {
     }
 }
 
-/// Serves QUIC on `socket` with `config` until the task is dropped: handshakes computed
-/// by `engine`, counted in [`crate::QUIC_METRICS`]; each connection whose handshake
+/// Serves QUIC on `socket` with `config` until the task is dropped, new connections
+/// admitted as `limits` say: handshakes computed by `engine`, counted in [`crate::QUIC_METRICS`]; each connection whose handshake
 /// completed is given to `on_established`, which serves its requests.
 pub async fn serve(
     socket: std::net::UdpSocket,
     config: Arc<ServerConfig>,
+    limits: Limits,
     engine: Engine,
     on_established: OnEstablished,
 ) -> io::Result<()> {
@@ -92,6 +98,8 @@ pub async fn serve(
         metrics: &crate::QUIC_METRICS,
         local,
         on_established,
+        limits,
+        handshaking: Cell::new(0),
     });
     let mut datagram = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::with_capacity(1500);
@@ -124,6 +132,32 @@ pub async fn serve(
     }
 }
 
+/// A handshake in flight on this worker, until dropped: counted for admission
+/// ([`Shared::handshaking`]) and for the engine, which holds a partial batch while
+/// handshakes in flight may still add to it (as a TCP one from its ClientHello).
+pub(crate) struct InFlight {
+    shared: Rc<Shared>,
+    _engine: HandshakeGuard,
+}
+
+impl InFlight {
+    fn new(shared: &Rc<Shared>) -> Self {
+        shared.handshaking.set(shared.handshaking.get() + 1);
+        Self {
+            shared: shared.clone(),
+            _engine: shared.engine.handshake_started(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.shared
+            .handshaking
+            .set(self.shared.handshaking.get() - 1);
+    }
+}
+
 /// Hands `event` to connection `ch`'s task (dropped if the connection has gone).
 pub(crate) fn route(shared: &Shared, ch: ConnectionHandle, event: ConnectionEvent) {
     if let Some(queue) = shared.routes.borrow().get(&ch) {
@@ -139,6 +173,29 @@ async fn accept(
     remote: SocketAddr,
     out: &mut Vec<u8>,
 ) {
+    let decision = admission::decide(
+        &shared.limits,
+        shared.handshaking.get(),
+        incoming.remote_address_validated(),
+        incoming.may_retry(),
+    );
+    match decision {
+        Decision::Accept => {}
+        Decision::Retry => {
+            let retry = shared.endpoint.borrow_mut().retry(incoming, out);
+            if let Ok(transmit) = retry {
+                shared.metrics.retried();
+                shared.send(&transmit, out).await;
+            }
+            return;
+        }
+        Decision::Refuse => {
+            let transmit = shared.endpoint.borrow_mut().refuse(incoming, out);
+            shared.metrics.refused();
+            shared.send(&transmit, out).await;
+            return;
+        }
+    }
     let accepted =
         shared
             .endpoint
@@ -146,9 +203,7 @@ async fn accept(
             .accept_deferred(incoming, Instant::now(), out, None);
     match accepted {
         Ok((ch, conn, first, failed)) => {
-            // Counted in flight from here: the engine holds a partial batch while
-            // handshakes in flight may still add to it (as a TCP one from its ClientHello).
-            let in_flight = shared.engine.handshake_started();
+            let in_flight = InFlight::new(shared);
             let (queue, events) = mpsc::unbounded_channel();
             shared.routes.borrow_mut().insert(ch, queue);
             shared.metrics.accepted();

@@ -7,6 +7,7 @@
 //! endpoint per worker, instead of through quinn's async driver, whose endpoint mutex
 //! would be held across a suspended handshake:
 //!
+//! - [`admission`]: which new connections are taken, made to Retry, or refused.
 //! - [`config`]: the quinn-proto server configuration from the site's rustls one.
 //! - [`endpoint`]: a worker's UDP socket and endpoint: datagrams routed to connections.
 //! - `connection`: one connection's task: its handshake on the crypto bridge, then its
@@ -17,6 +18,7 @@
 //! Not yet: Retry and the handshake limits,
 //! connection IDs that name their worker, GSO/GRO (quinn-udp).
 
+pub mod admission;
 pub mod config;
 mod connection;
 pub mod endpoint;
@@ -45,6 +47,7 @@ pub type OnEstablished = Rc<dyn Fn(Established)>;
 
 pub use transport::H3Connection;
 
+pub use admission::{Limits, Retry};
 pub use config::{server_config, H3_ALPN};
 pub use endpoint::serve;
 pub use metrics::{QuicMetrics, QUIC_METRICS};

@@ -11,6 +11,8 @@ pub struct QuicMetrics {
     accepted: Counter,
     handshakes: Counter,
     failed: Counter,
+    retried: Counter,
+    refused: Counter,
 }
 
 impl std::fmt::Debug for QuicMetrics {
@@ -34,6 +36,14 @@ impl QuicMetrics {
                 "terminus_quic_handshake_failures_total",
                 "QUIC connections closed before their handshake completed.",
             ),
+            retried: Counter::new(
+                "terminus_quic_retries_total",
+                "New QUIC connections sent a Retry (their address to be proven first).",
+            ),
+            refused: Counter::new(
+                "terminus_quic_refused_total",
+                "New QUIC connections refused: the worker's handshakes in flight at [http3] max_handshakes.",
+            ),
         }
     }
 
@@ -48,6 +58,14 @@ impl QuicMetrics {
     pub(crate) fn failed(&self) {
         self.failed.inc();
     }
+
+    pub(crate) fn retried(&self) {
+        self.retried.inc();
+    }
+
+    pub(crate) fn refused(&self) {
+        self.refused.inc();
+    }
 }
 
 impl Render for QuicMetrics {
@@ -55,5 +73,7 @@ impl Render for QuicMetrics {
         self.accepted.render(out);
         self.handshakes.render(out);
         self.failed.render(out);
+        self.retried.render(out);
+        self.refused.render(out);
     }
 }

@@ -257,7 +257,10 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let quic = if http3.is_empty() {
         None
     } else {
-        Some(terminus_quic::server_config(&site.tls).map_err(StartError::Http3)?)
+        Some((
+            terminus_quic::server_config(&site.tls).map_err(StartError::Http3)?,
+            config.http3,
+        ))
     };
     let admin = config
         .admin

@@ -35,8 +35,8 @@ pub struct Shared {
     pub kernel_tls: Arc<KernelSupport>,
     /// The ACME challenges being answered (none without `[acme]`).
     pub challenges: Arc<terminus_acme::Challenges>,
-    /// QUIC's configuration, where a listener has `http3`.
-    pub quic: Option<Arc<terminus_quic::ServerConfig>>,
+    /// QUIC's configuration, where a listener has `http3`, and its admission.
+    pub quic: Option<(Arc<terminus_quic::ServerConfig>, terminus_quic::Limits)>,
     /// Where plain-HTTP listeners redirect to: the first TLS listener's port, `None`
     /// for 443 (or without a TLS listener).
     pub https_port: Option<u16>,
@@ -123,11 +123,12 @@ pub fn run(
         for acceptor in acceptors {
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
         }
-        if let Some(config) = &worker.shared.quic {
+        if let Some((config, limits)) = &worker.shared.quic {
             for socket in quic_sockets {
                 let serving = terminus_quic::serve(
                     socket,
                     config.clone(),
+                    *limits,
                     worker.engine.clone(),
                     crate::connection::quic::on_established(worker.clone()),
                 );

@@ -47,8 +47,8 @@ async def main(port, count):
 asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
 "#;
 
-/// GETs each path over one HTTP/3 connection; prints per path its status, length and
-/// SHA-256.
+/// GETs each path over one HTTP/3 connection (`sleep:S` waits S seconds instead);
+/// prints per path its status, length and SHA-256.
 const GETS: &str = r#"
 import asyncio, ssl, sys, hashlib
 from aioquic.asyncio.client import connect
@@ -88,6 +88,9 @@ async def main(port, paths):
                                verify_mode=ssl.CERT_NONE, server_name="localhost")
     async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as client:
         for path in paths:
+            if path.startswith("sleep:"):
+                await asyncio.sleep(float(path[6:]))
+                continue
             st = await asyncio.wait_for(client.get(path), 30)
             status = dict(st["headers"]).get(b":status", b"?").decode()
             print(path, status, len(st["body"]), hashlib.sha256(st["body"]).hexdigest())
@@ -97,13 +100,18 @@ asyncio.run(main(int(sys.argv[1]), sys.argv[2:]))
 
 /// A server with HTTP/3 on its one listener, a certificate of `key`, on `backend`.
 fn h3_server(dir: &TestDir, key: KeyKind, backend: &str) -> (Server, u16) {
+    h3_server_with(dir, key, backend, "")
+}
+
+/// [`h3_server`] with `http3` lines (`[http3]`'s keys).
+fn h3_server_with(dir: &TestDir, key: KeyKind, backend: &str, http3: &str) -> (Server, u16) {
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/index.html", "over h3\n");
     let port = free_port();
     let conf = dir.write(
         "terminus.toml",
         format!(
-            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"{backend}\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"{backend}\"\n[http3]\n{http3}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
             dir.path("www").display(),
             pair.cert.display(),
             pair.key.display()
@@ -370,6 +378,81 @@ fn a_storm_of_quic_handshakes_fills_multibuffer_batches() {
     );
     assert_eq!(
         server.metric("terminus_crypto_sync_fallbacks_total", &[]),
+        0.0
+    );
+}
+
+/// With `retry = "always"` every new connection is sent a Retry first, and aioquic's
+/// handshakes complete after proving their address.
+#[test]
+fn retry_always_makes_every_connection_prove_its_address_and_handshakes_complete() {
+    if !aioquic() {
+        return;
+    }
+    let dir = TestDir::new("h3-retry");
+    let (server, port) = h3_server_with(&dir, KeyKind::EcdsaP256, "scalar", "retry = \"always\"");
+    let client = dir.write("handshakes.py", HANDSHAKES);
+    let out = run(Command::new("python3")
+        .arg(&client)
+        .arg(port.to_string())
+        .arg("3"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.trim() == "3 h3",
+        "{text} {}",
+        server.stderr()
+    );
+    assert_eq!(server.metric("terminus_quic_retries_total", &[]), 3.0);
+    assert_eq!(server.metric("terminus_quic_handshakes_total", &[]), 3.0);
+}
+
+/// A flood of Initials above `max_handshakes` is refused, the rest served, and an
+/// HTTP/3 connection established before the flood is served during and after it.
+#[test]
+fn a_flood_of_initials_above_the_limit_is_refused_and_an_established_connection_is_served() {
+    if !aioquic() {
+        return;
+    }
+    let _alone = exclusive();
+    let dir = TestDir::new("h3-flood");
+    dir.write("www/1k.bin", vec![7u8; 1024]);
+    let (server, port) = h3_server_with(
+        &dir,
+        KeyKind::Rsa(2048),
+        "scalar",
+        "retry = \"never\"\nmax_handshakes = 4",
+    );
+    let script = dir.write("gets.py", GETS);
+    let established = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .args(["/1k.bin", "sleep:3", "/1k.bin"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let done = quic_storm(port, 256);
+    let refused = server.metric("terminus_quic_refused_total", &[]);
+    let out = established.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        out.status.success()
+            && lines.len() == 2
+            && lines.iter().all(|l| l.starts_with("/1k.bin 200 1024 ")),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(refused >= 1.0, "no Initial refused");
+    assert!(done >= 4, "{done} handshakes completed");
+    assert_eq!(
+        done as f64 + refused,
+        256.0,
+        "{done} completed, {refused} refused"
+    );
+    assert_eq!(
+        server.metric("terminus_quic_handshake_failures_total", &[]),
         0.0
     );
 }

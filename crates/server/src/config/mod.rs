@@ -181,6 +181,8 @@ pub struct Config {
     pub ticket_keys: terminus_fleet::tickets::Rotation,
     /// `[fleet]`: the store the ticket keys are shared through, if any.
     pub fleet: Option<terminus_fleet::store::StoreSettings>,
+    /// `[http3]`: which new QUIC connections each worker takes.
+    pub http3: terminus_quic::Limits,
     pub crypto_backend: BackendChoice,
     pub crypto_threads: usize,
     pub crypto_queue_capacity: usize,

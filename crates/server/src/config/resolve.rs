@@ -371,6 +371,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         tls: resolve_tls(raw, ctx)?,
         ticket_keys,
         fleet: resolve_fleet(raw, ctx, &resolve_path, ticket_keys)?,
+        http3: resolve_http3(raw, ctx)?,
         acme,
         crypto_backend,
         crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
@@ -516,6 +517,42 @@ fn resolve_tls(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<TlsSettings, ConfigErr
     tls.session_cache = t.session_cache.unwrap_or(256 * 1024);
     tls.prefer_server_ciphers = t.prefer_server_ciphers.unwrap_or(true);
     Ok(tls)
+}
+
+/// `[http3]`: Retry and the limit of QUIC handshakes in flight per worker.
+fn resolve_http3(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<terminus_quic::Limits, ConfigError> {
+    use terminus_quic::{Limits, Retry};
+    let section = &raw.http3;
+    let max_handshakes = match &section.max_handshakes {
+        None => Limits::MAX_HANDSHAKES,
+        Some(n) if *n.get_ref() == 0 => {
+            return Err(ctx.err(
+                Some(n.span()),
+                "[http3] max_handshakes = 0 would refuse every QUIC connection",
+                Some(format!(
+                    "max_handshakes = {} (the default), or leave http3 off the listeners",
+                    Limits::MAX_HANDSHAKES
+                )),
+            ))
+        }
+        Some(n) => *n.get_ref(),
+    };
+    let retry = match section.retry.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
+        None | Some(("auto", _)) => Retry::Above(max_handshakes / 2),
+        Some(("always", _)) => Retry::Always,
+        Some(("never", _)) => Retry::Never,
+        Some((other, span)) => {
+            return Err(ctx.err(
+                Some(span),
+                format!("[http3] retry = {other:?} is not a Retry policy"),
+                Some("retry = \"auto\" (when half of max_handshakes are in flight), \"always\" or \"never\"".to_owned()),
+            ))
+        }
+    };
+    Ok(Limits {
+        retry,
+        max_handshakes,
+    })
 }
 
 /// `[fleet]`: where the store is and the files that open it (read at start).

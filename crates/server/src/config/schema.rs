@@ -43,6 +43,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub tenant: Vec<TenantSection>,
     pub fleet: Option<Spanned<FleetSection>>,
+    #[serde(default)]
+    pub http3: Http3Section,
     pub acme: Option<Spanned<super::acme::AcmeSection>>,
 }
 
@@ -128,6 +130,15 @@ pub struct TimeoutsSection {
 pub struct LimitsSection {
     pub max_connections: Option<usize>,
     pub handshake_queue: Option<Spanned<String>>,
+}
+
+/// `[http3]`: QUIC's admission, per worker.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http3Section {
+    /// `"auto"`, `"always"` or `"never"`.
+    pub retry: Option<Spanned<String>>,
+    pub max_handshakes: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

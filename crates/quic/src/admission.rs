@@ -1,0 +1,109 @@
+//! Which new QUIC connections are taken, made to prove their address first (Retry), or
+//! refused: admission control's QUIC half, policy without I/O.
+//!
+//! A QUIC Initial costs the server a handshake (a signature, a key exchange, a coroutine
+//! stack while it waits) for one datagram whose source address may be forged. Retry
+//! (RFC 9000 section 8.1) costs the server only a token and the client a round trip,
+//! and proves the address before any handshake work; quic-go (and so Caddy) sends it
+//! only when too many handshakes are in flight, nginx only when told to
+//! (`quic_retry on`). terminus does as quic-go by default: Retry above half the limit of
+//! handshakes in flight per worker, and refuse (CONNECTION_REFUSED) at the limit, so a
+//! flood of Initials cannot take every coroutine stack or the engine's whole capacity.
+
+/// When new connections are made to Retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Every connection whose address is not yet validated.
+    Always,
+    /// Never: every connection is taken (up to the limit).
+    Never,
+    /// When this many handshakes or more are in flight on the worker.
+    Above(usize),
+}
+
+/// `[http3]`'s limits, per worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// When to Retry.
+    pub retry: Retry,
+    /// Handshakes in flight at most; a new connection beyond is refused.
+    pub max_handshakes: usize,
+}
+
+impl Limits {
+    /// The default limit of handshakes in flight per worker.
+    pub const MAX_HANDSHAKES: usize = 1024;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            retry: Retry::Above(Self::MAX_HANDSHAKES / 2),
+            max_handshakes: Self::MAX_HANDSHAKES,
+        }
+    }
+}
+
+/// What to do with a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Accept,
+    Retry,
+    Refuse,
+}
+
+/// The decision for a new connection, with `in_flight` handshakes on the worker; its
+/// address `validated` (by a Retry token) or not, and whether it `may_retry` (not if it
+/// already did).
+pub(crate) fn decide(
+    limits: &Limits,
+    in_flight: usize,
+    validated: bool,
+    may_retry: bool,
+) -> Decision {
+    if in_flight >= limits.max_handshakes {
+        return Decision::Refuse;
+    }
+    let wants_retry = match limits.retry {
+        Retry::Always => true,
+        Retry::Never => false,
+        Retry::Above(n) => in_flight >= n,
+    };
+    if wants_retry && !validated && may_retry {
+        Decision::Retry
+    } else {
+        Decision::Accept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_above_the_threshold_refuse_at_the_limit_and_a_validated_address_is_taken() {
+        let limits = Limits {
+            retry: Retry::Above(2),
+            max_handshakes: 4,
+        };
+        assert_eq!(decide(&limits, 0, false, true), Decision::Accept);
+        assert_eq!(decide(&limits, 1, false, true), Decision::Accept);
+        assert_eq!(decide(&limits, 2, false, true), Decision::Retry);
+        // Proven by a token: taken, though the worker is busy.
+        assert_eq!(decide(&limits, 3, true, false), Decision::Accept);
+        // A client that already retried is not asked again.
+        assert_eq!(decide(&limits, 3, false, false), Decision::Accept);
+        assert_eq!(decide(&limits, 4, true, false), Decision::Refuse);
+        let always = Limits {
+            retry: Retry::Always,
+            ..limits
+        };
+        assert_eq!(decide(&always, 0, false, true), Decision::Retry);
+        assert_eq!(decide(&always, 0, true, false), Decision::Accept);
+        let never = Limits {
+            retry: Retry::Never,
+            ..limits
+        };
+        assert_eq!(decide(&never, 3, false, true), Decision::Accept);
+    }
+}
