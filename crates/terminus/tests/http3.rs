@@ -266,20 +266,31 @@ fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_others_do_not() {
 /// server worker, which Python's aioquic is not), each connection then closed; how many
 /// completed.
 fn quic_storm(port: u16, count: usize) -> usize {
+    quic_storm_with(port, count, None)
+}
+
+/// [`quic_storm`], the client offering only `group` where given.
+fn quic_storm_with(
+    port: u16,
+    count: usize,
+    group: Option<&'static dyn rustls::crypto::SupportedKxGroup>,
+) -> usize {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate))
-        .with_no_client_auth();
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        if let Some(group) = group {
+            provider.kx_groups = vec![group];
+        }
+        let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+            .with_no_client_auth();
         crypto.alpn_protocols = vec![b"h3".to_vec()];
         crypto.resumption = rustls::client::Resumption::disabled();
         let config = quinn::ClientConfig::new(Arc::new(
@@ -455,4 +466,66 @@ fn a_flood_of_initials_above_the_limit_is_refused_and_an_established_connection_
         server.metric("terminus_quic_handshake_failures_total", &[]),
         0.0
     );
+}
+
+/// A ClientHello carrying an X25519MLKEM768 key share (over 1,200 bytes) spans two
+/// Initial packets: the first packet processed on the bridge holds half of it, and the
+/// rest, arriving as a second datagram, is answered on the bridge too (the hybrid key
+/// exchange and the signature by the engine, nothing synchronous).
+#[test]
+fn a_client_hello_over_two_initials_is_answered_on_the_bridge() {
+    let dir = TestDir::new("h3-mlkem");
+    let (server, port) = h3_server(&dir, KeyKind::EcdsaP256, "scalar");
+    let done = quic_storm_with(
+        port,
+        4,
+        Some(rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768),
+    );
+    assert_eq!(done, 4, "{}", server.stderr());
+    assert_eq!(
+        server.metric(
+            "terminus_crypto_requests_total",
+            &["op=\"x25519mlkem768\"", "backend=\"scalar\""]
+        ),
+        4.0
+    );
+    assert_eq!(
+        server.metric("terminus_crypto_sync_fallbacks_total", &[]),
+        0.0
+    );
+    assert_eq!(server.metric("terminus_quic_handshakes_total", &[]), 4.0);
+}
+
+/// `[http3]` settings that cannot work, and `http3` on a plain listener, are refused at
+/// their line by `terminus check`.
+#[test]
+fn http3_settings_that_cannot_work_are_refused_at_their_line() {
+    let dir = TestDir::new("h3-config");
+    for (text, says, line) in [
+        (
+            "[http3]\nretry = \"sometimes\"\n",
+            "is not a Retry policy",
+            2,
+        ),
+        (
+            "[http3]\nmax_handshakes = 0\n",
+            "would refuse every QUIC connection",
+            2,
+        ),
+        (
+            "listen = [{ address = \"127.0.0.1:0\", plain = \"redirect\", http3 = true }]\n",
+            "http3 is for TLS listeners",
+            1,
+        ),
+    ] {
+        let conf = dir.write("bad.toml", text);
+        let out =
+            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            err.contains(says) && err.contains(&format!("bad.toml:{line}")),
+            "{text}\n{err}"
+        );
+    }
 }
