@@ -105,13 +105,24 @@ fn h3_server(dir: &TestDir, key: KeyKind, backend: &str) -> (Server, u16) {
 
 /// [`h3_server`] with `http3` lines (`[http3]`'s keys).
 fn h3_server_with(dir: &TestDir, key: KeyKind, backend: &str, http3: &str) -> (Server, u16) {
+    h3_server_full(dir, key, backend, http3, "")
+}
+
+/// [`h3_server_with`], `more` appended to the file (after the server).
+fn h3_server_full(
+    dir: &TestDir,
+    key: KeyKind,
+    backend: &str,
+    http3: &str,
+    more: &str,
+) -> (Server, u16) {
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/index.html", "over h3\n");
     let port = free_port();
     let conf = dir.write(
         "terminus.toml",
         format!(
-            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"{backend}\"\n[http3]\n{http3}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"{backend}\"\n[http3]\n{http3}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{more}",
             dir.path("www").display(),
             pair.cert.display(),
             pair.key.display()
@@ -528,4 +539,56 @@ fn http3_settings_that_cannot_work_are_refused_at_their_line() {
             "{text}\n{err}"
         );
     }
+}
+
+/// A request over HTTP/3 to a proxied route reaches the upstream (a real HTTP/1.1
+/// server: Python's http.server) and its answer comes back whole.
+#[test]
+fn a_proxied_request_over_http3_is_answered_by_the_upstream() {
+    if !aioquic() {
+        return;
+    }
+    let dir = TestDir::new("h3-proxy");
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    dir.write("upstream/api/data.bin", &body);
+    let upstream_port = free_port();
+    let mut upstream = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &upstream_port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(dir.path("upstream"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), "the upstream listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", upstream_port)).is_ok()
+    });
+    let (server, port) = h3_server_full(
+        &dir,
+        KeyKind::EcdsaP256,
+        "scalar",
+        "",
+        &format!("[[server.route]]\npath = \"/api/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:{upstream_port}\"]\n"),
+    );
+    let script = dir.write("gets.py", GETS);
+    let out = run(Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg("/api/data.bin"));
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("/api/data.bin 200 100000 {}", openssl_sha256(&body)),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
 }
