@@ -28,6 +28,9 @@ pub struct Limits {
     pub retry: Retry,
     /// Handshakes in flight at most; a new connection beyond is refused.
     pub max_handshakes: usize,
+    /// How long a handshake may take (`timeouts.handshake`, as TCP's): past it the
+    /// connection is closed and its place freed.
+    pub handshake_timeout: std::time::Duration,
 }
 
 impl Limits {
@@ -40,6 +43,7 @@ impl Default for Limits {
         Self {
             retry: Retry::Above(Self::MAX_HANDSHAKES / 2),
             max_handshakes: Self::MAX_HANDSHAKES,
+            handshake_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -85,6 +89,7 @@ mod tests {
         let limits = Limits {
             retry: Retry::Above(2),
             max_handshakes: 4,
+            ..Limits::default()
         };
         assert_eq!(decide(&limits, 0, false, true), Decision::Accept);
         assert_eq!(decide(&limits, 1, false, true), Decision::Accept);

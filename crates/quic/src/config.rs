@@ -33,6 +33,14 @@ pub fn server_config(tls: &Arc<rustls::ServerConfig>) -> Result<Arc<ServerConfig
     // decoder) and a bidirectional one per request.
     transport.max_concurrent_uni_streams(VarInt::from_u32(8));
     transport.max_concurrent_bidi_streams(VarInt::from_u32(100));
+    // What one connection may make the server hold: quinn's defaults let a connection
+    // buffer up to its whole receive window unread.
+    transport.stream_receive_window(VarInt::from_u32(1 << 20));
+    transport.receive_window(VarInt::from_u32(8 << 20));
+    transport.send_window(8 << 20);
+    // No QUIC DATAGRAM frames: HTTP/3 datagrams are not served, and quinn would buffer
+    // them.
+    transport.datagram_receive_buffer_size(None);
     let mut config = ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(Arc::new(transport));
     Ok(Arc::new(config))

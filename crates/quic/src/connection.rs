@@ -13,9 +13,11 @@
 use std::rc::Rc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use h3::quic::ConnectionErrorIncoming;
 use quinn_proto::{
     Connection, ConnectionEvent, ConnectionHandle, Event, FailedAccept, FirstPacket, Transmit,
+    VarInt,
 };
 use terminus_engine::HandshakeContext;
 use terminus_tls::handshake::bridge;
@@ -30,32 +32,53 @@ use crate::Established;
 /// handshake, then its life shared with its HTTP/3 side.
 pub(crate) async fn run(
     shared: Rc<Shared>,
-    ch: ConnectionHandle,
+    (ch, route): (ConnectionHandle, u64),
     conn: Box<Connection>,
     first: FirstPacket,
     failed: FailedAccept,
-    mut events: mpsc::UnboundedReceiver<ConnectionEvent>,
+    mut events: mpsc::Receiver<ConnectionEvent>,
     in_flight: InFlight,
 ) {
     let ctx = HandshakeContext::new(Instant::now());
-    let handshaken = handshake(&shared, ch, conn, first, failed, &mut events, &ctx).await;
+    let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
+    let handshaken = handshake(
+        &shared,
+        (ch, route),
+        conn,
+        (first, failed),
+        &mut events,
+        &ctx,
+        deadline,
+    )
+    .await;
     drop(in_flight);
-    if let Some(conn) = handshaken {
-        established(&shared, ch, conn, events, ctx).await;
+    match handshaken {
+        Handshaken::Done(conn) => established(&shared, ch, conn, events, ctx).await,
+        Handshaken::TimedOut(conn) => drain(&shared, ch, conn, events).await,
+        Handshaken::Failed => {}
     }
-    shared.routes.borrow_mut().remove(&ch);
+    shared.unroute(ch, route);
 }
 
-/// Runs the handshake to its end; the connection, if it completed.
+/// How a handshake ended.
+enum Handshaken {
+    Done(Box<Connection>),
+    /// Closed at the handshake timeout: to drive until drained.
+    TimedOut(Box<Connection>),
+    /// Gone (refused, failed, or drained).
+    Failed,
+}
+
+/// Runs the handshake to its end, or to `deadline` (`timeouts.handshake`, as TCP's).
 async fn handshake(
     shared: &Shared,
-    ch: ConnectionHandle,
+    (ch, route): (ConnectionHandle, u64),
     conn: Box<Connection>,
-    first: FirstPacket,
-    failed: FailedAccept,
-    events: &mut mpsc::UnboundedReceiver<ConnectionEvent>,
+    (first, failed): (FirstPacket, FailedAccept),
+    events: &mut mpsc::Receiver<ConnectionEvent>,
     ctx: &HandshakeContext,
-) -> Option<Box<Connection>> {
+    deadline: tokio::time::Instant,
+) -> Handshaken {
     let engine = shared.engine.clone();
     // Everything crossing the coroutine is boxed: corosensei moves the closure and the
     // result through the coroutine's stack.
@@ -76,10 +99,13 @@ async fn handshake(
             .endpoint
             .borrow_mut()
             .accept_failed(ch, failed, &e, &mut out);
+        // The handle is free again from here: forgotten before anything awaits, so
+        // that a connection given it meanwhile keeps its queue.
+        shared.unroute(ch, route);
         if let Some(transmit) = response {
             shared.send(&transmit, &out).await;
         }
-        return None;
+        return Handshaken::Failed;
     }
     drop(failed);
     loop {
@@ -89,7 +115,7 @@ async fn handshake(
                 Event::Connected => {
                     ctx.finished();
                     shared.metrics.handshaken();
-                    return Some(conn);
+                    return Handshaken::Done(conn);
                 }
                 Event::ConnectionLost { reason } => {
                     shared.metrics.failed();
@@ -99,15 +125,49 @@ async fn handshake(
             }
         }
         if conn.is_drained() {
-            return None;
+            return Handshaken::Failed;
         }
-        let deadline = conn.poll_timeout();
+        let timer = conn.poll_timeout();
         tokio::select! {
             event = events.recv() => {
-                let event = event?;
+                let Some(event) = event else { return Handshaken::Failed };
                 conn = step(conn, event, shared, ctx).await;
+                // What else queued meanwhile, before anything is sent.
+                while let Ok(event) = events.try_recv() {
+                    conn = step(conn, event, shared, ctx).await;
+                }
             }
-            () = sleep_until(deadline) => conn.handle_timeout(Instant::now()),
+            () = sleep_until(timer) => conn.handle_timeout(Instant::now()),
+            () = tokio::time::sleep_until(deadline) => {
+                shared.metrics.failed();
+                conn.close(Instant::now(), VarInt::from_u32(0), Bytes::from_static(b"handshake timeout"));
+                return Handshaken::TimedOut(conn);
+            }
+        }
+    }
+}
+
+/// Drives a closing connection until it is drained (its CONNECTION_CLOSE sent and the
+/// draining period over), so that the endpoint forgets it.
+async fn drain(
+    shared: &Shared,
+    ch: ConnectionHandle,
+    mut conn: Box<Connection>,
+    mut events: mpsc::Receiver<ConnectionEvent>,
+) {
+    loop {
+        send_all(shared, gather(shared, ch, &mut conn)).await;
+        while conn.poll().is_some() {}
+        if conn.is_drained() {
+            return;
+        }
+        let timer = conn.poll_timeout();
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(event) => conn.handle_event(event),
+                None => return,
+            },
+            () = sleep_until(timer) => conn.handle_timeout(Instant::now()),
         }
     }
 }
@@ -118,7 +178,7 @@ async fn established(
     shared: &Shared,
     ch: ConnectionHandle,
     conn: Box<Connection>,
-    mut events: mpsc::UnboundedReceiver<ConnectionEvent>,
+    mut events: mpsc::Receiver<ConnectionEvent>,
     handshake: HandshakeContext,
 ) {
     let remote = conn.remote_address();
@@ -162,7 +222,11 @@ async fn established(
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { return };
-                state.borrow_mut().conn.handle_event(event);
+                let mut state = state.borrow_mut();
+                state.conn.handle_event(event);
+                while let Ok(event) = events.try_recv() {
+                    state.conn.handle_event(event);
+                }
             }
             () = sleep_until(deadline) => state.borrow_mut().conn.handle_timeout(Instant::now()),
             () = kick.notified() => {}

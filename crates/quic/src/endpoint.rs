@@ -39,8 +39,12 @@ const MAX_DATAGRAM: usize = 65_527;
 pub(crate) struct Shared {
     pub(crate) socket: UdpSocket,
     pub(crate) endpoint: RefCell<Endpoint>,
-    /// Each connection's queue of events from the endpoint.
-    pub(crate) routes: RefCell<HashMap<ConnectionHandle, mpsc::UnboundedSender<ConnectionEvent>>>,
+    /// Each connection's queue of events from the endpoint, with the number of the
+    /// connection that holds the handle now (quinn-proto reuses a handle once its
+    /// connection is drained).
+    pub(crate) routes: RefCell<HashMap<ConnectionHandle, (u64, mpsc::Sender<ConnectionEvent>)>>,
+    /// Numbers connections, for [`Shared::routes`].
+    next_route: Cell<u64>,
     pub(crate) engine: Engine,
     pub(crate) metrics: &'static QuicMetrics,
     /// The socket's address.
@@ -48,7 +52,7 @@ pub(crate) struct Shared {
     /// Given each connection whose handshake completed.
     pub(crate) on_established: OnEstablished,
     /// Which new connections are taken.
-    limits: Limits,
+    pub(crate) limits: Limits,
     /// Handshakes in flight on this worker.
     handshaking: Cell<usize>,
 }
@@ -83,7 +87,8 @@ pub async fn serve(
     socket.set_nonblocking(true)?;
     let socket = UdpSocket::from_std(socket)?;
     let local = socket.local_addr()?;
-    let local_ip = local.ip();
+    // A wildcard socket does not know which of the host's addresses a datagram reached.
+    let local_ip = (!local.ip().is_unspecified()).then_some(local.ip());
     let endpoint = Endpoint::new(
         Arc::new(EndpointConfig::default()),
         Some(config),
@@ -94,6 +99,7 @@ pub async fn serve(
         socket,
         endpoint: RefCell::new(endpoint),
         routes: RefCell::default(),
+        next_route: Cell::new(0),
         engine,
         metrics: &crate::QUIC_METRICS,
         local,
@@ -116,7 +122,7 @@ pub async fn serve(
         let event = shared.endpoint.borrow_mut().handle(
             now,
             remote,
-            Some(local_ip),
+            local_ip,
             None,
             BytesMut::from(&datagram[..len]),
             &mut out,
@@ -158,10 +164,25 @@ impl Drop for InFlight {
     }
 }
 
-/// Hands `event` to connection `ch`'s task (dropped if the connection has gone).
+/// Datagrams queued for one connection at most: beyond, while its task is busy (a
+/// handshake waiting for the engine), they are dropped, as a full socket buffer would.
+const QUEUE: usize = 64;
+
+/// Hands `event` to connection `ch`'s task (dropped if the connection has gone, or its
+/// queue is full: QUIC recovers from a lost datagram).
 pub(crate) fn route(shared: &Shared, ch: ConnectionHandle, event: ConnectionEvent) {
-    if let Some(queue) = shared.routes.borrow().get(&ch) {
-        let _ = queue.send(event);
+    if let Some((_, queue)) = shared.routes.borrow().get(&ch) {
+        let _ = queue.try_send(event);
+    }
+}
+
+impl Shared {
+    /// Forgets connection `ch`'s queue if it is still connection `id`'s.
+    pub(crate) fn unroute(&self, ch: ConnectionHandle, id: u64) {
+        let mut routes = self.routes.borrow_mut();
+        if routes.get(&ch).is_some_and(|(held, _)| *held == id) {
+            routes.remove(&ch);
+        }
     }
 }
 
@@ -204,12 +225,14 @@ async fn accept(
     match accepted {
         Ok((ch, conn, first, failed)) => {
             let in_flight = InFlight::new(shared);
-            let (queue, events) = mpsc::unbounded_channel();
-            shared.routes.borrow_mut().insert(ch, queue);
+            let (queue, events) = mpsc::channel(QUEUE);
+            let id = shared.next_route.get();
+            shared.next_route.set(id + 1);
+            shared.routes.borrow_mut().insert(ch, (id, queue));
             shared.metrics.accepted();
             tokio::task::spawn_local(connection::run(
                 shared.clone(),
-                ch,
+                (ch, id),
                 Box::new(conn),
                 first,
                 failed,

@@ -15,8 +15,9 @@
 //! - `transport`: the `h3` crate's QUIC traits over such a connection.
 //! - [`QuicMetrics`]: connections and handshakes.
 //!
-//! Not yet: Retry and the handshake limits,
-//! connection IDs that name their worker, GSO/GRO (quinn-udp).
+//! Not yet: connection IDs that name their worker (a migrated connection whose
+//! datagrams the kernel hands to another worker is lost), GSO/GRO (quinn-udp), and the
+//! datagram's destination address on a wildcard socket.
 
 pub mod admission;
 pub mod config;

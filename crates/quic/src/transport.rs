@@ -258,6 +258,11 @@ impl quic::SendStream<Bytes> for SendStream {
                     wrote = true;
                 }
                 Err(WriteError::Blocked) => {
+                    // quinn-proto says Blocked on a closed connection too: nothing would
+                    // ever wake this writer.
+                    if state.closed.is_some() {
+                        return Poll::Ready(Err(state.stream_closed()));
+                    }
                     state.writers.insert(self.id, cx.waker().clone());
                     if wrote {
                         state.kick();
@@ -307,6 +312,17 @@ impl quic::SendStream<Bytes> for SendStream {
 
     fn send_id(&self) -> quic::StreamId {
         h3_id(self.id)
+    }
+}
+
+impl Drop for SendStream {
+    /// A send half dropped unfinished (a response given up on) is finished, so that the
+    /// client is not left waiting and the stream is freed.
+    fn drop(&mut self) {
+        let mut state = self.state.borrow_mut();
+        let _ = state.conn.send_stream(self.id).finish();
+        state.writers.remove(&self.id);
+        state.kick();
     }
 }
 
@@ -363,6 +379,17 @@ impl quic::RecvStream for RecvStream {
 
     fn recv_id(&self) -> quic::StreamId {
         h3_id(self.id)
+    }
+}
+
+impl Drop for RecvStream {
+    /// A receive half dropped before its end (a body not read) is stopped, so that the
+    /// stream is freed and the peer gets its stream credit back.
+    fn drop(&mut self) {
+        let mut state = self.state.borrow_mut();
+        let _ = state.conn.recv_stream(self.id).stop(VarInt::from_u32(0));
+        state.readers.remove(&self.id);
+        state.kick();
     }
 }
 

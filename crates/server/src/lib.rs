@@ -259,7 +259,10 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     } else {
         Some((
             terminus_quic::server_config(&site.tls).map_err(StartError::Http3)?,
-            config.http3,
+            terminus_quic::Limits {
+                handshake_timeout: config.handshake_timeout,
+                ..config.http3
+            },
         ))
     };
     let admin = config

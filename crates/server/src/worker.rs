@@ -113,6 +113,11 @@ pub fn run(
             files: Rc::default(),
             upstream_pool: Rc::default(),
         });
+        let http3: Vec<Listen> = listeners
+            .iter()
+            .filter(|(_, l)| l.http3)
+            .map(|(_, l)| l.clone())
+            .collect();
         let acceptors = listeners
             .into_iter()
             .map(|(listener, listen)| Acceptor::new(listener, listen))
@@ -124,13 +129,14 @@ pub fn run(
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
         }
         if let Some((config, limits)) = &worker.shared.quic {
-            for socket in quic_sockets {
+            // The sockets were bound for the http3 listeners, in their order.
+            for (socket, listen) in quic_sockets.into_iter().zip(http3) {
                 let serving = terminus_quic::serve(
                     socket,
                     config.clone(),
                     *limits,
                     worker.engine.clone(),
-                    crate::connection::quic::on_established(worker.clone()),
+                    crate::connection::quic::on_established(worker.clone(), listen),
                 );
                 tokio::task::spawn_local(async move {
                     if let Err(e) = serving.await {

@@ -429,7 +429,8 @@ fn retry_always_makes_every_connection_prove_its_address_and_handshakes_complete
 }
 
 /// A flood of Initials above `max_handshakes` is refused, the rest served, and an
-/// HTTP/3 connection established before the flood is served during and after it.
+/// HTTP/3 connection established before the flood stays up through it and is served
+/// after it (its second request).
 #[test]
 fn a_flood_of_initials_above_the_limit_is_refused_and_an_established_connection_is_served() {
     if !aioquic() {
@@ -468,9 +469,10 @@ fn a_flood_of_initials_above_the_limit_is_refused_and_an_established_connection_
     );
     assert!(refused >= 1.0, "no Initial refused");
     assert!(done >= 4, "{done} handshakes completed");
-    assert_eq!(
-        done as f64 + refused,
-        256.0,
+    // Every client turned away was refused (a retransmitted Initial may be refused
+    // again).
+    assert!(
+        refused >= (256 - done) as f64,
         "{done} completed, {refused} refused"
     );
     assert_eq!(

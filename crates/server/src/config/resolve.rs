@@ -438,6 +438,20 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             return Err(ctx.err(None, format!("timeouts.{name} must be above zero"), None));
         }
     }
+    if config.listen.iter().any(|l| l.http3) {
+        if let Some(server) = config.servers.iter().find(|s| s.client_auth.is_some()) {
+            // QUIC has one TLS configuration for every host: a host's client
+            // certificates would not be asked for over it.
+            return Err(ctx.err(
+                None,
+                format!(
+                    "http3 and client_auth (server {}) do not go together yet: HTTP/3 would serve that server without a client certificate",
+                    server.names.first().map_or("", String::as_str)
+                ),
+                Some("take http3 off the listeners, or client_auth off the server".to_owned()),
+            ));
+        }
+    }
     Ok(config)
 }
 
@@ -552,6 +566,7 @@ fn resolve_http3(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<terminus_quic::Limit
     Ok(Limits {
         retry,
         max_handshakes,
+        ..Limits::default()
     })
 }
 

@@ -7,26 +7,34 @@ use std::time::Instant;
 
 use terminus_observe::{Breakdown, HandshakeLabels, Observed};
 
+use crate::config::Listen;
 use crate::http::{self, ConnectionInfo};
 use crate::worker::{OpenConnection, Worker};
 
-/// What this worker does with each established QUIC connection: serve it.
-pub(crate) fn on_established(worker: Rc<Worker>) -> terminus_quic::OnEstablished {
+/// What this worker does with each QUIC connection established on `listen`: serve it.
+pub(crate) fn on_established(worker: Rc<Worker>, listen: Listen) -> terminus_quic::OnEstablished {
+    let listen = Rc::new(listen);
     Rc::new(move |established| {
-        tokio::task::spawn_local(serve(worker.clone(), established));
+        tokio::task::spawn_local(serve(worker.clone(), listen.clone(), established));
     })
 }
 
-async fn serve(worker: Rc<Worker>, established: terminus_quic::Established) {
+async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_quic::Established) {
     let terminus_quic::Established {
-        h3,
+        mut h3,
         remote,
         local,
         sni,
         handshake,
     } = established;
-    // Counted against max_connections like a TCP connection; none left: not served.
+    // Counted against max_connections like a TCP connection; none left: closed with
+    // HTTP/3's "excessive load".
     let Ok(permit) = worker.shared.connection_limit.clone().try_acquire_owned() else {
+        h3::quic::OpenStreams::<bytes::Bytes>::close(
+            &mut h3,
+            h3::error::Code::H3_EXCESSIVE_LOAD,
+            b"too many connections",
+        );
         return;
     };
     let _open = OpenConnection::new(worker.clone(), permit);
@@ -50,7 +58,8 @@ async fn serve(worker: Rc<Worker>, established: terminus_quic::Established) {
     let set = worker.shared.metrics.phases.handshake(labels, &breakdown);
     let observed = Observed::new(handshake.id(), ended, breakdown, set);
     let info = ConnectionInfo {
-        origin: terminus_proxy::Origin::new(remote, local, "https"),
+        origin: terminus_proxy::Origin::new(remote, local, "https")
+            .keeping_forwarded(listen.keeps_forwarded(remote.ip())),
         site,
         host,
         sni,
@@ -62,5 +71,5 @@ async fn serve(worker: Rc<Worker>, established: terminus_quic::Established) {
         handshake: observed,
         alt_svc: None,
     };
-    http::h3::serve(h3, Rc::new(info)).await;
+    http::h3::serve(h3, Rc::new(info), worker.shared.shutdown.clone()).await;
 }

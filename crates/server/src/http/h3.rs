@@ -10,13 +10,27 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, SizeHint};
 use hyper::{header, Request, Response};
 use terminus_quic::H3Connection;
+use tokio::sync::watch;
 
 use super::body::{Piece, RequestBody};
 use super::Responder;
 
-/// Serves HTTP/3 on `conn` until the client closes it or it idles out.
-pub(crate) async fn serve<R: Responder + 'static>(conn: H3Connection, responder: Rc<R>) {
-    let mut h3 = match h3::server::builder().build(conn).await {
+/// The largest request head taken (its fields, QPACK-decoded): nginx's default
+/// `large_client_header_buffers` allow 4 of 8 KiB.
+const MAX_FIELD_SECTION: u64 = 32 * 1024;
+
+/// Serves HTTP/3 on `conn` until the client closes it, it idles out, or `shutdown` fires
+/// (then a GOAWAY, and the requests in progress finish).
+pub(crate) async fn serve<R: Responder + 'static>(
+    conn: H3Connection,
+    responder: Rc<R>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let built = h3::server::builder()
+        .max_field_section_size(MAX_FIELD_SECTION)
+        .build(conn)
+        .await;
+    let mut h3 = match built {
         Ok(h3) => h3,
         Err(e) => {
             tracing::debug!("h3: connection not set up: {e}");
@@ -24,7 +38,14 @@ pub(crate) async fn serve<R: Responder + 'static>(conn: H3Connection, responder:
         }
     };
     loop {
-        match h3.accept().await {
+        let accepted = tokio::select! {
+            accepted = h3.accept() => accepted,
+            _ = shutdown.wait_for(|&stop| stop) => {
+                let _ = h3.shutdown(0).await;
+                return;
+            }
+        };
+        match accepted {
             Ok(Some(resolver)) => {
                 tokio::task::spawn_local(request(resolver, responder.clone()));
             }

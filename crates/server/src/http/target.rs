@@ -31,12 +31,14 @@ pub(crate) fn settle_host<B>(req: &mut Request<B>) -> Result<Option<Authority>, 
     }
     let host = match (req.uri().authority(), field) {
         // HTTP/2's :authority, or HTTP/1.1's absolute form (whose Host a proxy must
-        // ignore and replace: RFC 9112 section 3.2.2). HTTP/2 with both must agree.
+        // ignore and replace: RFC 9112 section 3.2.2). HTTP/2 and HTTP/3 with both must
+        // agree (RFC 9113 section 8.3.1, RFC 9114 section 4.3.1).
         (Some(uri), field) => {
             let same = field
                 .as_ref()
                 .is_some_and(|f| f.as_str().eq_ignore_ascii_case(uri.as_str()));
-            if req.version() == Version::HTTP_2 && field.is_some() && !same {
+            let multiplexed = matches!(req.version(), Version::HTTP_2 | Version::HTTP_3);
+            if multiplexed && field.is_some() && !same {
                 return Err(StatusCode::BAD_REQUEST);
             }
             let host = authority(uri.as_str().as_bytes())?;
