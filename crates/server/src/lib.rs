@@ -254,17 +254,6 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let mut quic_per_worker = listener::bind_udp_all(&http3, config.workers)
         .map_err(|(addr, source)| StartError::Listen { addr, source })?
         .into_iter();
-    let quic = if http3.is_empty() {
-        None
-    } else {
-        Some((
-            terminus_quic::server_config(&site.tls).map_err(StartError::Http3)?,
-            terminus_quic::Limits {
-                handshake_timeout: config.handshake_timeout,
-                ..config.http3
-            },
-        ))
-    };
     let admin = config
         .admin
         .map(|addr| {
@@ -275,7 +264,23 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let checks = health_checks::HealthChecks::start(shutdown_rx.clone())?;
     checks.watch(&site);
+    let quic_tls = (!http3.is_empty()).then(|| (*site.tls).clone());
     let handle = SiteHandle::new(site);
+    let quic = match quic_tls {
+        None => None,
+        Some(mut tls) => {
+            // Built once for the endpoints' life; its certificates follow the current
+            // site (reloads, ACME renewals).
+            tls.cert_resolver = Arc::new(site::LiveCertificates(handle.clone()));
+            Some((
+                terminus_quic::server_config(&Arc::new(tls)).map_err(StartError::Http3)?,
+                terminus_quic::Limits {
+                    handshake_timeout: config.handshake_timeout,
+                    ..config.http3
+                },
+            ))
+        }
+    };
     let shared = worker::Shared {
         site: handle.clone(),
         metrics: metrics.clone(),

@@ -271,6 +271,27 @@ impl SiteHandle {
     }
 }
 
+/// The certificates of whichever site is current, for a TLS configuration built once
+/// and kept across reloads (QUIC's: quinn-proto holds its configuration for the
+/// endpoint's life), so that a reload's or an ACME renewal's certificates reach it.
+#[derive(Debug)]
+pub struct LiveCertificates(pub SiteHandle);
+
+impl std::fmt::Debug for SiteHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SiteHandle")
+    }
+}
+
+impl rustls::server::ResolvesServerCert for LiveCertificates {
+    fn resolve(
+        &self,
+        hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.current().resolver.resolve(hello)
+    }
+}
+
 /// A `certificates = "acme"` server's certificates: those the state directory holds that
 /// are valid now and for exactly its names; without any, the self-signed ones (before
 /// the first order completes, or while it is retried).
