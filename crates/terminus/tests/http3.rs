@@ -644,3 +644,63 @@ fn a_reload_s_new_certificate_is_shown_to_new_quic_handshakes() {
         || serial() == renewed,
     );
 }
+
+/// A client that closes its connection in the middle of a large download leaves nothing
+/// behind: the response's task, blocked on a full send window, is told the connection
+/// is gone and ends, and the connection (counted open until its last request's task is
+/// done) stops counting as open.
+#[test]
+fn a_client_gone_mid_download_frees_its_connection() {
+    if !aioquic() {
+        return;
+    }
+    let dir = TestDir::new("h3-abort");
+    dir.write("www/big.bin", vec![1u8; 8 << 20]);
+    let (server, port) = h3_server(&dir, KeyKind::EcdsaP256, "scalar");
+    let script = dir.write(
+        "abort.py",
+        r#"
+import asyncio, ssl, sys
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived
+from aioquic.quic.configuration import QuicConfiguration
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.h3 = H3Connection(self._quic)
+        self.first = self._loop.create_future()
+    def quic_event_received(self, event):
+        for ev in self.h3.handle_event(event):
+            if isinstance(ev, DataReceived) and not self.first.done():
+                self.first.set_result(None)
+
+async def main(port):
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN,
+                               verify_mode=ssl.CERT_NONE, server_name="localhost")
+    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as client:
+        sid = client._quic.get_next_available_stream_id()
+        client.h3.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
+            (b":authority", b"localhost"), (b":path", b"/big.bin")], end_stream=True)
+        client.transmit()
+        await asyncio.wait_for(client.first, 10)
+        client.close()
+    print("closed")
+
+asyncio.run(main(int(sys.argv[1])))
+"#,
+    );
+    let out = run(Command::new("python3").arg(&script).arg(port.to_string()));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim() == "closed",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the connection no longer open",
+        || server.metric("terminus_connections_open", &[]) == 0.0,
+    );
+}

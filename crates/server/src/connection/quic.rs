@@ -37,7 +37,7 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         );
         return;
     };
-    let _open = OpenConnection::new(worker.clone(), permit);
+    let open = OpenConnection::new(worker.clone(), permit);
     let site = worker.shared.site.current();
     let host = site.resolver.lookup(sni.as_deref());
     let (ended, breakdown) = {
@@ -71,5 +71,5 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         handshake: observed,
         alt_svc: None,
     };
-    http::h3::serve(h3, Rc::new(info), worker.shared.shutdown.clone()).await;
+    http::h3::serve(h3, Rc::new(info), worker.shared.shutdown.clone(), open).await;
 }

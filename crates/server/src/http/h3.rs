@@ -14,18 +14,22 @@ use tokio::sync::watch;
 
 use super::body::{Piece, RequestBody};
 use super::Responder;
+use crate::worker::OpenConnection;
 
 /// The largest request head taken (its fields, QPACK-decoded): nginx's default
 /// `large_client_header_buffers` allow 4 of 8 KiB.
 const MAX_FIELD_SECTION: u64 = 32 * 1024;
 
 /// Serves HTTP/3 on `conn` until the client closes it, it idles out, or `shutdown` fires
-/// (then a GOAWAY, and the requests in progress finish).
+/// (then a GOAWAY, and the requests in progress finish). The connection counts as open
+/// (`open`) until its last request's task is done, not only its accept loop.
 pub(crate) async fn serve<R: Responder + 'static>(
     conn: H3Connection,
     responder: Rc<R>,
     mut shutdown: watch::Receiver<bool>,
+    open: OpenConnection,
 ) {
+    let open = Rc::new(open);
     let built = h3::server::builder()
         .max_field_section_size(MAX_FIELD_SECTION)
         .build(conn)
@@ -47,7 +51,11 @@ pub(crate) async fn serve<R: Responder + 'static>(
         };
         match accepted {
             Ok(Some(resolver)) => {
-                tokio::task::spawn_local(request(resolver, responder.clone()));
+                let (responder, open) = (responder.clone(), open.clone());
+                tokio::task::spawn_local(async move {
+                    request(resolver, responder).await;
+                    drop(open);
+                });
             }
             Ok(None) => return,
             Err(e) => {
