@@ -48,6 +48,24 @@ fn pebble_certs() -> Option<PathBuf> {
     dir.join("pebble.minica.pem").exists().then_some(dir)
 }
 
+/// Whether a DNS server at 127.0.0.1:`port` answers a query (for a.test's A record).
+fn dns_answers(port: u16) -> bool {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // Header: id, recursion desired, one question; then a.test, type A, class IN.
+    let query = [
+        0x12, 0x34, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 1, b'a', 4, b't',
+        b'e', b's', b't', 0, 0x00, 0x01, 0x00, 0x01,
+    ];
+    if socket.send_to(&query, ("127.0.0.1", port)).is_err() {
+        return false;
+    }
+    let mut answer = [0u8; 512];
+    matches!(socket.recv_from(&mut answer), Ok((n, _)) if n >= 12 && answer[..2] == [0x12, 0x34])
+}
+
 /// A Pebble CA with its DNS, stopped (by PID) when dropped.
 struct Pebble {
     pebble: Option<Child>,
@@ -107,6 +125,11 @@ impl Pebble {
             .stderr(Stdio::null())
             .spawn()
             .expect("pebble-challtestsrv");
+        // Pebble resolves every name it validates here (over TCP too): a validation
+        // before the DNS server listens fails with "connection refused".
+        eventually(Duration::from_secs(10), "pebble-challtestsrv's DNS", || {
+            dns_answers(dns_port) && std::net::TcpStream::connect(("127.0.0.1", dns_port)).is_ok()
+        });
         let profiles = match short_secs {
             None => {
                 r#""default": {"description": "90 days", "validityPeriod": 7776000}"#.to_owned()
