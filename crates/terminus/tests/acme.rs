@@ -1038,14 +1038,6 @@ fn acme_settings_that_cannot_work_are_refused_at_their_line() {
         ),
     ];
     for (text, says, line) in cases {
-        let conf = dir.write("bad.toml", text);
-        let out =
-            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{text}");
-        assert!(
-            err.contains(says) && err.contains(&format!("bad.toml:{line}")),
-            "{text}\n{err}"
-        );
+        check_refuses(&dir, text, says, line);
     }
 }

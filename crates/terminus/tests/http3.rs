@@ -533,15 +533,7 @@ fn http3_settings_that_cannot_work_are_refused_at_their_line() {
             1,
         ),
     ] {
-        let conf = dir.write("bad.toml", text);
-        let out =
-            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{text}");
-        assert!(
-            err.contains(says) && err.contains(&format!("bad.toml:{line}")),
-            "{text}\n{err}"
-        );
+        check_refuses(&dir, text, says, line);
     }
 }
 

@@ -539,3 +539,16 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Asserts that `terminus check` refuses the configuration `text` (written in `dir`)
+/// with an error that `says` so and names the file's `line`.
+pub fn check_refuses(dir: &TestDir, text: &str, says: &str, line: usize) {
+    let conf = dir.write("bad.toml", text);
+    let out = run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        err.contains(says) && err.contains(&format!("bad.toml:{line}")),
+        "{text}\n{err}"
+    );
+}
