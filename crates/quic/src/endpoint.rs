@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use crate::admission::{self, Decision, Limits};
 use crate::connection;
 use crate::metrics::QuicMetrics;
+use crate::routing::{Handover, Member, Owner};
 use crate::OnEstablished;
 
 /// The largest UDP payload read (QUIC's datagrams are at most this, RFC 9000 section 14
@@ -79,6 +80,7 @@ impl Shared {
 /// completed is given to `on_established`, which serves its requests.
 pub async fn serve(
     socket: std::net::UdpSocket,
+    mut member: Member,
     config: Arc<ServerConfig>,
     limits: Limits,
     engine: Engine,
@@ -89,12 +91,9 @@ pub async fn serve(
     let local = socket.local_addr()?;
     // A wildcard socket does not know which of the host's addresses a datagram reached.
     let local_ip = (!local.ip().is_unspecified()).then_some(local.ip());
-    let endpoint = Endpoint::new(
-        Arc::new(EndpointConfig::default()),
-        Some(config),
-        true,
-        None,
-    );
+    let mut endpoint_config = EndpointConfig::default();
+    endpoint_config.cid_generator(member.cid_generators());
+    let endpoint = Endpoint::new(Arc::new(endpoint_config), Some(config), true, None);
     let shared = Rc::new(Shared {
         socket,
         endpoint: RefCell::new(endpoint),
@@ -110,21 +109,30 @@ pub async fn serve(
     let mut datagram = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::with_capacity(1500);
     loop {
-        let (len, remote) = match shared.socket.recv_from(&mut datagram).await {
-            Ok(received) => received,
-            // An ICMP error from an earlier send to a peer gone: nothing to do for
-            // the others.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) => return Err(e),
+        let (remote, data) = tokio::select! {
+            received = shared.socket.recv_from(&mut datagram) => match received {
+                Ok((len, remote)) => match member.route(remote, &datagram[..len]) {
+                    Owner::Here => (remote, BytesMut::from(&datagram[..len])),
+                    Owner::Handed => {
+                        shared.metrics.handed_over();
+                        continue;
+                    }
+                    Owner::Dropped => continue,
+                },
+                // An ICMP error from an earlier send to a peer gone: nothing to do
+                // for the others.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            },
+            Some(Handover { remote, data }) = member.inbox.recv() => (remote, data),
         };
-        let now = Instant::now();
         out.clear();
         let event = shared.endpoint.borrow_mut().handle(
-            now,
+            Instant::now(),
             remote,
             local_ip,
             None,
-            BytesMut::from(&datagram[..len]),
+            data,
             &mut out,
         );
         match event {

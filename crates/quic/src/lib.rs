@@ -13,17 +13,19 @@
 //! - `connection`: one connection's task: its handshake on the crypto bridge, then its
 //!   timers and datagrams, the connection shared with its HTTP/3 side.
 //! - `transport`: the `h3` crate's QUIC traits over such a connection.
+//! - [`routing`]: connection IDs that name their worker, and datagrams the kernel gave
+//!   to another worker (a client whose address changed) handed to the owner.
 //! - [`QuicMetrics`]: connections and handshakes.
 //!
-//! Not yet: connection IDs that name their worker (a migrated connection whose
-//! datagrams the kernel hands to another worker is lost), GSO/GRO (quinn-udp), and the
-//! datagram's destination address on a wildcard socket.
+//! Not yet: GSO/GRO (quinn-udp), and the datagram's destination address on a wildcard
+//! socket.
 
 pub mod admission;
 pub mod config;
 mod connection;
 pub mod endpoint;
 mod metrics;
+pub mod routing;
 pub mod transport;
 
 use std::net::SocketAddr;
@@ -53,3 +55,4 @@ pub use config::{server_config, H3_ALPN};
 pub use endpoint::serve;
 pub use metrics::{QuicMetrics, QUIC_METRICS};
 pub use quinn_proto::ServerConfig;
+pub use routing::{members, Member};

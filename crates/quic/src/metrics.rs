@@ -13,6 +13,7 @@ pub struct QuicMetrics {
     failed: Counter,
     retried: Counter,
     refused: Counter,
+    handed_over: Counter,
 }
 
 impl std::fmt::Debug for QuicMetrics {
@@ -44,6 +45,10 @@ impl QuicMetrics {
                 "terminus_quic_refused_total",
                 "New QUIC connections refused: the worker's handshakes in flight at [http3] max_handshakes.",
             ),
+            handed_over: Counter::new(
+                "terminus_quic_handed_over_total",
+                "QUIC datagrams one worker read for a connection another worker owns (its client's address changed), handed to that worker.",
+            ),
         }
     }
 
@@ -66,6 +71,10 @@ impl QuicMetrics {
     pub(crate) fn refused(&self) {
         self.refused.inc();
     }
+
+    pub(crate) fn handed_over(&self) {
+        self.handed_over.inc();
+    }
 }
 
 impl Render for QuicMetrics {
@@ -75,5 +84,6 @@ impl Render for QuicMetrics {
         self.failed.render(out);
         self.retried.render(out);
         self.refused.render(out);
+        self.handed_over.render(out);
     }
 }

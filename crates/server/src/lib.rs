@@ -251,9 +251,11 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         .filter(|(_, l)| l.http3)
         .map(|(addr, _)| *addr)
         .collect();
-    let mut quic_per_worker = listener::bind_udp_all(&http3, config.workers)
-        .map_err(|(addr, source)| StartError::Listen { addr, source })?
-        .into_iter();
+    let mut quic_per_worker = quic_endpoints(
+        listener::bind_udp_all(&http3, config.workers)
+            .map_err(|(addr, source)| StartError::Listen { addr, source })?,
+    )
+    .into_iter();
     let admin = config
         .admin
         .map(|addr| {
@@ -582,4 +584,24 @@ fn rebuild(
             false
         }
     }
+}
+
+/// Each worker's QUIC sockets (one per http3 listener) with its place among that
+/// listener's workers, which hand each other datagrams for their connections.
+fn quic_endpoints(
+    per_worker: Vec<Vec<std::net::UdpSocket>>,
+) -> Vec<Vec<(std::net::UdpSocket, terminus_quic::Member)>> {
+    let listeners = per_worker.first().map_or(0, Vec::len);
+    let mut members: Vec<_> = (0..listeners)
+        .map(|_| terminus_quic::members(per_worker.len()).into_iter())
+        .collect();
+    per_worker
+        .into_iter()
+        .map(|sockets| {
+            sockets
+                .into_iter()
+                .zip(members.iter_mut().map_while(Iterator::next))
+                .collect()
+        })
+        .collect()
 }

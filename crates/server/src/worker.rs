@@ -66,7 +66,7 @@ pub(crate) struct Worker {
 pub fn run(
     id: usize,
     listeners: Vec<(std::net::TcpListener, Listen)>,
-    quic_sockets: Vec<std::net::UdpSocket>,
+    quic_sockets: Vec<(std::net::UdpSocket, terminus_quic::Member)>,
     pin_cpu: Option<usize>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
@@ -130,9 +130,10 @@ pub fn run(
         }
         if let Some((config, limits)) = &worker.shared.quic {
             // The sockets were bound for the http3 listeners, in their order.
-            for (socket, listen) in quic_sockets.into_iter().zip(http3) {
+            for ((socket, member), listen) in quic_sockets.into_iter().zip(http3) {
                 let serving = terminus_quic::serve(
                     socket,
+                    member,
                     config.clone(),
                     *limits,
                     worker.engine.clone(),

@@ -107,16 +107,17 @@ fn h3_server(dir: &TestDir, key: KeyKind, backend: &str) -> (Server, u16) {
 
 /// [`h3_server`] with `http3` lines (`[http3]`'s keys).
 fn h3_server_with(dir: &TestDir, key: KeyKind, backend: &str, http3: &str) -> (Server, u16) {
-    h3_server_full(dir, key, backend, http3, "")
+    h3_server_full(dir, key, backend, http3, "", 1)
 }
 
-/// [`h3_server_with`], `more` appended to the file (after the server).
+/// [`h3_server_with`], `more` appended to the file (after the server), on `workers`.
 fn h3_server_full(
     dir: &TestDir,
     key: KeyKind,
     backend: &str,
     http3: &str,
     more: &str,
+    workers: usize,
 ) -> (Server, u16) {
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/index.html", "over h3\n");
@@ -124,7 +125,7 @@ fn h3_server_full(
     let conf = dir.write(
         "terminus.toml",
         format!(
-            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"{backend}\"\n[http3]\n{http3}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{more}",
+            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = {workers}\n[crypto]\nbackend = \"{backend}\"\n[http3]\n{http3}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{more}",
             dir.path("www").display(),
             pair.cert.display(),
             pair.key.display()
@@ -294,23 +295,7 @@ fn quic_storm_with(
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
-        if let Some(group) = group {
-            provider.kx_groups = vec![group];
-        }
-        let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate))
-            .with_no_client_auth();
-        crypto.alpn_protocols = vec![b"h3".to_vec()];
-        crypto.resumption = rustls::client::Resumption::disabled();
-        let config = quinn::ClientConfig::new(Arc::new(
-            quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap(),
-        ));
-        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-        endpoint.set_default_client_config(config);
+        let endpoint = quinn_client(group);
         let server: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let handles: Vec<_> = (0..count)
             .map(|_| {
@@ -335,6 +320,29 @@ fn quic_storm_with(
         endpoint.wait_idle().await;
         done
     })
+}
+
+/// A quinn client endpoint offering h3 (and only `group` where given), with no
+/// resumption, trusting any certificate; to be made within a tokio runtime.
+fn quinn_client(group: Option<&'static dyn rustls::crypto::SupportedKxGroup>) -> quinn::Endpoint {
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if let Some(group) = group {
+        provider.kx_groups = vec![group];
+    }
+    let mut crypto = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+        .with_no_client_auth();
+    crypto.alpn_protocols = vec![b"h3".to_vec()];
+    crypto.resumption = rustls::client::Resumption::disabled();
+    let config = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap(),
+    ));
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(config);
+    endpoint
 }
 
 /// The storm's client trusts any certificate: it measures the server, not PKI.
@@ -571,6 +579,7 @@ fn a_proxied_request_over_http3_is_answered_by_the_upstream() {
         "scalar",
         "",
         &format!("[[server.route]]\npath = \"/api/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:{upstream_port}\"]\n"),
+        1,
     );
     let script = dir.write("gets.py", GETS);
     let out = run(Command::new("python3")
@@ -695,4 +704,75 @@ asyncio.run(main(int(sys.argv[1])))
         "the connection no longer open",
         || server.metric("terminus_connections_open", &[]) == 0.0,
     );
+}
+
+/// A client whose address changes (a new UDP port, as after a NAT rebinding) keeps its
+/// connection with two workers: the kernel gives its datagrams from the new port to
+/// either worker's socket, and the one that does not own the connection hands them to
+/// the one that does (connection IDs name their worker), instead of dropping them or
+/// answering with a stateless reset. Rebinds until at least 3 were handed over (each
+/// rebind reaches the other worker about half the time); every request is answered.
+#[test]
+fn a_client_whose_address_changes_keeps_its_connection_across_workers() {
+    let dir = TestDir::new("h3-rebind");
+    let (server, port) = h3_server_full(&dir, KeyKind::EcdsaP256, "scalar", "", "", 2);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (rebinds, handed) = runtime.block_on(async {
+        let endpoint = quinn_client(None);
+        let server_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let conn = endpoint
+            .connect(server_addr, "localhost")
+            .unwrap()
+            .await
+            .expect("QUIC handshake");
+        let (mut driver, mut requests) = h3::client::new(h3_quinn::Connection::new(conn))
+            .await
+            .unwrap();
+        tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+        let mut rebinds = 0;
+        loop {
+            let request = http::Request::get(format!("https://localhost:{port}/index.html"))
+                .body(())
+                .unwrap();
+            let get = async {
+                let mut stream = requests.send_request(request).await?;
+                stream.finish().await?;
+                let response = stream.recv_response().await?;
+                let mut body = Vec::new();
+                while let Some(mut chunk) = stream.recv_data().await? {
+                    use bytes::Buf;
+                    while chunk.has_remaining() {
+                        let part = chunk.chunk();
+                        body.extend_from_slice(part);
+                        let n = part.len();
+                        chunk.advance(n);
+                    }
+                }
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>((response.status(), body))
+            };
+            let (status, body) = tokio::time::timeout(Duration::from_secs(10), get)
+                .await
+                .unwrap_or_else(|_| panic!("no answer after {rebinds} rebinds"))
+                .unwrap_or_else(|e| panic!("after {rebinds} rebinds: {e}"));
+            assert_eq!((status.as_u16(), &body[..]), (200, &b"over h3\n"[..]));
+            let handed = server.metric("terminus_quic_handed_over_total", &[]);
+            if handed >= 3.0 || rebinds == 40 {
+                break (rebinds, handed);
+            }
+            endpoint
+                .rebind(std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+                .unwrap();
+            rebinds += 1;
+        }
+    });
+    assert!(
+        handed >= 3.0,
+        "{handed} datagrams handed over in {rebinds} rebinds\n{}",
+        server.stderr()
+    );
+    assert_eq!(server.metric("terminus_quic_handshakes_total", &[]), 1.0);
 }

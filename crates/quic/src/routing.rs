@@ -1,0 +1,304 @@
+//! Which worker owns a QUIC connection, and datagrams handed to it.
+//!
+//! Every worker has its own UDP socket on the listener's port (`SO_REUSEPORT`), and the
+//! kernel picks the socket by hashing the datagram's addresses. A client that changes
+//! address (NAT rebinding, migration to another network) may therefore reach another
+//! worker, which does not know the connection: it would drop the datagram or answer
+//! with a stateless reset and kill a healthy connection. So the connection IDs terminus
+//! issues name their worker, and a worker hands a datagram whose destination ID names
+//! another worker to that worker, whose endpoint handles it as if its own socket had
+//! read it (it answers from its own socket: same address and port).
+//!
+//! A connection ID is `CID_LEN` bytes: the worker's index and a check value, both
+//! masked with a keyed hash (SipHash, one random key per listener) of the 8 random bytes
+//! that follow. To anyone without the key the ID is random, so an observer cannot link
+//! two IDs of one connection by their worker (RFC 9000 section 5.1); to the workers it
+//! names its owner, and the check rejects most IDs that terminus did not issue. Client
+//! chosen IDs (a first Initial's) are random too: the few that pass the check are
+//! handed to the same worker every time, which then serves that connection.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use quinn_proto::{ConnectionId, ConnectionIdGenerator, InvalidCid};
+use tokio::sync::mpsc;
+
+/// Length of the connection IDs terminus issues.
+pub const CID_LEN: usize = 12;
+/// Where the random part of an ID starts (the masked worker index and check before it).
+const RANDOM_AT: usize = 4;
+
+/// Datagrams waiting to be handled by a worker at most: beyond, they are dropped, as a
+/// full socket buffer would drop them.
+const HANDOVER_QUEUE: usize = 1024;
+
+/// A datagram read by one worker for a connection another worker owns.
+pub(crate) struct Handover {
+    pub(crate) remote: SocketAddr,
+    pub(crate) data: BytesMut,
+}
+
+/// The key that masks connection IDs, shared by one listener's workers.
+#[derive(Clone)]
+struct Mask(RandomState);
+
+impl Mask {
+    /// The mask of an ID's first `RANDOM_AT` bytes for its random part: two bytes over
+    /// the worker's index, two bytes of check.
+    fn of(&self, random: &[u8]) -> [u8; RANDOM_AT] {
+        let h = self.0.hash_one(random).to_le_bytes();
+        [h[0], h[1], h[2], h[3]]
+    }
+
+    /// The worker `cid` names, if it is one of ours (its check holds).
+    fn owner(&self, cid: &[u8]) -> Option<u16> {
+        if cid.len() != CID_LEN {
+            return None;
+        }
+        let mask = self.of(&cid[RANDOM_AT..]);
+        (cid[2] ^ mask[2] == 0 && cid[3] ^ mask[3] == 0)
+            .then(|| u16::from_be_bytes([cid[0] ^ mask[0], cid[1] ^ mask[1]]))
+    }
+}
+
+/// One worker's place among a listener's workers: its index, the IDs it issues, and
+/// the queues to hand datagrams to the others and to receive theirs.
+pub struct Member {
+    index: u16,
+    mask: Mask,
+    peers: Arc<[mpsc::Sender<Handover>]>,
+    pub(crate) inbox: mpsc::Receiver<Handover>,
+}
+
+/// The members of a listener whose QUIC is served by `workers` workers, in worker
+/// order (at most 65,536 workers).
+pub fn members(workers: usize) -> Vec<Member> {
+    assert!(
+        workers <= usize::from(u16::MAX) + 1,
+        "at most 65,536 workers"
+    );
+    let mask = Mask(RandomState::new());
+    let (senders, inboxes): (Vec<_>, Vec<_>) =
+        (0..workers).map(|_| mpsc::channel(HANDOVER_QUEUE)).unzip();
+    let peers: Arc<[_]> = senders.into();
+    inboxes
+        .into_iter()
+        .enumerate()
+        .map(|(index, inbox)| Member {
+            index: index as u16,
+            mask: mask.clone(),
+            peers: peers.clone(),
+            inbox,
+        })
+        .collect()
+}
+
+/// What to do with a datagram a worker's socket read.
+pub(crate) enum Owner {
+    /// This worker handles it: its connection's, a new connection's, or nobody's.
+    Here,
+    /// Handed to the worker that owns its connection.
+    Handed,
+    /// Another worker's, which could not take it (gone, or its queue full): dropped.
+    Dropped,
+}
+
+impl Member {
+    /// What makes this worker's generators (quinn-proto's endpoint configuration).
+    pub(crate) fn cid_generators(&self) -> impl Fn() -> Box<dyn ConnectionIdGenerator> {
+        let issuer = self.issuer();
+        move || Box::new(issuer.clone())
+    }
+
+    fn issuer(&self) -> Issuer {
+        Issuer {
+            index: self.index,
+            mask: self.mask.clone(),
+        }
+    }
+
+    /// Hands `data` to the worker that owns its connection if that is not this one.
+    pub(crate) fn route(&self, remote: SocketAddr, data: &[u8]) -> Owner {
+        let Some(owner) = destination(data).and_then(|cid| self.mask.owner(cid)) else {
+            return Owner::Here;
+        };
+        let owner = usize::from(owner);
+        if owner == usize::from(self.index) {
+            return Owner::Here;
+        }
+        // An index past the workers: not an ID any worker issued (a forged check).
+        let Some(peer) = self.peers.get(owner) else {
+            return Owner::Here;
+        };
+        let handover = Handover {
+            remote,
+            data: BytesMut::from(data),
+        };
+        match peer.try_send(handover) {
+            Ok(()) => Owner::Handed,
+            Err(_) => Owner::Dropped,
+        }
+    }
+}
+
+/// The destination connection ID of a QUIC packet, if it has one of terminus's length:
+/// a long header states its length, a short header's is the length this endpoint
+/// issues (RFC 9000 section 17; RFC 8999 for the invariant layout).
+fn destination(datagram: &[u8]) -> Option<&[u8]> {
+    let first = *datagram.first()?;
+    if first & 0x80 != 0 {
+        let len = usize::from(*datagram.get(5)?);
+        (len == CID_LEN).then(|| datagram.get(6..6 + CID_LEN))?
+    } else {
+        datagram.get(1..1 + CID_LEN)
+    }
+}
+
+/// Issues a worker's connection IDs (quinn-proto's generator).
+#[derive(Clone)]
+struct Issuer {
+    index: u16,
+    mask: Mask,
+}
+
+impl ConnectionIdGenerator for Issuer {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut cid = [0u8; CID_LEN];
+        fill_random(&mut cid[RANDOM_AT..]);
+        let mask = self.mask.of(&cid[RANDOM_AT..]);
+        let index = self.index.to_be_bytes();
+        cid[0] = index[0] ^ mask[0];
+        cid[1] = index[1] ^ mask[1];
+        cid[2] = mask[2];
+        cid[3] = mask[3];
+        ConnectionId::new(&cid)
+    }
+
+    /// An ID another worker issued (or nobody did) is not this endpoint's: quinn-proto
+    /// then sends no stateless reset for it, which would kill another worker's
+    /// connection.
+    fn validate(&self, cid: &ConnectionId) -> Result<(), InvalidCid> {
+        match self.mask.owner(cid) {
+            Some(owner) if owner == self.index => Ok(()),
+            _ => Err(InvalidCid),
+        }
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Fills `out` from the system's CSPRNG (connection IDs must not be predictable, RFC
+/// 9000 section 5.1, or an off-path attacker could inject packets for them).
+fn fill_random(out: &mut [u8]) {
+    aws_lc_rs::rand::fill(out).expect("the system's random source failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short_packet(cid: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x40];
+        p.extend_from_slice(cid);
+        p.extend_from_slice(&[0xAA; 30]);
+        p
+    }
+
+    fn handshake_packet(cid: &[u8]) -> Vec<u8> {
+        let mut p = vec![0xE0, 0, 0, 0, 1, cid.len() as u8];
+        p.extend_from_slice(cid);
+        p.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8, 0xBB, 0xBB]);
+        p
+    }
+
+    #[test]
+    fn each_worker_s_ids_name_it_and_only_it_validates_them() {
+        let members = members(3);
+        for (index, member) in members.iter().enumerate() {
+            let mut issuer = member.cid_generators()();
+            for _ in 0..1000 {
+                let cid = issuer.generate_cid();
+                assert_eq!(cid.len(), CID_LEN);
+                assert_eq!(member.mask.owner(&cid), Some(index as u16));
+                assert!(issuer.validate(&cid).is_ok());
+                for (other, m) in members.iter().enumerate() {
+                    if other != index {
+                        assert!(m.cid_generators()().validate(&cid).is_err());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ids_do_not_show_their_worker_in_the_clear() {
+        // Across many IDs of one worker every byte takes many values: no byte is the
+        // index unmasked (an observer could link a connection's IDs by it).
+        let members = members(2);
+        let mut issuer = members[1].cid_generators()();
+        let ids: Vec<ConnectionId> = (0..512).map(|_| issuer.generate_cid()).collect();
+        for byte in 0..CID_LEN {
+            let distinct: std::collections::HashSet<u8> = ids.iter().map(|c| c[byte]).collect();
+            assert!(
+                distinct.len() > 100,
+                "byte {byte} takes {} values",
+                distinct.len()
+            );
+        }
+    }
+
+    #[test]
+    fn random_ids_mostly_fail_the_check() {
+        let members = members(2);
+        let mut passed = 0;
+        for _ in 0..100_000 {
+            let mut cid = [0u8; CID_LEN];
+            fill_random(&mut cid);
+            passed += usize::from(members[0].mask.owner(&cid).is_some());
+        }
+        // 16 bits of check: about 1.5 in 100,000.
+        assert!(passed < 20, "{passed} random IDs passed the check");
+    }
+
+    #[test]
+    fn a_datagram_for_another_worker_s_connection_is_handed_to_it() {
+        let mut members = members(2);
+        let theirs = members[1].cid_generators()().generate_cid();
+        let ours = members[0].cid_generators()().generate_cid();
+        let remote: SocketAddr = "127.0.0.1:4433".parse().unwrap();
+        for packet in [short_packet(&theirs), handshake_packet(&theirs)] {
+            assert!(matches!(members[0].route(remote, &packet), Owner::Handed));
+            let got = members[1].inbox.try_recv().unwrap();
+            assert_eq!((got.remote, &got.data[..]), (remote, &packet[..]));
+        }
+        for packet in [short_packet(&ours), handshake_packet(&ours)] {
+            assert!(matches!(members[0].route(remote, &packet), Owner::Here));
+        }
+        // A long header with an ID of another length (a client's first Initial) and a
+        // datagram too short to hold an ID stay here.
+        assert!(matches!(
+            members[0].route(remote, &handshake_packet(&theirs[..8])),
+            Owner::Here
+        ));
+        assert!(matches!(
+            members[0].route(remote, &[0x40, 1, 2]),
+            Owner::Here
+        ));
+        // A worker gone: its datagrams are dropped, not answered here.
+        drop(members.pop());
+        assert!(matches!(
+            members[0].route(remote, &short_packet(&theirs)),
+            Owner::Dropped
+        ));
+    }
+}
