@@ -23,6 +23,7 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::failure::Failure;
 use crate::http1;
+use crate::tls::Http;
 
 /// Addresses taken in turn, as a round-robin balancer spreads new connections.
 #[derive(Debug)]
@@ -57,9 +58,11 @@ pub struct Endpoint {
     pub traffic: Arc<TrafficCounters>,
     /// HTTP/1.1 request bytes (keep-alive or close as the run asks).
     pub h1_request: Vec<u8>,
-    /// HTTP/2 request parts.
+    /// HTTP/2 and HTTP/3 request parts.
     pub uri: hyper::Uri,
-    pub http2: bool,
+    pub http: Http,
+    /// With [`Http::H3`]: the thread's QUIC client.
+    pub h3: Option<crate::h3::Client>,
     /// False for an `http://` target: plain HTTP/1.1, no handshake.
     pub tls: bool,
     /// A simulated network round trip: every flight that answers the server waits this
@@ -84,13 +87,18 @@ enum Io {
         send: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
     },
     /// HTTP/1.1 without TLS.
-    Plain { stream: TcpStream, buf: Vec<u8> },
+    Plain {
+        stream: TcpStream,
+        buf: Vec<u8>,
+    },
+    H3(Box<crate::h3::Conn>),
 }
 
 /// What opening a connection measured.
 pub struct Opened {
     pub conn: Conn,
-    pub connect: Duration,
+    /// The TCP connect (none for QUIC).
+    pub connect: Option<Duration>,
     pub handshake: Duration,
     pub resumed: bool,
     /// "TLSv1.3 TLS13_AES_256_GCM_SHA384 X25519".
@@ -112,6 +120,24 @@ impl Endpoint {
         engine: Option<&Engine>,
     ) -> Result<Opened, OpenFailed> {
         let failed = |failure, connect| OpenFailed { failure, connect };
+        if let Some(client) = &self.h3 {
+            let t0 = Instant::now();
+            let name = self.server_name.to_str();
+            return match timeout_at(deadline, client.open(self.addrs.next(), &name)).await {
+                Ok(Ok(conn)) => Ok(Opened {
+                    conn: Conn {
+                        io: Io::H3(Box::new(conn)),
+                        used: 0,
+                    },
+                    connect: None,
+                    handshake: t0.elapsed(),
+                    resumed: false,
+                    negotiated: "HTTP/3 over QUIC (TLSv1.3)".into(),
+                }),
+                Ok(Err(failure)) => Err(failed(failure, None)),
+                Err(_) => Err(failed(Failure::HandshakeTimeout, None)),
+            };
+        }
         let t0 = Instant::now();
         let mut tcp = match timeout_at(deadline, TcpStream::connect(self.addrs.next())).await {
             Ok(Ok(tcp)) => tcp,
@@ -123,7 +149,7 @@ impl Endpoint {
         // The client's Finished and the request must leave at once, not after an ACK.
         let _ = tcp.set_nodelay(true);
         if !self.tls {
-            if self.http2 {
+            if self.http == Http::H2 {
                 let why = "--http2 needs an https:// target".into();
                 return Err(failed(Failure::Protocol(why), Some(connect)));
             }
@@ -133,7 +159,7 @@ impl Endpoint {
             };
             return Ok(Opened {
                 conn: Conn { io, used: 0 },
-                connect,
+                connect: Some(connect),
                 handshake: Duration::ZERO,
                 resumed: false,
                 negotiated: "plain HTTP/1.1".into(),
@@ -163,7 +189,7 @@ impl Endpoint {
         // leaves with the first request, in one write.
         let tls = TlsStream::new(tcp, session, &[], self.traffic.clone())
             .map_err(|e| failed(Failure::Handshake(e), Some(connect)))?;
-        let io = if self.http2 {
+        let io = if self.http == Http::H2 {
             if !h2 {
                 return Err(failed(
                     Failure::Protocol("the server did not negotiate h2 by ALPN".into()),
@@ -191,7 +217,7 @@ impl Endpoint {
         };
         Ok(Opened {
             conn: Conn { io, used: 0 },
-            connect,
+            connect: Some(connect),
             handshake,
             resumed,
             negotiated,
@@ -216,6 +242,7 @@ impl Conn {
                 Io::Plain { stream, buf } => {
                     http1::exchange(stream, &endpoint.h1_request, buf).await
                 }
+                Io::H3(conn) => conn.request(&endpoint.uri).await,
                 Io::H2 { send } => {
                     send.ready()
                         .await

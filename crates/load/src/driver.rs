@@ -223,7 +223,9 @@ impl Worker {
             match self.endpoint.open(deadline, self.engine.as_ref()).await {
                 Ok(opened) => {
                     let mut stats = self.stats.lock().unwrap();
-                    stats.record(Phase::Connect, opened.connect);
+                    if let Some(connect) = opened.connect {
+                        stats.record(Phase::Connect, connect);
+                    }
                     stats.record(Phase::Handshake, opened.handshake);
                     stats.handshakes += 1;
                     stats.resumed += u64::from(opened.resumed);

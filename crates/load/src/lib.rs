@@ -9,13 +9,15 @@
 //!
 //! - [`target`]: the URL and the loopback guard;
 //! - [`tls`]: the rustls client configuration, [`tickets`] its session store;
-//! - [`conn`]: one connection (connect, handshake, requests), [`http1`] its HTTP/1.1;
+//! - [`conn`]: one connection (connect, handshake, requests), [`http1`] its HTTP/1.1,
+//!   `h3` its HTTP/3 over QUIC (`--http3`);
 //! - [`driver`]: one thread's schedule and connection tasks;
 //! - [`stats`], [`failure`], [`report`]: what is measured and how it is shown.
 
 mod conn;
 mod driver;
 mod failure;
+mod h3;
 mod http1;
 mod report;
 mod stats;
@@ -33,7 +35,7 @@ use crate::driver::{ThreadLoad, ThreadPlan};
 use crate::report::{KxEngineReport, Report, RunInfo};
 use crate::stats::Stats;
 use crate::target::Target;
-pub use crate::tls::{TlsChoice, Trust};
+pub use crate::tls::{Http, TlsChoice, Trust};
 
 /// Most connections one run may hold open (closed loop) or open at once (open loop).
 pub const MAX_CONNECTIONS: usize = 50_000;
@@ -144,6 +146,24 @@ pub enum LoadError {
 }
 
 impl LoadOptions {
+    /// What `--http3` cannot be combined with (yet).
+    fn validate_http3(&self, tls: bool) -> Result<(), LoadError> {
+        let bad = |what: &str| Err(LoadError::Options(format!("--http3 {what}")));
+        if !tls {
+            return bad("needs an https:// target");
+        }
+        if self.tls.resume {
+            return bad("with --resume is not supported yet (QUIC resumption and 0-RTT)");
+        }
+        if self.tls.batch_kx {
+            return bad("with --batch-kx is not supported yet");
+        }
+        if !self.rtt.is_zero() {
+            return bad("with --rtt is not supported yet");
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), LoadError> {
         let bad = |m: String| Err(LoadError::Options(m));
         match self.mode {
@@ -191,6 +211,9 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     options.validate()?;
     let target = Target::parse(&options.url)?.resolve(&options.address, options.allow_remote)?;
     let client = tls::client_config(&options.tls)?;
+    if options.tls.http == Http::H3 {
+        options.validate_http3(target.tls)?;
+    }
     let uri: hyper::Uri = format!("https://{}{}", target.authority, target.path)
         .parse()
         .map_err(|e| LoadError::Url {
@@ -246,7 +269,12 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
                 traffic: Arc::default(),
                 h1_request: http1::request(&target.authority, &target.path, options.new_connection),
                 uri: uri.clone(),
-                http2: options.tls.http2,
+                http: options.tls.http,
+                // Each thread's own: its UDP sockets belong to its runtime.
+                h3: (options.tls.http == Http::H3)
+                    .then(|| h3::Client::new(client.clone()))
+                    .transpose()
+                    .map_err(LoadError::Tls)?,
                 tls: target.tls,
                 rtt: options.rtt,
             },
@@ -326,7 +354,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
         threads: options.threads,
         new_connection: options.new_connection,
         resume: options.tls.resume,
-        http2: options.tls.http2,
+        http: options.tls.http.name(),
     };
     let mut report = Report::new(info, &stats, duration_s, client_cpu_s);
     report.kx_engine = kx_engine.as_deref().map(KxEngineReport::new);

@@ -131,7 +131,10 @@ impl Report {
             "{}: {how}, {} thread(s), {reuse}{}",
             self.run.url,
             self.run.threads,
-            if self.run.http2 { ", HTTP/2" } else { "" }
+            match self.run.http {
+                "HTTP/1.1" => String::new(),
+                other => format!(", {other}"),
+            }
         );
         let _ = writeln!(
             out,
@@ -200,5 +203,6 @@ pub struct RunInfo {
     pub threads: usize,
     pub new_connection: bool,
     pub resume: bool,
-    pub http2: bool,
+    /// `"HTTP/1.1"`, `"HTTP/2"` or `"HTTP/3"`.
+    pub http: &'static str,
 }

@@ -33,11 +33,43 @@ pub struct TlsChoice {
     pub trust: Trust,
     /// Offer the session from the previous connection (tickets or IDs).
     pub resume: bool,
-    /// Offer HTTP/2 by ALPN (and speak it when chosen).
-    pub http2: bool,
+    /// Which HTTP to offer by ALPN and speak.
+    pub http: Http,
     /// Key exchanges through terminus's crypto engine (`--batch-kx`) instead of aws-lc
     /// directly; the connections must then run them on the engine's bridge.
     pub batch_kx: bool,
+}
+
+/// Which HTTP a run speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Http {
+    /// HTTP/1.1 (over TLS or plain).
+    #[default]
+    H1,
+    /// HTTP/2 over TLS, one request at a time per connection.
+    H2,
+    /// HTTP/3 over QUIC.
+    H3,
+}
+
+impl Http {
+    /// Its ALPN protocol ID.
+    pub fn alpn(self) -> &'static [u8] {
+        match self {
+            Http::H1 => b"http/1.1",
+            Http::H2 => b"h2",
+            Http::H3 => b"h3",
+        }
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Http::H1 => "HTTP/1.1",
+            Http::H2 => "HTTP/2",
+            Http::H3 => "HTTP/3",
+        }
+    }
 }
 
 /// Builds the shared client configuration.
@@ -115,11 +147,7 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
     } else {
         Resumption::disabled()
     };
-    config.alpn_protocols = if choice.http2 {
-        vec![b"h2".to_vec()]
-    } else {
-        vec![b"http/1.1".to_vec()]
-    };
+    config.alpn_protocols = vec![choice.http.alpn().to_vec()];
     Ok(Arc::new(config))
 }
 

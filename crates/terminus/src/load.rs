@@ -63,8 +63,12 @@ pub struct LoadArgs {
     #[arg(long, short = 'k')]
     insecure: bool,
     /// Speak HTTP/2 (ALPN h2); one request at a time per connection.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "http3")]
     http2: bool,
+    /// Speak HTTP/3 over QUIC (ALPN h3, UDP to the URL's port); one request at a time
+    /// per connection. The report has no connect phase: QUIC's handshake is its connect.
+    #[arg(long)]
+    http3: bool,
     /// Compute the client's key exchanges in terminus's crypto engine, batched 8 per
     /// crypto_mb call where the CPU has AVX-512 IFMA (scalar otherwise). For measuring
     /// capacity: a request may wait for its batch, and that wait counts in the handshake
@@ -139,7 +143,11 @@ pub fn run(args: LoadArgs) -> ExitCode {
             sigalgs: args.sigalg,
             trust,
             resume: args.resume,
-            http2: args.http2,
+            http: match (args.http2, args.http3) {
+                (_, true) => terminus_load::Http::H3,
+                (true, _) => terminus_load::Http::H2,
+                _ => terminus_load::Http::H1,
+            },
             batch_kx: args.batch_kx,
         },
         max_connections: args.max_connections,

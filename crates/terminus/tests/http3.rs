@@ -776,3 +776,51 @@ fn a_client_whose_address_changes_keeps_its_connection_across_workers() {
     );
     assert_eq!(server.metric("terminus_quic_handshakes_total", &[]), 1.0);
 }
+
+/// `terminus load --http3` speaks HTTP/3 to a real HTTP/3 server: with a new connection
+/// per request, every request it reports is one QUIC handshake the server counted, and
+/// keep-alive requests share their connections; options it cannot combine with HTTP/3
+/// are refused by name.
+#[test]
+fn terminus_load_over_http3_makes_the_handshakes_and_requests_it_reports() {
+    let dir = TestDir::new("h3-load");
+    let (server, port) = h3_server(&dir, KeyKind::EcdsaP256, "scalar");
+    let url = format!("https://localhost:{port}/index.html");
+    let load = |extra: &[&str]| -> serde_json::Value {
+        let out = run(Command::new(terminus_bin())
+            .args(["load", &url, "-k", "--http3", "-d", "1s", "--json"])
+            .args(extra));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let fresh = load(&["-c", "2", "--new-connection"]);
+    let requests = fresh["requests"].as_u64().unwrap();
+    assert!(requests > 20, "{fresh:#}");
+    assert_eq!(fresh["errors_total"].as_u64(), Some(0), "{fresh:#}");
+    assert_eq!(fresh["http"], "HTTP/3");
+    assert_eq!(fresh["handshakes"].as_u64(), Some(requests));
+    assert_eq!(
+        server.metric("terminus_quic_handshakes_total", &[]),
+        requests as f64
+    );
+    let kept = load(&["-c", "2"]);
+    assert!(kept["requests"].as_u64().unwrap() > 100, "{kept:#}");
+    assert_eq!(kept["handshakes"].as_u64(), Some(2), "{kept:#}");
+    assert_eq!(
+        server.metric("terminus_quic_handshakes_total", &[]),
+        requests as f64 + 2.0
+    );
+    for (extra, says) in [
+        ("--resume", "--http3 with --resume"),
+        ("--batch-kx", "--http3 with --batch-kx"),
+    ] {
+        let out = run(Command::new(terminus_bin())
+            .args(["load", &url, "-k", "--http3", "-d", "1s", "-c", "1", extra]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{stderr}");
+    }
+}
