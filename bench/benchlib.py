@@ -119,13 +119,15 @@ def write_small_files(www: Path):
         (www / name).write_bytes(os.urandom(size))
 
 
-def terminus_config(work: Path, port: int, key: str, backend: str, version=None, resumption=False) -> str:
+def terminus_config(work: Path, port: int, key: str, backend: str, version=None, resumption=False,
+                    http3=False) -> str:
     versions = ", ".join(f'"{v}"' for v in versions_list(version))
     tickets = "true" if resumption else "false"
     cache = 262144 if resumption else 0
+    listen = f'{{ address = "127.0.0.1:{port}", http3 = true }}' if http3 else f'"127.0.0.1:{port}"'
     return f"""workers = 1
 pin = true
-listen = ["127.0.0.1:{port}"]
+listen = [{listen}]
 [tls]
 versions = [{versions}]
 session_tickets = {tickets}
@@ -201,10 +203,28 @@ frontend bench
 """
 
 
+def caddy_config(work: Path, port: int, key: str) -> str:
+    """Caddy serving www over HTTP/1.1, h2 and h3 (its default) with our certificate, no
+    admin API, no access log."""
+    return f"""{{
+    admin off
+    auto_https off
+}}
+https://localhost:{port} {{
+    bind 127.0.0.1
+    tls {work / (key + '.pem')} {work / (key + '.key')}
+    root * {work / 'www'}
+    file_server
+}}
+"""
+
+
 def start_server(server: str, work: Path, port: int, key: str, version=None, resumption=False,
-                 admin_port=None, cgroup=False, tune=""):
-    """Starts `terminus-BACKEND[@PATH]`, `nginx` or `haproxy`; returns (Popen, config text).
-    `tune`: lines for HAProxy's global section, or TOML appended to terminus's config."""
+                 admin_port=None, cgroup=False, tune="", http3=False):
+    """Starts `terminus-BACKEND[@PATH]`, `nginx`, `haproxy` or `caddy` (one Go thread:
+    GOMAXPROCS=1); returns (Popen, config text). `tune`: lines for HAProxy's global
+    section, or TOML appended to terminus's config. `http3`: terminus's listener serves
+    HTTP/3 too (Caddy's always does)."""
     name = server.split("@")[0]
     conf = work / f"{name}-{key}.conf"
     err = open(work / f"{name}.err", "a")
@@ -219,10 +239,16 @@ def start_server(server: str, work: Path, port: int, key: str, version=None, res
         conf.write_text(text)
         env = dict(os.environ)
         cmd = ["haproxy", "-db", "-f", str(conf)]
+    elif name == "caddy":
+        text = caddy_config(work, port, key)
+        conf.write_text(text)
+        env = dict(os.environ, GOMAXPROCS="1", XDG_DATA_HOME=str(work / "caddy-data"),
+                   XDG_CONFIG_HOME=str(work / "caddy-config"))
+        cmd = ["caddy", "run", "--adapter", "caddyfile", "--config", str(conf)]
     elif name.startswith("terminus-"):
         _, _, path = server.partition("@")
         binary = Path(path) if path else REPO / "target/release/terminus"
-        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption) + tune
+        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption, http3) + tune
         conf.write_text(text)
         env = dict(os.environ, RUST_LOG="warn")
         cmd = [str(binary), "serve", "--config", str(conf)]

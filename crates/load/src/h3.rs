@@ -56,7 +56,16 @@ impl Client {
             } else {
                 "0.0.0.0:0".parse().expect("address")
             };
-            let mut endpoint = quinn::Endpoint::client(local)?;
+            let socket = std::net::UdpSocket::bind(local)?;
+            // As the server's: a burst of handshakes' datagrams must not be dropped
+            // while this thread is busy (a lost Initial costs a second).
+            let _ = terminus_sys::set_socket_buffers(&socket, 4 << 20);
+            let mut endpoint = quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )?;
             endpoint.set_default_client_config(self.config.clone());
             list.push(endpoint);
         }

@@ -180,9 +180,75 @@ pub fn tcp_quiet_for(socket: impl AsFd) -> io::Result<Duration> {
     Ok(Duration::from_millis(u64::from(info.tcpi_last_data_recv)))
 }
 
+/// Sets `socket`'s receive and send buffers to `bytes` each: above `net.core.rmem_max`
+/// and `wmem_max` where the process may (`SO_RCVBUFFORCE`, with CAP_NET_ADMIN), else as
+/// far as those limits allow. Returns the receive buffer the kernel granted (its usable
+/// half: the kernel doubles the value for its bookkeeping).
+pub fn set_socket_buffers(socket: impl AsFd, bytes: usize) -> io::Result<usize> {
+    let fd = socket.as_fd().as_raw_fd();
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let set = |option| {
+        // SAFETY: setsockopt reads one c_int from `value`, which lives across the call;
+        // the fd is borrowed for the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if set(force).is_err() {
+            set(plain)?;
+        }
+    }
+    let mut granted: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes (one c_int) into `granted`, and the
+    // new length into `len`; the fd is borrowed for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut granted as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(granted).unwrap_or(0) / 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_buffers_are_raised_beyond_the_default() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let granted = set_socket_buffers(&socket, 1 << 20).unwrap();
+        // The default is net.core.rmem_default (208 KiB on Debian); the limits allow 1
+        // MiB at least where rmem_max does, and always as root.
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(granted >= (1 << 20).min(max / 2), "granted {granted}");
+    }
 
     #[test]
     fn open_beneath_refuses_to_leave_the_directory() {

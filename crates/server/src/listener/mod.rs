@@ -82,8 +82,24 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
+    // A worker busy with a batch of handshakes reads its socket a few milliseconds
+    // late; the default 208 KiB holds fewer than a hundred full-size datagrams, and a
+    // dropped Initial costs its client a second (QUIC's first retransmission timeout).
+    // quic-go asks for the same.
+    match terminus_sys::set_socket_buffers(&socket, UDP_BUFFER) {
+        Ok(granted) if granted < UDP_BUFFER => tracing::warn!(
+            "QUIC socket {addr}: receive buffer {} KiB, not the {} KiB asked for; raise net.core.rmem_max and wmem_max (or run with CAP_NET_ADMIN) so bursts of datagrams are not dropped",
+            granted / 1024,
+            UDP_BUFFER / 1024
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("QUIC socket {addr}: cannot size its buffers: {e}"),
+    }
     Ok(socket.into())
 }
+
+/// Receive and send buffer of each QUIC socket.
+const UDP_BUFFER: usize = 7 << 20;
 
 /// Binds a UDP socket per worker at each of `addrs` (the TCP listeners' bound
 /// addresses, so the port is the same). An error names the address.
