@@ -97,7 +97,42 @@ async def main(port, paths):
             status = dict(st["headers"]).get(b":status", b"?").decode()
             print(path, status, len(st["body"]), hashlib.sha256(st["body"]).hexdigest())
 
-asyncio.run(main(int(sys.argv[1]), sys.argv[2:]))
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2:]))
+"#;
+
+/// Takes a session ticket on a first HTTP/3 connection, then resumes with it sending a
+/// GET as 0-RTT data, the ticket made to allow early data whatever the server said (so
+/// the client tries); prints what the ticket allowed, then whether the second handshake
+/// resumed, whether the server accepted the early data, and the GET's status and body.
+/// Needs GETS beside it as gets.py.
+const EARLY: &str = r#"
+import asyncio, ssl, sys, dataclasses
+from aioquic.asyncio.client import connect
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+from gets import Client
+
+def config(ticket=None):
+    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
+                             server_name="localhost", session_ticket=ticket)
+
+async def main(port):
+    tickets = []
+    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
+                       session_ticket_handler=tickets.append) as client:
+        await asyncio.wait_for(client.get("/index.html"), 10)
+        await asyncio.sleep(0.3)
+    print("ticket allows early data:", tickets[-1].max_early_data_size)
+    ticket = dataclasses.replace(tickets[-1], max_early_data_size=0xffffffff)
+    async with connect("127.0.0.1", port, configuration=config(ticket), create_protocol=Client,
+                       wait_connected=False) as client:
+        st = await asyncio.wait_for(client.get("/index.html"), 10)
+        tls = client._quic.tls
+        print("resumed:", tls.session_resumed, "early data accepted:", tls.early_data_accepted,
+              "status:", dict(st["headers"])[b":status"].decode(), "body:", st["body"].decode().strip())
+
+asyncio.run(main(int(sys.argv[1])))
 "#;
 
 /// A server with HTTP/3 on its one listener, a certificate of `key`, on `backend`.
@@ -822,5 +857,39 @@ fn terminus_load_over_http3_makes_the_handshakes_and_requests_it_reports() {
             .args(["load", &url, "-k", "--http3", "-d", "1s", "-c", "1", extra]));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && stderr.contains(says), "{stderr}");
+    }
+}
+
+/// 0-RTT is off (as nginx's `ssl_early_data` and HAProxy's `allow-0rtt` are by default):
+/// the server's session tickets allow no early data, and a client that sends a GET as
+/// 0-RTT anyway (its ticket forced to allow it) resumes, sees its early data refused,
+/// and has the GET answered once the handshake is done. Both with stateless tickets
+/// (the default, with which rustls never takes early data) and with a session cache
+/// (with which it would, were 0-RTT on).
+#[test]
+fn zero_rtt_is_refused_by_default_and_the_request_is_answered_after_the_handshake() {
+    if !aioquic() {
+        return;
+    }
+    for (name, tls) in [
+        ("tickets", ""),
+        (
+            "cache",
+            "[tls]\nsession_tickets = false\nsession_cache = 1000\n",
+        ),
+    ] {
+        let dir = TestDir::new(&format!("h3-0rtt-{name}"));
+        let (server, port) = h3_server_full(&dir, KeyKind::EcdsaP256, "scalar", "", tls, 1);
+        dir.write("gets.py", GETS);
+        let script = dir.write("early.py", EARLY);
+        let out = run(Command::new("python3").arg(&script).arg(port.to_string()));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.trim(),
+            "ticket allows early data: None\nresumed: True early data accepted: False status: 200 body: over h3",
+            "with {name}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            server.stderr()
+        );
     }
 }
