@@ -226,6 +226,8 @@ pub struct SendStream {
     id: StreamId,
     /// What h3 handed over and quinn-proto has not taken yet.
     pending: Option<WriteBuf<Bytes>>,
+    /// Finished or reset: nothing more to do when dropped.
+    ended: bool,
 }
 
 impl SendStream {
@@ -234,9 +236,16 @@ impl SendStream {
             state,
             id,
             pending: None,
+            ended: false,
         }
     }
 }
+
+/// HTTP/3's code for "nothing wrong" (RFC 9114 section 8.1): a request body the server
+/// stops reading once it has its answer (section 4.1.2).
+const H3_NO_ERROR: VarInt = VarInt::from_u32(0x100);
+/// HTTP/3's code for a stream the server gave up on.
+const H3_INTERNAL_ERROR: VarInt = VarInt::from_u32(0x102);
 
 fn stopped(code: VarInt) -> StreamErrorIncoming {
     StreamErrorIncoming::StreamTerminated {
@@ -295,6 +304,7 @@ impl quic::SendStream<Bytes> for SendStream {
         }
         let mut state = self.state.borrow_mut();
         let finished = state.conn.send_stream(self.id).finish();
+        self.ended = true;
         state.kick();
         Poll::Ready(match finished {
             Ok(()) => Ok(()),
@@ -307,6 +317,7 @@ impl quic::SendStream<Bytes> for SendStream {
         let mut state = self.state.borrow_mut();
         let code = VarInt::from_u64(reset_code).unwrap_or(VarInt::MAX);
         let _ = state.conn.send_stream(self.id).reset(code);
+        self.ended = true;
         state.kick();
     }
 
@@ -316,11 +327,14 @@ impl quic::SendStream<Bytes> for SendStream {
 }
 
 impl Drop for SendStream {
-    /// A send half dropped unfinished (a response given up on) is finished, so that the
-    /// client is not left waiting and the stream is freed.
+    /// A send half dropped unfinished (a response given up on) is reset, so that the
+    /// client is not left waiting, cannot take a truncated response for a whole one,
+    /// and the stream is freed.
     fn drop(&mut self) {
         let mut state = self.state.borrow_mut();
-        let _ = state.conn.send_stream(self.id).finish();
+        if !self.ended {
+            let _ = state.conn.send_stream(self.id).reset(H3_INTERNAL_ERROR);
+        }
         state.writers.remove(&self.id);
         state.kick();
     }
@@ -384,10 +398,12 @@ impl quic::RecvStream for RecvStream {
 
 impl Drop for RecvStream {
     /// A receive half dropped before its end (a body not read) is stopped, so that the
-    /// stream is freed and the peer gets its stream credit back.
+    /// stream is freed and the peer gets its stream credit back; with H3_NO_ERROR, so
+    /// that the client keeps the response (a response that is not whole is reset on its
+    /// own side).
     fn drop(&mut self) {
         let mut state = self.state.borrow_mut();
-        let _ = state.conn.recv_stream(self.id).stop(VarInt::from_u32(0));
+        let _ = state.conn.recv_stream(self.id).stop(H3_NO_ERROR);
         state.readers.remove(&self.id);
         state.kick();
     }

@@ -23,6 +23,34 @@ fn aioquic() -> bool {
     )
 }
 
+/// Whether curl_cffi (curl with HTTP/3, from PyPI) is installed; else the skip is shown.
+fn curl_cffi() -> bool {
+    let found = Command::new("python3")
+        .args(["-c", "import curl_cffi"])
+        .status()
+        .is_ok_and(|s| s.success());
+    runs_here(
+        Need::PythonPackages,
+        found,
+        "python3 -m pip install 'curl_cffi>=0.7,<1'",
+    )
+}
+
+/// Requests over one HTTP/3-only session of curl (curl_cffi's: ngtcp2 and nghttp3):
+/// each argument `METHOD:PATH[:BODY BYTES]`; prints per request its status, the HTTP
+/// version curl used (30: HTTP/3), the body's length and SHA-256.
+const CURL_H3: &str = r#"
+import sys, hashlib
+from curl_cffi import requests, CurlHttpVersion
+port = int(sys.argv[1])
+with requests.Session(http_version=CurlHttpVersion.V3ONLY, verify=False, timeout=30) as s:
+    for spec in sys.argv[2:]:
+        method, path, *size = spec.split(":")
+        body = bytes(i % 256 for i in range(int(size[0]))) if size else None
+        r = s.request(method, f"https://localhost:{port}{path}", data=body)
+        print(method, path, r.status_code, r.http_version, len(r.content), hashlib.sha256(r.content).hexdigest())
+"#;
+
 /// `count` QUIC handshakes in a row with ALPN h3, each then closed; prints how many
 /// completed and the ALPN of the last, then the serial number of the last certificate
 /// the server showed.
@@ -892,4 +920,55 @@ fn zero_rtt_is_refused_by_default_and_the_request_is_answered_after_the_handshak
             server.stderr()
         );
     }
+}
+
+/// A second, independent HTTP/3 client (curl over ngtcp2 and nghttp3, from curl_cffi)
+/// gets files of several sizes whole, and a POST with a 1 MiB body to a static file is
+/// answered 405 with its body read away, the session's next request served.
+#[test]
+fn curl_over_http3_gets_files_whole_and_a_post_body_is_read_away() {
+    if !curl_cffi() {
+        return;
+    }
+    let dir = TestDir::new("h3-curl");
+    let (server, port) = h3_server(&dir, KeyKind::Rsa(2048), "scalar");
+    let mut expected = Vec::new();
+    for (name, size) in [("empty.bin", 0usize), ("1k.bin", 1024), ("5m.bin", 5 << 20)] {
+        let bytes: Vec<u8> = (0..size).map(|i| (i * 13 + i / 509) as u8).collect();
+        dir.write(&format!("www/{name}"), &bytes);
+        expected.push(format!(
+            "GET /{name} 200 30 {size} {}",
+            openssl_sha256(&bytes)
+        ));
+    }
+    let index = openssl_sha256(b"over h3\n");
+    expected.push(format!("GET /index.html 200 30 8 {index}"));
+    let script = dir.write("curl_h3.py", CURL_H3);
+    let out = run(Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .args([
+            "GET:/empty.bin",
+            "GET:/1k.bin",
+            "GET:/5m.bin",
+            "POST:/index.html:1048576",
+            "GET:/index.html",
+        ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        out.status.success() && lines.len() == 5,
+        "{text}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
+    assert_eq!(&lines[..3], &expected[..3]);
+    assert!(
+        lines[3].starts_with("POST /index.html 405 30 "),
+        "{}",
+        lines[3]
+    );
+    assert_eq!(lines[4], expected[3]);
+    // One connection for the whole session.
+    assert_eq!(server.metric("terminus_quic_handshakes_total", &[]), 1.0);
 }
