@@ -85,7 +85,7 @@ pub struct HandshakeContext {
     id: u64,
     host: Option<Arc<str>>,
     /// Who is charged, once admitted (a tenant's hold on its quota).
-    payer: Option<Box<dyn Payer>>,
+    payer: std::cell::OnceCell<Box<dyn Payer>>,
     timeline: RefCell<Timeline>,
     /// See [`HandshakeContext::check_first_signature`].
     first_signature: RefCell<Option<Box<dyn FnOnce() -> bool>>>,
@@ -96,7 +96,7 @@ impl std::fmt::Debug for HandshakeContext {
         f.debug_struct("HandshakeContext")
             .field("id", &self.id)
             .field("host", &self.host)
-            .field("charged", &self.payer.is_some())
+            .field("charged", &self.payer.get().is_some())
             .field("timeline", &self.timeline)
             .finish_non_exhaustive()
     }
@@ -112,7 +112,7 @@ impl HandshakeContext {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             host: None,
-            payer: None,
+            payer: std::cell::OnceCell::new(),
             timeline: RefCell::new(Timeline::new(accepted)),
             first_signature: RefCell::new(None),
         }
@@ -146,9 +146,17 @@ impl HandshakeContext {
 
     /// Charges the handshake's crypto requests to `payer` (the tenant that admitted it),
     /// which also decides where they stand in the engine's queues.
-    pub fn charge_to(&mut self, payer: impl Payer + 'static) {
-        self.payer = Some(Box::new(payer));
-        self.timeline.get_mut().admitted = Some(Instant::now());
+    ///
+    /// Once: a handshake is admitted once (a later payer is ignored). Takes `&self` so
+    /// that a QUIC handshake can be charged from inside its own crypto steps, where the
+    /// context is lent to the engine (its admission happens at the ClientHello, which
+    /// rustls reads there).
+    pub fn charge_to(&self, payer: impl Payer + 'static) {
+        let charged = self.payer.set(Box::new(payer)).is_ok();
+        debug_assert!(charged, "a handshake charged twice");
+        if charged {
+            self.timeline.borrow_mut().admitted = Some(Instant::now());
+        }
     }
 
     /// Has `check` decide whether the handshake may sign, the first time it asks to: for
@@ -167,7 +175,7 @@ impl HandshakeContext {
 
     /// Who is charged; `None` before admission (and for handshakes outside a server).
     pub fn payer(&self) -> Option<&dyn Payer> {
-        self.payer.as_deref()
+        self.payer.get().map(|p| p.as_ref())
     }
 
     /// The timestamps so far (borrowed: the engine may still be writing to it).
@@ -210,7 +218,7 @@ impl HandshakeContext {
                 ),
             }
         });
-        if let (Some(payer), true) = (&self.payer, event.ok) {
+        if let (Some(payer), true) = (self.payer.get(), event.ok) {
             payer.charge(event.kind, event.key);
         }
         self.timeline.borrow_mut().crypto.push(event);

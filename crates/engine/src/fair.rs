@@ -136,7 +136,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, w)| {
-                let mut ctx = HandshakeContext::starting_now();
+                let ctx = HandshakeContext::starting_now();
                 ctx.charge_to(Weighted(i, *w));
                 ctx
             })

@@ -23,3 +23,22 @@ pub trait Payer {
     /// Charges one request of `kind` the engine computed.
     fn charge(&self, kind: OpKind, key: Option<KeyAlgorithm>);
 }
+
+/// A payer chosen at run time (a QUIC handshake's, handed over by the server's hook).
+impl Payer for Box<dyn Payer> {
+    fn id(&self) -> usize {
+        (**self).id()
+    }
+
+    fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
+        (**self).cost_and_weight(kind, key)
+    }
+
+    fn borrowed(&self) -> bool {
+        (**self).borrowed()
+    }
+
+    fn charge(&self, kind: OpKind, key: Option<KeyAlgorithm>) {
+        (**self).charge(kind, key)
+    }
+}

@@ -100,7 +100,7 @@ fn tenants_weighted_1_to_3_get_a_quarter_and_three_quarters_of_a_full_offload_qu
     let (key, public) = rsa(KeySize::Rsa2048);
     // Weighted as tenants with 1,000 and 3,000 committed ACU would be.
     let charged = |tenant: usize| {
-        let mut ctx = HandshakeContext::starting_now();
+        let ctx = HandshakeContext::starting_now();
         ctx.charge_to(Weighted(tenant, [1000.0, 3000.0][tenant]));
         ctx
     };

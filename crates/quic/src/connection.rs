@@ -9,7 +9,14 @@
 //! waits for the engine suspends this task only; its datagrams queue meanwhile. After
 //! the handshake no call computes asymmetric crypto and the connection is driven
 //! directly.
+//!
+//! The worker's admission ([`crate::Admit`]) is asked the same way: the server's
+//! certificate resolver, called by rustls once the ClientHello is whole, asks from the
+//! coroutine (`bridge::ask`), this task awaits the decision, charges the handshake to
+//! the payer it chose and keeps its hold until the handshake ends.
 
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -41,17 +48,18 @@ pub(crate) async fn run(
 ) {
     let ctx = HandshakeContext::new(Instant::now());
     let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
+    let admission = Admitting::default();
     let handshaken = handshake(
         &shared,
         (ch, route),
         conn,
         (first, failed),
         &mut events,
-        &ctx,
+        (&ctx, &admission),
         deadline,
     )
     .await;
-    drop(in_flight);
+    drop((in_flight, admission));
     match handshaken {
         Handshaken::Done(conn) => established(&shared, ch, conn, events, ctx).await,
         Handshaken::TimedOut(conn) => drain(&shared, ch, conn, events).await,
@@ -69,6 +77,46 @@ enum Handshaken {
     Failed,
 }
 
+/// A handshake's admission by the worker ([`crate::Admit`]), once decided.
+#[derive(Default)]
+struct Admitting {
+    admitted: Cell<Option<bool>>,
+    /// Kept until the handshake ends.
+    hold: RefCell<Option<Box<dyn Any>>>,
+}
+
+/// Runs `body`, a step of `ctx`'s handshake, on the crypto bridge: its crypto computed by
+/// the engine and charged to the payer its admission chose; the question the server's
+/// certificate resolver asks at the ClientHello answered by the worker's admission
+/// (once: a second ClientHello is told the first's decision).
+async fn on_bridge<T: 'static>(
+    shared: &Shared,
+    (ctx, admission): (&HandshakeContext, &Admitting),
+    body: impl FnOnce() -> T + 'static,
+) -> T {
+    let engine = shared.engine.clone();
+    bridge::run_asking(
+        body,
+        |op| engine.submit(op, ctx),
+        |question| async move {
+            let admitted = match admission.admitted.get() {
+                Some(admitted) => admitted,
+                None => {
+                    let decided = (shared.hooks.admit)(question).await;
+                    if let Some(payer) = decided.payer {
+                        ctx.charge_to(payer);
+                    }
+                    *admission.hold.borrow_mut() = decided.hold;
+                    admission.admitted.set(Some(decided.admitted));
+                    decided.admitted
+                }
+            };
+            Some(Box::new(admitted) as Box<dyn Any>)
+        },
+    )
+    .await
+}
+
 /// Runs the handshake to its end, or to `deadline` (`timeouts.handshake`, as TCP's).
 async fn handshake(
     shared: &Shared,
@@ -76,21 +124,18 @@ async fn handshake(
     conn: Box<Connection>,
     (first, failed): (FirstPacket, FailedAccept),
     events: &mut mpsc::Receiver<ConnectionEvent>,
-    ctx: &HandshakeContext,
+    admitting: (&HandshakeContext, &Admitting),
     deadline: tokio::time::Instant,
 ) -> Handshaken {
-    let engine = shared.engine.clone();
+    let ctx = admitting.0;
     // Everything crossing the coroutine is boxed: corosensei moves the closure and the
     // result through the coroutine's stack.
     let first = Box::new(first);
-    let (mut conn, answered) = bridge::run(
-        move || {
-            let mut conn = conn;
-            let answered = conn.process_first_packet(*first);
-            (conn, answered)
-        },
-        |op| engine.submit(op, ctx),
-    )
+    let (mut conn, answered) = on_bridge(shared, admitting, move || {
+        let mut conn = conn;
+        let answered = conn.process_first_packet(*first);
+        (conn, answered)
+    })
     .await;
     let mut out = Vec::with_capacity(1500);
     if let Err(e) = answered {
@@ -131,10 +176,10 @@ async fn handshake(
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { return Handshaken::Failed };
-                conn = step(conn, event, shared, ctx).await;
+                conn = step(conn, event, shared, admitting).await;
                 // What else queued meanwhile, before anything is sent.
                 while let Ok(event) = events.try_recv() {
-                    conn = step(conn, event, shared, ctx).await;
+                    conn = step(conn, event, shared, admitting).await;
                 }
             }
             () = sleep_until(timer) => conn.handle_timeout(Instant::now()),
@@ -192,7 +237,7 @@ async fn established(
         .and_then(|d| d.server_name);
     let kick = Rc::new(Notify::new());
     let state = State::new(conn, kick.clone());
-    (shared.on_established)(Established {
+    (shared.hooks.on_established)(Established {
         h3: H3Connection(state.clone()),
         remote,
         local: shared.local,
@@ -240,21 +285,17 @@ async fn step(
     mut conn: Box<Connection>,
     event: ConnectionEvent,
     shared: &Shared,
-    ctx: &HandshakeContext,
+    admitting: (&HandshakeContext, &Admitting),
 ) -> Box<Connection> {
     if !conn.is_handshaking() {
         conn.handle_event(event);
         return conn;
     }
-    let engine = shared.engine.clone();
     let event = Box::new(event);
-    bridge::run(
-        move || {
-            conn.handle_event(*event);
-            conn
-        },
-        |op| engine.submit(op, ctx),
-    )
+    on_bridge(shared, admitting, move || {
+        conn.handle_event(*event);
+        conn
+    })
     .await
 }
 

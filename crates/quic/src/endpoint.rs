@@ -30,7 +30,7 @@ use crate::admission::{self, Decision, Limits};
 use crate::connection;
 use crate::metrics::QuicMetrics;
 use crate::routing::{Handover, Member, Owner};
-use crate::OnEstablished;
+use crate::Hooks;
 
 /// The largest UDP payload read (QUIC's datagrams are at most this, RFC 9000 section 14
 /// allows up to 65527, and an endpoint advertises what it takes).
@@ -50,8 +50,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: &'static QuicMetrics,
     /// The socket's address.
     pub(crate) local: SocketAddr,
-    /// Given each connection whose handshake completed.
-    pub(crate) on_established: OnEstablished,
+    /// Given each connection whose handshake completed; asked about each handshake.
+    pub(crate) hooks: Hooks,
     /// Which new connections are taken.
     pub(crate) limits: Limits,
     /// Handshakes in flight on this worker.
@@ -77,14 +77,15 @@ impl Shared {
 
 /// Serves QUIC on `socket` with `config` until the task is dropped, new connections
 /// admitted as `limits` say: handshakes computed by `engine`, counted in [`crate::QUIC_METRICS`]; each connection whose handshake
-/// completed is given to `on_established`, which serves its requests.
+/// completed is given to `hooks.on_established`, which serves its requests; each
+/// handshake is admitted at its ClientHello by `hooks.admit`.
 pub async fn serve(
     socket: std::net::UdpSocket,
     mut member: Member,
     config: Arc<ServerConfig>,
     limits: Limits,
     engine: Engine,
-    on_established: OnEstablished,
+    hooks: Hooks,
 ) -> io::Result<()> {
     socket.set_nonblocking(true)?;
     let socket = UdpSocket::from_std(socket)?;
@@ -102,7 +103,7 @@ pub async fn serve(
         engine,
         metrics: &crate::QUIC_METRICS,
         local,
-        on_established,
+        hooks,
         limits,
         handshaking: Cell::new(0),
     });

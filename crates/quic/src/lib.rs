@@ -28,7 +28,10 @@ mod metrics;
 pub mod routing;
 pub mod transport;
 
+use std::any::Any;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 
 /// A connection whose handshake completed, for the server to serve HTTP/3 on.
@@ -47,6 +50,33 @@ pub struct Established {
 
 /// What a worker does with each established connection.
 pub type OnEstablished = Rc<dyn Fn(Established)>;
+
+/// A worker's admission of QUIC handshakes. The server's certificate resolver, which
+/// rustls calls once it has the whole ClientHello (on the crypto bridge, where nothing
+/// is computed yet), asks its question with `terminus_tls::handshake::bridge::ask`; the
+/// connection's driver hands it here and tells the resolver the decision (a `bool`).
+/// Asked once per handshake: a second ClientHello (after a HelloRetryRequest) is told
+/// the first's decision.
+pub type Admit = Rc<dyn Fn(Box<dyn Any>) -> Pin<Box<dyn Future<Output = Admission>>>>;
+
+/// What [`Admit`] decided for one handshake.
+pub struct Admission {
+    /// Whether the handshake goes on (else rustls fails it: the client gets an alert).
+    pub admitted: bool,
+    /// Who pays for the handshake's crypto, from here on.
+    pub payer: Option<Box<dyn terminus_engine::Payer>>,
+    /// Held until the handshake ends (its room in the worker's admission).
+    pub hold: Option<Box<dyn Any>>,
+}
+
+/// What a worker gives its QUIC endpoints.
+#[derive(Clone)]
+pub struct Hooks {
+    /// Serves each established connection.
+    pub on_established: OnEstablished,
+    /// Admits each handshake at its ClientHello.
+    pub admit: Admit,
+}
 
 pub use transport::H3Connection;
 

@@ -271,9 +271,11 @@ impl SiteHandle {
     }
 }
 
-/// The certificates of whichever site is current, for a TLS configuration built once
-/// and kept across reloads (QUIC's: quinn-proto holds its configuration for the
-/// endpoint's life), so that a reload's or an ACME renewal's certificates reach it.
+/// QUIC's certificates: whichever site is current's, for a TLS configuration built once
+/// and kept across reloads (quinn-proto holds its configuration for the endpoint's life),
+/// so that a reload's or an ACME renewal's certificates reach it. Called once rustls has
+/// the whole ClientHello, before any crypto: it first asks the worker's admission
+/// ([`crate::admission::quic`]), and a handshake refused there gets no certificate.
 #[derive(Debug)]
 pub struct LiveCertificates(pub SiteHandle);
 
@@ -288,7 +290,21 @@ impl rustls::server::ResolvesServerCert for LiveCertificates {
         &self,
         hello: rustls::server::ClientHello<'_>,
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        self.0.current().resolver.resolve(hello)
+        let site = self.0.current();
+        let host = site.resolver.lookup(hello.server_name());
+        let question = crate::admission::quic::QuicHello {
+            tenant: site.hosts[host].tenant.clone(),
+            sign: site.resolver.key_for(&hello),
+            kx: crate::admission::quota::first_kx(&hello),
+        };
+        // Outside a QUIC handshake's bridge nobody answers: nothing to admit.
+        let admitted = terminus_tls::handshake::bridge::ask(Box::new(question))
+            .and_then(|told| told.downcast::<bool>().ok())
+            .is_none_or(|admitted| *admitted);
+        if !admitted {
+            return None;
+        }
+        site.resolver.resolve(hello)
     }
 }
 

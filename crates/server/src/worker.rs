@@ -137,7 +137,7 @@ pub fn run(
                     config.clone(),
                     *limits,
                     worker.engine.clone(),
-                    crate::connection::quic::on_established(worker.clone(), listen),
+                    crate::connection::quic::hooks(worker.clone(), listen),
                 );
                 tokio::task::spawn_local(async move {
                     if let Err(e) = serving.await {

@@ -39,6 +39,7 @@
 //! CPU would not do: on a shared machine a saturated worker is on the CPU well under all
 //! of the time, and would lend what it does not have.
 
+pub(crate) mod quic;
 pub(crate) mod quota;
 
 use std::cell::Cell;

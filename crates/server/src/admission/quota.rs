@@ -16,7 +16,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use terminus_capacity::tenant::{Admission, Arrival, QuotaRefusal, TenantAccount};
+use rustls::server::ClientHello;
+use terminus_capacity::tenant::{Admission, Arrival, Hold, QuotaRefusal, TenantAccount};
 use terminus_engine::cost::Operation;
 use terminus_engine::{HandshakeContext, KeyAlgorithm, KxGroup};
 use terminus_tls::{ClientHelloRead, SniResolver};
@@ -43,30 +44,57 @@ pub(crate) async fn admit(
     } else {
         resolver.key_for(&hello)
     };
-    let kx = hello
+    let arrival = arrival(tenant, sign, first_kx(&hello), idle);
+    let hold = admit_arrival(tenant, arrival, admitted).await?;
+    ctx.charge_to(hold);
+    Ok(())
+}
+
+/// The key exchange a handshake of `hello` will probably compute: the first group the
+/// client lists that terminus has.
+pub(crate) fn first_kx(hello: &ClientHello<'_>) -> Operation {
+    hello
         .named_groups()
         .and_then(|groups| {
             groups
                 .iter()
                 .find_map(|g| KxGroup::ALL.into_iter().find(|k| k.named_group() == *g))
         })
-        .map_or(Operation::X25519, Operation::for_group);
-    let arrival = Arrival {
+        .map_or(Operation::X25519, Operation::for_group)
+}
+
+/// What a handshake will probably cost `tenant`: the signature of `sign` (none for a
+/// resumption) and the key exchange `kx`. `idle`: the worker has capacity to lend.
+pub(crate) fn arrival(
+    tenant: &TenantAccount,
+    sign: Option<KeyAlgorithm>,
+    kx: Operation,
+    idle: bool,
+) -> Arrival {
+    Arrival {
         estimate: tenant.estimate(sign, kx),
         cheap: !matches!(sign, Some(KeyAlgorithm::Rsa { .. })),
         idle,
-    };
-    let hold = match tenant.admit(Instant::now().into_std(), arrival) {
-        Admission::Now(hold) => hold,
+    }
+}
+
+/// Admits `arrival` against `tenant`'s quota, after the wait the quota asks for, its room
+/// in admission control (`admitted`) set aside meanwhile; the hold to charge the
+/// handshake's crypto to.
+pub(crate) async fn admit_arrival(
+    tenant: &Arc<TenantAccount>,
+    arrival: Arrival,
+    admitted: &Ticket,
+) -> Result<Hold, QuotaRefusal> {
+    match tenant.admit(Instant::now().into_std(), arrival) {
+        Admission::Now(hold) => Ok(hold),
         Admission::After(wait, hold) => {
             let (_waiting, _aside) = (tenant.waiting(), admitted.aside());
             tokio::time::sleep(wait).await;
-            hold
+            Ok(hold)
         }
-        Admission::Refused(cause) => return Err(cause),
-    };
-    ctx.charge_to(hold);
-    Ok(())
+        Admission::Refused(cause) => Err(cause),
+    }
 }
 
 /// Why a handshake admitted as a resumption was refused at its first signature.

@@ -11,12 +11,17 @@ use crate::config::Listen;
 use crate::http::{self, ConnectionInfo};
 use crate::worker::{OpenConnection, Worker};
 
-/// What this worker does with each QUIC connection established on `listen`: serve it.
-pub(crate) fn on_established(worker: Rc<Worker>, listen: Listen) -> terminus_quic::OnEstablished {
+/// What this worker does with QUIC handshakes on `listen` (admits them as TCP ones,
+/// [`crate::admission::quic`]) and with each connection established: serves it.
+pub(crate) fn hooks(worker: Rc<Worker>, listen: Listen) -> terminus_quic::Hooks {
     let listen = Rc::new(listen);
-    Rc::new(move |established| {
-        tokio::task::spawn_local(serve(worker.clone(), listen.clone(), established));
-    })
+    let admit = crate::admission::quic::admit(worker.clone());
+    terminus_quic::Hooks {
+        on_established: Rc::new(move |established| {
+            tokio::task::spawn_local(serve(worker.clone(), listen.clone(), established));
+        }),
+        admit,
+    }
 }
 
 async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_quic::Established) {

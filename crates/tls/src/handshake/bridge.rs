@@ -4,7 +4,12 @@
 //! coroutine and hands the request out to [`run`]'s caller, which awaits the engine and
 //! resumes the coroutine with the answer: the same shape as OpenSSL's ASYNC_JOB fibers.
 //! Outside a coroutine, [`call`] computes the operation synchronously.
+//!
+//! [`ask`] suspends the same way for a question that is not crypto, answered by the
+//! driver's `ask` closure ([`run_asking`]): a QUIC handshake's admission, which can only
+//! be decided once rustls has read the ClientHello, inside the coroutine.
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::ptr;
@@ -15,7 +20,19 @@ use terminus_engine::{scalar, CryptoError, CryptoOp, CryptoOutput};
 use terminus_metrics::{Counter, Exposition, Render};
 
 type Answer = Result<CryptoOutput, CryptoError>;
-type BridgeYielder = Yielder<Option<Answer>, CryptoOp>;
+type BridgeYielder = Yielder<Option<Resumed>, Suspended>;
+
+/// What a coroutine suspends for.
+enum Suspended {
+    Crypto(CryptoOp),
+    Ask(Box<dyn Any>),
+}
+
+/// What it is resumed with.
+enum Resumed {
+    Crypto(Answer),
+    Told(Option<Box<dyn Any>>),
+}
 
 /// Coroutine stack size. rustls's handshake code needs far less; the stack is mapped
 /// lazily, and a guard page below it turns an overflow into a fault, not corruption.
@@ -48,17 +65,38 @@ impl Render for BridgeMetrics {
 /// Performs `op`: suspends the running coroutine until its driver supplies the answer, or
 /// computes it on the spot when no coroutine is running.
 pub fn call(op: CryptoOp) -> Answer {
+    match suspend(Suspended::Crypto(op)) {
+        Ok(Some(Resumed::Crypto(answer))) => answer,
+        Ok(_) => Err(CryptoError::BackendGone("bridge")),
+        Err(Suspended::Crypto(op)) => {
+            SYNC_FALLBACKS.inc();
+            scalar::compute(op)
+        }
+        Err(Suspended::Ask(_)) => unreachable!("a crypto request was suspended"),
+    }
+}
+
+/// Asks the driver of the running coroutine `question` and waits for its answer (see
+/// [`run_asking`]); `None` outside a coroutine, or when the driver has none.
+pub fn ask(question: Box<dyn Any>) -> Option<Box<dyn Any>> {
+    match suspend(Suspended::Ask(question)) {
+        Ok(Some(Resumed::Told(answer))) => answer,
+        _ => None,
+    }
+}
+
+/// Suspends the running coroutine for `why`; gives `why` back outside a coroutine.
+fn suspend(why: Suspended) -> Result<Option<Resumed>, Suspended> {
     let yielder = ACTIVE.with(|a| a.replace(ptr::null()));
     if yielder.is_null() {
-        SYNC_FALLBACKS.inc();
-        return scalar::compute(op);
+        return Err(why);
     }
     // SAFETY: ACTIVE is non-null only between `ActiveYielder::enter` and its drop (or a
     // suspension, which clears it), all inside the coroutine body that owns the yielder,
     // on this thread; the yielder lives for that whole body, so the pointer is valid here.
-    let answer = unsafe { &*yielder }.suspend(op);
+    let resumed = unsafe { &*yielder }.suspend(why);
     ACTIVE.with(|a| a.set(yielder));
-    answer.unwrap_or(Err(CryptoError::BackendGone("bridge")))
+    Ok(resumed)
 }
 
 /// Marks a yielder as the running one for the duration of the coroutine body.
@@ -92,16 +130,30 @@ fn return_stack(stack: DefaultStack) {
     });
 }
 
-/// Runs `body` on a coroutine; every [`call`] it makes is answered by `answer(op)`.
+/// Runs `body` on a coroutine; every [`call`] it makes is answered by `answer(op)`
+/// (and every [`ask`] with `None`).
 ///
 /// If the returned future is dropped while the body is suspended (a handshake timeout),
 /// the coroutine is unwound and its stack freed.
-pub async fn run<T, F, A, Fut>(body: F, mut answer: A) -> T
+pub async fn run<T, F, A, Fut>(body: F, answer: A) -> T
 where
     T: 'static,
     F: FnOnce() -> T + 'static,
     A: FnMut(CryptoOp) -> Fut,
     Fut: Future<Output = Answer>,
+{
+    run_asking(body, answer, |_| std::future::ready(None)).await
+}
+
+/// [`run`], every [`ask`] the body makes answered by `told(question)`.
+pub async fn run_asking<T, F, A, Fut, Q, QFut>(body: F, mut answer: A, mut told: Q) -> T
+where
+    T: 'static,
+    F: FnOnce() -> T + 'static,
+    A: FnMut(CryptoOp) -> Fut,
+    Fut: Future<Output = Answer>,
+    Q: FnMut(Box<dyn Any>) -> QFut,
+    QFut: Future<Output = Option<Box<dyn Any>>>,
 {
     let mut coroutine = Coroutine::with_stack(take_stack(), move |yielder: &BridgeYielder, _| {
         let _active = ActiveYielder::enter(yielder);
@@ -110,7 +162,12 @@ where
     let mut input = None;
     loop {
         match coroutine.resume(input) {
-            CoroutineResult::Yield(op) => input = Some(answer(op).await),
+            CoroutineResult::Yield(Suspended::Crypto(op)) => {
+                input = Some(Resumed::Crypto(answer(op).await))
+            }
+            CoroutineResult::Yield(Suspended::Ask(question)) => {
+                input = Some(Resumed::Told(told(question).await))
+            }
             CoroutineResult::Return(value) => {
                 return_stack(coroutine.into_stack());
                 return value;
@@ -159,6 +216,36 @@ mod tests {
         ));
         assert_eq!(out, (true, true));
         assert_eq!(asked, 2);
+    }
+
+    #[test]
+    fn questions_go_to_the_driver_and_crypto_still_to_the_answerer() {
+        assert!(
+            ask(Box::new(2u32)).is_none(),
+            "no driver outside a coroutine"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let out = rt.block_on(run_asking(
+            || {
+                let told = ask(Box::new(2u32)).and_then(|a| a.downcast::<u32>().ok());
+                (told.map(|t| *t), call(kx()).is_ok())
+            },
+            |op| std::future::ready(scalar::compute(op)),
+            |question| async move {
+                tokio::task::yield_now().await;
+                let n = question.downcast::<u32>().ok()?;
+                Some(Box::new(*n * 2) as Box<dyn Any>)
+            },
+        ));
+        assert_eq!(out, (Some(4), true));
+        // `run` tells nothing.
+        let out = rt.block_on(run(
+            || ask(Box::new(2u32)).is_none(),
+            |op| std::future::ready(scalar::compute(op)),
+        ));
+        assert!(out);
     }
 
     #[test]
