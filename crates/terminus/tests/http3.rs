@@ -972,3 +972,32 @@ fn curl_over_http3_gets_files_whole_and_a_post_body_is_read_away() {
     // One connection for the whole session.
     assert_eq!(server.metric("terminus_quic_handshakes_total", &[]), 1.0);
 }
+
+/// The admission bound (`limits.handshake_queue`) holds for QUIC handshakes as for TCP
+/// ones: a storm of 300 concurrent RSA-2048 QUIC handshakes on the scalar backend, far
+/// beyond what a 20 ms bound lets one worker take on, has some refused at their
+/// ClientHello (counted as `overload_at_hello`), and those taken on complete.
+#[test]
+fn the_admission_bound_refuses_quic_handshakes_beyond_it() {
+    let _alone = exclusive();
+    let dir = TestDir::new("h3-bound");
+    let (server, port) = h3_server_full(
+        &dir,
+        KeyKind::Rsa(2048),
+        "scalar",
+        "",
+        "[limits]\nhandshake_queue = \"20ms\"\n",
+        1,
+    );
+    let done = quic_storm(port, 300);
+    let refused = server.metric(
+        "terminus_handshakes_refused_total",
+        &["cause=\"overload_at_hello\""],
+    );
+    assert!(refused > 0.0, "none of 300 refused; {done} completed");
+    assert!(done > 0, "none completed, {refused} refused");
+    assert_eq!(
+        server.metric("terminus_quic_handshakes_total", &[]),
+        done as f64
+    );
+}
