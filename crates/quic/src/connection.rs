@@ -315,9 +315,12 @@ fn gather(
         }
     }
     let mut datagrams = Vec::new();
+    // Several datagrams of one size in one transmit where the socket can send them in
+    // one call (GSO).
+    let max = shared.max_datagrams();
     loop {
         let mut bytes = Vec::with_capacity(1500);
-        let Some(transmit) = conn.poll_transmit(Instant::now(), 1, &mut bytes) else {
+        let Some(transmit) = conn.poll_transmit(Instant::now(), max, &mut bytes) else {
             return datagrams;
         };
         datagrams.push((transmit, bytes));

@@ -17,12 +17,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::io::IoSliceMut;
+
 use bytes::BytesMut;
 use quinn_proto::{
-    ConnectionEvent, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, ServerConfig,
-    Transmit,
+    ConnectionEvent, ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, EndpointConfig,
+    ServerConfig, Transmit,
 };
 use terminus_engine::{Engine, HandshakeGuard};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 
@@ -32,13 +35,18 @@ use crate::metrics::QuicMetrics;
 use crate::routing::{Handover, Member, Owner};
 use crate::Hooks;
 
-/// The largest UDP payload read (QUIC's datagrams are at most this, RFC 9000 section 14
-/// allows up to 65527, and an endpoint advertises what it takes).
-const MAX_DATAGRAM: usize = 65_527;
+/// Room for one read: a datagram, or several of one flow coalesced by the kernel (GRO),
+/// up to what one UDP read returns.
+const READ_SLOT: usize = 64 * 1024;
+/// Reads at most this many datagrams (or coalesced runs of them) per system call
+/// (`recvmmsg`): a burst of a handshake storm's Initials is read in a few calls.
+const READS: usize = 8;
 
 /// What a worker's connections share with its endpoint task.
 pub(crate) struct Shared {
     pub(crate) socket: UdpSocket,
+    /// The socket's GSO, GRO, ECN and destination-address state (quinn-udp).
+    udp: quinn_udp::UdpSocketState,
     pub(crate) endpoint: RefCell<Endpoint>,
     /// Each connection's queue of events from the endpoint, with the number of the
     /// connection that holds the handle now (quinn-proto reuses a handle once its
@@ -59,19 +67,37 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Sends one datagram (quinn-proto is asked for one at a time: no GSO yet).
+    /// Sends `transmit`: one datagram, or several of one size in one system call (GSO)
+    /// where quinn-proto made them so, with its ECN mark and source address. A datagram
+    /// the kernel refuses is dropped, as the network could have: QUIC retransmits.
     pub(crate) async fn send(&self, transmit: &Transmit, bytes: &[u8]) {
-        let bytes = &bytes[..transmit.size];
-        match transmit.segment_size {
-            Some(segment) if segment < bytes.len() => {
-                for chunk in bytes.chunks(segment) {
-                    let _ = self.socket.send_to(chunk, transmit.destination).await;
+        let transmit = quinn_udp::Transmit {
+            destination: transmit.destination,
+            ecn: transmit
+                .ecn
+                .and_then(|ecn| quinn_udp::EcnCodepoint::from_bits(ecn as u8)),
+            contents: &bytes[..transmit.size],
+            segment_size: transmit.segment_size,
+            src_ip: transmit.src_ip,
+        };
+        loop {
+            let sent = self.socket.try_io(Interest::WRITABLE, || {
+                self.udp.send((&self.socket).into(), &transmit)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.socket.writable().await.is_err() {
+                        return;
+                    }
                 }
-            }
-            _ => {
-                let _ = self.socket.send_to(bytes, transmit.destination).await;
+                _ => return,
             }
         }
+    }
+
+    /// How many datagrams one send may carry (GSO segments; 1 without GSO).
+    pub(crate) fn max_datagrams(&self) -> usize {
+        self.udp.max_gso_segments()
     }
 }
 
@@ -88,6 +114,7 @@ pub async fn serve(
     hooks: Hooks,
 ) -> io::Result<()> {
     socket.set_nonblocking(true)?;
+    let udp = quinn_udp::UdpSocketState::new((&socket).into())?;
     let socket = UdpSocket::from_std(socket)?;
     let local = socket.local_addr()?;
     // A wildcard socket does not know which of the host's addresses a datagram reached.
@@ -97,6 +124,7 @@ pub async fn serve(
     let endpoint = Endpoint::new(Arc::new(endpoint_config), Some(config), true, None);
     let shared = Rc::new(Shared {
         socket,
+        udp,
         endpoint: RefCell::new(endpoint),
         routes: RefCell::default(),
         next_route: Cell::new(0),
@@ -107,43 +135,84 @@ pub async fn serve(
         limits,
         handshaking: Cell::new(0),
     });
-    let mut datagram = vec![0u8; MAX_DATAGRAM];
+    let mut slots = vec![0u8; READ_SLOT * READS];
+    let mut metas = [quinn_udp::RecvMeta::default(); READS];
     let mut out = Vec::with_capacity(1500);
     loop {
-        let (remote, data) = tokio::select! {
-            received = shared.socket.recv_from(&mut datagram) => match received {
-                Ok((len, remote)) => match member.route(remote, &datagram[..len]) {
-                    Owner::Here => (remote, BytesMut::from(&datagram[..len])),
-                    Owner::Handed => {
-                        shared.metrics.handed_over();
-                        continue;
-                    }
-                    Owner::Dropped => continue,
-                },
-                // An ICMP error from an earlier send to a peer gone: nothing to do
-                // for the others.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(e),
-            },
-            Some(Handover { remote, data }) = member.inbox.recv() => (remote, data),
+        let read = tokio::select! {
+            read = read_batch(&shared, &mut slots, &mut metas) => read,
+            Some(handover) = member.inbox.recv() => {
+                handle(&shared, handover, &mut out).await;
+                continue;
+            }
         };
-        out.clear();
-        let event = shared.endpoint.borrow_mut().handle(
-            Instant::now(),
-            remote,
-            local_ip,
-            None,
-            data,
-            &mut out,
-        );
-        match event {
-            None => {}
-            Some(DatagramEvent::Response(transmit)) => shared.send(&transmit, &out).await,
-            Some(DatagramEvent::ConnectionEvent(ch, event)) => route(&shared, ch, event),
-            Some(DatagramEvent::NewConnection(incoming)) => {
-                accept(&shared, incoming, remote, &mut out).await
+        let count = match read {
+            Ok(count) => count,
+            // An ICMP error from an earlier send to a peer gone: nothing to do for the
+            // others.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+            Err(e) => return Err(e),
+        };
+        for (meta, slot) in metas[..count].iter().zip(slots.chunks(READ_SLOT)) {
+            // A run of datagrams of one flow coalesced by the kernel (GRO), `stride`
+            // bytes each but the last.
+            for datagram in slot[..meta.len].chunks(meta.stride.max(1)) {
+                let datagram = Handover {
+                    remote: meta.addr,
+                    local_ip: meta.dst_ip.or(local_ip),
+                    ecn: meta.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)),
+                    data: BytesMut::from(datagram),
+                };
+                match member.route(&datagram) {
+                    Owner::Here => handle(&shared, datagram, &mut out).await,
+                    Owner::Handed => shared.metrics.handed_over(),
+                    Owner::Dropped => {}
+                }
             }
         }
+    }
+}
+
+/// Reads what the socket has, up to [`READS`] datagrams (or coalesced runs) at once,
+/// into `slots`, [`READ_SLOT`] bytes each; how many were read.
+async fn read_batch(
+    shared: &Shared,
+    slots: &mut [u8],
+    metas: &mut [quinn_udp::RecvMeta],
+) -> io::Result<usize> {
+    loop {
+        shared.socket.readable().await?;
+        let mut bufs: Vec<IoSliceMut<'_>> =
+            slots.chunks_mut(READ_SLOT).map(IoSliceMut::new).collect();
+        let read = shared.socket.try_io(Interest::READABLE, || {
+            shared.udp.recv((&shared.socket).into(), &mut bufs, metas)
+        });
+        match read {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            read => return read,
+        }
+    }
+}
+
+/// Hands one datagram to the endpoint: for a connection, a new one, or nobody.
+async fn handle(shared: &Rc<Shared>, datagram: Handover, out: &mut Vec<u8>) {
+    let Handover {
+        remote,
+        local_ip,
+        ecn,
+        data,
+    } = datagram;
+    out.clear();
+    let event =
+        shared
+            .endpoint
+            .borrow_mut()
+            .handle(Instant::now(), remote, local_ip, ecn, data, out);
+    match event {
+        None => {}
+        Some(DatagramEvent::Response(transmit)) => shared.send(&transmit, out).await,
+        Some(DatagramEvent::ConnectionEvent(ch, event)) => route(shared, ch, event),
+        Some(DatagramEvent::NewConnection(incoming)) => accept(shared, incoming, remote, out).await,
     }
 }
 

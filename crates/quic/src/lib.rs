@@ -17,8 +17,10 @@
 //!   to another worker (a client whose address changed) handed to the owner.
 //! - [`QuicMetrics`]: connections and handshakes.
 //!
-//! Not yet: GSO/GRO (quinn-udp), and the datagram's destination address on a wildcard
-//! socket.
+//! The socket's I/O is quinn-udp's: up to eight datagrams a read (`recvmmsg`, and runs of
+//! one flow coalesced by GRO), datagrams of one size sent in one call (GSO), ECN marks
+//! both ways, and each datagram's destination address (a wildcard socket answers from
+//! the address it was reached at).
 
 pub mod admission;
 pub mod config;

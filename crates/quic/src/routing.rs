@@ -19,12 +19,12 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use quinn_proto::{ConnectionId, ConnectionIdGenerator, InvalidCid};
+use quinn_proto::{ConnectionId, ConnectionIdGenerator, EcnCodepoint, InvalidCid};
 use tokio::sync::mpsc;
 
 /// Length of the connection IDs terminus issues.
@@ -36,9 +36,13 @@ const RANDOM_AT: usize = 4;
 /// full socket buffer would drop them.
 const HANDOVER_QUEUE: usize = 1024;
 
-/// A datagram read by one worker for a connection another worker owns.
+/// A datagram read by one worker, for the endpoint of the worker that owns its
+/// connection (this one's, or another's).
 pub(crate) struct Handover {
     pub(crate) remote: SocketAddr,
+    /// The address it was sent to, where the socket says.
+    pub(crate) local_ip: Option<IpAddr>,
+    pub(crate) ecn: Option<EcnCodepoint>,
     pub(crate) data: BytesMut,
 }
 
@@ -122,8 +126,8 @@ impl Member {
     }
 
     /// Hands `data` to the worker that owns its connection if that is not this one.
-    pub(crate) fn route(&self, remote: SocketAddr, data: &[u8]) -> Owner {
-        let Some(owner) = destination(data).and_then(|cid| self.mask.owner(cid)) else {
+    pub(crate) fn route(&self, datagram: &Handover) -> Owner {
+        let Some(owner) = destination(&datagram.data).and_then(|cid| self.mask.owner(cid)) else {
             return Owner::Here;
         };
         let owner = usize::from(owner);
@@ -135,8 +139,10 @@ impl Member {
             return Owner::Here;
         };
         let handover = Handover {
-            remote,
-            data: BytesMut::from(data),
+            remote: datagram.remote,
+            local_ip: datagram.local_ip,
+            ecn: datagram.ecn,
+            data: datagram.data.clone(),
         };
         match peer.try_send(handover) {
             Ok(()) => Owner::Handed,
@@ -270,6 +276,16 @@ mod tests {
         assert!(passed < 20, "{passed} random IDs passed the check");
     }
 
+    /// `bytes` as read from `remote`.
+    fn read(remote: SocketAddr, bytes: &[u8]) -> Handover {
+        Handover {
+            remote,
+            local_ip: None,
+            ecn: None,
+            data: BytesMut::from(bytes),
+        }
+    }
+
     #[test]
     fn a_datagram_for_another_worker_s_connection_is_handed_to_it() {
         let mut members = members(2);
@@ -277,27 +293,33 @@ mod tests {
         let ours = members[0].cid_generators()().generate_cid();
         let remote: SocketAddr = "127.0.0.1:4433".parse().unwrap();
         for packet in [short_packet(&theirs), handshake_packet(&theirs)] {
-            assert!(matches!(members[0].route(remote, &packet), Owner::Handed));
+            assert!(matches!(
+                members[0].route(&read(remote, &packet)),
+                Owner::Handed
+            ));
             let got = members[1].inbox.try_recv().unwrap();
             assert_eq!((got.remote, &got.data[..]), (remote, &packet[..]));
         }
         for packet in [short_packet(&ours), handshake_packet(&ours)] {
-            assert!(matches!(members[0].route(remote, &packet), Owner::Here));
+            assert!(matches!(
+                members[0].route(&read(remote, &packet)),
+                Owner::Here
+            ));
         }
         // A long header with an ID of another length (a client's first Initial) and a
         // datagram too short to hold an ID stay here.
         assert!(matches!(
-            members[0].route(remote, &handshake_packet(&theirs[..8])),
+            members[0].route(&read(remote, &handshake_packet(&theirs[..8]))),
             Owner::Here
         ));
         assert!(matches!(
-            members[0].route(remote, &[0x40, 1, 2]),
+            members[0].route(&read(remote, &[0x40, 1, 2])),
             Owner::Here
         ));
         // A worker gone: its datagrams are dropped, not answered here.
         drop(members.pop());
         assert!(matches!(
-            members[0].route(remote, &short_packet(&theirs)),
+            members[0].route(&read(remote, &short_packet(&theirs))),
             Owner::Dropped
         ));
     }

@@ -537,8 +537,9 @@ fn a_flood_of_initials_above_the_limit_is_refused_and_an_established_connection_
         out.status.success()
             && lines.len() == 2
             && lines.iter().all(|l| l.starts_with("/1k.bin 200 1024 ")),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
+        "{text} {}\n{done} of the flood completed\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
     );
     assert!(refused >= 1.0, "no Initial refused");
     assert!(done >= 4, "{done} handshakes completed");
