@@ -1002,3 +1002,48 @@ fn the_admission_bound_refuses_quic_handshakes_beyond_it() {
         done as f64
     );
 }
+
+/// On a wildcard address (0.0.0.0) each QUIC datagram is answered from the address it
+/// was sent to: a client reaching 127.0.0.2 gets its answers from 127.0.0.2 (from
+/// 127.0.0.1, the kernel's choice, it would take them for another server's).
+#[test]
+fn a_wildcard_listener_answers_from_the_address_each_client_reached() {
+    let dir = TestDir::new("h3-wildcard");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "over h3\n");
+    let port = free_port();
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [{{ address = \"0.0.0.0:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"scalar\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.path("www").display(),
+            pair.cert.display(),
+            pair.key.display()
+        ),
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let out = run(Command::new(terminus_bin()).args([
+        "load",
+        &format!("https://localhost:{port}/index.html"),
+        "--address",
+        "127.0.0.2",
+        "-k",
+        "--http3",
+        "-c",
+        "2",
+        "-d",
+        "1s",
+        "--timeout",
+        "3s",
+        "--json",
+    ]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["requests"].as_u64().unwrap() > 100 && report["errors_total"] == 0,
+        "{report:#}\n{}",
+        server.stderr()
+    );
+}
