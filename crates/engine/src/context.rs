@@ -173,6 +173,13 @@ impl HandshakeContext {
         check.is_none_or(|check| check())
     }
 
+    /// Lets the payer go once the handshake's crypto is done, so that its admission's
+    /// estimate is settled then (for a context kept past the handshake, as a QUIC
+    /// connection's is, for its observation), not when the connection closes.
+    pub fn settle(&mut self) {
+        self.payer.take();
+    }
+
     /// Who is charged; `None` before admission (and for handshakes outside a server).
     pub fn payer(&self) -> Option<&dyn Payer> {
         self.payer.get().map(|p| p.as_ref())

@@ -20,8 +20,6 @@ use crate::http1::Response;
 
 /// UDP sockets per thread at most.
 const SOCKETS: usize = 16;
-/// HTTP/3's code for a connection closed with nothing wrong (RFC 9114 section 8.1).
-const H3_NO_ERROR: u32 = 0x100;
 
 /// What a thread's HTTP/3 connections share.
 pub struct Client {
@@ -126,6 +124,8 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        self.quic.close(H3_NO_ERROR.into(), b"");
+        let code = h3::error::Code::H3_NO_ERROR.value();
+        self.quic
+            .close(quinn::VarInt::from_u64(code).unwrap_or_default(), b"");
     }
 }

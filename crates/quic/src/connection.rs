@@ -17,6 +17,7 @@
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -46,7 +47,7 @@ pub(crate) async fn run(
     mut events: mpsc::Receiver<ConnectionEvent>,
     in_flight: InFlight,
 ) {
-    let ctx = HandshakeContext::new(Instant::now());
+    let mut ctx = HandshakeContext::new(Instant::now());
     let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
     let admission = Admitting::default();
     let handshaken = handshake(
@@ -61,7 +62,12 @@ pub(crate) async fn run(
     .await;
     drop((in_flight, admission));
     match handshaken {
-        Handshaken::Done(conn) => established(&shared, ch, conn, events, ctx).await,
+        Handshaken::Done(conn) => {
+            // Its crypto is done: the tenant's estimate is settled now, not when the
+            // connection closes.
+            ctx.settle();
+            established(&shared, ch, conn, events, ctx).await
+        }
         Handshaken::TimedOut(conn) => drain(&shared, ch, conn, events).await,
         Handshaken::Failed => {}
     }
@@ -227,6 +233,7 @@ async fn established(
     handshake: HandshakeContext,
 ) {
     let remote = conn.remote_address();
+    let conn_local_ip = conn.local_ip();
     let sni = conn
         .crypto_session()
         .handshake_data()
@@ -240,7 +247,11 @@ async fn established(
     (shared.hooks.on_established)(Established {
         h3: H3Connection(state.clone()),
         remote,
-        local: shared.local,
+        // On a wildcard socket, the address the client reached.
+        local: SocketAddr::new(
+            conn_local_ip.unwrap_or(shared.local.ip()),
+            shared.local.port(),
+        ),
         sni,
         handshake,
     });

@@ -35,6 +35,9 @@ use crate::metrics::QuicMetrics;
 use crate::routing::{Handover, Member, Owner};
 use crate::Hooks;
 
+/// Datagrams per GSO send at most (see [`Shared::max_datagrams`]).
+const MAX_GSO_SEGMENTS: usize = 10;
+
 /// Room for one read: a datagram, or several of one flow coalesced by the kernel (GRO),
 /// up to what one UDP read returns.
 const READ_SLOT: usize = 64 * 1024;
@@ -95,9 +98,11 @@ impl Shared {
         }
     }
 
-    /// How many datagrams one send may carry (GSO segments; 1 without GSO).
+    /// How many datagrams one send may carry: GSO's segments (1 without GSO), at most
+    /// ten as quinn's own driver, so that one send stays under UDP's 64 KiB (the kernel
+    /// refuses a larger one, and quinn-udp drops it without a word).
     pub(crate) fn max_datagrams(&self) -> usize {
-        self.udp.max_gso_segments()
+        self.udp.max_gso_segments().min(MAX_GSO_SEGMENTS)
     }
 }
 
@@ -163,10 +168,10 @@ pub async fn serve(
                     ecn: meta.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)),
                     data: BytesMut::from(datagram),
                 };
-                match member.route(&datagram) {
-                    Owner::Here => handle(&shared, datagram, &mut out).await,
+                match member.route(datagram) {
+                    Owner::Here(datagram) => handle(&shared, datagram, &mut out).await,
                     Owner::Handed => shared.metrics.handed_over(),
-                    Owner::Dropped => {}
+                    Owner::Dropped => shared.metrics.handover_dropped(),
                 }
             }
         }

@@ -14,6 +14,7 @@ pub struct QuicMetrics {
     retried: Counter,
     refused: Counter,
     handed_over: Counter,
+    handover_dropped: Counter,
 }
 
 impl std::fmt::Debug for QuicMetrics {
@@ -49,6 +50,10 @@ impl QuicMetrics {
                 "terminus_quic_handed_over_total",
                 "QUIC datagrams one worker read for a connection another worker owns (its client's address changed), handed to that worker.",
             ),
+            handover_dropped: Counter::new(
+                "terminus_quic_handover_dropped_total",
+                "QUIC datagrams for a connection another worker owns that could not be handed to it (its queue full, the worker gone, or over 1,500 bytes): dropped.",
+            ),
         }
     }
 
@@ -75,6 +80,10 @@ impl QuicMetrics {
     pub(crate) fn handed_over(&self) {
         self.handed_over.inc();
     }
+
+    pub(crate) fn handover_dropped(&self) {
+        self.handover_dropped.inc();
+    }
 }
 
 impl Render for QuicMetrics {
@@ -85,5 +94,6 @@ impl Render for QuicMetrics {
         self.retried.render(out);
         self.refused.render(out);
         self.handed_over.render(out);
+        self.handover_dropped.render(out);
     }
 }

@@ -3,11 +3,18 @@
 //! Every worker has its own UDP socket on the listener's port (`SO_REUSEPORT`), and the
 //! kernel picks the socket by hashing the datagram's addresses. A client that changes
 //! address (NAT rebinding, migration to another network) may therefore reach another
-//! worker, which does not know the connection: it would drop the datagram or answer
-//! with a stateless reset and kill a healthy connection. So the connection IDs terminus
-//! issues name their worker, and a worker hands a datagram whose destination ID names
-//! another worker to that worker, whose endpoint handles it as if its own socket had
-//! read it (it answers from its own socket: same address and port).
+//! worker, which does not know the connection: the datagram would be lost (or answered
+//! with a stateless reset, which, under that worker's own reset key, the client would
+//! ignore). So the connection IDs terminus issues name their worker, and a worker hands
+//! a datagram whose destination ID names another worker to that worker, whose endpoint
+//! handles it as if its own socket had read it (it answers from its own socket: same
+//! address and port).
+//!
+//! Only datagrams of established paths are handed over: short-header packets and
+//! Handshake packets. Initial and 0-RTT packets carry the ID the client chose, and a
+//! client cannot change address before its handshake is done, so they stay where the
+//! kernel put them (else IDs of a past connection, as a new one's first DCID, would let
+//! anyone steer handshakes onto one worker).
 //!
 //! A connection ID is `CID_LEN` bytes: the worker's index and a check value, both
 //! masked with a keyed hash (SipHash, one random key per listener) of the 8 random bytes
@@ -35,6 +42,9 @@ const RANDOM_AT: usize = 4;
 /// Datagrams waiting to be handled by a worker at most: beyond, they are dropped, as a
 /// full socket buffer would drop them.
 const HANDOVER_QUEUE: usize = 1024;
+/// The largest datagram handed over (an Ethernet frame's payload; QUIC's are at most
+/// 1,452 bytes unless a path is found to take more): bounds what a queue holds, 1.5 MB.
+const MAX_HANDED: usize = 1500;
 
 /// A datagram read by one worker, for the endpoint of the worker that owns its
 /// connection (this one's, or another's).
@@ -104,7 +114,7 @@ pub fn members(workers: usize) -> Vec<Member> {
 /// What to do with a datagram a worker's socket read.
 pub(crate) enum Owner {
     /// This worker handles it: its connection's, a new connection's, or nobody's.
-    Here,
+    Here(Handover),
     /// Handed to the worker that owns its connection.
     Handed,
     /// Another worker's, which could not take it (gone, or its queue full): dropped.
@@ -126,43 +136,48 @@ impl Member {
     }
 
     /// Hands `data` to the worker that owns its connection if that is not this one.
-    pub(crate) fn route(&self, datagram: &Handover) -> Owner {
+    pub(crate) fn route(&self, datagram: Handover) -> Owner {
         let Some(owner) = destination(&datagram.data).and_then(|cid| self.mask.owner(cid)) else {
-            return Owner::Here;
+            return Owner::Here(datagram);
         };
         let owner = usize::from(owner);
         if owner == usize::from(self.index) {
-            return Owner::Here;
+            return Owner::Here(datagram);
         }
         // An index past the workers: not an ID any worker issued (a forged check).
         let Some(peer) = self.peers.get(owner) else {
-            return Owner::Here;
+            return Owner::Here(datagram);
         };
-        let handover = Handover {
-            remote: datagram.remote,
-            local_ip: datagram.local_ip,
-            ecn: datagram.ecn,
-            data: datagram.data.clone(),
-        };
-        match peer.try_send(handover) {
+        if datagram.data.len() > MAX_HANDED {
+            return Owner::Dropped;
+        }
+        match peer.try_send(datagram) {
             Ok(()) => Owner::Handed,
             Err(_) => Owner::Dropped,
         }
     }
 }
 
-/// The destination connection ID of a QUIC packet, if it has one of terminus's length:
-/// a long header states its length, a short header's is the length this endpoint
-/// issues (RFC 9000 section 17; RFC 8999 for the invariant layout).
+/// The destination connection ID of a short-header or Handshake packet, if it has one
+/// of terminus's length: a long header states its length, a short header's is the
+/// length this endpoint issues (RFC 9000 section 17, RFC 9369 for version 2's types;
+/// RFC 8999 for the invariant layout).
 fn destination(datagram: &[u8]) -> Option<&[u8]> {
     let first = *datagram.first()?;
-    if first & 0x80 != 0 {
-        let len = usize::from(*datagram.get(5)?);
-        (len == CID_LEN).then(|| datagram.get(6..6 + CID_LEN))?
-    } else {
-        datagram.get(1..1 + CID_LEN)
+    if first & 0x80 == 0 {
+        return datagram.get(1..1 + CID_LEN);
     }
+    let version = u32::from_be_bytes(datagram.get(1..5)?.try_into().ok()?);
+    let handshake = if version == QUIC_V2 { 3 } else { 2 };
+    if (first >> 4) & 0x03 != handshake {
+        return None;
+    }
+    let len = usize::from(*datagram.get(5)?);
+    (len == CID_LEN).then(|| datagram.get(6..6 + CID_LEN))?
 }
+
+/// QUIC version 2 (RFC 9369), whose long-header packet types are numbered apart.
+const QUIC_V2: u32 = 0x6b33_43cf;
 
 /// Issues a worker's connection IDs (quinn-proto's generator).
 #[derive(Clone)]
@@ -220,8 +235,8 @@ mod tests {
         p
     }
 
-    fn handshake_packet(cid: &[u8]) -> Vec<u8> {
-        let mut p = vec![0xE0, 0, 0, 0, 1, cid.len() as u8];
+    fn long_packet(first: u8, cid: &[u8]) -> Vec<u8> {
+        let mut p = vec![first, 0, 0, 0, 1, cid.len() as u8];
         p.extend_from_slice(cid);
         p.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8, 0xBB, 0xBB]);
         p
@@ -292,35 +307,33 @@ mod tests {
         let theirs = members[1].cid_generators()().generate_cid();
         let ours = members[0].cid_generators()().generate_cid();
         let remote: SocketAddr = "127.0.0.1:4433".parse().unwrap();
+        let route = |members: &[Member], packet: &[u8]| members[0].route(read(remote, packet));
+        let handshake_packet = |cid: &[u8]| long_packet(0xE0, cid);
         for packet in [short_packet(&theirs), handshake_packet(&theirs)] {
-            assert!(matches!(
-                members[0].route(&read(remote, &packet)),
-                Owner::Handed
-            ));
+            assert!(matches!(route(&members, &packet), Owner::Handed));
             let got = members[1].inbox.try_recv().unwrap();
             assert_eq!((got.remote, &got.data[..]), (remote, &packet[..]));
         }
         for packet in [short_packet(&ours), handshake_packet(&ours)] {
-            assert!(matches!(
-                members[0].route(&read(remote, &packet)),
-                Owner::Here
-            ));
+            assert!(matches!(route(&members, &packet), Owner::Here(_)));
         }
-        // A long header with an ID of another length (a client's first Initial) and a
-        // datagram too short to hold an ID stay here.
-        assert!(matches!(
-            members[0].route(&read(remote, &handshake_packet(&theirs[..8]))),
-            Owner::Here
-        ));
-        assert!(matches!(
-            members[0].route(&read(remote, &[0x40, 1, 2])),
-            Owner::Here
-        ));
+        // Initial and 0-RTT packets stay where the kernel put them, whatever their ID.
+        for first in [0xC0, 0xD0] {
+            let packet = long_packet(first, &theirs);
+            assert!(matches!(route(&members, &packet), Owner::Here(_)));
+        }
+        // A long header with an ID of another length and a datagram too short to hold
+        // an ID stay here.
+        let other_length = handshake_packet(&theirs[..8]);
+        assert!(matches!(route(&members, &other_length), Owner::Here(_)));
+        assert!(matches!(route(&members, &[0x40, 1, 2]), Owner::Here(_)));
+        // A datagram too large to queue is not handed over.
+        let mut large = short_packet(&theirs);
+        large.resize(MAX_HANDED + 1, 0);
+        assert!(matches!(route(&members, &large), Owner::Dropped));
         // A worker gone: its datagrams are dropped, not answered here.
         drop(members.pop());
-        assert!(matches!(
-            members[0].route(&read(remote, &short_packet(&theirs))),
-            Owner::Dropped
-        ));
+        let packet = short_packet(&theirs);
+        assert!(matches!(route(&members, &packet), Owner::Dropped));
     }
 }

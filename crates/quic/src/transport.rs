@@ -243,9 +243,15 @@ impl SendStream {
 
 /// HTTP/3's code for "nothing wrong" (RFC 9114 section 8.1): a request body the server
 /// stops reading once it has its answer (section 4.1.2).
-const H3_NO_ERROR: VarInt = VarInt::from_u32(0x100);
+const H3_NO_ERROR: VarInt = h3_code(h3::error::Code::H3_NO_ERROR);
 /// HTTP/3's code for a stream the server gave up on.
-const H3_INTERNAL_ERROR: VarInt = VarInt::from_u32(0x102);
+const H3_INTERNAL_ERROR: VarInt = h3_code(h3::error::Code::H3_INTERNAL_ERROR);
+
+/// An HTTP/3 error code as QUIC carries it (every code RFC 9114 defines is below 2^32).
+const fn h3_code(code: h3::error::Code) -> VarInt {
+    assert!(code.value() <= u32::MAX as u64);
+    VarInt::from_u32(code.value() as u32)
+}
 
 fn stopped(code: VarInt) -> StreamErrorIncoming {
     StreamErrorIncoming::StreamTerminated {

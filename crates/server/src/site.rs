@@ -297,10 +297,11 @@ impl rustls::server::ResolvesServerCert for LiveCertificates {
             sign: site.resolver.key_for(&hello),
             kx: crate::admission::quota::first_kx(&hello),
         };
-        // Outside a QUIC handshake's bridge nobody answers: nothing to admit.
+        // Every QUIC handshake step runs on the bridge, whose driver answers: no answer
+        // (nothing QUIC does) is no admission.
         let admitted = terminus_tls::handshake::bridge::ask(Box::new(question))
             .and_then(|told| told.downcast::<bool>().ok())
-            .is_none_or(|admitted| *admitted);
+            .is_some_and(|admitted| *admitted);
         if !admitted {
             return None;
         }

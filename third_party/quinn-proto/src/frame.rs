@@ -576,7 +576,14 @@ impl Iter {
         let ty = self.bytes.get::<FrameType>()?;
         self.last_ty = Some(ty);
         Ok(match ty {
-            FrameType::PADDING => Frame::Padding,
+            FrameType::PADDING => {
+                // terminus: a run of PADDING frames is taken as one (it means nothing but
+                // its length): an Initial padded to 1,200 bytes holds hundreds, each
+                // otherwise decoded and dispatched alone.
+                let run = self.bytes.iter().take_while(|&&b| b == 0).count();
+                self.bytes.advance(run);
+                Frame::Padding
+            }
             FrameType::RESET_STREAM => Frame::ResetStream(ResetStream {
                 id: self.bytes.get()?,
                 error_code: self.bytes.get()?,

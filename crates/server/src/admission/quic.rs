@@ -54,7 +54,9 @@ async fn admit_hello(worker: Rc<Worker>, question: Box<dyn Any>) -> terminus_qui
     };
     let admission = &worker.admission;
     let metrics = &worker.shared.metrics;
-    // Its ClientHello is read: taken on as a full handshake, within the bound.
+    // Its ClientHello is read: taken on as a full handshake, within the bound. Either
+    // refusal is one after the ClientHello, with an alert (nothing QUIC is reset
+    // unread, as a TCP connection refused at accept is).
     let taken = admission
         .at_accept(|| Duration::ZERO, || false)
         .and_then(|ticket| admission.at_hello(ticket, false));
@@ -63,7 +65,18 @@ async fn admit_hello(worker: Rc<Worker>, question: Box<dyn Any>) -> terminus_qui
         return refused;
     };
     let arrival = quota::arrival(&hello.tenant, hello.sign, hello.kx, admission.idle());
-    match quota::admit_arrival(&hello.tenant, arrival, &ticket).await {
+    // The quota's wait counts against the handshake deadline, as over TCP.
+    let deadline = worker.shared.site.current().timeouts.handshake;
+    let admitted = tokio::time::timeout(
+        deadline,
+        quota::admit_arrival(&hello.tenant, arrival, &ticket),
+    )
+    .await;
+    let Ok(admitted) = admitted else {
+        admission.turned_away(ticket);
+        return refused;
+    };
+    match admitted {
         Ok(hold) => terminus_quic::Admission {
             admitted: true,
             payer: Some(Box::new(hold)),
