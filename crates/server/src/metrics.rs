@@ -13,6 +13,9 @@ use terminus_tls::handshake::bridge::BridgeMetrics;
 use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
 
 use crate::admission::Refusal;
+
+/// The protocols responses are counted by, as ALPN names them.
+const PROTOCOLS: [&str; 3] = ["http/1.1", "h2", "h3"];
 use crate::capacity::{CapacityReport, Machine};
 
 /// Why a handshake failed (label values of `terminus_handshake_failures_total`), each
@@ -163,7 +166,7 @@ pub struct Metrics {
     /// Completed handshakes' duration and phases (terminus-observe).
     pub phases: HandshakeSeries,
     workers: Workers,
-    responses: Labelled<5>,
+    responses: Labelled<15>,
     data_paths: Labelled<2>,
     ktls_fallbacks: Labelled<{ FallbackCause::ALL.len() }>,
     ktls_refused: Counter,
@@ -236,8 +239,14 @@ impl Metrics {
             workers: Workers::default(),
             responses: Labelled::counter(
                 "terminus_http_responses_total",
-                "HTTP responses by status class.",
-                label_values("code", ["1xx", "2xx", "3xx", "4xx", "5xx"], ""),
+                "HTTP responses by status class and protocol (its ALPN name).",
+                std::array::from_fn(|i| {
+                    format!(
+                        "code=\"{}xx\",protocol=\"{}\"",
+                        i / PROTOCOLS.len() + 1,
+                        PROTOCOLS[i % PROTOCOLS.len()]
+                    )
+                }),
             ),
             data_paths: Labelled::counter(
                 "terminus_connections_by_data_path_total",
@@ -326,9 +335,15 @@ impl Metrics {
         self.handshakes_refused.inc(why as usize);
     }
 
-    pub fn response(&self, status: u16) {
+    /// A response of `status` over HTTP `version`.
+    pub fn response(&self, status: u16, version: hyper::Version) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
-        self.responses.inc(class);
+        let protocol = match version {
+            hyper::Version::HTTP_2 => 1,
+            hyper::Version::HTTP_3 => 2,
+            _ => 0,
+        };
+        self.responses.inc(class * PROTOCOLS.len() + protocol);
     }
 
     /// The `GET /capacity` table.

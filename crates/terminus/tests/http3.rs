@@ -284,6 +284,18 @@ fn files_of_several_sizes_are_served_whole_over_http3() {
         server.metric("terminus_crypto_sync_fallbacks_total", &[]),
         0.0
     );
+    // Counted as HTTP/3's, as TCP's responses are by their protocol.
+    let h3 = |code: &str| {
+        server.metric(
+            "terminus_http_responses_total",
+            &[&format!("code=\"{code}\""), "protocol=\"h3\""],
+        )
+    };
+    assert_eq!((h3("2xx"), h3("4xx")), (3.0, 1.0));
+    assert_eq!(
+        server.metric("terminus_http_responses_total", &["protocol=\"h2\""]),
+        0.0
+    );
 }
 
 /// The SHA-256 of `bytes`, hex, by `openssl dgst` (an implementation apart from the
@@ -306,9 +318,11 @@ fn openssl_sha256(bytes: &[u8]) -> String {
 }
 
 /// TCP responses (HTTP/1.1 and h2, by curl) on a listener with `http3` say where HTTP/3
-/// is (`Alt-Svc: h3=":PORT"; ma=86400`), and a listener without it says nothing.
+/// is (`Alt-Svc: h3=":PORT"; ma=86400`) and are counted by their protocol, and a listener
+/// without it says nothing.
 #[test]
-fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_others_do_not() {
+fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_their_protocol_s_count_and_others_no_alt_svc(
+) {
     let dir = TestDir::new("h3-alt-svc");
     let (server, port) = h3_server(&dir, KeyKind::EcdsaP256, "scalar");
     let headers = |port: u16, version: &str| {
@@ -329,6 +343,12 @@ fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_others_do_not() {
             head.contains(&format!("alt-svc: h3=\":{port}\"; ma=86400")),
             "{version}: {head}"
         );
+    }
+    // Each response counted by its protocol.
+    for protocol in ["http/1.1", "h2"] {
+        let label = format!("protocol=\"{protocol}\"");
+        let counted = server.metric("terminus_http_responses_total", &[&label]);
+        assert_eq!(counted, 1.0, "{protocol}");
     }
     drop(server);
     let plain = Server::start(&[]);

@@ -89,7 +89,7 @@ impl Responder for ConnectionInfo {
     }
 
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
-        self.metrics.response(resp.status().as_u16());
+        self.metrics.response(resp.status().as_u16(), version);
         self.handshake.responded();
         let len = resp
             .headers()

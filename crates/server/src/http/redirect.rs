@@ -82,7 +82,7 @@ impl Responder for Redirect {
     }
 
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
-        self.metrics.response(resp.status().as_u16());
+        self.metrics.response(resp.status().as_u16(), version);
         if let Some(log) = &self.site.access_log {
             let len = resp
                 .headers()
