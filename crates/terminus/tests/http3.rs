@@ -203,7 +203,7 @@ fn h3_server_full(
 
 /// Every QUIC handshake's signature and key exchange are computed by the engine (its
 /// requests counted on the pinned backend), none by the bridge's synchronous fallback,
-/// for RSA and ECDSA certificates.
+/// for RSA and ECDSA certificates; their histograms name the key that signed.
 #[test]
 fn quic_handshakes_are_computed_by_the_engine_with_no_synchronous_fallback() {
     if !aioquic() {
@@ -211,9 +211,9 @@ fn quic_handshakes_are_computed_by_the_engine_with_no_synchronous_fallback() {
     }
     let script = TestDir::new("h3-script");
     let client = script.write("handshakes.py", HANDSHAKES);
-    for (key, sign) in [
-        (KeyKind::Rsa(2048), "rsa_sign"),
-        (KeyKind::EcdsaP256, "ecdsa_sign"),
+    for (key, sign, key_type) in [
+        (KeyKind::Rsa(2048), "rsa_sign", "rsa"),
+        (KeyKind::EcdsaP256, "ecdsa_sign", "ecdsa"),
     ] {
         let dir = TestDir::new("h3-handshakes");
         let (server, port) = h3_server(&dir, key, "scalar");
@@ -243,6 +243,12 @@ fn quic_handshakes_are_computed_by_the_engine_with_no_synchronous_fallback() {
             &[&format!("op=\"{sign}\""), "backend=\"scalar\""],
         );
         assert_eq!(signed, 5.0, "{sign}");
+        // Their handshake histograms are labelled with the key that signed, as TCP's.
+        let full = server.metric(
+            "terminus_handshake_duration_seconds_count",
+            &[&format!("key_type=\"{key_type}\""), "mode=\"full\""],
+        );
+        assert_eq!(full, 5.0, "{key_type}");
     }
 }
 

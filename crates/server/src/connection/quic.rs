@@ -54,10 +54,13 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         });
         (ended, breakdown)
     };
+    // TLS 1.3 signs in every handshake but a resumption: what the engine signed with
+    // tells both, as rustls's handshake kind does over TCP (quinn does not pass it on).
+    let signed_with = handshake.signed_with();
     let labels = HandshakeLabels {
         version: "TLSv1.3",
-        key_type: "quic",
-        resumed: false,
+        key_type: signed_with.map_or("none", |k| k.label()),
+        resumed: signed_with.is_none(),
         tenant: site.hosts[host].tenant.shared_name(),
     };
     let set = worker.shared.metrics.phases.handshake(labels, &breakdown);
