@@ -187,8 +187,9 @@ async fn read_batch(
 ) -> io::Result<usize> {
     loop {
         shared.socket.readable().await?;
-        let mut bufs: Vec<IoSliceMut<'_>> =
-            slots.chunks_mut(READ_SLOT).map(IoSliceMut::new).collect();
+        let mut chunks = slots.chunks_mut(READ_SLOT);
+        let mut bufs: [IoSliceMut<'_>; READS] =
+            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
         let read = shared.socket.try_io(Interest::READABLE, || {
             shared.udp.recv((&shared.socket).into(), &mut bufs, metas)
         });

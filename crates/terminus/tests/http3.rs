@@ -8,32 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use terminus_testkit::{runs_here, Need};
 
 /// Whether aioquic is installed (`.ci/run` installs it); else the skip is shown.
 fn aioquic() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import aioquic.asyncio.client"])
-        .status()
-        .is_ok_and(|s| s.success());
-    runs_here(
-        Need::PythonPackages,
-        found,
+    python_imports(
+        "aioquic.asyncio.client",
         "python3 -m pip install 'aioquic>=1.2,<2'",
     )
 }
 
 /// Whether curl_cffi (curl with HTTP/3, from PyPI) is installed; else the skip is shown.
 fn curl_cffi() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import curl_cffi"])
-        .status()
-        .is_ok_and(|s| s.success());
-    runs_here(
-        Need::PythonPackages,
-        found,
-        "python3 -m pip install 'curl_cffi>=0.7,<1'",
-    )
+    python_imports("curl_cffi", "python3 -m pip install 'curl_cffi>=0.7,<1'")
 }
 
 /// Requests over one HTTP/3-only session of curl (curl_cffi's: ngtcp2 and nghttp3):

@@ -598,16 +598,8 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
 /// websockets, hypercorn) are installed (`.ci/run` installs them); otherwise the skip is shown and counted (see
 /// terminus_testkit).
 fn python_packages() -> bool {
-    let found = Command::new("python3")
-        .args([
-            "-c",
-            "import grpc, websockets.asyncio.client, websockets.protocol, hypercorn, h2",
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    terminus_testkit::runs_here(
-        terminus_testkit::Need::PythonPackages,
-        found,
+    python_imports(
+        "grpc, websockets.asyncio.client, websockets.protocol, hypercorn, h2",
         "python3 -m pip install grpcio websockets hypercorn",
     )
 }

@@ -513,22 +513,7 @@ fn quic_handshakes_are_held_to_their_tenant_s_quota_as_tcp_ones() {
     let server = start(&conf);
     let quic_load = |host: &str, rate: u32| {
         let url = format!("https://{host}:{}/index.html", server.port());
-        thread::spawn(move || {
-            run(Command::new(terminus_bin()).args([
-                "load",
-                &url,
-                "--address",
-                "127.0.0.1",
-                "--http3",
-                "--rate",
-                &rate.to_string(),
-                "-d",
-                "10s",
-                "--new-connection",
-                "-k",
-                "--json",
-            ]))
-        })
+        rate_load_with(url, "127.0.0.1".into(), rate, 10, &["--http3"])
     };
     // As over TCP: a at about 90 ACU/s, three times its peak; b at 20, half its quota.
     let a = quic_load("a.test", 80);

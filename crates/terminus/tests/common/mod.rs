@@ -460,22 +460,35 @@ pub fn rate_load(
     rate: u32,
     seconds: u32,
 ) -> std::thread::JoinHandle<Output> {
+    rate_load_with(url, address, rate, seconds, &[])
+}
+
+/// [`rate_load`] with `extra` arguments (`--http3`).
+pub fn rate_load_with(
+    url: String,
+    address: String,
+    rate: u32,
+    seconds: u32,
+    extra: &'static [&'static str],
+) -> std::thread::JoinHandle<Output> {
     std::thread::spawn(move || {
-        run(Command::new(terminus_bin()).args([
-            "load",
-            &url,
-            "--address",
-            &address,
-            "--rate",
-            &rate.to_string(),
-            "-d",
-            &format!("{seconds}s"),
-            "--new-connection",
-            "-k",
-            "--tls",
-            "1.3",
-            "--json",
-        ]))
+        run(Command::new(terminus_bin())
+            .args([
+                "load",
+                &url,
+                "--address",
+                &address,
+                "--rate",
+                &rate.to_string(),
+                "-d",
+                &format!("{seconds}s"),
+                "--new-connection",
+                "-k",
+                "--tls",
+                "1.3",
+                "--json",
+            ])
+            .args(extra))
     })
 }
 
@@ -551,4 +564,14 @@ pub fn check_refuses(dir: &TestDir, text: &str, says: &str, line: usize) {
         err.contains(says) && err.contains(&format!("bad.toml:{line}")),
         "{text}\n{err}"
     );
+}
+
+/// Whether python3 can import `imports` (Python packages `.ci/run` installs); otherwise
+/// the skip is shown and counted with `install`, the command that would install them.
+pub fn python_imports(imports: &str, install: &str) -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", &format!("import {imports}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    terminus_testkit::runs_here(terminus_testkit::Need::PythonPackages, found, install)
 }
