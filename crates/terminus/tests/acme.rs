@@ -13,7 +13,7 @@ mod common;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::redis::Redis;
 use common::*;
@@ -66,6 +66,62 @@ fn dns_answers(port: u16) -> bool {
     matches!(socket.recv_from(&mut answer), Ok((n, _)) if n >= 12 && answer[..2] == [0x12, 0x34])
 }
 
+/// Starts pebble-challtestsrv's DNS (UDP and TCP) on a free port and waits until it
+/// answers: Pebble resolves every name it validates there (over TCP too), and a
+/// validation before the DNS server listens fails with "connection refused". A server
+/// that exits (its port, free on UDP and TCP when chosen, taken meanwhile by another
+/// test) or does not answer within 10 s is stopped and started again on another port,
+/// three times at most: CI saw one not answer within 10 s once.
+fn start_challtestsrv(challtestsrv: &Path) -> (Child, u16) {
+    for _ in 0..3 {
+        let dns_port = loop {
+            let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let port = udp.local_addr().unwrap().port();
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                break port;
+            }
+        };
+        let mut dns = Command::new(challtestsrv)
+            .args([
+                "-defaultIPv4",
+                "127.0.0.1",
+                "-defaultIPv6",
+                "",
+                "-dnsserver",
+                &format!("127.0.0.1:{dns_port}"),
+                "-http01",
+                "",
+                "-https01",
+                "",
+                "-tlsalpn01",
+                "",
+                "-doh",
+                "",
+                "-management",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble-challtestsrv");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if dns_answers(dns_port)
+                && std::net::TcpStream::connect(("127.0.0.1", dns_port)).is_ok()
+            {
+                return (dns, dns_port);
+            }
+            if dns.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = dns.kill();
+        let _ = dns.wait();
+    }
+    panic!("pebble-challtestsrv's DNS did not answer on three ports in turn");
+}
+
 /// A Pebble CA with its DNS, stopped (by PID) when dropped.
 struct Pebble {
     pebble: Option<Child>,
@@ -97,39 +153,7 @@ impl Pebble {
             return None;
         };
         let dir = TestDir::new("pebble");
-        let dns_port = UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dns = Command::new(challtestsrv)
-            .args([
-                "-defaultIPv4",
-                "127.0.0.1",
-                "-defaultIPv6",
-                "",
-                "-dnsserver",
-                &format!("127.0.0.1:{dns_port}"),
-                "-http01",
-                "",
-                "-https01",
-                "",
-                "-tlsalpn01",
-                "",
-                "-doh",
-                "",
-                "-management",
-                &format!("127.0.0.1:{}", free_port()),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("pebble-challtestsrv");
-        // Pebble resolves every name it validates here (over TCP too): a validation
-        // before the DNS server listens fails with "connection refused".
-        eventually(Duration::from_secs(10), "pebble-challtestsrv's DNS", || {
-            dns_answers(dns_port) && std::net::TcpStream::connect(("127.0.0.1", dns_port)).is_ok()
-        });
+        let (dns, dns_port) = start_challtestsrv(&challtestsrv);
         let profiles = match short_secs {
             None => {
                 r#""default": {"description": "90 days", "validityPeriod": 7776000}"#.to_owned()
