@@ -77,7 +77,8 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
 }
 
 #[test]
-fn a_flood_beyond_capacity_is_mostly_refused_within_the_bound_and_the_admitted_complete() {
+fn a_flood_beyond_capacity_is_refused_nine_times_in_ten_within_the_bound_and_the_admitted_complete()
+{
     let _alone = exclusive();
     let (_dir, server, r) = flood("overload", Rate::Fixed(8000));
     let refused = server.metric("terminus_handshakes_refused_total", &[]);
@@ -87,18 +88,21 @@ fn a_flood_beyond_capacity_is_mostly_refused_within_the_bound_and_the_admitted_c
     );
     let ok = r["requests"].as_f64().unwrap();
     assert!(ok > 0.0, "the worker admitted nothing: {r:#}");
-    // Quickly: 95% of refusals reach the client within the 20 ms bound itself (p95 about
-    // 1.5 ms on Zen 4 scalar, p99 1.8-6.7 ms). Not p99: client and server share two
-    // cores, and latency counts from the scheduled send time, so one stall of the client
-    // or the machine of 20 ms or more in this 2 s run puts over 1% of refusals past any
-    // bound. CI saw it once: p90 1.44 ms, p99 42 ms, with loopback connects (kernel
-    // only) taking 29 ms at p99.9. A server that refused late would move p95 as well.
+    // Quickly: nine refusals in ten reach the client within the 20 ms bound itself
+    // (p90 about 1.5 ms on Zen 4 scalar, p95 1.6-1.8 ms, p99 2-7.5 ms). Not p95 or p99:
+    // latency counts from the scheduled send time, and the server's core is shared, so a
+    // time the worker is off its core puts every refusal due then past the bound: at
+    // 8,000 offered a second, 100 ms off-core is 6% of this run's refusals. CI saw it
+    // twice: p99 42 ms (p90 1.44 ms), then p95 58 ms (p90 5.7 ms), where the server
+    // completed 7% fewer handshakes than it does here (3,948 against 4,217-4,253) at the
+    // same handshake p50 (9.7 ms): it was off its core for about 140 ms, not slower.
+    // A server that refused late moves p90 too (5 ms asleep per reset at accept: p95 8.8 s).
     let failed = &r["latency_ms"]["failed"];
     assert!(failed["count"].as_f64().unwrap() > 0.0, "{r:#}");
-    let p95 = failed["p95"].as_f64().unwrap();
+    let p90 = failed["p90"].as_f64().unwrap();
     assert!(
-        p95 < 20.0,
-        "refusals took {p95} ms at p95, beyond the 20 ms bound: {r:#}"
+        p90 < 20.0,
+        "refusals took {p90} ms at p90, beyond the 20 ms bound: {r:#}"
     );
     // Every failure is a refusal the client was told of at once; none waited it out.
     for (kind, count) in r["errors"].as_object().unwrap() {
