@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use rustls::server::ProducesTickets;
 use rustls::ServerConfig;
+use terminus_tls::config::NoTickets;
 use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
 
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737 section 6.2).
@@ -178,6 +178,7 @@ fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>,
         ..TlsSettings::default()
     };
     settings
+        // Validation handshakes resume nothing.
         .server_config(resolver, Arc::new(NoTickets))
         .map_err(|e| e.to_string())
 }
@@ -200,28 +201,6 @@ fn challenge_certificate(
         .self_signed(&key)
         .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
     Ok((cert.der().clone(), key.serialize_pem()))
-}
-
-/// Validation handshakes resume nothing.
-#[derive(Debug)]
-struct NoTickets;
-
-impl ProducesTickets for NoTickets {
-    fn enabled(&self) -> bool {
-        false
-    }
-
-    fn lifetime(&self) -> u32 {
-        0
-    }
-
-    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-
-    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
 }
 
 #[cfg(test)]

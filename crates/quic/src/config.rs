@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use quinn_proto::crypto::rustls::QuicServerConfig;
 use quinn_proto::{IdleTimeout, ServerConfig, TransportConfig, VarInt};
+use rustls::server::ServerSessionMemoryCache;
+use terminus_tls::config::NoTickets;
 
 /// HTTP/3's ALPN protocol (RFC 9114 section 3.1).
 pub const H3_ALPN: &[u8] = b"h3";
@@ -15,12 +17,30 @@ pub const H3_ALPN: &[u8] = b"h3";
 /// which Caddy serves with.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A quinn-proto server configuration from `tls`: HTTP/3 only, no 0-RTT (rustls's
-/// `max_early_data_size` stays 0), TLS 1.3 as QUIC requires.
-pub fn server_config(tls: &Arc<rustls::ServerConfig>) -> Result<Arc<ServerConfig>, String> {
+/// A quinn-proto server configuration from `tls`: HTTP/3 only, TLS 1.3 as QUIC requires.
+/// 0-RTT only with `early_data`, the entries of the session cache it needs.
+///
+/// rustls takes early data only on a session resumed from its cache (never on a
+/// stateless ticket, which could be offered again), and takes each session once
+/// (RFC 8446 section 8.1's single-use tickets): a ClientHello replayed finds its session
+/// gone, gets a full handshake and has its early data refused. So with 0-RTT on, QUIC
+/// issues no stateless tickets and keeps a cache of its own, one for every worker (one
+/// configuration), so that a replay reaching another worker is refused too.
+pub fn server_config(
+    tls: &Arc<rustls::ServerConfig>,
+    early_data: Option<usize>,
+) -> Result<Arc<ServerConfig>, String> {
     let mut tls = (**tls).clone();
     tls.alpn_protocols = vec![H3_ALPN.to_vec()];
-    tls.max_early_data_size = 0;
+    match early_data {
+        None => tls.max_early_data_size = 0,
+        Some(sessions) => {
+            // QUIC's value (RFC 9001 section 4.6.1): the stream limits bound 0-RTT data.
+            tls.max_early_data_size = u32::MAX;
+            tls.ticketer = Arc::new(NoTickets);
+            tls.session_storage = ServerSessionMemoryCache::new(sessions.max(1));
+        }
+    }
     // QUIC carries no kernel-TLS hand-off.
     tls.enable_secret_extraction = false;
     let crypto = QuicServerConfig::try_from(Arc::new(tls))

@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 
 use crate::endpoint::{InFlight, Shared};
 use crate::transport::{lost_reason, H3Connection, State};
-use crate::Established;
+use crate::{Early, Established};
 
 /// Drives connection `ch` until it is drained, starting with its `first` packet: its
 /// handshake, then its life shared with its HTTP/3 side.
@@ -66,7 +66,7 @@ pub(crate) async fn run(
             // Its crypto is done: the tenant's estimate is settled now, not when the
             // connection closes.
             ctx.settle();
-            established(&shared, ch, conn, events, ctx).await
+            established(&shared, ch, conn, events, (ctx, deadline)).await
         }
         Handshaken::TimedOut(conn) => drain(&shared, ch, conn, events).await,
         Handshaken::Failed => {}
@@ -76,6 +76,7 @@ pub(crate) async fn run(
 
 /// How a handshake ended.
 enum Handshaken {
+    /// Its crypto done: completed, or (with 0-RTT) waiting for the client's Finished.
     Done(Box<Connection>),
     /// Closed at the handshake timeout: to drive until drained.
     TimedOut(Box<Connection>),
@@ -161,6 +162,14 @@ async fn handshake(
     drop(failed);
     loop {
         send_all(shared, gather(shared, ch, &mut conn)).await;
+        if conn.has_0rtt() {
+            // 0-RTT taken (`[http3] early_data`): the server's flight is out and its
+            // crypto done, so the connection is served from here; the client's
+            // Finished is awaited with its requests. What the connection reported
+            // meanwhile (streams opened in 0-RTT) stays queued for that.
+            ctx.finished();
+            return Handshaken::Done(conn);
+        }
         while let Some(event) = conn.poll() {
             match event {
                 Event::Connected => {
@@ -224,14 +233,16 @@ async fn drain(
 }
 
 /// Drives an established connection, shared with its HTTP/3 side (handed to the
-/// server's hook), until it is drained.
+/// server's hook), until it is drained. One that took 0-RTT data comes here before its
+/// handshake completes: that is counted here, or closed at the handshake's `deadline`.
 async fn established(
     shared: &Shared,
     ch: ConnectionHandle,
     conn: Box<Connection>,
     mut events: mpsc::Receiver<ConnectionEvent>,
-    handshake: HandshakeContext,
+    (handshake, deadline): (HandshakeContext, tokio::time::Instant),
 ) {
+    let early = Early(Rc::new(Cell::new(conn.is_handshaking())));
     let remote = conn.remote_address();
     let conn_local_ip = conn.local_ip();
     let sni = conn
@@ -254,6 +265,7 @@ async fn established(
         ),
         sni,
         handshake,
+        early: early.clone(),
     });
     loop {
         let datagrams = {
@@ -263,7 +275,16 @@ async fn established(
             while let Some(event) = state.conn.poll() {
                 match event {
                     Event::Stream(event) => state.stream_event(event),
-                    Event::ConnectionLost { reason } => state.lost(lost_reason(&reason)),
+                    Event::Connected => {
+                        early.0.set(false);
+                        shared.metrics.handshaken();
+                    }
+                    Event::ConnectionLost { reason } => {
+                        if early.now() {
+                            shared.metrics.failed();
+                        }
+                        state.lost(lost_reason(&reason))
+                    }
                     _ => {}
                 }
             }
@@ -274,7 +295,7 @@ async fn established(
             datagrams
         };
         send_all(shared, datagrams).await;
-        let deadline = state.borrow_mut().conn.poll_timeout();
+        let timer = state.borrow_mut().conn.poll_timeout();
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { return };
@@ -284,8 +305,12 @@ async fn established(
                     state.conn.handle_event(event);
                 }
             }
-            () = sleep_until(deadline) => state.borrow_mut().conn.handle_timeout(Instant::now()),
+            () = sleep_until(timer) => state.borrow_mut().conn.handle_timeout(Instant::now()),
             () = kick.notified() => {}
+            () = tokio::time::sleep_until(deadline), if early.now() => {
+                shared.metrics.failed();
+                state.borrow_mut().conn.close(Instant::now(), VarInt::from_u32(0), Bytes::from_static(b"handshake timeout"));
+            }
         }
     }
 }

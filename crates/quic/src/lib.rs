@@ -48,6 +48,23 @@ pub struct Established {
     pub sni: Option<String>,
     /// The handshake's context: its timeline, its payer.
     pub handshake: terminus_engine::HandshakeContext,
+    /// Whether the handshake is yet to complete (a connection that took 0-RTT data is
+    /// handed over as soon as its server flight leaves).
+    pub early: Early,
+}
+
+/// Whether a connection's handshake is yet to complete. Until it completes, what the
+/// client sent may be 0-RTT data replayed by someone who captured it (RFC 8446 section
+/// 8): a request read then is served only if it is safe to repeat (RFC 8470). Once the
+/// client's Finished is in, no replay can have got this far.
+#[derive(Clone, Debug)]
+pub struct Early(Rc<std::cell::Cell<bool>>);
+
+impl Early {
+    /// Whether the handshake is still to complete.
+    pub fn now(&self) -> bool {
+        self.0.get()
+    }
 }
 
 /// What a worker does with each established connection.

@@ -275,7 +275,11 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             // site (reloads, ACME renewals).
             tls.cert_resolver = Arc::new(site::LiveCertificates(handle.clone()));
             Some((
-                terminus_quic::server_config(&Arc::new(tls)).map_err(StartError::Http3)?,
+                terminus_quic::server_config(
+                    &Arc::new(tls),
+                    config.http3_early_data.then_some(config.tls.session_cache),
+                )
+                .map_err(StartError::Http3)?,
                 terminus_quic::Limits {
                     handshake_timeout: config.handshake_timeout,
                     ..config.http3

@@ -149,6 +149,58 @@ async def main(port):
 asyncio.run(main(int(sys.argv[1])))
 "#;
 
+/// With 0-RTT on: takes tickets on a first HTTP/3 connection, then resumes with each,
+/// sending one request as 0-RTT data: a GET with the first ticket, a POST with the
+/// second, then a GET with the first again (a replay of a spent session). Prints, per
+/// request, whether the handshake resumed, whether the server accepted the early data,
+/// the status, and the `early-data` field the upstream (app.py `/headers`) was sent.
+/// Needs GETS beside it as gets.py.
+const EARLY_ON: &str = r#"
+import asyncio, json, ssl, sys
+from aioquic.asyncio.client import connect
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+from gets import Client
+
+def config(ticket=None):
+    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
+                             server_name="localhost", session_ticket=ticket)
+
+async def request(client, method, path):
+    sid = client._quic.get_next_available_stream_id()
+    head = [(b":method", method.encode()), (b":scheme", b"https"),
+            (b":authority", b"localhost"), (b":path", path.encode())]
+    client.h3.send_headers(sid, head, end_stream=(method == "GET"))
+    if method != "GET":
+        client.h3.send_data(sid, b"not to be repeated", end_stream=True)
+    st = {"headers": None, "body": b"", "done": client._loop.create_future()}
+    client.waiters[sid] = st
+    client.transmit()
+    await st["done"]
+    return st
+
+async def main(port):
+    tickets = []
+    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
+                       session_ticket_handler=tickets.append) as client:
+        await asyncio.wait_for(client.get("/index.html"), 10)
+        await asyncio.sleep(0.3)
+    print("tickets:", len(tickets), "allow early data:", tickets[0].max_early_data_size)
+    for ticket, method in [(tickets[0], "GET"), (tickets[1], "POST"), (tickets[0], "GET")]:
+        async with connect("127.0.0.1", port, configuration=config(ticket), create_protocol=Client,
+                           wait_connected=False) as client:
+            st = await asyncio.wait_for(request(client, method, "/app/headers"), 10)
+            tls = client._quic.tls
+            status = dict(st["headers"])[b":status"].decode()
+            seen = "-"
+            if status == "200":
+                seen = dict(json.loads(st["body"])["headers"]).get("early-data", "none")
+            print(method, "resumed:", tls.session_resumed, "early:", tls.early_data_accepted,
+                  "status:", status, "upstream saw early-data:", seen)
+
+asyncio.run(main(int(sys.argv[1])))
+"#;
+
 /// A server with HTTP/3 on its one listener, a certificate of `key`, on `backend`.
 fn h3_server(dir: &TestDir, key: KeyKind, backend: &str) -> (Server, u16) {
     h3_server_with(dir, key, backend, "")
@@ -940,6 +992,68 @@ fn zero_rtt_is_refused_by_default_and_the_request_is_answered_after_the_handshak
             server.stderr()
         );
     }
+}
+
+/// With `[http3] early_data = true`, a resumed client's 0-RTT GET is served before the
+/// handshake completes, the upstream told `Early-Data: 1` (RFC 8470 section 5.1); a
+/// 0-RTT POST is answered 425 Too Early without reaching the upstream; and a session
+/// resumes once: offered again (as a replayed ClientHello would), it gets a full
+/// handshake, its early data refused and its GET served after the handshake, unmarked.
+/// A config that turns 0-RTT on without the session cache it needs names the line.
+#[test]
+fn zero_rtt_when_on_serves_safe_requests_early_refuses_others_with_425_and_is_taken_once() {
+    if !aioquic() {
+        return;
+    }
+    let dir = TestDir::new("h3-0rtt-on");
+    let app = App::start("app");
+    let (server, port) = h3_server_full(
+        &dir,
+        KeyKind::EcdsaP256,
+        "scalar",
+        "early_data = true",
+        &format!(
+            "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
+            app.addr()
+        ),
+        1,
+    );
+    dir.write("gets.py", GETS);
+    let script = dir.write("early_on.py", EARLY_ON);
+    let out = run(Command::new("python3").arg(&script).arg(port.to_string()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        "tickets: 2 allow early data: 4294967295\n\
+         GET resumed: True early: True status: 200 upstream saw early-data: 1\n\
+         POST resumed: True early: True status: 425 upstream saw early-data: -\n\
+         GET resumed: False early: False status: 200 upstream saw early-data: none",
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
+    let h3 = |class: &str| {
+        server.metric(
+            "terminus_http_responses_total",
+            &[&format!("code=\"{class}\""), "protocol=\"h3\""],
+        )
+    };
+    assert_eq!((h3("2xx"), h3("4xx")), (3.0, 1.0));
+    // Four handshakes completed: the early ones are counted when the client's Finished
+    // arrives, after their requests were answered.
+    eventually(Duration::from_secs(5), "four QUIC handshakes", || {
+        server.metric("terminus_quic_handshakes_total", &[]) == 4.0
+    });
+
+    let bad = TestDir::new("h3-0rtt-no-cache");
+    let pair = make_cert(&bad.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    let text = format!(
+        "listen = [{{ address = \"127.0.0.1:{}\", http3 = true }}]\n[tls]\nsession_cache = 0\n[http3]\nearly_data = true\n[[server]]\nnames = [\"localhost\"]\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+        free_port(),
+        pair.cert.display(),
+        pair.key.display()
+    );
+    check_refuses(&bad, &text, "early_data needs the session cache", 5);
 }
 
 /// A second, independent HTTP/3 client (curl over ngtcp2 and nghttp3, from curl_cffi)

@@ -204,3 +204,27 @@ impl TlsSettings {
         Ok(Arc::new(config))
     }
 }
+
+/// A ticketer that issues no tickets: where resumption, if any, is from the session
+/// cache alone (ACME's validation handshakes; QUIC with 0-RTT, which rustls takes only
+/// with sessions from its cache).
+#[derive(Debug)]
+pub struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}

@@ -183,6 +183,8 @@ pub struct Config {
     pub fleet: Option<terminus_fleet::store::StoreSettings>,
     /// `[http3]`: which new QUIC connections each worker takes.
     pub http3: terminus_quic::Limits,
+    /// `[http3] early_data`: 0-RTT taken (with the session cache).
+    pub http3_early_data: bool,
     pub crypto_backend: BackendChoice,
     pub crypto_threads: usize,
     pub crypto_queue_capacity: usize,

@@ -92,6 +92,8 @@ impl Config {
         if o.no_resumption {
             self.tls.session_tickets = false;
             self.tls.session_cache = 0;
+            // 0-RTT rides on resumption.
+            self.http3_early_data = false;
         }
         if let Some(a) = &o.admin {
             self.admin = Some(a.parse().map_err(|_| {

@@ -363,12 +363,14 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
 
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ticket_keys = resolve_ticket_keys(raw, ctx)?;
+    let tls = resolve_tls(raw, ctx)?;
     let config = Config {
         source: file.to_owned(),
         workers,
         pin: raw.pin.unwrap_or(false),
         listen,
-        tls: resolve_tls(raw, ctx)?,
+        http3_early_data: resolve_early_data(raw, ctx, &tls)?,
+        tls,
         ticket_keys,
         fleet: resolve_fleet(raw, ctx, &resolve_path, ticket_keys)?,
         http3: resolve_http3(raw, ctx)?,
@@ -568,6 +570,24 @@ fn resolve_http3(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<terminus_quic::Limit
         max_handshakes,
         ..Limits::default()
     })
+}
+
+/// `[http3] early_data`: 0-RTT, which needs the session cache (rustls takes early data
+/// only on sessions from it, each once).
+fn resolve_early_data(
+    raw: &ConfigFile,
+    ctx: &Ctx<'_>,
+    tls: &TlsSettings,
+) -> Result<bool, ConfigError> {
+    match &raw.http3.early_data {
+        Some(on) if *on.get_ref() && tls.session_cache == 0 => Err(ctx.err(
+            Some(on.span()),
+            "[http3] early_data needs the session cache, and tls.session_cache = 0",
+            Some("a tls.session_cache of some entries (0-RTT is taken only on a session resumed from it, once), or early_data = false".to_owned()),
+        )),
+        Some(on) => Ok(*on.get_ref()),
+        None => Ok(false),
+    }
 }
 
 /// `[fleet]`: where the store is and the files that open it (read at start).

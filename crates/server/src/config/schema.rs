@@ -132,13 +132,14 @@ pub struct LimitsSection {
     pub handshake_queue: Option<Spanned<String>>,
 }
 
-/// `[http3]`: QUIC's admission, per worker.
+/// `[http3]`: QUIC's admission, per worker, and 0-RTT.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Http3Section {
     /// `"auto"`, `"always"` or `"never"`.
     pub retry: Option<Spanned<String>>,
     pub max_handshakes: Option<Spanned<usize>>,
+    pub early_data: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

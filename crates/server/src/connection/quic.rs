@@ -31,6 +31,7 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         local,
         sni,
         handshake,
+        early,
     } = established;
     // Counted against max_connections like a TCP connection; none left: closed with
     // HTTP/3's "excessive load".
@@ -79,5 +80,12 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         handshake: observed,
         alt_svc: None,
     };
-    http::h3::serve(h3, Rc::new(info), worker.shared.shutdown.clone(), open).await;
+    http::h3::serve(
+        h3,
+        Rc::new(info),
+        early,
+        worker.shared.shutdown.clone(),
+        open,
+    )
+    .await;
 }

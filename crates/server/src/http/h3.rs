@@ -8,12 +8,12 @@ use std::rc::Rc;
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, SizeHint};
-use hyper::{header, Request, Response};
-use terminus_quic::H3Connection;
+use hyper::{header, Request, Response, StatusCode};
+use terminus_quic::{Early, H3Connection};
 use tokio::sync::watch;
 
 use super::body::{Piece, RequestBody};
-use super::Responder;
+use super::{error_response, Responder};
 use crate::worker::OpenConnection;
 
 /// The largest request head taken (its fields, QPACK-decoded): nginx's default
@@ -22,10 +22,12 @@ const MAX_FIELD_SECTION: u64 = 32 * 1024;
 
 /// Serves HTTP/3 on `conn` until the client closes it, it idles out, or `shutdown` fires
 /// (then a GOAWAY, and the requests in progress finish). The connection counts as open
-/// (`open`) until its last request's task is done, not only its accept loop.
+/// (`open`) until its last request's task is done, not only its accept loop. While its
+/// handshake is `early`, requests are early data (RFC 8470): see [`too_early`].
 pub(crate) async fn serve<R: Responder + 'static>(
     conn: H3Connection,
     responder: Rc<R>,
+    early: Early,
     mut shutdown: watch::Receiver<bool>,
     open: OpenConnection,
 ) {
@@ -51,9 +53,9 @@ pub(crate) async fn serve<R: Responder + 'static>(
         };
         match accepted {
             Ok(Some(resolver)) => {
-                let (responder, open) = (responder.clone(), open.clone());
+                let (responder, open, early) = (responder.clone(), open.clone(), early.clone());
                 tokio::task::spawn_local(async move {
-                    request(resolver, responder).await;
+                    request(resolver, responder, early).await;
                     drop(open);
                 });
             }
@@ -66,10 +68,31 @@ pub(crate) async fn serve<R: Responder + 'static>(
     }
 }
 
+/// A request read before the handshake completed may be 0-RTT data someone replayed
+/// (RFC 8470). A safe method's is served, marked `Early-Data: 1` for the upstream to
+/// refuse with 425 if it must (RFC 8470 section 5.1, what an intermediary does); any
+/// other is answered 425 Too Early here, and the client sends it again after the
+/// handshake. nginx leaves this to the configuration (`$ssl_early_data`), HAProxy to a
+/// `wait-for-handshake` rule. Whether the request is to be answered 425.
+fn too_early(early: &Early, req: &mut Request<RequestBody>) -> bool {
+    if !early.now() {
+        return false;
+    }
+    if !req.method().is_safe() {
+        return true;
+    }
+    req.headers_mut().insert(
+        header::HeaderName::from_static("early-data"),
+        header::HeaderValue::from_static("1"),
+    );
+    false
+}
+
 /// One request stream: the request to the responder, the response back.
 async fn request<R: Responder>(
     resolver: h3::server::RequestResolver<H3Connection, Bytes>,
     responder: Rc<R>,
+    early: Early,
 ) {
     let (req, stream) = match resolver.resolve_request().await {
         Ok(resolved) => resolved,
@@ -102,8 +125,13 @@ async fn request<R: Responder>(
         }
     });
     let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
-    let req: Request<RequestBody> = req.map(|()| body);
-    let resp = responder.respond(req).await;
+    let mut req: Request<RequestBody> = req.map(|()| body);
+    let resp = if too_early(&early, &mut req) {
+        // Its body is stopped unread with H3_NO_ERROR as the request is dropped.
+        error_response(StatusCode::TOO_EARLY, &method)
+    } else {
+        responder.respond(req).await
+    };
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     responder.record(&method, path, version, &resp);
     let (mut parts, mut body) = resp.into_parts();
