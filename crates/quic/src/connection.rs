@@ -48,6 +48,7 @@ pub(crate) async fn run(
     in_flight: InFlight,
 ) {
     let mut ctx = HandshakeContext::new(Instant::now());
+    terminus_probes::handshake_start(ctx.id());
     let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
     let admission = Admitting::default();
     let handshaken = handshake(
@@ -60,6 +61,7 @@ pub(crate) async fn run(
         deadline,
     )
     .await;
+    let refused = admission.admitted.get() == Some(false);
     drop((in_flight, admission));
     match handshaken {
         Handshaken::Done(conn) => {
@@ -68,10 +70,23 @@ pub(crate) async fn run(
             ctx.settle();
             established(&shared, ch, conn, events, (ctx, deadline)).await
         }
-        Handshaken::TimedOut(conn) => drain(&shared, ch, conn, events).await,
-        Handshaken::Failed => {}
+        Handshaken::TimedOut(conn) => {
+            ended_unfinished(&ctx, "timeout");
+            drain(&shared, ch, conn, events).await
+        }
+        Handshaken::Failed => ended_unfinished(&ctx, if refused { "refused" } else { "tls_error" }),
     }
     shared.unroute(ch, route);
+}
+
+/// Tells an attached tracer that `ctx`'s handshake ended unfinished, and why (TCP's
+/// names where they apply). A finished one is told by the server, which labels it.
+fn ended_unfinished(ctx: &HandshakeContext, why: &str) {
+    terminus_probes::handshake_end(ctx.id(), false, || terminus_probes::HandshakeRecord {
+        total_ns: ctx.timeline().accepted.elapsed().as_nanos() as u64,
+        result: terminus_probes::HandshakeRecord::text(why),
+        ..Default::default()
+    });
 }
 
 /// How a handshake ended.

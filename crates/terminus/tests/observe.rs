@@ -281,6 +281,71 @@ fn the_bpftrace_scripts_count_what_the_server_counts() {
     assert!(resumed >= 40, "{resumed} resumed of {}", lines.len());
 }
 
+/// QUIC handshakes fire the same probes as TCP's: the scripts count as many finished
+/// handshakes as the server (`terminus_quic_handshakes_total`), one snoop line each,
+/// TLS 1.3 with the key that signed.
+#[test]
+fn quic_handshakes_reach_the_bpftrace_scripts_as_tcp_ones() {
+    if let Err(why) = bpftrace_runs() {
+        if !terminus_testkit::runs_here(terminus_testkit::Need::Bpftrace, false, why) {
+            return;
+        }
+    }
+    let _alone = exclusive();
+    let dir = TestDir::new("observe-quic");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "ok");
+    let port = free_port();
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.path("www").display(),
+            pair.cert.display(),
+            pair.key.display()
+        ),
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let latency = Tracer::attach("terminus-ssllatency.bt");
+    let snoop = Tracer::attach("terminus-sslsnoop.bt");
+    let out = run(Command::new(terminus_bin()).args([
+        "load",
+        &format!("https://localhost:{port}/index.html"),
+        "--http3",
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "50",
+    ]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let handshakes = server.metric("terminus_quic_handshakes_total", &[]);
+    let latency = latency.finish();
+    let snoop = snoop.finish();
+    assert!(handshakes >= 40.0, "{handshakes} QUIC handshakes");
+    assert_eq!(
+        map_count(&latency, "handshakes", "ok"),
+        handshakes,
+        "{latency:#?}"
+    );
+    let lines: Vec<&String> = snoop.iter().filter(|l| l.contains(" ok ")).collect();
+    assert_eq!(lines.len() as f64, handshakes, "{snoop:#?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("TLSv1.3") && l.contains("ecdsa")),
+        "{snoop:#?}"
+    );
+}
+
 #[test]
 fn top_shows_a_loaded_server_once_as_json_and_as_text() {
     let _alone = exclusive();

@@ -141,7 +141,8 @@ impl Hello {
             key_type,
         });
         worker.series.handshake_completed();
-        let observed = observe(&accepted, tenant, &conn, version, key_type, worker);
+        let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+        let observed = observe(&accepted.ctx, (version, key_type, resumed), tenant, worker);
         Ok(Established {
             accepted,
             host,
@@ -152,16 +153,15 @@ impl Hello {
     }
 }
 
-/// Records the completed handshake's phases, and tells an attached tracer.
-fn observe(
-    accepted: &Accepted,
+/// Records a completed handshake's phases (`ctx`'s timeline), and tells an attached
+/// tracer: TCP's and QUIC's alike.
+pub(crate) fn observe(
+    ctx: &terminus_engine::HandshakeContext,
+    (version, key_type, resumed): (&'static str, &'static str, bool),
     tenant: &TenantAccount,
-    conn: &ServerConnection,
-    version: &'static str,
-    key_type: &'static str,
     worker: &Worker,
 ) -> Observed {
-    let timeline = accepted.ctx.timeline();
+    let timeline = ctx.timeline();
     let ended = timeline.finished.unwrap_or_else(std::time::Instant::now);
     // The driver notes the end before returning, so there is always a breakdown.
     let breakdown = Breakdown::of(&timeline).unwrap_or(Breakdown {
@@ -169,14 +169,13 @@ fn observe(
         phases: Default::default(),
     });
     drop(timeline);
-    let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
     let labels = ObservedLabels {
         version,
         key_type,
         resumed,
         tenant: tenant.shared_name(),
     };
-    let id = accepted.ctx.id();
+    let id = ctx.id();
     terminus_probes::handshake_end(id, true, || HandshakeRecord {
         total_ns: breakdown.total.as_nanos() as u64,
         phases_ns: breakdown.phases.map(|d| d.as_nanos() as u64),

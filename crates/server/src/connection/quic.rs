@@ -3,9 +3,6 @@
 //! virtual host (from SNI), origin and handshake observation.
 
 use std::rc::Rc;
-use std::time::Instant;
-
-use terminus_observe::{Breakdown, HandshakeLabels, Observed};
 
 use crate::config::Listen;
 use crate::http::{self, ConnectionInfo};
@@ -46,26 +43,19 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
     let open = OpenConnection::new(worker.clone(), permit);
     let site = worker.shared.site.current();
     let host = site.resolver.lookup(sni.as_deref());
-    let (ended, breakdown) = {
-        let timeline = handshake.timeline();
-        let ended = timeline.finished.unwrap_or_else(Instant::now);
-        let breakdown = Breakdown::of(&timeline).unwrap_or(Breakdown {
-            total: ended.saturating_duration_since(timeline.accepted),
-            phases: Default::default(),
-        });
-        (ended, breakdown)
-    };
     // TLS 1.3 signs in every handshake but a resumption: what the engine signed with
     // tells both, as rustls's handshake kind does over TCP (quinn does not pass it on).
     let signed_with = handshake.signed_with();
-    let labels = HandshakeLabels {
-        version: "TLSv1.3",
-        key_type: signed_with.map_or("none", |k| k.label()),
-        resumed: signed_with.is_none(),
-        tenant: site.hosts[host].tenant.shared_name(),
-    };
-    let set = worker.shared.metrics.phases.handshake(labels, &breakdown);
-    let observed = Observed::new(handshake.id(), ended, breakdown, set);
+    let observed = super::handshake::observe(
+        &handshake,
+        (
+            "TLSv1.3",
+            signed_with.map_or("none", |k| k.label()),
+            signed_with.is_none(),
+        ),
+        &site.hosts[host].tenant,
+        &worker,
+    );
     let info = ConnectionInfo {
         origin: terminus_proxy::Origin::new(remote, local, "https")
             .keeping_forwarded(listen.keeps_forwarded(remote.ip())),
