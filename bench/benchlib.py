@@ -112,6 +112,8 @@ def versions_list(version):
 
 # Small files every server serves from www/ (HAProxy from memory, one rule each).
 SMALL_FILES = {"0kb.bin": 0, "1kb.bin": 1024, "16kb.bin": 16384}
+# The addresses the servers listen on, unless a bench asks for more.
+HOSTS = ("127.0.0.1",)
 
 
 def write_small_files(www: Path):
@@ -120,11 +122,12 @@ def write_small_files(www: Path):
 
 
 def terminus_config(work: Path, port: int, key: str, backend: str, version=None, resumption=False,
-                    http3=False) -> str:
+                    http3=False, hosts=HOSTS) -> str:
     versions = ", ".join(f'"{v}"' for v in versions_list(version))
     tickets = "true" if resumption else "false"
     cache = 262144 if resumption else 0
-    listen = f'{{ address = "127.0.0.1:{port}", http3 = true }}' if http3 else f'"127.0.0.1:{port}"'
+    h3 = ", http3 = true" if http3 else ""
+    listen = ", ".join(f'{{ address = "{h}:{port}"{h3} }}' for h in hosts)
     return f"""workers = 1
 pin = true
 listen = [{listen}]
@@ -143,7 +146,8 @@ key = "{work / (key + '.key')}"
 """
 
 
-def nginx_config(work: Path, port: int, key: str, version=None, resumption=False) -> str:
+def nginx_config(work: Path, port: int, key: str, version=None, resumption=False, hosts=HOSTS,
+                 connections=8192) -> str:
     protocols = " ".join(f"TLSv{v}" for v in versions_list(version))
     session = ("ssl_session_cache shared:SSL:10m;\n        ssl_session_tickets on;" if resumption
                else "ssl_session_cache off;\n        ssl_session_tickets off;")
@@ -152,8 +156,8 @@ worker_cpu_affinity 01;
 daemon off;
 pid {work}/nginx.pid;
 error_log {work}/nginx.err warn;
-events {{ worker_connections 8192; }}
-worker_rlimit_nofile 20000;
+events {{ worker_connections {connections}; }}
+worker_rlimit_nofile {max(20000, 2 * connections + 4000)};
 http {{
     access_log off;
     sendfile on;
@@ -164,7 +168,7 @@ http {{
     open_file_cache_valid 1s;
     open_file_cache_errors on;
     server {{
-        listen 127.0.0.1:{port} ssl http2;
+""" + "\n".join(f"        listen {h}:{port} ssl http2;" for h in hosts) + f"""
         ssl_certificate {work / (key + '.pem')};
         ssl_certificate_key {work / (key + '.key')};
         ssl_protocols {protocols};
@@ -175,14 +179,15 @@ http {{
 """
 
 
-def haproxy_config(work: Path, port: int, key: str, version=None, resumption=False, tune="") -> str:
+def haproxy_config(work: Path, port: int, key: str, version=None, resumption=False, tune="",
+                   hosts=HOSTS, connections=8000) -> str:
     vs = versions_list(version)
     tickets = "" if resumption else " no-tls-tickets"
     cache = "" if resumption else "    tune.ssl.cachesize 0\n"
     return f"""global
 {tune}    nbthread 1
     cpu-map 1/1 0
-    maxconn 8000
+    maxconn {connections}
     # return file answers from one buffer: room for a 16 KiB file and its head.
     tune.bufsize 32768
 {cache}    log stderr format raw local0 err
@@ -195,8 +200,8 @@ defaults
     timeout http-keep-alive 30s
 
 frontend bench
-    bind 127.0.0.1:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} prefer-client-ciphers alpn h2,http/1.1
-    # HAProxy serves no files: each small file is read into memory at start and returned
+""" + "".join(f"    bind {h}:{port} ssl crt {work / (key + '.bundle')} ssl-min-ver TLSv{vs[0]} ssl-max-ver TLSv{vs[-1]}{tickets} prefer-client-ciphers alpn h2,http/1.1\n"
+              for h in hosts) + f"""    # HAProxy serves no files: each small file is read into memory at start and returned
     # for its path; anything else gets the 0-byte one.
 """ + "".join(f"    http-request return status 200 content-type application/octet-stream file {work / 'www' / name} if {{ path /{name} }}\n"
               for name in SMALL_FILES if (work / 'www' / name).exists()) + f"""    http-request return status 200 content-type application/octet-stream file {work / 'www' / '0kb.bin'}
@@ -220,22 +225,26 @@ https://localhost:{port} {{
 
 
 def start_server(server: str, work: Path, port: int, key: str, version=None, resumption=False,
-                 admin_port=None, cgroup=False, tune="", http3=False):
+                 admin_port=None, cgroup=False, tune="", http3=False, hosts=HOSTS, connections=None):
     """Starts `terminus-BACKEND[@PATH]`, `nginx`, `haproxy` or `caddy` (one Go thread:
     GOMAXPROCS=1); returns (Popen, config text). `tune`: lines for HAProxy's global
     section, or TOML appended to terminus's config. `http3`: terminus's listener serves
-    HTTP/3 too (Caddy's always does)."""
+    HTTP/3 too (Caddy's always does). `hosts`: the loopback addresses listened on (more
+    than one lets a client hold more connections than one address has ports);
+    `connections`: nginx's and HAProxy's connection limits, where the default is too
+    few (terminus's is its `[limits]`, given in `tune`)."""
+    limits = {"connections": connections} if connections else {}
     name = server.split("@")[0]
     conf = work / f"{name}-{key}.conf"
     err = open(work / f"{name}.err", "a")
     if name == "nginx":
-        text = nginx_config(work, port, key, version, resumption)
+        text = nginx_config(work, port, key, version, resumption, hosts, **limits)
         conf.write_text(text)
         # An environment variable named NGINX makes nginx treat it as inherited sockets.
         env = {k: v for k, v in os.environ.items() if k != "NGINX"}
         cmd = ["nginx", "-c", str(conf), "-p", str(work)]
     elif name == "haproxy":
-        text = haproxy_config(work, port, key, version, resumption, tune)
+        text = haproxy_config(work, port, key, version, resumption, tune, hosts, **limits)
         conf.write_text(text)
         env = dict(os.environ)
         cmd = ["haproxy", "-db", "-f", str(conf)]
@@ -248,7 +257,8 @@ def start_server(server: str, work: Path, port: int, key: str, version=None, res
     elif name.startswith("terminus-"):
         _, _, path = server.partition("@")
         binary = Path(path) if path else REPO / "target/release/terminus"
-        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption, http3) + tune
+        text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption, http3,
+                               hosts) + tune
         conf.write_text(text)
         env = dict(os.environ, RUST_LOG="warn")
         cmd = [str(binary), "serve", "--config", str(conf)]

@@ -7,15 +7,19 @@
 //!   server shows as latency instead of as fewer requests sent (no coordinated omission).
 //! - **Closed loop** (`--connections`): each connection task sends its next request as
 //!   soon as the previous answer is in, like wrk.
+//! - **Idle** (`--connections` with `--idle`): each connection makes one request, all
+//!   stay open and idle for the duration once every one is open, then each makes one
+//!   more: what a server holds for idle connections, and what waking them costs.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use terminus_engine::{Engine, EngineMetrics, EngineSpec};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::conn::{Conn, Endpoint, OpenFailed};
@@ -46,8 +50,26 @@ pub enum ThreadLoad {
         threads: usize,
         max_connections: usize,
     },
-    /// `connections` connection tasks, back to back.
-    Closed { connections: usize },
+    /// `connections` connection tasks, back to back; with `idle`, one request each,
+    /// then idle, then one more.
+    Closed {
+        connections: usize,
+        idle: Option<Idle>,
+    },
+}
+
+/// `--idle`: connections opening at once, per thread: they arrive over time, as a
+/// server's idle connections do, not as one burst of handshakes (whose memory a server
+/// may keep for the next burst, and which is not what idle connections cost).
+const IDLE_OPENING: usize = 64;
+
+/// `--idle`: what the connection tasks of every thread share.
+#[derive(Clone)]
+pub struct Idle {
+    /// Connections whose first request is done (answered or not).
+    pub opened: Arc<AtomicUsize>,
+    /// When the idle time ends: set once every connection is open.
+    pub until: watch::Receiver<Option<std::time::Instant>>,
 }
 
 /// Runs the plan to its end (the duration, then the requests in flight finish or time
@@ -84,16 +106,20 @@ pub fn run(plan: ThreadPlan) -> std::io::Result<std::time::Instant> {
                     .take_while(move |at| *at < end);
                 open_loop(ctx, due, max_connections).await
             }
-            ThreadLoad::Closed { connections } => {
+            ThreadLoad::Closed { connections, idle } => {
                 tokio::time::sleep_until(start).await;
+                let opening = Rc::new(tokio::sync::Semaphore::new(IDLE_OPENING));
                 let tasks: Vec<_> = (0..connections)
                     .map(|_| {
-                        let ctx = ctx.clone();
+                        let (ctx, idle, opening) = (ctx.clone(), idle.clone(), opening.clone());
                         tokio::task::spawn_local(async move {
                             let mut conn = None;
+                            if let Some(idle) = idle {
+                                return ctx.idle(&mut conn, idle, &opening).await;
+                            }
                             while Instant::now() < end {
                                 ctx.stats.lock().unwrap().issued += 1;
-                                ctx.serve(&mut conn, None).await;
+                                ctx.serve(&mut conn, None, Phase::Request).await;
                             }
                         })
                     })
@@ -146,7 +172,7 @@ async fn open_loop(ctx: Rc<Worker>, due: impl Iterator<Item = Instant>, max_conn
                 loop {
                     let next = queue.due.borrow_mut().pop_front();
                     match next {
-                        Some(at) => ctx.serve(&mut conn, Some(at)).await,
+                        Some(at) => ctx.serve(&mut conn, Some(at), Phase::Request).await,
                         None if queue.closed.get() => break,
                         None => {
                             queue.idle.set(queue.idle.get() + 1);
@@ -174,9 +200,36 @@ struct Worker {
 }
 
 impl Worker {
+    /// `--idle`: one request (once one of the `opening` permits is free), then the
+    /// connection waits with the others until all are open and stays idle until
+    /// `idle.until`, then one more request ([`Phase::AfterIdle`]).
+    async fn idle(
+        &self,
+        conn: &mut Option<Conn>,
+        mut idle: Idle,
+        opening: &tokio::sync::Semaphore,
+    ) {
+        let permit = opening.acquire().await.expect("never closed");
+        self.stats.lock().unwrap().issued += 1;
+        self.serve(conn, None, Phase::Request).await;
+        drop(permit);
+        idle.opened.fetch_add(1, Ordering::Relaxed);
+        let until = match idle.until.wait_for(Option::is_some).await {
+            Ok(until) => until.expect("waited for it"),
+            Err(_) => return,
+        };
+        if conn.is_none() {
+            return;
+        }
+        tokio::time::sleep_until(Instant::from_std(until)).await;
+        self.stats.lock().unwrap().issued += 1;
+        self.serve(conn, None, Phase::AfterIdle).await;
+    }
+
     /// One request: on `conn` if it is open, else on a new connection. `scheduled` is
-    /// the open-loop send time the request latency counts from.
-    async fn serve(&self, conn: &mut Option<Conn>, scheduled: Option<Instant>) {
+    /// the open-loop send time the request latency counts from; an answer's latency is
+    /// recorded as `phase`.
+    async fn serve(&self, conn: &mut Option<Conn>, scheduled: Option<Instant>, phase: Phase) {
         let started = Instant::now();
         let deadline = started + self.timeout;
         let outcome = match self.attempt(conn, deadline).await {
@@ -194,7 +247,7 @@ impl Worker {
         let mut stats = self.stats.lock().unwrap();
         match outcome {
             Ok((sent, response)) => {
-                stats.record(Phase::Request, scheduled.unwrap_or(sent).elapsed());
+                stats.record(phase, scheduled.unwrap_or(sent).elapsed());
                 if response.status >= 400 {
                     stats.error(Failure::Status(response.status).kind());
                 } else {

@@ -85,6 +85,10 @@ pub struct LoadOptions {
     pub address: Vec<std::net::IpAddr>,
     /// A live progress line on stderr (only where stderr is a terminal).
     pub progress: bool,
+    /// With `--connections`: one request per connection, then all idle for the
+    /// duration, then one more each (see [`driver`]); stderr says `idle: N connections
+    /// open` when the idle time starts.
+    pub idle: bool,
 }
 
 impl Default for LoadOptions {
@@ -103,6 +107,7 @@ impl Default for LoadOptions {
             allow_remote: false,
             address: Vec::new(),
             progress: true,
+            idle: false,
         }
     }
 }
@@ -193,6 +198,17 @@ impl LoadOptions {
         if self.timeout.is_zero() {
             return bad("--timeout must be above 0".into());
         }
+        if self.idle {
+            if !matches!(self.mode, Mode::Connections(_)) {
+                return bad("--idle needs --connections (how many to hold idle)".into());
+            }
+            if self.new_connection {
+                return bad("--idle keeps its connections: not with --new-connection".into());
+            }
+            if self.tls.http == Http::H3 {
+                return bad("--idle with --http3 is not supported yet".into());
+            }
+        }
         // Not available_parallelism: that counts only the CPUs this process may use now,
         // and `taskset -c 1 terminus load --pin 1` is fine.
         let cpus = terminus_sys::configured_cpus();
@@ -245,6 +261,12 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     let mut handles = Vec::new();
     let mut all_stats = Vec::new();
     let turns = Arc::new(conn::Turns::new(target.addrs.clone()));
+    // `--idle`: the idle time starts once every connection has made its first request.
+    let idle = options.idle.then(|| {
+        let (start_idle, until) = tokio::sync::watch::channel(None);
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (start_idle, driver::Idle { opened, until })
+    });
     for i in 0..options.threads {
         let stats = Arc::new(Mutex::new(Stats::default()));
         all_stats.push(stats.clone());
@@ -259,6 +281,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
             },
             Mode::Connections(c) => ThreadLoad::Closed {
                 connections: share(c),
+                idle: idle.as_ref().map(|(_, idle)| idle.clone()),
             },
         };
         let plan = ThreadPlan {
@@ -308,6 +331,18 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     let mut last_ok = 0;
     while handles.iter().any(|h| !h.is_finished()) {
         std::thread::sleep(Duration::from_millis(50));
+        if let Some((start_idle, state)) = &idle {
+            let opened = state.opened.load(std::sync::atomic::Ordering::Relaxed);
+            if start_idle.borrow().is_none() && opened >= connections {
+                let merged = merge(&all_stats);
+                eprintln!(
+                    "idle: {} connections open, {} failed",
+                    merged.ok,
+                    merged.errors_total()
+                );
+                let _ = start_idle.send(Some(Instant::now() + options.duration));
+            }
+        }
         if show_progress && last_tick.elapsed() >= Duration::from_secs(1) {
             let merged = merge(&all_stats);
             let rate = (merged.ok - last_ok) as f64 / last_tick.elapsed().as_secs_f64();

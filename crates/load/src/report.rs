@@ -165,7 +165,7 @@ impl Report {
         );
         for phase in Phase::ALL {
             let p = self.latency_ms[phase.name()];
-            if phase == Phase::Failed && p.count == 0 {
+            if matches!(phase, Phase::Failed | Phase::AfterIdle) && p.count == 0 {
                 continue;
             }
             let _ = writeln!(

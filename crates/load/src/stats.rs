@@ -22,14 +22,18 @@ pub enum Phase {
     /// send time (open loop) or its start (closed loop) until it failed. Kept apart so
     /// that failures neither vanish from the latency report nor pass for fast answers.
     Failed,
+    /// `--idle`: the answered request that woke a connection after its idle time, from
+    /// its write (what the server's idle-connection savings may cost).
+    AfterIdle,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 4] = [
+    pub const ALL: [Phase; 5] = [
         Phase::Connect,
         Phase::Handshake,
         Phase::Request,
         Phase::Failed,
+        Phase::AfterIdle,
     ];
 
     pub fn name(self) -> &'static str {
@@ -38,6 +42,7 @@ impl Phase {
             Phase::Handshake => "handshake",
             Phase::Request => "request",
             Phase::Failed => "failed",
+            Phase::AfterIdle => "after_idle",
         }
     }
 }
@@ -114,6 +119,7 @@ pub struct Stats {
     pub handshake: Latency,
     pub request: Latency,
     pub failed: Latency,
+    pub after_idle: Latency,
     /// Requests answered with 1xx-3xx.
     pub ok: u64,
     pub errors: BTreeMap<String, u64>,
@@ -133,6 +139,7 @@ impl Stats {
             Phase::Handshake => &self.handshake,
             Phase::Request => &self.request,
             Phase::Failed => &self.failed,
+            Phase::AfterIdle => &self.after_idle,
         }
     }
 
@@ -142,6 +149,7 @@ impl Stats {
             Phase::Handshake => self.handshake.record(d),
             Phase::Request => self.request.record(d),
             Phase::Failed => self.failed.record(d),
+            Phase::AfterIdle => self.after_idle.record(d),
         }
     }
 
@@ -158,6 +166,7 @@ impl Stats {
         self.handshake.merge(&other.handshake);
         self.request.merge(&other.request);
         self.failed.merge(&other.failed);
+        self.after_idle.merge(&other.after_idle);
         self.ok += other.ok;
         for (k, v) in &other.errors {
             *self.errors.entry(k.clone()).or_default() += v;

@@ -8,7 +8,9 @@
 //! post-quantum key shares make it, is answered when the second arrives). A step that
 //! waits for the engine suspends this task only; its datagrams queue meanwhile. After
 //! the handshake no call computes asymmetric crypto and the connection is driven
-//! directly.
+//! directly; so is one that took 0-RTT data once its server flight is out (what remains
+//! of its handshake, the client's Finished, is checked with symmetric keys; client
+//! certificates are not asked for over QUIC).
 //!
 //! The worker's admission ([`crate::Admit`]) is asked the same way: the server's
 //! certificate resolver, called by rustls once the ClientHello is whole, asks from the
@@ -64,11 +66,11 @@ pub(crate) async fn run(
     let refused = admission.admitted.get() == Some(false);
     drop((in_flight, admission));
     match handshaken {
-        Handshaken::Done(conn) => {
+        Handshaken::Done(conn, early) => {
             // Its crypto is done: the tenant's estimate is settled now, not when the
             // connection closes.
             ctx.settle();
-            established(&shared, ch, conn, events, (ctx, deadline)).await
+            established(&shared, ch, conn, events, (ctx, deadline, early)).await
         }
         Handshaken::TimedOut(conn) => {
             ended_unfinished(&ctx, "timeout");
@@ -91,8 +93,9 @@ fn ended_unfinished(ctx: &HandshakeContext, why: &str) {
 
 /// How a handshake ended.
 enum Handshaken {
-    /// Its crypto done: completed, or (with 0-RTT) waiting for the client's Finished.
-    Done(Box<Connection>),
+    /// Its crypto done: completed, or (`true`: 0-RTT taken) waiting for the client's
+    /// Finished.
+    Done(Box<Connection>, bool),
     /// Closed at the handshake timeout: to drive until drained.
     TimedOut(Box<Connection>),
     /// Gone (refused, failed, or drained).
@@ -183,14 +186,14 @@ async fn handshake(
             // Finished is awaited with its requests. What the connection reported
             // meanwhile (streams opened in 0-RTT) stays queued for that.
             ctx.finished();
-            return Handshaken::Done(conn);
+            return Handshaken::Done(conn, true);
         }
         while let Some(event) = conn.poll() {
             match event {
                 Event::Connected => {
                     ctx.finished();
                     shared.metrics.handshaken();
-                    return Handshaken::Done(conn);
+                    return Handshaken::Done(conn, false);
                 }
                 Event::ConnectionLost { reason } => {
                     shared.metrics.failed();
@@ -214,12 +217,21 @@ async fn handshake(
             }
             () = sleep_until(timer) => conn.handle_timeout(Instant::now()),
             () = tokio::time::sleep_until(deadline) => {
-                shared.metrics.failed();
-                conn.close(Instant::now(), VarInt::from_u32(0), Bytes::from_static(b"handshake timeout"));
+                time_out(shared, &mut conn);
                 return Handshaken::TimedOut(conn);
             }
         }
     }
+}
+
+/// Closes a connection whose handshake did not complete by `timeouts.handshake`.
+fn time_out(shared: &Shared, conn: &mut Connection) {
+    shared.metrics.failed();
+    conn.close(
+        Instant::now(),
+        VarInt::from_u32(0),
+        Bytes::from_static(b"handshake timeout"),
+    );
 }
 
 /// Drives a closing connection until it is drained (its CONNECTION_CLOSE sent and the
@@ -248,16 +260,20 @@ async fn drain(
 }
 
 /// Drives an established connection, shared with its HTTP/3 side (handed to the
-/// server's hook), until it is drained. One that took 0-RTT data comes here before its
-/// handshake completes: that is counted here, or closed at the handshake's `deadline`.
+/// server's hook), until it is drained. One that took 0-RTT data (`early`) comes here
+/// before its handshake completes: that is counted here, or the connection closed at the
+/// handshake's `deadline`.
 async fn established(
     shared: &Shared,
     ch: ConnectionHandle,
     conn: Box<Connection>,
     mut events: mpsc::Receiver<ConnectionEvent>,
-    (handshake, deadline): (HandshakeContext, tokio::time::Instant),
+    (handshake, deadline, early): (HandshakeContext, tokio::time::Instant, bool),
 ) {
-    let early = Early(Rc::new(Cell::new(conn.is_handshaking())));
+    // Whether the handshake's end is still to be counted (and its deadline kept); the
+    // Early flag the HTTP/3 side sees is cleared by the client's Finished alone.
+    let mut pending = early;
+    let early = Early(Rc::new(Cell::new(early)));
     let remote = conn.remote_address();
     let conn_local_ip = conn.local_ip();
     let sni = conn
@@ -292,10 +308,12 @@ async fn established(
                     Event::Stream(event) => state.stream_event(event),
                     Event::Connected => {
                         early.0.set(false);
-                        shared.metrics.handshaken();
+                        if std::mem::take(&mut pending) {
+                            shared.metrics.handshaken();
+                        }
                     }
                     Event::ConnectionLost { reason } => {
-                        if early.now() {
+                        if std::mem::take(&mut pending) {
                             shared.metrics.failed();
                         }
                         state.lost(lost_reason(&reason))
@@ -322,9 +340,9 @@ async fn established(
             }
             () = sleep_until(timer) => state.borrow_mut().conn.handle_timeout(Instant::now()),
             () = kick.notified() => {}
-            () = tokio::time::sleep_until(deadline), if early.now() => {
-                shared.metrics.failed();
-                state.borrow_mut().conn.close(Instant::now(), VarInt::from_u32(0), Bytes::from_static(b"handshake timeout"));
+            () = tokio::time::sleep_until(deadline), if pending => {
+                pending = false;
+                time_out(shared, &mut state.borrow_mut().conn);
             }
         }
     }

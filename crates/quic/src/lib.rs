@@ -36,7 +36,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 
-/// A connection whose handshake completed, for the server to serve HTTP/3 on.
+/// A connection whose handshake completed (or, with 0-RTT taken, whose server flight is
+/// out: see [`Early`]), for the server to serve HTTP/3 on.
 pub struct Established {
     /// The connection, as the `h3` crate takes it (`h3::server::builder().build(..)`).
     pub h3: H3Connection,

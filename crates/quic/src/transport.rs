@@ -6,7 +6,8 @@
 //! polls streams; what it cannot have yet leaves a waker, which the driver wakes when
 //! quinn-proto reports the stream opened, readable or writable. What the HTTP/3 side
 //! writes or closes makes data to send, so it wakes the driver ([`State::kick`]), which
-//! flushes. Nothing here computes handshake crypto: the handshake is over.
+//! flushes. Nothing here computes handshake crypto: the handshake's asymmetric crypto is
+//! done (only a 0-RTT connection's Finished may still be to come).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -38,6 +38,11 @@ pub struct LoadArgs {
     /// Resume TLS sessions (tickets) on new connections instead of full handshakes.
     #[arg(long)]
     resume: bool,
+    /// With --connections: one request on each connection, then all stay open and idle
+    /// for the duration (from when the last one is open: stderr says `idle: N
+    /// connections open`), then one more request each, reported as `after_idle`.
+    #[arg(long)]
+    idle: bool,
     /// TLS version: 1.2 or 1.3 (default: both offered).
     #[arg(long, value_name = "V")]
     tls: Option<String>,
@@ -156,6 +161,7 @@ pub fn run(args: LoadArgs) -> ExitCode {
         allow_remote: args.allow_remote,
         address: args.address,
         progress: !args.json,
+        idle: args.idle,
     };
     match terminus_load::run(&options) {
         Ok(report) => {

@@ -201,6 +201,38 @@ async def main(port):
 asyncio.run(main(int(sys.argv[1])))
 "#;
 
+/// With 0-RTT on: takes a ticket, then resumes with it sending a GET as 0-RTT data and
+/// sends nothing more (its Finished never leaves); prints the GET's status once the
+/// answer is in, then stays 3 s.
+const EARLY_STALL: &str = r#"
+import asyncio, ssl, sys
+from aioquic.asyncio.client import connect
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+from gets import Client
+
+def config(ticket=None):
+    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
+                             server_name="localhost", session_ticket=ticket)
+
+async def main(port):
+    tickets = []
+    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
+                       session_ticket_handler=tickets.append) as client:
+        await asyncio.wait_for(client.get("/index.html"), 10)
+        await asyncio.sleep(0.3)
+    async with connect("127.0.0.1", port, configuration=config(tickets[0]), create_protocol=Client,
+                       wait_connected=False) as client:
+        answer = asyncio.ensure_future(client.get("/index.html"))
+        await asyncio.sleep(0)
+        client._transport.sendto = lambda *a, **k: None
+        st = await asyncio.wait_for(answer, 10)
+        print("early:", client._quic.tls.early_data_accepted, "status:", dict(st["headers"])[b":status"].decode())
+        await asyncio.sleep(3)
+
+asyncio.run(main(int(sys.argv[1])))
+"#;
+
 /// A server with HTTP/3 on its one listener, a certificate of `key`, on `backend`.
 fn h3_server(dir: &TestDir, key: KeyKind, backend: &str) -> (Server, u16) {
     h3_server_with(dir, key, backend, "")
@@ -1039,6 +1071,8 @@ fn zero_rtt_when_on_serves_safe_requests_early_refuses_others_with_425_and_is_ta
         )
     };
     assert_eq!((h3("2xx"), h3("4xx")), (3.0, 1.0));
+    // The POST never reached the upstream; the two GETs did.
+    assert_eq!(server.metric("terminus_upstream_requests_total", &[]), 2.0);
     // Four handshakes completed: the early ones are counted when the client's Finished
     // arrives, after their requests were answered.
     eventually(Duration::from_secs(5), "four QUIC handshakes", || {
@@ -1054,6 +1088,44 @@ fn zero_rtt_when_on_serves_safe_requests_early_refuses_others_with_425_and_is_ta
         pair.key.display()
     );
     check_refuses(&bad, &text, "early_data needs the session cache", 5);
+}
+
+/// A connection that took 0-RTT but whose Finished never comes is served its early GET,
+/// then closed at `timeouts.handshake` and counted once as a failed handshake (not
+/// again on every turn of its driver while it drains), its handshake never counted.
+#[test]
+fn an_early_connection_whose_finished_never_comes_is_closed_at_the_handshake_timeout_once() {
+    if !aioquic() {
+        return;
+    }
+    let dir = TestDir::new("h3-0rtt-stall");
+    let (server, port) = h3_server_full(
+        &dir,
+        KeyKind::EcdsaP256,
+        "scalar",
+        "early_data = true",
+        "[timeouts]\nhandshake = \"1s\"\n",
+        1,
+    );
+    dir.write("gets.py", GETS);
+    let script = dir.write("early_stall.py", EARLY_STALL);
+    let out = run(Command::new("python3").arg(&script).arg(port.to_string()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        "early: True status: 200",
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
+    // The client stayed 3 s: past the 1 s timeout and the draining that follows.
+    assert_eq!(
+        (
+            server.metric("terminus_quic_handshakes_total", &[]),
+            server.metric("terminus_quic_handshake_failures_total", &[])
+        ),
+        (1.0, 1.0)
+    );
 }
 
 /// A second, independent HTTP/3 client (curl over ngtcp2 and nghttp3, from curl_cffi)

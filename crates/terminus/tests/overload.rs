@@ -77,8 +77,7 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
 }
 
 #[test]
-fn a_flood_beyond_capacity_is_refused_nine_times_in_ten_within_the_bound_and_the_admitted_complete()
-{
+fn a_flood_beyond_capacity_has_nine_refusals_in_ten_within_the_bound_and_the_admitted_complete() {
     let _alone = exclusive();
     let (_dir, server, r) = flood("overload", Rate::Fixed(8000));
     let refused = server.metric("terminus_handshakes_refused_total", &[]);

@@ -30,17 +30,6 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         handshake,
         early,
     } = established;
-    // Counted against max_connections like a TCP connection; none left: closed with
-    // HTTP/3's "excessive load".
-    let Ok(permit) = worker.shared.connection_limit.clone().try_acquire_owned() else {
-        h3::quic::OpenStreams::<bytes::Bytes>::close(
-            &mut h3,
-            h3::error::Code::H3_EXCESSIVE_LOAD,
-            b"too many connections",
-        );
-        return;
-    };
-    let open = OpenConnection::new(worker.clone(), permit);
     let site = worker.shared.site.current();
     let host = site.resolver.lookup(sni.as_deref());
     // TLS 1.3 signs in every handshake but a resumption: what the engine signed with
@@ -56,6 +45,17 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         &site.hosts[host].tenant,
         &worker,
     );
+    // Counted against max_connections like a TCP connection (once its handshake is
+    // observed: it completed); none left: closed with HTTP/3's "excessive load".
+    let Ok(permit) = worker.shared.connection_limit.clone().try_acquire_owned() else {
+        h3::quic::OpenStreams::<bytes::Bytes>::close(
+            &mut h3,
+            h3::error::Code::H3_EXCESSIVE_LOAD,
+            b"too many connections",
+        );
+        return;
+    };
+    let open = OpenConnection::new(worker.clone(), permit);
     let info = ConnectionInfo {
         origin: terminus_proxy::Origin::new(remote, local, "https")
             .keeping_forwarded(listen.keeps_forwarded(remote.ip())),
