@@ -374,25 +374,6 @@ fn files_of_several_sizes_are_served_whole_over_http3() {
     );
 }
 
-/// The SHA-256 of `bytes`, hex, by `openssl dgst` (an implementation apart from the
-/// client's).
-fn openssl_sha256(bytes: &[u8]) -> String {
-    use std::io::Write;
-    let mut child = Command::new("openssl")
-        .args(["dgst", "-sha256", "-r"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(bytes).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
 /// TCP responses (HTTP/1.1 and h2, by curl) on a listener with `http3` say where HTTP/3
 /// is (`Alt-Svc: h3=":PORT"; ma=86400`) and are counted by their protocol, and a listener
 /// without it says nothing.

@@ -286,7 +286,9 @@ where
         if sealed < self.unsealed.len() {
             return Err(keys_exhausted());
         }
-        self.unsealed.clear();
+        // Flushed: a response is done, and the connection may idle. It keeps no buffer
+        // meanwhile; the next response's tail takes one again.
+        self.unsealed = Vec::new();
         Ok(())
     }
 }
@@ -348,34 +350,54 @@ where
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
+        ready!(this.poll_read_ready(cx))?;
+        // Copied from rustls's own buffer: `Read::read` would need the caller's unfilled
+        // bytes zeroed first, on every call.
+        let mut reader = this.conn.reader();
+        match reader.fill_buf() {
+            Ok(plaintext) => {
+                // Empty: the peer sent close_notify.
+                let n = plaintext.len().min(buf.remaining());
+                buf.put_slice(&plaintext[..n]);
+                reader.consume(n);
+                Poll::Ready(Ok(()))
+            }
+            // Ready without plaintext: the socket closed, with close_notify or without.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl<C, D> TlsStream<C>
+where
+    C: DerefMut<Target = ConnectionCommon<D>> + Unpin,
+    D: SideData,
+{
+    /// Ready once a read would not wait: plaintext is in, or the stream has ended (or
+    /// failed). Records are taken into rustls meanwhile, so a caller can wait for the
+    /// next request without a buffer of its own to read it into.
+    pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            // Copied from rustls's own buffer: `Read::read` would need the caller's
-            // unfilled bytes zeroed first, on every call.
-            let mut reader = this.conn.reader();
-            match reader.fill_buf() {
-                Ok(plaintext) => {
-                    // Empty: the peer sent close_notify.
-                    let n = plaintext.len().min(buf.remaining());
-                    buf.put_slice(&plaintext[..n]);
-                    reader.consume(n);
-                    return Poll::Ready(Ok(()));
-                }
+            match self.conn.reader().fill_buf() {
+                Ok(_) => return Poll::Ready(Ok(())),
                 // The socket closed without close_notify: end of stream all the same.
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Poll::Ready(Ok(())),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
-            if this.io_eof {
+            if self.io_eof {
                 return Poll::Ready(Ok(()));
             }
-            match this.poll_fill(cx) {
+            match self.poll_fill(cx) {
                 Poll::Ready(Ok(())) => {
                     // A KeyUpdate asking for ours is answered now. rustls holds the answer
                     // until our next application data (RFC 8446 section 4.6.3 allows
                     // that), and a client may wait for it before it sends the rest of its
                     // request; an empty write releases it.
-                    let _ = this.conn.writer().write(&[]);
-                    if let Poll::Ready(Err(e)) = this.poll_flush_tls(cx) {
+                    let _ = self.conn.writer().write(&[]);
+                    if let Poll::Ready(Err(e)) = self.poll_flush_tls(cx) {
                         return Poll::Ready(Err(e));
                     }
                 }

@@ -60,17 +60,22 @@ pub(crate) async fn run(
     // Up to the end of the handshake the connection's CPU is handshake work, which
     // admission control weighs handshakes by; what it does after is not.
     let ready = {
-        // Scoped, so that the handshake's state is gone (and its room in this future
-        // reused) while the connection is served.
-        let handshake = std::pin::pin!(handshake_stages(
-            socket, peer, open, admitted, listen, &worker
+        // On the heap, and only while it lasts: the handshake's state is larger than
+        // what an idle connection holds afterwards, and this future's size is the
+        // largest of its states for the connection's whole life.
+        let handshake = Box::pin(handshake_stages(
+            socket, peer, open, admitted, listen, &worker,
         ));
         worker.admission.metered(handshake).await
     };
+    // This future lives as long as the connection, at the size of its largest state:
+    // the streams' relays, larger than serving HTTP, are boxed so that HTTP's is that size.
     match ready {
         Some(Ready::Serve(secured)) => secured.serve(&worker).await,
-        Some(Ready::Relay(secured, upstream)) => secured.relay(upstream).await,
-        Some(Ready::PassThrough(hello, upstream)) => (*hello).pass_through(upstream).await,
+        Some(Ready::Relay(secured, upstream)) => Box::pin(secured.relay(upstream)).await,
+        Some(Ready::PassThrough(hello, upstream)) => {
+            Box::pin((*hello).pass_through(upstream)).await
+        }
         None => {}
     }
 }

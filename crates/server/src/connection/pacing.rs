@@ -20,7 +20,7 @@ use terminus_capacity::tenant::TenantAccount;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::http::Transport;
+use crate::http::{ReadReady, Transport};
 
 /// The most one write or file slice takes at once: small enough that the meter's burst
 /// (a tenth of a second at the quota) is not overrun by much at low rates.
@@ -68,6 +68,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Paced<S> {
     }
 }
 
+impl<S: ReadReady> ReadReady for Paced<S> {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_read_ready(cx)
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Paced<S> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -98,16 +104,13 @@ impl<S: Transport> Transport for Paced<S> {
         file: &File,
         mut offset: u64,
         len: u64,
-        scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
         self.write_all(head).await?;
         let end = offset + len;
         while offset < end {
             std::future::poll_fn(|cx| self.poll_quota(cx)).await;
             let slice = (end - offset).min(SLICE as u64);
-            self.inner
-                .send_file(&[], file, offset, slice, scratch)
-                .await?;
+            self.inner.send_file(&[], file, offset, slice).await?;
             self.tenant.scu_sent(Instant::now(), slice as usize);
             offset += slice;
         }

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod body;
+mod buffers;
 pub mod files;
 mod h1;
 mod h2;
@@ -25,7 +26,7 @@ use tokio::sync::watch;
 
 pub use app::ConnectionInfo;
 use body::{Body, RequestBody};
-pub(crate) use h1::Transport;
+pub(crate) use h1::{ReadReady, Transport};
 
 const SERVER: HeaderValue = HeaderValue::from_static("terminus");
 
@@ -141,7 +142,7 @@ pub(crate) async fn serve<S>(
     info: ConnectionInfo,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    S: h1::Transport + tokio::io::AsyncRead + 'static,
+    S: h1::Transport + h1::ReadReady + 'static,
 {
     let timeouts = info.site.timeouts;
     if h2 {

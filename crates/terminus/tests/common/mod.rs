@@ -575,3 +575,22 @@ pub fn python_imports(imports: &str, install: &str) -> bool {
         .is_ok_and(|s| s.success());
     terminus_testkit::runs_here(terminus_testkit::Need::PythonPackages, found, install)
 }
+
+/// The SHA-256 of `bytes`, hex, by `openssl dgst` (an implementation apart from the
+/// client's).
+pub fn openssl_sha256(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-r"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}

@@ -241,6 +241,17 @@ impl KtlsStream {
     pub fn socket(&self) -> &TcpStream {
         &self.io
     }
+
+    /// Ready once a read may not wait: plaintext from before the hand-off waits, the
+    /// stream is done, or the socket has something (a record the read may find to be a
+    /// control one, and handle). A caller can wait for the next request this way
+    /// without a buffer of its own to read it into.
+    pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.early_at < self.early.len() || self.read_done {
+            return Poll::Ready(Ok(()));
+        }
+        self.io.poll_read_ready(cx)
+    }
 }
 
 impl AsyncRead for KtlsStream {
@@ -254,6 +265,10 @@ impl AsyncRead for KtlsStream {
             let n = buf.remaining().min(this.early.len() - this.early_at);
             buf.put_slice(&this.early[this.early_at..this.early_at + n]);
             this.early_at += n;
+            if this.early_at == this.early.len() {
+                // All served: nothing kept for the connection's idle time.
+                (this.early, this.early_at) = (Vec::new(), 0);
+            }
             return Poll::Ready(Ok(()));
         }
         if this.read_done || buf.remaining() == 0 {

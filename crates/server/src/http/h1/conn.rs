@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::request_body::feed;
 use super::respond::{respond, Answering};
-use super::Transport;
+use super::{ReadReady, Transport};
 use crate::http::body::{Body, Feed, RequestBody};
 use crate::http::{error_response, Responder};
 use crate::site::Timeouts;
@@ -33,107 +33,142 @@ enum Next {
 }
 
 /// Serves HTTP/1.1 on `io` until the client is done, a timeout, an error or shutdown.
-pub(crate) async fn serve<S: Transport + AsyncRead, R: Responder>(
+pub(crate) async fn serve<S: Transport + ReadReady, R: Responder>(
     mut io: S,
     responder: &R,
     timeouts: Timeouts,
     shutdown: &mut watch::Receiver<bool>,
 ) {
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
-    let mut scratch = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
     let mut idle_since = Instant::now();
     // The connection ends with some of a request body unread.
     let mut unread_body = false;
     loop {
-        let req = match read_request(&mut io, &mut buf, idle_since, &timeouts, shutdown).await {
-            Next::Request(req) => *req,
+        // What a request holds (the responder's future, the response's) lives on the
+        // heap for the request's time only: between requests the connection's future
+        // keeps just what waits for the next one.
+        let after = match read_request(&mut io, &mut buf, idle_since, &timeouts, shutdown).await {
+            Next::Request(req) => {
+                Box::pin(exchange(
+                    &mut io, responder, *req, &mut buf, &timeouts, shutdown,
+                ))
+                .await
+            }
             Next::Closed => break,
             Next::Reject(status) => {
                 let request = (&Method::GET, "-", Version::HTTP_11);
-                refuse(&mut io, responder, request, status, &mut scratch, &timeouts).await;
+                let scratch = &mut Vec::new();
+                Box::pin(refuse(
+                    &mut io, responder, request, status, scratch, &timeouts,
+                ))
+                .await;
                 break;
             }
         };
-        let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
-        let framing = match request_framing(req.headers(), version) {
-            Ok(framing) => framing,
-            Err(status) => {
-                let request = (&method, path_of(&uri), version);
-                refuse(&mut io, responder, request, status, &mut scratch, &timeouts).await;
+        match after {
+            After::Next => idle_since = Instant::now(),
+            After::Close {
+                unread_body: unread,
+            } => {
+                unread_body = unread;
                 break;
             }
-        };
-        let keep_alive = wants_keep_alive(&req);
-        let mut decoder = Decoder::new(framing);
-        let exchange = Exchange {
-            framing,
-            expect_continue: framing != Framing::None && expects_continue(&req),
-            stall: timeouts.request_header,
-        };
-        let (mut resp, feed) = exchange
-            .run(&mut io, &mut buf, &mut decoder, req, responder)
-            .await;
-        responder.record(&method, path_of(&uri), version, &resp);
-        // A 101 from an upstream: after its head the connection is the upstream's.
-        let upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
-            .then(|| resp.extensions_mut().remove::<terminus_proxy::Upgrade>())
-            .flatten();
-        let answering = Answering {
-            head_only: method == Method::HEAD,
-            http10: version == Version::HTTP_10,
-            // A body the responder left unread cannot be told from the next request
-            // without reading it: the connection ends with this answer, and so it does
-            // after terminus refused a request as malformed (its own 400, as nginx; an
-            // upstream's 400 is the application's business). An upgrade says its own
-            // Connection.
-            keep_alive: upgrade.is_some()
-                || keep_alive
-                    && decoder.is_done()
-                    && !refused_as_malformed(&resp)
-                    && !*shutdown.borrow(),
-        };
-        // Still wanted: the body goes on while the answer goes out (and keep_alive is
-        // off, the body not being done).
-        let duplex = feed.filter(|f| !f.is_closed() && !decoder.is_done() && upgrade.is_none());
-        let responded = match duplex {
-            Some(feed) => {
-                let feeding = (&mut buf, &mut decoder, &feed, timeouts.request_header);
-                respond_duplex(
-                    &mut io,
-                    resp,
-                    answering,
-                    &mut scratch,
-                    timeouts.keepalive,
-                    feeding,
-                )
-                .await
-            }
-            None => respond(&mut io, resp, answering, &mut scratch, timeouts.keepalive).await,
-        };
-        match responded {
-            Ok(true) => {}
-            Ok(false) => {
-                unread_body = !decoder.is_done();
-                break;
-            }
-            Err(e) => {
-                tracing::debug!("response not completed: {e}");
-                return;
-            }
+            After::Abort => return,
         }
-        if let Some(upgrade) = upgrade {
-            if let Err(e) = upgrade.tunnel(&mut io, &buf).await {
-                tracing::debug!("upgraded connection ended: {e}");
-            }
-            break;
-        }
-        idle_since = Instant::now();
     }
     // close_notify, then FIN; a client that does not read gets a second to take it.
     let _ = tokio::time::timeout(Duration::from_secs(1), io.shutdown()).await;
     if unread_body {
         linger(&mut io).await;
     }
+}
+
+/// What a request leaves its connection to do.
+enum After {
+    /// Wait for the next request.
+    Next,
+    /// Close, lingering first if the client may still be sending (`unread_body`).
+    Close { unread_body: bool },
+    /// Drop the connection: its response could not be completed.
+    Abort,
+}
+
+/// One request: the responder's answer, written; `buf` holds what was read past it.
+async fn exchange<S: Transport + AsyncRead, R: Responder>(
+    io: &mut S,
+    responder: &R,
+    req: Request<()>,
+    buf: &mut Vec<u8>,
+    timeouts: &Timeouts,
+    shutdown: &watch::Receiver<bool>,
+) -> After {
+    // The response's head and chunk framing: the request's, gone with it.
+    let scratch = &mut Vec::new();
+    let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
+    let framing = match request_framing(req.headers(), version) {
+        Ok(framing) => framing,
+        Err(status) => {
+            let request = (&method, path_of(&uri), version);
+            refuse(io, responder, request, status, scratch, timeouts).await;
+            return After::Close { unread_body: false };
+        }
+    };
+    let keep_alive = wants_keep_alive(&req);
+    let mut decoder = Decoder::new(framing);
+    let exchange = Exchange {
+        framing,
+        expect_continue: framing != Framing::None && expects_continue(&req),
+        stall: timeouts.request_header,
+    };
+    let (mut resp, feed) = exchange.run(io, buf, &mut decoder, req, responder).await;
+    responder.record(&method, path_of(&uri), version, &resp);
+    // A 101 from an upstream: after its head the connection is the upstream's.
+    let upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
+        .then(|| resp.extensions_mut().remove::<terminus_proxy::Upgrade>())
+        .flatten();
+    let answering = Answering {
+        head_only: method == Method::HEAD,
+        http10: version == Version::HTTP_10,
+        // A body the responder left unread cannot be told from the next request
+        // without reading it: the connection ends with this answer, and so it does
+        // after terminus refused a request as malformed (its own 400, as nginx; an
+        // upstream's 400 is the application's business). An upgrade says its own
+        // Connection.
+        keep_alive: upgrade.is_some()
+            || keep_alive
+                && decoder.is_done()
+                && !refused_as_malformed(&resp)
+                && !*shutdown.borrow(),
+    };
+    // Still wanted: the body goes on while the answer goes out (and keep_alive is
+    // off, the body not being done).
+    let duplex = feed.filter(|f| !f.is_closed() && !decoder.is_done() && upgrade.is_none());
+    let responded = match duplex {
+        Some(feed) => {
+            let feeding = (&mut *buf, &mut decoder, &feed, timeouts.request_header);
+            respond_duplex(io, resp, answering, scratch, timeouts.keepalive, feeding).await
+        }
+        None => respond(io, resp, answering, scratch, timeouts.keepalive).await,
+    };
+    match responded {
+        Ok(true) => {}
+        Ok(false) => {
+            return After::Close {
+                unread_body: !decoder.is_done(),
+            }
+        }
+        Err(e) => {
+            tracing::debug!("response not completed: {e}");
+            return After::Abort;
+        }
+    }
+    if let Some(upgrade) = upgrade {
+        if let Err(e) = upgrade.tunnel(io, buf).await {
+            tracing::debug!("upgraded connection ended: {e}");
+        }
+        return After::Close { unread_body: false };
+    }
+    After::Next
 }
 
 /// Reads away what a client still sends after its answer and our close (the rest of a
@@ -143,7 +178,9 @@ pub(crate) async fn serve<S: Transport + AsyncRead, R: Responder>(
 async fn linger<S: AsyncRead + Unpin>(io: &mut S) {
     const MOST: usize = 1 << 20;
     let drain = async {
-        let mut away = [0u8; 16 * 1024];
+        // On the heap: an array here would be part of every connection's future, idle
+        // or not, for the rare connection that lingers.
+        let mut away = vec![0u8; 16 * 1024];
         let mut read = 0;
         while read < MOST {
             match io.read(&mut away).await {
@@ -259,8 +296,9 @@ fn path_of(uri: &Uri) -> &str {
     uri.path_and_query().map_or("/", |p| p.as_str())
 }
 
-/// Reads until `buf` holds a whole request head, and parses it.
-async fn read_request<S: Transport + AsyncRead>(
+/// Reads until `buf` holds a whole request head, and parses it. With nothing of it yet,
+/// `buf` is released until the transport has bytes.
+async fn read_request<S: Transport + ReadReady>(
     io: &mut S,
     buf: &mut Vec<u8>,
     idle_since: Instant,
@@ -287,9 +325,19 @@ async fn read_request<S: Transport + AsyncRead>(
         if idle && *shutdown.borrow() {
             return Next::Closed;
         }
-        buf.reserve(4096);
+        let waiting = buf.is_empty();
+        if waiting {
+            *buf = Vec::new();
+        }
+        let read = async {
+            if waiting {
+                std::future::poll_fn(|cx| io.poll_read_ready(cx)).await?;
+            }
+            buf.reserve(4096);
+            io.read_buf(buf).await
+        };
         tokio::select! {
-            read = io.read_buf(buf) => match read {
+            read = read => match read {
                 Ok(0) | Err(_) => return Next::Closed,
                 Ok(_) => {
                     first_byte.get_or_insert_with(Instant::now);

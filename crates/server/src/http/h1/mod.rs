@@ -1,7 +1,11 @@
 //! HTTP/1.1, served by terminus itself rather than hyper: a file body leaves
 //! through the transport's `send_file` (sendfile(2) on a kernel TLS socket, a
-//! read-and-encrypt loop with one reused buffer on rustls), which hyper's body-as-chunks
-//! model cannot express. hyper still serves HTTP/2.
+//! read-and-encrypt loop on rustls, with a buffer the worker lends for the response),
+//! which hyper's body-as-chunks model cannot express. hyper still serves HTTP/2.
+//!
+//! A connection between requests holds no buffer: the request head's buffer is released
+//! once nothing of a next request is in it, and taken again when the transport says
+//! bytes came ([`ReadReady`]); what a request needs lives on the heap for its time.
 //!
 //! Behaviour follows nginx: keep-alive by default on HTTP/1.1 and on request on 1.0;
 //! pipelined requests are answered in order; a request's header must be complete within
@@ -26,7 +30,7 @@ mod tests;
 mod transport;
 
 pub(crate) use conn::serve;
-pub(crate) use transport::Transport;
+pub(crate) use transport::{ReadReady, Transport};
 
 /// File reads go this much at a time (four TLS records).
 const FILE_CHUNK: usize = 64 * 1024;

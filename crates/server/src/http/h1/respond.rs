@@ -72,7 +72,7 @@ pub(super) async fn respond<S: Transport>(
             while at < end {
                 let step = (end - at).min(SEND_STEP);
                 let first = if at == offset { &head[..] } else { &[] };
-                tokio::time::timeout(stall, io.send_file(first, &file, at, step, scratch))
+                tokio::time::timeout(stall, io.send_file(first, &file, at, step))
                     .await
                     .map_err(|_| stalled())??;
                 at += step;

@@ -5,26 +5,26 @@ use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::task::{Context, Poll};
 
 use terminus_tls::{KtlsStream, TlsStream};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::FILE_CHUNK;
+use crate::http::buffers::Lent;
 
 /// A connection's byte stream, as responses are written to it, that can also send a range
 /// of a file. Reading is the connection's (`AsyncRead` besides): while a request body is
 /// still coming in, a response may be written to the write half alone.
 pub(crate) trait Transport: AsyncWrite + Unpin {
     /// Sends `head` (the response head, or nothing) and then `len` (> 0) bytes of `file`
-    /// from `offset`, in as few TLS records as they fit; `scratch` is the connection's
-    /// buffer.
+    /// from `offset`, in as few TLS records as they fit.
     fn send_file(
         &mut self,
         head: &[u8],
         file: &File,
         offset: u64,
         len: u64,
-        scratch: &mut Vec<u8>,
     ) -> impl Future<Output = io::Result<()>>;
 }
 
@@ -36,14 +36,45 @@ impl Transport for KtlsStream {
         file: &File,
         offset: u64,
         len: u64,
-        _scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
         KtlsStream::send_file(self, head, file, offset, len).await
     }
 }
 
-/// A record layer that sends a file by reading it into the connection's buffer and
-/// writing the bytes: rustls in userspace, which packs head and body into full records
+/// Waiting for a connection's next bytes without a buffer to read them into, so that a
+/// connection between requests holds none: Ready once a read would not wait.
+pub(crate) trait ReadReady: AsyncRead + Unpin {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+impl ReadReady for TlsStream {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        TlsStream::poll_read_ready(self, cx)
+    }
+}
+
+impl ReadReady for KtlsStream {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        KtlsStream::poll_read_ready(self, cx)
+    }
+}
+
+impl ReadReady for tokio::net::TcpStream {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        tokio::net::TcpStream::poll_read_ready(self, cx)
+    }
+}
+
+/// Tests' pipes have no readiness of their own: a read is tried at once.
+#[cfg(test)]
+impl ReadReady for tokio::io::DuplexStream {
+    fn poll_read_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A record layer that sends a file by reading it into a buffer the worker lends for the
+/// response ([`Lent`]) and writing the bytes: rustls in userspace, which packs head and body into full records
 /// (and, in tests, a plain pipe).
 pub(crate) trait CopiesFiles: AsyncWrite + Unpin {}
 
@@ -65,18 +96,17 @@ impl<T: CopiesFiles> Transport for T {
         file: &File,
         mut offset: u64,
         len: u64,
-        scratch: &mut Vec<u8>,
     ) -> io::Result<()> {
         self.write_all(head).await?;
-        scratch.resize(FILE_CHUNK, 0);
+        let mut chunk = Lent::of(FILE_CHUNK);
         let end = offset + len;
         while offset < end {
             let want = ((end - offset) as usize).min(FILE_CHUNK);
-            let n = file.read_at(&mut scratch[..want], offset)?;
+            let n = file.read_at(&mut chunk[..want], offset)?;
             if n == 0 {
                 return Err(truncated());
             }
-            self.write_all(&scratch[..n]).await?;
+            self.write_all(&chunk[..n]).await?;
             offset += n as u64;
         }
         Ok(())
