@@ -20,7 +20,8 @@ use crate::worker::{OpenConnection, Worker};
 /// The record layer of an established connection.
 pub(super) enum Records {
     Kernel(KtlsStream),
-    /// Boxed: rustls's connection state is large, and this enum is moved stage to stage.
+    /// Boxed: rustls's connection state is large, this enum is moved stage to stage, and
+    /// every future that holds the stream until the connection ends holds a pointer.
     Userspace(Box<TlsStream>),
 }
 
@@ -164,12 +165,12 @@ impl Secured {
         let (h2, info) = (self.h2, self.info);
         match (self.records, self.paced_by) {
             (Records::Kernel(stream), None) => http::serve(stream, h2, info, shutdown).await,
-            (Records::Userspace(stream), None) => http::serve(*stream, h2, info, shutdown).await,
+            (Records::Userspace(stream), None) => http::serve(stream, h2, info, shutdown).await,
             (Records::Kernel(stream), Some(tenant)) => {
                 http::serve(Paced::new(stream, tenant), h2, info, shutdown).await
             }
             (Records::Userspace(stream), Some(tenant)) => {
-                http::serve(Paced::new(*stream, tenant), h2, info, shutdown).await
+                http::serve(Paced::new(stream, tenant), h2, info, shutdown).await
             }
         }
     }

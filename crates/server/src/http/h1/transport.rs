@@ -47,7 +47,7 @@ pub(crate) trait ReadReady: AsyncRead + Unpin {
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-impl ReadReady for TlsStream {
+impl ReadReady for Box<TlsStream> {
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         TlsStream::poll_read_ready(self, cx)
     }
@@ -78,7 +78,7 @@ impl ReadReady for tokio::io::DuplexStream {
 /// (and, in tests, a plain pipe).
 pub(crate) trait CopiesFiles: AsyncWrite + Unpin {}
 
-impl CopiesFiles for TlsStream {}
+impl CopiesFiles for Box<TlsStream> {}
 
 /// A plain-HTTP listener's connection: no record layer.
 impl CopiesFiles for tokio::net::TcpStream {}
