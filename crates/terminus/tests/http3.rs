@@ -99,10 +99,21 @@ class Client(QuicConnectionProtocol):
         await st["done"]
         return st
 
+def config(ticket=None):
+    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
+                             server_name="localhost", session_ticket=ticket)
+
+async def take_tickets(port):
+    """The session tickets a first connection is given (it GETs /index.html)."""
+    tickets = []
+    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
+                       session_ticket_handler=tickets.append) as client:
+        await asyncio.wait_for(client.get("/index.html"), 10)
+        await asyncio.sleep(0.3)
+    return tickets
+
 async def main(port, paths):
-    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN,
-                               verify_mode=ssl.CERT_NONE, server_name="localhost")
-    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as client:
+    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client) as client:
         for path in paths:
             if path.startswith("sleep:"):
                 await asyncio.sleep(float(path[6:]))
@@ -119,24 +130,14 @@ if __name__ == "__main__":
 /// GET as 0-RTT data, the ticket made to allow early data whatever the server said (so
 /// the client tries); prints what the ticket allowed, then whether the second handshake
 /// resumed, whether the server accepted the early data, and the GET's status and body.
-/// Needs GETS beside it as gets.py.
+/// Needs GETS beside it as gets.py (its client, `config` and `take_tickets`).
 const EARLY: &str = r#"
-import asyncio, ssl, sys, dataclasses
+import asyncio, sys, dataclasses
 from aioquic.asyncio.client import connect
-from aioquic.h3.connection import H3_ALPN
-from aioquic.quic.configuration import QuicConfiguration
-from gets import Client
-
-def config(ticket=None):
-    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
-                             server_name="localhost", session_ticket=ticket)
+from gets import Client, config, take_tickets
 
 async def main(port):
-    tickets = []
-    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
-                       session_ticket_handler=tickets.append) as client:
-        await asyncio.wait_for(client.get("/index.html"), 10)
-        await asyncio.sleep(0.3)
+    tickets = await take_tickets(port)
     print("ticket allows early data:", tickets[-1].max_early_data_size)
     ticket = dataclasses.replace(tickets[-1], max_early_data_size=0xffffffff)
     async with connect("127.0.0.1", port, configuration=config(ticket), create_protocol=Client,
@@ -154,17 +155,11 @@ asyncio.run(main(int(sys.argv[1])))
 /// second, then a GET with the first again (a replay of a spent session). Prints, per
 /// request, whether the handshake resumed, whether the server accepted the early data,
 /// the status, and the `early-data` field the upstream (app.py `/headers`) was sent.
-/// Needs GETS beside it as gets.py.
+/// Needs GETS beside it as gets.py (its client, `config` and `take_tickets`).
 const EARLY_ON: &str = r#"
-import asyncio, json, ssl, sys
+import asyncio, json, sys
 from aioquic.asyncio.client import connect
-from aioquic.h3.connection import H3_ALPN
-from aioquic.quic.configuration import QuicConfiguration
-from gets import Client
-
-def config(ticket=None):
-    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
-                             server_name="localhost", session_ticket=ticket)
+from gets import Client, config, take_tickets
 
 async def request(client, method, path):
     sid = client._quic.get_next_available_stream_id()
@@ -180,11 +175,7 @@ async def request(client, method, path):
     return st
 
 async def main(port):
-    tickets = []
-    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
-                       session_ticket_handler=tickets.append) as client:
-        await asyncio.wait_for(client.get("/index.html"), 10)
-        await asyncio.sleep(0.3)
+    tickets = await take_tickets(port)
     print("tickets:", len(tickets), "allow early data:", tickets[0].max_early_data_size)
     for ticket, method in [(tickets[0], "GET"), (tickets[1], "POST"), (tickets[0], "GET")]:
         async with connect("127.0.0.1", port, configuration=config(ticket), create_protocol=Client,
@@ -203,24 +194,14 @@ asyncio.run(main(int(sys.argv[1])))
 
 /// With 0-RTT on: takes a ticket, then resumes with it sending a GET as 0-RTT data and
 /// sends nothing more (its Finished never leaves); prints the GET's status once the
-/// answer is in, then stays 3 s.
+/// answer is in, then stays 3 s. Needs GETS beside it as gets.py.
 const EARLY_STALL: &str = r#"
-import asyncio, ssl, sys
+import asyncio, sys
 from aioquic.asyncio.client import connect
-from aioquic.h3.connection import H3_ALPN
-from aioquic.quic.configuration import QuicConfiguration
-from gets import Client
-
-def config(ticket=None):
-    return QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
-                             server_name="localhost", session_ticket=ticket)
+from gets import Client, config, take_tickets
 
 async def main(port):
-    tickets = []
-    async with connect("127.0.0.1", port, configuration=config(), create_protocol=Client,
-                       session_ticket_handler=tickets.append) as client:
-        await asyncio.wait_for(client.get("/index.html"), 10)
-        await asyncio.sleep(0.3)
+    tickets = await take_tickets(port)
     async with connect("127.0.0.1", port, configuration=config(tickets[0]), create_protocol=Client,
                        wait_connected=False) as client:
         answer = asyncio.ensure_future(client.get("/index.html"))
