@@ -233,23 +233,14 @@ fn h3_server_full(
     more: &str,
     workers: usize,
 ) -> (Server, u16) {
-    let pair = make_cert(&dir.0, "k", key, &["localhost"]);
-    dir.write("www/index.html", "over h3\n");
-    let port = free_port();
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = {workers}\n[crypto]\nbackend = \"{backend}\"\n[http3]\n{http3}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{more}",
-            dir.path("www").display(),
-            pair.cert.display(),
-            pair.key.display()
-        ),
-    );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
-    (server, port)
+    let config = H3Config {
+        key,
+        backend,
+        http3,
+        more,
+        workers,
+    };
+    h3_server_on(dir, "127.0.0.1", config)
 }
 
 /// Every QUIC handshake's signature and key exchange are computed by the engine (its
@@ -1177,22 +1168,14 @@ fn the_admission_bound_refuses_quic_handshakes_beyond_it() {
 #[test]
 fn a_wildcard_listener_answers_from_the_address_each_client_reached() {
     let dir = TestDir::new("h3-wildcard");
-    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    dir.write("www/index.html", "over h3\n");
-    let port = free_port();
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            "listen = [{{ address = \"0.0.0.0:{port}\", http3 = true }}]\nworkers = 1\n[crypto]\nbackend = \"scalar\"\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
-            dir.path("www").display(),
-            pair.cert.display(),
-            pair.key.display()
-        ),
-    );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let config = H3Config {
+        key: KeyKind::EcdsaP256,
+        backend: "scalar",
+        http3: "",
+        more: "",
+        workers: 1,
+    };
+    let (server, port) = h3_server_on(&dir, "0.0.0.0", config);
     let out = run(Command::new(terminus_bin()).args([
         "load",
         &format!("https://localhost:{port}/index.html"),

@@ -293,22 +293,14 @@ fn quic_handshakes_reach_the_bpftrace_scripts_as_tcp_ones() {
     }
     let _alone = exclusive();
     let dir = TestDir::new("observe-quic");
-    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    dir.write("www/index.html", "ok");
-    let port = free_port();
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            "listen = [{{ address = \"127.0.0.1:{port}\", http3 = true }}]\nworkers = 1\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
-            dir.path("www").display(),
-            pair.cert.display(),
-            pair.key.display()
-        ),
-    );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let config = H3Config {
+        key: KeyKind::EcdsaP256,
+        backend: "auto",
+        http3: "",
+        more: "",
+        workers: 1,
+    };
+    let (server, port) = h3_server_on(&dir, "127.0.0.1", config);
     let latency = Tracer::attach("terminus-ssllatency.bt");
     let snoop = Tracer::attach("terminus-sslsnoop.bt");
     let out = run(Command::new(terminus_bin()).args([

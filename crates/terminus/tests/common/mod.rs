@@ -594,3 +594,42 @@ pub fn openssl_sha256(bytes: &[u8]) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// An HTTP/3 server's settings for [`h3_server_on`].
+pub struct H3Config<'a> {
+    /// Its certificate's key.
+    pub key: KeyKind,
+    /// `crypto.backend`.
+    pub backend: &'a str,
+    /// `[http3]`'s lines.
+    pub http3: &'a str,
+    /// Appended to the file, after the server.
+    pub more: &'a str,
+    pub workers: usize,
+}
+
+/// A server with HTTP/3 on its one listener at `host` and a free port (TCP and UDP),
+/// serving `www/index.html` ("over h3"), with an admin listener; and the port.
+pub fn h3_server_on(dir: &TestDir, host: &str, c: H3Config<'_>) -> (Server, u16) {
+    let pair = make_cert(&dir.0, "k", c.key, &["localhost"]);
+    dir.write("www/index.html", "over h3\n");
+    let port = free_port();
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [{{ address = \"{host}:{port}\", http3 = true }}]\nworkers = {}\n[crypto]\nbackend = \"{}\"\n[http3]\n{}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{}",
+            c.workers,
+            c.backend,
+            c.http3,
+            dir.path("www").display(),
+            pair.cert.display(),
+            pair.key.display(),
+            c.more
+        ),
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    (server, port)
+}
