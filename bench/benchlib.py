@@ -146,6 +146,15 @@ key = "{work / (key + '.key')}"
 """
 
 
+def nofile(wanted: int) -> int:
+    """What a server may ask for: `wanted` descriptors (20,000 at least), within this
+    process's hard limit, which a container may not let even root raise."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    wanted = max(20000, wanted)
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+
 def nginx_config(work: Path, port: int, key: str, version=None, resumption=False, hosts=HOSTS,
                  connections=8192) -> str:
     protocols = " ".join(f"TLSv{v}" for v in versions_list(version))
@@ -157,7 +166,7 @@ daemon off;
 pid {work}/nginx.pid;
 error_log {work}/nginx.err warn;
 events {{ worker_connections {connections}; }}
-worker_rlimit_nofile {max(20000, 2 * connections + 4000)};
+worker_rlimit_nofile {nofile(2 * connections + 4000)};
 http {{
     access_log off;
     sendfile on;

@@ -68,6 +68,8 @@ const IDLE_OPENING: usize = 64;
 pub struct Idle {
     /// Connections whose first request is done (answered or not).
     pub opened: Arc<AtomicUsize>,
+    /// Of those, the ones still open (to idle).
+    pub held: Arc<AtomicUsize>,
     /// When the idle time ends: set once every connection is open.
     pub until: watch::Receiver<Option<std::time::Instant>>,
 }
@@ -213,6 +215,9 @@ impl Worker {
         self.stats.lock().unwrap().issued += 1;
         self.serve(conn, None, Phase::Request).await;
         drop(permit);
+        if conn.is_some() {
+            idle.held.fetch_add(1, Ordering::Relaxed);
+        }
         idle.opened.fetch_add(1, Ordering::Relaxed);
         let until = match idle.until.wait_for(Option::is_some).await {
             Ok(until) => until.expect("waited for it"),

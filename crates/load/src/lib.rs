@@ -265,7 +265,15 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
     let idle = options.idle.then(|| {
         let (start_idle, until) = tokio::sync::watch::channel(None);
         let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        (start_idle, driver::Idle { opened, until })
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (
+            start_idle,
+            driver::Idle {
+                opened,
+                held,
+                until,
+            },
+        )
     });
     for i in 0..options.threads {
         let stats = Arc::new(Mutex::new(Stats::default()));
@@ -333,13 +341,11 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
         std::thread::sleep(Duration::from_millis(50));
         if let Some((start_idle, state)) = &idle {
             let opened = state.opened.load(std::sync::atomic::Ordering::Relaxed);
-            if start_idle.borrow().is_none() && opened >= connections {
-                let merged = merge(&all_stats);
-                eprintln!(
-                    "idle: {} connections open, {} failed",
-                    merged.ok,
-                    merged.errors_total()
-                );
+            // A thread that ended this early failed: the others are not kept waiting.
+            let all = opened >= connections || handles.iter().any(|h| h.is_finished());
+            if start_idle.borrow().is_none() && all {
+                let held = state.held.load(std::sync::atomic::Ordering::Relaxed);
+                eprintln!("idle: {held} connections open, {} failed", opened - held);
                 let _ = start_idle.send(Some(Instant::now() + options.duration));
             }
         }

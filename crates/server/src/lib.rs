@@ -187,6 +187,7 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
 /// Starts terminus and blocks until it has shut down.
 pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let config = options.load_config()?;
+    raise_open_file_limit(config.max_connections);
     terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
@@ -608,4 +609,19 @@ fn quic_endpoints(
                 .collect()
         })
         .collect()
+}
+
+/// Every client connection takes a descriptor: as HAProxy does, the soft limit is raised
+/// toward `max_connections` and some room besides (upstreams, files, listeners), up to
+/// the hard limit, which only privilege raises. Below that, accept fails and backs off
+/// (with a warning then).
+fn raise_open_file_limit(max_connections: usize) {
+    let wanted = max_connections as u64 + 1024;
+    match terminus_sys::raise_open_file_limit(wanted) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            "open-file limit {limit} is below the {wanted} limits.max_connections = {max_connections} may need (raise the hard limit: ulimit -Hn, LimitNOFILE=)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
 }

@@ -455,3 +455,147 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::time::Duration;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{ClientConnection, DigitallySignedStruct, SignatureScheme};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Takes any certificate: the test is about records, not trust.
+    #[derive(Debug)]
+    struct AnyCertificate;
+
+    impl ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            vec![SignatureScheme::ECDSA_NISTP256_SHA256]
+        }
+    }
+
+    /// A server TlsStream over loopback TCP and the client's TLS stream to it, the
+    /// handshake done in memory first.
+    async fn pair() -> (TlsStream, TlsStream<ClientConnection>) {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into()),
+            )
+            .unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+            .with_no_client_auth();
+        let mut server = ServerConnection::new(Arc::new(server_config)).unwrap();
+        let mut client =
+            ClientConnection::new(Arc::new(client_config), "localhost".try_into().unwrap())
+                .unwrap();
+        while client.is_handshaking() || server.is_handshaking() {
+            let mut flight = Vec::new();
+            client.write_tls(&mut flight).unwrap();
+            server.read_tls(&mut &flight[..]).unwrap();
+            server.process_new_packets().unwrap();
+            flight.clear();
+            server.write_tls(&mut flight).unwrap();
+            client.read_tls(&mut &flight[..]).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let to = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (from, _) = listener.accept().await.unwrap();
+        let counters = Arc::new(TrafficCounters::default());
+        (
+            TlsStream::new(from, server, &[], counters.clone()).unwrap(),
+            TlsStream::new(to, client, &[], counters).unwrap(),
+        )
+    }
+
+    /// Whether the server side is ready to read, polled once.
+    fn ready_now(stream: &mut TlsStream) -> bool {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        match stream.poll_read_ready(&mut cx) {
+            Poll::Ready(r) => r.map(|()| true).unwrap(),
+            Poll::Pending => false,
+        }
+    }
+
+    /// Ready is what a read will find: not before a record comes; at once while
+    /// plaintext rustls decrypted is left unread (two requests in one record, the
+    /// second read without touching the socket); not once it is all read; and at the
+    /// end of the stream.
+    #[tokio::test]
+    async fn read_ready_says_when_a_read_would_not_wait() {
+        let (mut server, mut client) = pair().await;
+        assert!(!ready_now(&mut server), "ready with nothing sent");
+        client.write_all(b"first\nsecond\n").await.unwrap();
+        client.flush().await.unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            poll_fn(|cx| server.poll_read_ready(cx)),
+        )
+        .await
+        .expect("ready once the record came")
+        .unwrap();
+        let mut first = [0u8; 6];
+        server.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"first\n");
+        assert!(ready_now(&mut server), "the rest of the record is unread");
+        let mut second = [0u8; 7];
+        server.read_exact(&mut second).await.unwrap();
+        assert_eq!(&second, b"second\n");
+        assert!(!ready_now(&mut server), "ready with everything read");
+        client.shutdown().await.unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            poll_fn(|cx| server.poll_read_ready(cx)),
+        )
+        .await
+        .expect("ready at the end of the stream")
+        .unwrap();
+        assert_eq!(server.read(&mut first).await.unwrap(), 0);
+    }
+}

@@ -33,7 +33,8 @@ impl Lent {
 impl Drop for Lent {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.0);
-        FREE.with(|free| {
+        // Not kept once the thread's pool is gone (a worker ending).
+        let _ = FREE.try_with(|free| {
             let mut free = free.borrow_mut();
             if free.len() < KEEP {
                 free.push(buf);

@@ -4,6 +4,7 @@
 //! its answer to an upload) keeps being fed as the answer goes out: full duplex, on the
 //! connection's two halves, and the connection closes after it.
 
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use hyper::body::SizeHint;
@@ -325,17 +326,21 @@ async fn read_request<S: Transport + ReadReady>(
         if idle && *shutdown.borrow() {
             return Next::Closed;
         }
-        let waiting = buf.is_empty();
-        if waiting {
-            *buf = Vec::new();
-        }
-        let read = async {
-            if waiting {
-                std::future::poll_fn(|cx| io.poll_read_ready(cx)).await?;
+        // With nothing of a request yet, no buffer until the transport has bytes; and
+        // none kept when it said so and a read found nothing (readiness can be stale).
+        let read = std::future::poll_fn(|cx| {
+            if buf.is_empty() && io.poll_read_ready(cx)?.is_pending() {
+                *buf = Vec::new();
+                return Poll::Pending;
             }
             buf.reserve(4096);
-            io.read_buf(buf).await
-        };
+            // read_buf is cancel-safe: a pending one dropped has taken nothing.
+            let polled = std::pin::pin!(io.read_buf(&mut *buf)).poll(cx);
+            if polled.is_pending() && buf.is_empty() {
+                *buf = Vec::new();
+            }
+            polled
+        });
         tokio::select! {
             read = read => match read {
                 Ok(0) | Err(_) => return Next::Closed,

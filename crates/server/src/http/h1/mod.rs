@@ -3,9 +3,11 @@
 //! read-and-encrypt loop on rustls, with a buffer the worker lends for the response),
 //! which hyper's body-as-chunks model cannot express. hyper still serves HTTP/2.
 //!
-//! A connection between requests holds no buffer: the request head's buffer is released
-//! once nothing of a next request is in it, and taken again when the transport says
-//! bytes came ([`ReadReady`]); what a request needs lives on the heap for its time.
+//! A connection between requests holds no buffer of terminus's own (rustls keeps its
+//! record buffer): the request head's buffer is released once nothing of a next request
+//! is in it, and taken again when the transport says bytes came ([`ReadReady`]) or
+//! given back when a read finds none; what a request needs lives on the heap for its
+//! time.
 //!
 //! Behaviour follows nginx: keep-alive by default on HTTP/1.1 and on request on 1.0;
 //! pipelined requests are answered in order; a request's header must be complete within
