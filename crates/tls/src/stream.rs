@@ -461,51 +461,10 @@ mod tests {
     use std::future::poll_fn;
     use std::time::Duration;
 
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    use rustls::{ClientConnection, DigitallySignedStruct, SignatureScheme};
+    use rustls::ClientConnection;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-
-    /// Takes any certificate: the test is about records, not trust.
-    #[derive(Debug)]
-    struct AnyCertificate;
-
-    impl ServerCertVerifier for AnyCertificate {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            _: &[u8],
-            _: &CertificateDer<'_>,
-            _: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            _: &[u8],
-            _: &CertificateDer<'_>,
-            _: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            Ok(HandshakeSignatureValid::assertion())
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            vec![SignatureScheme::ECDSA_NISTP256_SHA256]
-        }
-    }
 
     /// A server TlsStream over loopback TCP and the client's TLS stream to it, the
     /// handshake done in memory first.
@@ -521,11 +480,14 @@ mod tests {
                 rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into()),
             )
             .unwrap();
-        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+        let client_config = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+            // Chain and name unchecked: the test is about records, not trust.
+            .with_custom_certificate_verifier(
+                crate::client::Trust::Insecure.verifier(&provider).unwrap(),
+            )
             .with_no_client_auth();
         let mut server = ServerConnection::new(Arc::new(server_config)).unwrap();
         let mut client =
