@@ -55,7 +55,8 @@ pub(crate) async fn run(
     worker: Rc<Worker>,
 ) {
     if listen.plain.is_some() {
-        return plain::run(socket, peer, open, admitted, listen, worker).await;
+        // Boxed: plain HTTP's state, held inline, would size every TLS connection too.
+        return Box::pin(plain::run(socket, peer, open, admitted, listen, worker)).await;
     }
     // Up to the end of the handshake the connection's CPU is handshake work, which
     // admission control weighs handshakes by; what it does after is not.
@@ -69,7 +70,7 @@ pub(crate) async fn run(
         worker.admission.metered(handshake).await
     };
     // This future lives as long as the connection, at the size of its largest state:
-    // the streams' relays, larger than serving HTTP, are boxed so that HTTP's is that size.
+    // what comes after the handshake is boxed, each way at its own size.
     match ready {
         Some(Ready::Serve(secured)) => secured.serve(&worker).await,
         Some(Ready::Relay(secured, upstream)) => Box::pin(secured.relay(upstream)).await,

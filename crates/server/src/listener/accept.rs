@@ -161,9 +161,8 @@ pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
             Ok(((socket, peer, ticket), permit)) => {
                 let open = OpenConnection::new(worker.clone(), permit);
                 let (listen, task_worker) = (acceptor.listen.clone(), worker.clone());
-                // Boxed: a connection's future is some 15 KB (rustls and HTTP state held
-                // across awaits), and tokio moves a spawned future by value three times on
-                // its way into the task; a box is moved instead, after one copy.
+                // Boxed: tokio moves a spawned future by value three times on its way
+                // into the task; a box is moved instead, after one copy.
                 tokio::task::spawn_local(Box::pin(async move {
                     connection::run(socket, peer, open, ticket, &listen, task_worker).await
                 }));
