@@ -122,12 +122,13 @@ def write_small_files(www: Path):
 
 
 def terminus_config(work: Path, port: int, key: str, backend: str, version=None, resumption=False,
-                    http3=False, hosts=HOSTS) -> str:
+                    http3=False, hosts=HOSTS, ktls=False) -> str:
+    """`ktls`: every connection's records go to the kernel, or it is refused."""
     versions = ", ".join(f'"{v}"' for v in versions_list(version))
     tickets = "true" if resumption else "false"
     cache = 262144 if resumption else 0
-    h3 = ", http3 = true" if http3 else ""
-    listen = ", ".join(f'{{ address = "{h}:{port}"{h3} }}' for h in hosts)
+    extra = (", http3 = true" if http3 else "") + (', ktls = "required"' if ktls else "")
+    listen = ", ".join(f'{{ address = "{h}:{port}"{extra} }}' for h in hosts)
     return f"""workers = 1
 pin = true
 listen = [{listen}]
@@ -156,7 +157,8 @@ def nofile(wanted: int) -> int:
 
 
 def nginx_config(work: Path, port: int, key: str, version=None, resumption=False, hosts=HOSTS,
-                 connections=8192) -> str:
+                 connections=8192, ktls=False) -> str:
+    """`ktls`: OpenSSL hands the records to the kernel where it can (nginx 1.21.4+)."""
     protocols = " ".join(f"TLSv{v}" for v in versions_list(version))
     session = ("ssl_session_cache shared:SSL:10m;\n        ssl_session_tickets on;" if resumption
                else "ssl_session_cache off;\n        ssl_session_tickets off;")
@@ -182,6 +184,7 @@ http {{
         ssl_certificate_key {work / (key + '.key')};
         ssl_protocols {protocols};
         {session}
+        {"ssl_conf_command Options KTLS;" if ktls else ""}
         root {work / 'www'};
     }}
 }}
@@ -234,20 +237,22 @@ https://localhost:{port} {{
 
 
 def start_server(server: str, work: Path, port: int, key: str, version=None, resumption=False,
-                 admin_port=None, cgroup=False, tune="", http3=False, hosts=HOSTS, connections=None):
+                 admin_port=None, cgroup=False, tune="", http3=False, hosts=HOSTS, connections=None,
+                 ktls=False):
     """Starts `terminus-BACKEND[@PATH]`, `nginx`, `haproxy` or `caddy` (one Go thread:
     GOMAXPROCS=1); returns (Popen, config text). `tune`: lines for HAProxy's global
     section, or TOML appended to terminus's config. `http3`: terminus's listener serves
     HTTP/3 too (Caddy's always does). `hosts`: the loopback addresses listened on (more
     than one lets a client hold more connections than one address has ports);
     `connections`: nginx's and HAProxy's connection limits, where the default is too
-    few (terminus's is its `[limits]`, given in `tune`)."""
+    few (terminus's is its `[limits]`, given in `tune`); `ktls`: terminus and nginx hand
+    the records to the kernel (terminus refuses a connection it cannot hand over)."""
     limits = {"connections": connections} if connections else {}
     name = server.split("@")[0]
     conf = work / f"{name}-{key}.conf"
     err = open(work / f"{name}.err", "a")
     if name == "nginx":
-        text = nginx_config(work, port, key, version, resumption, hosts, **limits)
+        text = nginx_config(work, port, key, version, resumption, hosts, ktls=ktls, **limits)
         conf.write_text(text)
         # An environment variable named NGINX makes nginx treat it as inherited sockets.
         env = {k: v for k, v in os.environ.items() if k != "NGINX"}
@@ -267,7 +272,7 @@ def start_server(server: str, work: Path, port: int, key: str, version=None, res
         _, _, path = server.partition("@")
         binary = Path(path) if path else REPO / "target/release/terminus"
         text = terminus_config(work, port, key, name.split("-", 1)[1], version, resumption, http3,
-                               hosts) + tune
+                               hosts, ktls) + tune
         conf.write_text(text)
         env = dict(os.environ, RUST_LOG="warn")
         cmd = [str(binary), "serve", "--config", str(conf)]

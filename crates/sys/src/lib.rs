@@ -232,6 +232,33 @@ pub fn set_socket_buffers(socket: impl AsFd, bytes: usize) -> io::Result<usize> 
     Ok(usize::try_from(granted).unwrap_or(0) / 2)
 }
 
+/// Bytes the C allocator holds free (not in use, not returned to the kernel), or `None`
+/// where the allocator is not glibc's.
+pub fn allocator_free_bytes() -> Option<usize> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's own statistics and returns them by
+        // value; it takes the arenas' locks itself.
+        let info = unsafe { libc::mallinfo2() };
+        Some(info.fordblks)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
+/// Gives the pages of the C allocator's free memory back to the kernel (glibc's
+/// `malloc_trim(0)`: every arena, not only the top of the heap). Returns whether any went.
+pub fn release_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes the arenas' locks and only releases pages of chunks
+        // that are free; memory in use is untouched.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +307,31 @@ mod tests {
         let waited = tcp_quiet_for(&accepted).unwrap();
         assert!(waited >= Duration::from_millis(40), "{waited:?}");
         assert!(thread_cpu_time().is_ok());
+    }
+
+    /// Memory freed in the middle of the heap stays with the allocator until released.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn freed_memory_goes_back_to_the_kernel_when_released() {
+        fn rss_kib() -> usize {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        }
+        // 48 MiB in blocks below the mmap threshold, every page touched; the last block
+        // stays, so that the freed ones are not at the top of the heap.
+        let mut blocks: Vec<Vec<u8>> = (0..12 * 1024).map(|_| vec![1u8; 4096]).collect();
+        let last = blocks.pop();
+        drop(blocks);
+        assert!(allocator_free_bytes().unwrap() > 40 << 20);
+        let before = rss_kib();
+        assert!(release_free_memory());
+        let after = rss_kib();
+        assert!(
+            before - after > 30 * 1024,
+            "RSS {before} KiB -> {after} KiB after release"
+        );
+        drop(last);
     }
 
     #[test]

@@ -171,9 +171,7 @@ impl Secured {
         let (h2, info) = (self.h2, self.info);
         match (self.records, self.paced_by) {
             (Records::Kernel(stream), None) => Box::pin(http::serve(stream, h2, info, shutdown)),
-            (Records::Userspace(stream), None) => {
-                Box::pin(http::serve(stream, h2, info, shutdown))
-            }
+            (Records::Userspace(stream), None) => Box::pin(http::serve(stream, h2, info, shutdown)),
             (Records::Kernel(stream), Some(tenant)) => {
                 Box::pin(http::serve(Paced::new(stream, tenant), h2, info, shutdown))
             }
