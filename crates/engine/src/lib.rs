@@ -33,6 +33,7 @@ mod op;
 mod payer;
 pub mod scalar;
 mod signing_key;
+pub mod simd;
 pub mod speed;
 mod threads;
 

@@ -50,6 +50,11 @@ enum Command {
         /// Run on N threads at once (N cores) and report the total.
         #[arg(long, value_name = "N", default_value_t = 1)]
         multi: usize,
+        /// Measure instead what crypto_mb batches cost scalar code afterwards, on this
+        /// core and a neighbour (AVX-512 frequency licences), and what crypto.simd =
+        /// "auto" would choose (default ops: rsa2048 ecdsap256).
+        #[arg(long)]
+        frequency: bool,
     },
     /// Measure this machine's crypto capacity in appliance units: ACU (RSA-2048
     /// private-key operations per second) per core and for the machine with a backend,
@@ -222,10 +227,12 @@ fn main() -> ExitCode {
             ops,
             seconds,
             multi,
+            frequency,
         } => match speed::run(speed::SpeedArgs {
             ops,
             seconds,
             multi,
+            frequency,
         }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -6,12 +6,16 @@ use std::time::Duration;
 
 use terminus_engine::cost::{crossover_label, Cost, Operation, Workload};
 use terminus_engine::multibuffer;
+use terminus_engine::simd::after_effect::{self, Ratio, Settings};
+use terminus_engine::simd::{decide, Inputs};
 use terminus_engine::speed::throughput;
 
 pub struct SpeedArgs {
     pub ops: Vec<String>,
     pub seconds: f64,
     pub multi: usize,
+    /// Measure the after-effect of batches on scalar code instead ([`frequency`]).
+    pub frequency: bool,
 }
 
 /// Runs the measurements and prints the table; Err names what was wrong with the input.
@@ -29,6 +33,14 @@ pub fn run(args: SpeedArgs) -> Result<(), String> {
             })
             .collect::<Result<_, _>>()?
     };
+    if args.frequency {
+        let ops = if args.ops.is_empty() {
+            vec![Operation::Rsa2048, Operation::EcdsaP256]
+        } else {
+            ops
+        };
+        return frequency(&ops);
+    }
     if !(args.seconds > 0.0 && args.seconds <= 600.0) {
         return Err(format!(
             "--seconds {} is out of range; give 0 < S <= 600",
@@ -89,5 +101,67 @@ pub fn run(args: SpeedArgs) -> Result<(), String> {
     if ops.iter().any(|op| op.decided_by() != *op) {
         println!("=x25519: a hybrid's KEM part is computed one by one either way, so its batches pay exactly when its X25519 half's do.");
     }
+    Ok(())
+}
+
+/// `terminus speed --frequency`: what crypto_mb batches cost scalar code on this core and
+/// on a neighbour core (the AVX-512 frequency licence, where the CPU has one), and what
+/// `crypto.simd = "auto"` would choose from it.
+fn frequency(ops: &[Operation]) -> Result<(), String> {
+    if !multibuffer::applicable() {
+        println!("terminus speed --frequency: this CPU has no AVX-512 IFMA, so crypto_mb never runs and handshakes use no wide vectors: nothing to measure.");
+        let d = decide(&Inputs::measured(false, 0.0, None, false));
+        println!(
+            "crypto.simd = \"auto\" chooses {}: {}",
+            d.placement.name(),
+            d.why
+        );
+        return Ok(());
+    }
+    let cpus = terminus_sys::configured_cpus();
+    terminus_sys::pin_current_thread(0).map_err(|e| format!("pinning to CPU 0: {e}"))?;
+    let settings = Settings {
+        neighbour: (cpus > 1).then_some(1),
+        ..Settings::default()
+    };
+    println!(
+        "terminus speed --frequency: a scalar probe's throughput on CPU 0 right after crypto_mb batches over right after scalar work only{}; median [lowest-highest] of {} rounds (1.000x: no after-effect)",
+        if cpus > 1 {
+            ", and on CPU 1 while CPU 0 batches"
+        } else {
+            " (one CPU: no neighbour)"
+        },
+        settings.rounds
+    );
+    println!(
+        "{:<12} {:>30} {:>30} {:>18}",
+        "op", "same core after batches", "neighbour while batching", "AVX512_elapsed_ms"
+    );
+    let ratio = |r: &Ratio| format!("{:.3}x [{:.3}-{:.3}]", r.median, r.low, r.high);
+    let (mut worst, mut worst_neighbour) = (0.0f64, None::<f64>);
+    for &op in ops {
+        let workload = Workload::generate(op)?;
+        let effect = after_effect::measure(&workload, &settings)?;
+        worst = worst.max(effect.same_core.loss());
+        if let Some(n) = &effect.neighbour {
+            worst_neighbour = Some(worst_neighbour.unwrap_or(0.0).max(n.loss()));
+        }
+        println!(
+            "{:<12} {:>30} {:>30} {:>18}",
+            op.name(),
+            ratio(&effect.same_core),
+            effect.neighbour.as_ref().map_or("-".into(), ratio),
+            effect
+                .avx512_elapsed_ms
+                .map_or("n/a".into(), |ms| ms.to_string())
+        );
+        let _ = std::io::stdout().flush();
+    }
+    let d = decide(&Inputs::measured(true, worst, worst_neighbour, cpus > 1));
+    println!(
+        "crypto.simd = \"auto\" would choose {} (with a core free for crypto threads where there is more than one): {}",
+        d.placement.name(),
+        d.why
+    );
     Ok(())
 }
