@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use terminus_capacity::tenant::TenantAccount;
 use terminus_tls::{KtlsStream, Offload, TlsStream};
+use tokio::sync::watch;
 
 use super::pacing::Paced;
 use super::{Accepted, Closed, Established};
@@ -168,16 +169,41 @@ impl Secured {
     /// (three times what userspace HTTP/1.1 needs) for every connection.
     pub(super) fn serve(self, worker: &Worker) -> Pin<Box<dyn Future<Output = ()>>> {
         let shutdown = worker.shared.shutdown.clone();
-        let (h2, info) = (self.h2, self.info);
-        match (self.records, self.paced_by) {
-            (Records::Kernel(stream), None) => Box::pin(http::serve(stream, h2, info, shutdown)),
-            (Records::Userspace(stream), None) => Box::pin(http::serve(stream, h2, info, shutdown)),
+        let Secured {
+            records,
+            h2,
+            info,
+            paced_by,
+            _open: open,
+        } = self;
+        match (records, paced_by) {
+            (Records::Kernel(stream), None) => serving(stream, h2, info, shutdown, open),
+            (Records::Userspace(stream), None) => serving(stream, h2, info, shutdown, open),
             (Records::Kernel(stream), Some(tenant)) => {
-                Box::pin(http::serve(Paced::new(stream, tenant), h2, info, shutdown))
+                serving(Paced::new(stream, tenant), h2, info, shutdown, open)
             }
             (Records::Userspace(stream), Some(tenant)) => {
-                Box::pin(http::serve(Paced::new(stream, tenant), h2, info, shutdown))
+                serving(Paced::new(stream, tenant), h2, info, shutdown, open)
             }
         }
     }
+}
+
+/// HTTP on `stream`, boxed, holding `open` to its end: the connection counts as open
+/// (against `max_connections`, in the metrics, for a graceful shutdown) until HTTP is
+/// done with it.
+fn serving<S>(
+    stream: S,
+    h2: bool,
+    info: ConnectionInfo,
+    shutdown: watch::Receiver<bool>,
+    open: OpenConnection,
+) -> Pin<Box<dyn Future<Output = ()>>>
+where
+    S: http::Transport + http::ReadReady + 'static,
+{
+    Box::pin(async move {
+        http::serve(stream, h2, info, shutdown).await;
+        drop(open);
+    })
 }
