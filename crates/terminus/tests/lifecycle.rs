@@ -302,6 +302,50 @@ fn out_of_file_descriptors_backs_off_and_recovers() {
     );
 }
 
+/// With the multibuffer backend, start-up measures what batches cost scalar code after
+/// them and says what `crypto.simd = "auto"` would choose; with scalar, nothing is batched
+/// and nothing is said.
+#[test]
+fn the_after_effect_of_batches_is_measured_at_start_up_only_with_multibuffer() {
+    let dir = TestDir::new("after-effect");
+    let cert = make_cert(&dir.0, "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let start = |backend: &str| {
+        let conf = config(&dir, &cert, &format!("[crypto]\nbackend = \"{backend}\"\n"));
+        Server::start_with(
+            &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+            false,
+        )
+    };
+    let scalar = start("scalar");
+    assert!(
+        !scalar.metrics().contains("terminus_crypto_mb_after_effect"),
+        "{}",
+        scalar.metrics()
+    );
+    drop(scalar);
+    if !ifma() {
+        return;
+    }
+    let server = start("multibuffer");
+    let ratio = server.metric("terminus_crypto_mb_after_effect", &[]);
+    // A ratio of two throughputs of one probe, whatever this machine's after-effect.
+    assert!(ratio > 0.2 && ratio < 5.0, "{}", server.metrics());
+    assert_eq!(
+        server.metric("terminus_crypto_simd_auto", &[]),
+        1.0,
+        "one placement chosen:\n{}",
+        server.metrics()
+    );
+    assert!(
+        server
+            .stderr()
+            .contains("crypto.simd = \"auto\" would choose"),
+        "{}",
+        server.stderr()
+    );
+}
+
 #[test]
 fn reload_measures_the_crossover_of_a_new_key_size() {
     if !ifma() {

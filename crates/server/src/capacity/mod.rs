@@ -12,6 +12,7 @@ use std::time::Duration;
 use terminus_capacity::tenant::Tenants;
 use terminus_engine::capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
 use terminus_engine::cost::{crossover_label, Crossovers, Operation, Workload};
+use terminus_engine::simd::{self, after_effect, Decision, Inputs, Ratio};
 use terminus_engine::{BackendKind, KxGroup};
 
 use crate::site::Site;
@@ -31,6 +32,9 @@ pub struct Machine {
     pub(crate) tenants: Arc<Tenants>,
     /// Mbps of each record cipher per core, by [`CIPHERS`]' order, once measured.
     pub(crate) scu: OnceLock<Vec<(&'static str, f64)>>,
+    /// What crypto_mb batches cost scalar code afterwards, and what `crypto.simd =
+    /// "auto"` would choose from it: measured once, with the multibuffer backend.
+    pub(crate) simd: OnceLock<(Ratio, Decision)>,
 }
 
 impl Machine {
@@ -42,6 +46,7 @@ impl Machine {
             crossovers: Arc::new(Crossovers::default()),
             tenants: Arc::new(Tenants::new(AcuCosts::unmeasured(workers))),
             scu: OnceLock::new(),
+            simd: OnceLock::new(),
         }
     }
 
@@ -79,6 +84,10 @@ impl Machine {
         let costs = AcuCosts::from_capacity(&capacity, self.workers);
         if self.backend == BackendKind::Multibuffer {
             self.set_crossovers(&capacity);
+            if let Some(w) = own.first() {
+                self.simd
+                    .get_or_init(|| measure_after_effect(w, self.workers));
+            }
         }
         let summary: Vec<String> = capacity
             .rates
@@ -128,6 +137,36 @@ impl Machine {
             .sum();
         (committed, self.tenants.costs().machine_acu())
     }
+}
+
+/// The after-effect of `workload`'s batches on this thread's core, briefly (some 20 ms:
+/// three rounds, no neighbour; `terminus speed --frequency` measures at length), and
+/// what `auto` would choose from it; logged.
+fn measure_after_effect(workload: &Workload, workers: usize) -> (Ratio, Decision) {
+    let settings = after_effect::Settings {
+        rounds: 3,
+        burst: Duration::from_millis(2),
+        ..after_effect::Settings::default()
+    };
+    let ratio = match after_effect::measure(workload, &settings) {
+        Ok(effect) => effect.same_core,
+        Err(e) => {
+            tracing::warn!("the after-effect of crypto_mb batches was not measured: {e}");
+            Ratio::of(vec![1.0]).expect("one round")
+        }
+    };
+    let spare_core = workers < terminus_sys::configured_cpus();
+    let decision = simd::decide(&Inputs::measured(true, ratio.loss(), None, spare_core));
+    tracing::info!(
+        "crypto_mb batches leave scalar code on their core at {:.3}x [{:.3}-{:.3}] of its speed ({}); crypto.simd = \"auto\" would choose {}: {}",
+        ratio.median,
+        ratio.low,
+        ratio.high,
+        workload.op.name(),
+        decision.placement.name(),
+        decision.why
+    );
+    (ratio, decision)
 }
 
 /// The RSA-2048 signature ACU are counted in, with a key generated once per process

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use terminus_capacity::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
 use terminus_engine::cost::Operation;
+use terminus_engine::simd::Placement;
 use terminus_fleet::shares::TenantView;
 use terminus_metrics::{Exposition, Kind, Render};
 
@@ -158,6 +159,27 @@ impl Render for CapacityReport {
         }
         if m.backend == terminus_engine::BackendKind::Multibuffer {
             m.crossovers.render(out);
+        }
+        if let Some((ratio, decision)) = m.simd.get() {
+            out.header(
+                "terminus_crypto_mb_after_effect",
+                Kind::Gauge,
+                "Scalar code's speed on a core right after crypto_mb batches over after scalar work, measured at start-up (1: no AVX-512 frequency after-effect).",
+            );
+            out.sample("terminus_crypto_mb_after_effect", "", ratio.median);
+            out.header(
+                "terminus_crypto_simd_auto",
+                Kind::Gauge,
+                "What crypto.simd = \"auto\" would choose from the measured after-effect (1 for the placement chosen).",
+            );
+            for p in [Placement::Inline, Placement::Dedicated] {
+                let chosen = u8::from(decision.placement == p);
+                out.sample(
+                    "terminus_crypto_simd_auto",
+                    &format!("placement=\"{}\"", p.name()),
+                    chosen,
+                );
+            }
         }
         let tenants = m.tenants.all();
         let usages: Vec<_> = tenants.iter().map(|t| (t, t.usage())).collect();
