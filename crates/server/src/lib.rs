@@ -13,6 +13,7 @@ mod connection;
 mod health_checks;
 mod http;
 mod listener;
+mod memory;
 mod metrics;
 mod site;
 mod worker;
@@ -370,6 +371,10 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("admin on http://{addr}/metrics");
     }
     start.wait();
+    let rx = shutdown_rx.clone();
+    thread::Builder::new()
+        .name("housekeeping".into())
+        .spawn(move || memory::housekeeping(rx))?;
     if let Some(acme) = &acme {
         acme.start()?;
     }

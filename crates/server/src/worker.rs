@@ -148,7 +148,7 @@ pub fn run(
         }
         let pool = Rc::downgrade(&worker.upstream_pool);
         tokio::task::spawn_local(terminus_proxy::Pool::keep_swept(pool));
-        tokio::task::spawn_local(give_back_idle_memory());
+        tokio::task::spawn_local(trim_coroutine_stacks());
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
         let grace = tokio::time::sleep(worker.shared.shutdown_grace);
@@ -226,20 +226,20 @@ impl Worker {
     }
 }
 
-/// Every 10 s, gives back what a burst of connections left behind once it is over: the
-/// handshake coroutine stacks this worker did not need in the last 10 s, and the pages
-/// of the allocator's free memory when it holds more than [`FREE_KEPT`] (glibc keeps
-/// freed memory in its arenas, so 1,000 connections that came and went kept some 30 MB
-/// resident).
-async fn give_back_idle_memory() {
-    /// Free memory the allocator may keep for the next burst.
-    const FREE_KEPT: usize = 16 << 20;
-    let mut tick = tokio::time::interval(Duration::from_secs(10));
+/// Every 10 s, unmaps the handshake coroutine stacks this worker did not need in the last
+/// 10 s: a burst's stacks (each with the pages it touched, some 16 KiB) go back within
+/// 20 s of its end. The allocator's free memory is the housekeeping thread's
+/// ([`crate::memory`]).
+async fn trim_coroutine_stacks() {
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + crate::memory::EVERY,
+        crate::memory::EVERY,
+    );
+    // After a stall, one trim, not a burst of them (a second one in a row would find
+    // every stack unused since the first).
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
         terminus_tls::handshake::bridge::trim_idle_stacks();
-        if terminus_sys::allocator_free_bytes().is_some_and(|free| free > FREE_KEPT) {
-            terminus_sys::release_free_memory();
-        }
     }
 }

@@ -53,7 +53,7 @@ enum Command {
         /// Measure instead what crypto_mb batches cost scalar code afterwards, on this
         /// core and a neighbour (AVX-512 frequency licences), and what crypto.simd =
         /// "auto" would choose (default ops: rsa2048 ecdsap256).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["seconds", "multi"])]
         frequency: bool,
     },
     /// Measure this machine's crypto capacity in appliance units: ACU (RSA-2048

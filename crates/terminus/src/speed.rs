@@ -118,18 +118,18 @@ fn frequency(ops: &[Operation]) -> Result<(), String> {
         );
         return Ok(());
     }
-    let cpus = terminus_sys::configured_cpus();
-    terminus_sys::pin_current_thread(0).map_err(|e| format!("pinning to CPU 0: {e}"))?;
+    let allowed = terminus_sys::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
+    let this = allowed[0];
+    terminus_sys::pin_current_thread(this).map_err(|e| format!("pinning to CPU {this}: {e}"))?;
     let settings = Settings {
-        neighbour: (cpus > 1).then_some(1),
+        neighbour: after_effect::neighbour_of(this, &allowed),
         ..Settings::default()
     };
     println!(
-        "terminus speed --frequency: a scalar probe's throughput on CPU 0 right after crypto_mb batches over right after scalar work only{}; median [lowest-highest] of {} rounds (1.000x: no after-effect)",
-        if cpus > 1 {
-            ", and on CPU 1 while CPU 0 batches"
-        } else {
-            " (one CPU: no neighbour)"
+        "terminus speed --frequency: a scalar probe's throughput on CPU {this} right after crypto_mb batches over right after scalar work only{}; median [lowest-highest] of {} rounds (1.000x: no after-effect)",
+        match settings.neighbour {
+            Some(n) => format!(", and on CPU {n} while CPU {this} batches"),
+            None => " (no other core allowed that is not this one's SMT sibling: no neighbour)".into(),
         },
         settings.rounds
     );
@@ -137,29 +137,39 @@ fn frequency(ops: &[Operation]) -> Result<(), String> {
         "{:<12} {:>30} {:>30} {:>18}",
         "op", "same core after batches", "neighbour while batching", "AVX512_elapsed_ms"
     );
-    let ratio = |r: &Ratio| format!("{:.3}x [{:.3}-{:.3}]", r.median, r.low, r.high);
-    let (mut worst, mut worst_neighbour) = (0.0f64, None::<f64>);
+    // The op whose batches cost the most decides, its neighbour figure with it.
+    let mut worst: Option<(f64, Option<f64>)> = None;
     for &op in ops {
         let workload = Workload::generate(op)?;
         let effect = after_effect::measure(&workload, &settings)?;
-        worst = worst.max(effect.same_core.loss());
-        if let Some(n) = &effect.neighbour {
-            worst_neighbour = Some(worst_neighbour.unwrap_or(0.0).max(n.loss()));
+        let neighbour = effect.neighbour.as_ref().and_then(|n| n.as_ref().ok());
+        let loss = effect.same_core.loss();
+        if worst.is_none_or(|(w, _)| loss > w) {
+            worst = Some((loss, neighbour.map(Ratio::loss)));
         }
         println!(
             "{:<12} {:>30} {:>30} {:>18}",
             op.name(),
-            ratio(&effect.same_core),
-            effect.neighbour.as_ref().map_or("-".into(), ratio),
+            effect.same_core.to_string(),
+            match &effect.neighbour {
+                None => "-".into(),
+                Some(Ok(r)) => r.to_string(),
+                Some(Err(_)) => "could not run".into(),
+            },
             effect
                 .avx512_elapsed_ms
                 .map_or("n/a".into(), |ms| ms.to_string())
         );
+        if let Some(Err(e)) = &effect.neighbour {
+            println!("  ({e})");
+        }
         let _ = std::io::stdout().flush();
     }
-    let d = decide(&Inputs::measured(true, worst, worst_neighbour, cpus > 1));
+    let (loss, neighbour) = worst.unwrap_or((0.0, None));
+    let spare_core = allowed.len() > 1;
+    let d = decide(&Inputs::measured(true, loss, neighbour, spare_core));
     println!(
-        "crypto.simd = \"auto\" would choose {} (with a core free for crypto threads where there is more than one): {}",
+        "crypto.simd = \"auto\" would choose {} (with a core free for crypto threads where this process may use more than one): {}",
         d.placement.name(),
         d.why
     );

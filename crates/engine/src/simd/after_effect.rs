@@ -28,7 +28,8 @@ pub struct Settings {
 }
 
 impl Default for Settings {
-    /// Some 60 ms on this core, and 140 ms more with a neighbour.
+    /// Some 75 ms on this core (9 rounds of 2 x (3 + 1) ms), and 285 ms more with a
+    /// neighbour (19 phases of 15 ms).
     fn default() -> Self {
         Self {
             rounds: 9,
@@ -71,6 +72,12 @@ impl Ratio {
     }
 }
 
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3}x [{:.3}-{:.3}]", self.median, self.low, self.high)
+    }
+}
+
 /// What crypto_mb batches cost scalar code on this machine.
 #[derive(Debug, Clone)]
 pub struct AfterEffect {
@@ -78,8 +85,9 @@ pub struct AfterEffect {
     /// work only: 1.0 is no after-effect.
     pub same_core: Ratio,
     /// A neighbour core's probe throughput while this core runs batches over while it
-    /// runs scalar work; `None` where no neighbour was measured.
-    pub neighbour: Option<Ratio>,
+    /// runs scalar work; `None` where none was asked for, an error where the probe could
+    /// not run there (its CPU not allowed, say).
+    pub neighbour: Option<Result<Ratio, String>>,
     /// The kernel's `AVX512_elapsed_ms` for the measuring thread right after the batches
     /// (`/proc/<pid>/task/<tid>/arch_status`, x86 kernels from 5.2 on): how long since the
     /// kernel last saw AVX-512 state in use; `None` where the kernel does not say.
@@ -108,56 +116,72 @@ fn probe_for(window: Duration) -> u64 {
     steps
 }
 
-/// Runs `workload` in full batches for `window`; false if a batch failed.
-fn batches_for(workload: &Workload, window: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < window {
-        if !workload.run_batch() {
-            return false;
-        }
-    }
-    true
-}
-
 /// Measures the after-effect of `workload`'s batches (it must be one crypto_mb runs:
 /// call only where [`crate::multibuffer::applicable`]). The calling thread is "this
 /// core": pin it first for the numbers to mean one core.
 pub fn measure(workload: &Workload, settings: &Settings) -> Result<AfterEffect, String> {
-    let rounds = settings.rounds.max(1);
-    let mut same = Vec::with_capacity(rounds);
-    for round in 0..rounds {
-        // Alternating which comes first, so that neither always follows the other.
-        let after = |batched: bool| -> Result<u64, String> {
-            if batched {
-                if !batches_for(workload, settings.burst) {
-                    return Err(format!("{}: a crypto_mb batch failed", workload.op.name()));
-                }
-            } else {
-                probe_for(settings.burst);
-            }
-            Ok(probe_for(settings.probe))
-        };
-        let (scalar, batched) = if round.is_multiple_of(2) {
-            let s = after(false)?;
-            (s, after(true)?)
+    let same = alternating(settings.rounds, |batched| {
+        if batched {
+            run_batches(workload, settings.burst)?;
         } else {
-            let b = after(true)?;
-            (after(false)?, b)
-        };
-        same.push(batched as f64 / scalar.max(1) as f64);
-    }
+            probe_for(settings.burst);
+        }
+        Ok(probe_for(settings.probe) as f64)
+    })?;
     // What the kernel says right after one more burst of batches.
-    batches_for(workload, settings.burst);
+    run_batches(workload, settings.burst)?;
     let elapsed = avx512_elapsed_ms();
-    let neighbour = match settings.neighbour {
-        Some(cpu) => Some(neighbour(workload, settings, cpu)?),
-        None => None,
-    };
+    let neighbour = settings
+        .neighbour
+        .map(|cpu| neighbour(workload, settings, cpu));
     Ok(AfterEffect {
-        same_core: Ratio::of(same).expect("at least one round"),
+        same_core: Ratio::of(same).ok_or("the probe counted nothing")?,
         neighbour,
         avx512_elapsed_ms: elapsed,
     })
+}
+
+/// `rounds` ratios of `measure(true)` over `measure(false)`, which one goes first
+/// alternating from round to round so that neither always follows the other.
+fn alternating(
+    rounds: usize,
+    mut measure: impl FnMut(bool) -> Result<f64, String>,
+) -> Result<Vec<f64>, String> {
+    let mut ratios = Vec::with_capacity(rounds.max(1));
+    let mut batched_first = false;
+    for _ in 0..rounds.max(1) {
+        let first = measure(batched_first)?;
+        let second = measure(!batched_first)?;
+        let (batched, scalar) = if batched_first {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        ratios.push(batched / scalar);
+        batched_first = !batched_first;
+    }
+    Ok(ratios)
+}
+
+/// Runs `workload` in full batches for `window`.
+fn run_batches(workload: &Workload, window: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    while start.elapsed() < window {
+        if !workload.run_batch() {
+            return Err(format!("{}: a crypto_mb batch failed", workload.op.name()));
+        }
+    }
+    Ok(())
+}
+
+/// Stops the neighbour probe however the measurement ends, a panic included: the
+/// thread scope would otherwise wait for it forever.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A probe pinned to `cpu` throughout, its steps counted per phase while this core
@@ -166,50 +190,65 @@ fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Rat
     let phase = settings.burst * 5;
     let steps = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
+    let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
-        let probe = s.spawn(|| {
-            terminus_sys::pin_current_thread(cpu)
-                .map_err(|e| format!("pinning the neighbour probe to CPU {cpu}: {e}"))?;
+        let _stop = StopOnDrop(&stop);
+        s.spawn(|| {
+            let pinned = terminus_sys::pin_current_thread(cpu)
+                .map_err(|e| format!("the neighbour probe cannot run on CPU {cpu}: {e}"));
+            let ok = pinned.is_ok();
+            let _ = pinned_tx.send(pinned);
             let mut x = 1u64;
-            while !stop.load(Ordering::Relaxed) {
+            while ok && !stop.load(Ordering::Relaxed) {
                 x = probe_step(x);
                 steps.fetch_add(1, Ordering::Relaxed);
             }
             std::hint::black_box(x);
-            Ok::<(), String>(())
         });
+        pinned_rx
+            .recv()
+            .map_err(|_| "the neighbour probe did not start".to_owned())??;
         let rate_during = |batched: bool| -> Result<f64, String> {
             let (start, before) = (Instant::now(), steps.load(Ordering::Relaxed));
             if batched {
-                if !batches_for(workload, phase) {
-                    return Err(format!("{}: a crypto_mb batch failed", workload.op.name()));
-                }
+                run_batches(workload, phase)?;
             } else {
                 probe_for(phase);
             }
             let done = steps.load(Ordering::Relaxed) - before;
             Ok(done as f64 / start.elapsed().as_secs_f64())
         };
-        let measured = (|| -> Result<Option<Ratio>, String> {
-            // The probe thread's first phase is spent starting and pinning.
-            rate_during(false)?;
-            let mut rounds = Vec::new();
-            for round in 0..settings.rounds.max(1) {
-                let (scalar, batched) = if round.is_multiple_of(2) {
-                    let s = rate_during(false)?;
-                    (s, rate_during(true)?)
-                } else {
-                    let b = rate_during(true)?;
-                    (rate_during(false)?, b)
-                };
-                rounds.push(batched / scalar);
-            }
-            Ok(Ratio::of(rounds))
-        })();
-        stop.store(true, Ordering::Relaxed);
-        probe.join().expect("the neighbour probe")?;
-        measured?.ok_or_else(|| "the neighbour probe counted nothing".to_owned())
+        // The probe's first phase is spent getting onto its CPU.
+        rate_during(false)?;
+        let rounds = alternating(settings.rounds, rate_during)?;
+        Ratio::of(rounds).ok_or_else(|| "the neighbour probe counted nothing".to_owned())
     })
+}
+
+/// A CPU `allowed` to this process that is not `cpu` or one of its SMT siblings (a
+/// sibling shares the core, so it would measure contention, not a licence).
+pub fn neighbour_of(cpu: usize, allowed: &[usize]) -> Option<usize> {
+    let siblings = std::fs::read_to_string(format!(
+        "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+    ))
+    .map(|list| cpu_list(&list))
+    .unwrap_or_default();
+    allowed
+        .iter()
+        .copied()
+        .find(|&c| c != cpu && !siblings.contains(&c))
+}
+
+/// The CPUs a kernel CPU list names ("0-3,8,10-11").
+fn cpu_list(list: &str) -> Vec<usize> {
+    list.trim()
+        .split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
+            None => part.parse().ok().map(|c| vec![c]),
+        })
+        .flatten()
+        .collect()
 }
 
 /// This thread's `AVX512_elapsed_ms` from the kernel, where it has one.
@@ -240,6 +279,13 @@ mod tests {
     }
 
     #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(cpu_list("5"), vec![5]);
+        assert_eq!(neighbour_of(0, &[0]), None);
+    }
+
+    #[test]
     fn arch_status_gives_the_avx512_field_or_nothing() {
         assert_eq!(parse_arch_status("AVX512_elapsed_ms:\t17\n"), Some(17));
         assert_eq!(parse_arch_status("AVX512_elapsed_ms:\t-1\n"), Some(-1));
@@ -254,15 +300,17 @@ mod tests {
             return;
         }
         let workload = Workload::generate(crate::cost::Operation::EcdsaP256).unwrap();
+        let allowed = terminus_sys::allowed_cpus().unwrap();
         let settings = Settings {
             rounds: 3,
-            neighbour: (terminus_sys::configured_cpus() > 1).then_some(1),
+            neighbour: neighbour_of(allowed[0], &allowed),
             ..Settings::default()
         };
         let effect = measure(&workload, &settings).unwrap();
         // A ratio of two throughputs of the same probe: positive and finite, whatever
         // this machine's after-effect is.
-        for r in std::iter::once(effect.same_core).chain(effect.neighbour) {
+        let neighbour = effect.neighbour.map(|n| n.unwrap());
+        for r in std::iter::once(effect.same_core).chain(neighbour) {
             assert!(
                 r.low > 0.0 && r.high.is_finite() && r.low <= r.median && r.median <= r.high,
                 "{r:?}"

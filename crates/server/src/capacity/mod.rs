@@ -34,7 +34,7 @@ pub struct Machine {
     pub(crate) scu: OnceLock<Vec<(&'static str, f64)>>,
     /// What crypto_mb batches cost scalar code afterwards, and what `crypto.simd =
     /// "auto"` would choose from it: measured once, with the multibuffer backend.
-    pub(crate) simd: OnceLock<(Ratio, Decision)>,
+    pub(crate) simd: OnceLock<(Operation, Ratio, Decision)>,
 }
 
 impl Machine {
@@ -84,9 +84,11 @@ impl Machine {
         let costs = AcuCosts::from_capacity(&capacity, self.workers);
         if self.backend == BackendKind::Multibuffer {
             self.set_crossovers(&capacity);
-            if let Some(w) = own.first() {
-                self.simd
-                    .get_or_init(|| measure_after_effect(w, self.workers));
+            // Once per process: a reload does not change the CPU.
+            if let Some(w) = own.first().filter(|_| self.simd.get().is_none()) {
+                if let Some((ratio, decision)) = measure_after_effect(w, self.workers) {
+                    let _ = self.simd.set((w.op, ratio, decision));
+                }
             }
         }
         let summary: Vec<String> = capacity
@@ -139,34 +141,50 @@ impl Machine {
     }
 }
 
-/// The after-effect of `workload`'s batches on this thread's core, briefly (some 20 ms:
-/// three rounds, no neighbour; `terminus speed --frequency` measures at length), and
-/// what `auto` would choose from it; logged.
-fn measure_after_effect(workload: &Workload, workers: usize) -> (Ratio, Decision) {
-    let settings = after_effect::Settings {
-        rounds: 3,
-        burst: Duration::from_millis(2),
-        ..after_effect::Settings::default()
-    };
-    let ratio = match after_effect::measure(workload, &settings) {
-        Ok(effect) => effect.same_core,
+/// The after-effect of `workload`'s batches on the first CPU this process may use (some
+/// 75 ms, on a thread pinned there; the neighbour core, 285 ms more, only where that
+/// core shows an after-effect, since only then can it change the choice), and what
+/// `auto` would choose from it; logged. `None` where it could not be measured.
+fn measure_after_effect(workload: &Workload, workers: usize) -> Option<(Ratio, Decision)> {
+    let allowed = terminus_sys::allowed_cpus().unwrap_or_default();
+    let this = *allowed.first()?;
+    let measured = std::thread::scope(|s| {
+        s.spawn(|| {
+            terminus_sys::pin_current_thread(this)
+                .map_err(|e| format!("pinning to CPU {this}: {e}"))?;
+            let mut settings = after_effect::Settings::default();
+            let alone = after_effect::measure(workload, &settings)?;
+            if alone.same_core.loss() <= simd::placement::NOISE_FLOOR {
+                return Ok(alone);
+            }
+            settings.neighbour = after_effect::neighbour_of(this, &allowed);
+            after_effect::measure(workload, &settings)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the measuring thread panicked".into()))
+    });
+    let effect = match measured {
+        Ok(effect) => effect,
         Err(e) => {
             tracing::warn!("the after-effect of crypto_mb batches was not measured: {e}");
-            Ratio::of(vec![1.0]).expect("one round")
+            return None;
         }
     };
-    let spare_core = workers < terminus_sys::configured_cpus();
-    let decision = simd::decide(&Inputs::measured(true, ratio.loss(), None, spare_core));
+    let neighbour = effect
+        .neighbour
+        .as_ref()
+        .and_then(|n| n.as_ref().ok())
+        .map(Ratio::loss);
+    let spare_core = workers < allowed.len();
+    let ratio = effect.same_core;
+    let decision = simd::decide(&Inputs::measured(true, ratio.loss(), neighbour, spare_core));
     tracing::info!(
-        "crypto_mb batches leave scalar code on their core at {:.3}x [{:.3}-{:.3}] of its speed ({}); crypto.simd = \"auto\" would choose {}: {}",
-        ratio.median,
-        ratio.low,
-        ratio.high,
+        "crypto_mb batches ({}) leave scalar code on CPU {this} at {ratio} of its speed; crypto.simd = \"auto\" would choose {}: {}",
         workload.op.name(),
         decision.placement.name(),
         decision.why
     );
-    (ratio, decision)
+    Some((ratio, decision))
 }
 
 /// The RSA-2048 signature ACU are counted in, with a key generated once per process

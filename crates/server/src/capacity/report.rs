@@ -160,13 +160,14 @@ impl Render for CapacityReport {
         if m.backend == terminus_engine::BackendKind::Multibuffer {
             m.crossovers.render(out);
         }
-        if let Some((ratio, decision)) = m.simd.get() {
+        if let Some((op, ratio, decision)) = m.simd.get() {
             out.header(
                 "terminus_crypto_mb_after_effect",
                 Kind::Gauge,
                 "Scalar code's speed on a core right after crypto_mb batches over after scalar work, measured at start-up (1: no AVX-512 frequency after-effect).",
             );
-            out.sample("terminus_crypto_mb_after_effect", "", ratio.median);
+            let labels = format!("op=\"{}\"", op.name());
+            out.sample("terminus_crypto_mb_after_effect", &labels, ratio.median);
             out.header(
                 "terminus_crypto_simd_auto",
                 Kind::Gauge,
