@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use terminus_engine::cost::{crossover_label, Cost, Operation, Workload};
 use terminus_engine::multibuffer;
-use terminus_engine::simd::after_effect::{self, Ratio, Settings};
+use terminus_engine::simd::after_effect::{self, Settings};
 use terminus_engine::simd::{decide, Inputs};
 use terminus_engine::speed::throughput;
 
@@ -142,10 +142,9 @@ fn frequency(ops: &[Operation]) -> Result<(), String> {
     for &op in ops {
         let workload = Workload::generate(op)?;
         let effect = after_effect::measure(&workload, &settings)?;
-        let neighbour = effect.neighbour.as_ref().and_then(|n| n.as_ref().ok());
         let loss = effect.same_core.loss();
         if worst.is_none_or(|(w, _)| loss > w) {
-            worst = Some((loss, neighbour.map(Ratio::loss)));
+            worst = Some((loss, effect.neighbour_loss()));
         }
         println!(
             "{:<12} {:>30} {:>30} {:>18}",

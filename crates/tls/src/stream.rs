@@ -525,6 +525,17 @@ mod tests {
         }
     }
 
+    /// Waits (5 s at most) for the server side to be ready to read.
+    async fn becomes_ready(stream: &mut TlsStream, when: &str) {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            poll_fn(|cx| stream.poll_read_ready(cx)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("not ready {when}"))
+        .unwrap();
+    }
+
     /// Ready is what a read will find: not before a record comes; at once while
     /// plaintext rustls decrypted is left unread (two requests in one record, the
     /// second read without touching the socket); not once it is all read; and at the
@@ -535,13 +546,7 @@ mod tests {
         assert!(!ready_now(&mut server), "ready with nothing sent");
         client.write_all(b"first\nsecond\n").await.unwrap();
         client.flush().await.unwrap();
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            poll_fn(|cx| server.poll_read_ready(cx)),
-        )
-        .await
-        .expect("ready once the record came")
-        .unwrap();
+        becomes_ready(&mut server, "once the record came").await;
         let mut first = [0u8; 6];
         server.read_exact(&mut first).await.unwrap();
         assert_eq!(&first, b"first\n");
@@ -551,13 +556,7 @@ mod tests {
         assert_eq!(&second, b"second\n");
         assert!(!ready_now(&mut server), "ready with everything read");
         client.shutdown().await.unwrap();
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            poll_fn(|cx| server.poll_read_ready(cx)),
-        )
-        .await
-        .expect("ready at the end of the stream")
-        .unwrap();
+        becomes_ready(&mut server, "at the end of the stream").await;
         assert_eq!(server.read(&mut first).await.unwrap(), 0);
     }
 }

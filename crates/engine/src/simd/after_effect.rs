@@ -94,6 +94,16 @@ pub struct AfterEffect {
     pub avx512_elapsed_ms: Option<i64>,
 }
 
+impl AfterEffect {
+    /// The share of a neighbour's throughput lost, where it was measured.
+    pub fn neighbour_loss(&self) -> Option<f64> {
+        self.neighbour
+            .as_ref()
+            .and_then(|n| n.as_ref().ok())
+            .map(Ratio::loss)
+    }
+}
+
 /// One link of the probe: 64 dependent multiply-xorshift steps.
 fn probe_step(mut x: u64) -> u64 {
     for _ in 0..64 {

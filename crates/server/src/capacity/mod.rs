@@ -170,11 +170,7 @@ fn measure_after_effect(workload: &Workload, workers: usize) -> Option<(Ratio, D
             return None;
         }
     };
-    let neighbour = effect
-        .neighbour
-        .as_ref()
-        .and_then(|n| n.as_ref().ok())
-        .map(Ratio::loss);
+    let neighbour = effect.neighbour_loss();
     let spare_core = workers < allowed.len();
     let ratio = effect.same_core;
     let decision = simd::decide(&Inputs::measured(true, ratio.loss(), neighbour, spare_core));
