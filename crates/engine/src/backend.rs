@@ -11,7 +11,7 @@ use crate::cost::Crossovers;
 use crate::engine::{Engine, FlushPolicy};
 use crate::metrics::EngineMetrics;
 use crate::multibuffer::MultibufferBackend;
-use crate::op::{CryptoError, CryptoOp, CryptoOutput};
+use crate::op::{CryptoError, CryptoOp, CryptoOutput, OpKind};
 use crate::scalar::{self, ScalarBackend};
 use crate::threads::{ThreadPool, ThreadPoolBackend};
 
@@ -57,9 +57,10 @@ impl BackendKind {
         }
     }
 
-    /// One worker's backend of this kind (see [`EngineSpec`]). `Threads` computes on `pool` (scalar without
-    /// one); `Multibuffer` decides small batches by `crossovers`, and is only chosen where
-    /// crypto_mb runs.
+    /// One worker's backend of this kind (see [`EngineSpec`]): on `pool` where it
+    /// computes as this kind (`threads`, or `multibuffer` on dedicated cores); else
+    /// `Multibuffer` on the worker, deciding small batches by `crossovers` (only chosen
+    /// where crypto_mb runs), and scalar on the worker for the others.
     fn backend(
         self,
         metrics: Arc<EngineMetrics>,
@@ -67,7 +68,7 @@ impl BackendKind {
         pool: Option<&Arc<ThreadPool>>,
     ) -> Box<dyn Backend> {
         match (self, pool) {
-            (BackendKind::Threads, Some(pool)) => {
+            (kind, Some(pool)) if pool.kind() == kind => {
                 Box::new(ThreadPoolBackend::new(pool.clone(), metrics))
             }
             (BackendKind::Multibuffer, _) => Box::new(
@@ -91,7 +92,7 @@ pub struct EngineSpec {
     /// The multibuffer backend's crossovers (measured at start-up by the server; the
     /// defaults elsewhere).
     pub crossovers: Arc<Crossovers>,
-    /// The crypto threads of the `threads` backend.
+    /// The crypto threads of the `threads` backend, or of `multibuffer` when dedicated.
     pub pool: Option<Arc<ThreadPool>>,
 }
 
@@ -133,6 +134,11 @@ impl Job {
             queued_at: Instant::now(),
         };
         (job, rx)
+    }
+
+    /// The kind of operation queued.
+    pub(crate) fn kind(&self) -> OpKind {
+        self.op.kind()
     }
 
     /// The operation, and where its answer goes.

@@ -1,14 +1,23 @@
-//! The `threads` backend: a small pool of crypto threads behind a bounded queue.
+//! Crypto threads behind a bounded queue: the machinery of the `threads` backend, and of
+//! the multibuffer backend when `crypto.simd = "dedicated"` places it off the workers.
 //!
-//! It stands in for an offload device (QAT): the worker hands an operation over and goes
-//! on running other connections; the completion wakes the handshake later. When the
-//! queue is full, requests wait for room in the engine's queue (where fair queueing
-//! chooses between tenants) instead of the offload queue growing, for [`QUEUE_WAIT`] at
-//! most: then the worker computes the next one itself, as it does when the threads are
-//! gone (counted as fallbacks).
+//! For `threads`, the pool stands in for an offload device (QAT): the worker hands an
+//! operation over and goes on running other connections; the completion wakes the
+//! handshake later; each operation is computed scalar. Dedicated, each thread is pinned
+//! to a core of its own and owns a [`MultibufferBackend`]: workers hand over whole
+//! batches, and a thread fills one crypto_mb call with batches of one kind from several
+//! workers where they are queued together, so worker cores never run AVX-512 for
+//! handshakes.
+//!
+//! When the queue is full, requests wait for room in the engine's queue (where fair
+//! queueing chooses between tenants) instead of the offload queue growing, for
+//! [`QUEUE_WAIT`] at most: then the worker computes the next one itself, scalar, as it
+//! does when the threads are gone (counted as fallbacks).
 
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -16,7 +25,9 @@ use std::time::Duration;
 use terminus_metrics::{Counter, Exposition, Kind, Render};
 
 use crate::backend::{Backend, BackendKind, FallbackCause, Job};
+use crate::cost::Crossovers;
 use crate::metrics::EngineMetrics;
+use crate::multibuffer::MultibufferBackend;
 use crate::op::OpKind;
 use crate::scalar;
 
@@ -28,52 +39,213 @@ const QUEUE_POLL: Duration = Duration::from_millis(1);
 
 /// The crypto threads, shared by all workers of the process.
 pub struct ThreadPool {
-    tx: flume::Sender<Job>,
+    tx: flume::Sender<Vec<Job>>,
+    /// Operations sent and not yet taken by a thread.
+    queued: Arc<AtomicUsize>,
     /// Times a dispatch found the queue full and had to wait.
     backpressure_waits: Counter,
+    /// Batches a dedicated thread computed in one call with another's.
+    merged: Arc<Counter>,
+    /// Operations the threads computed.
+    computed: Arc<Counter>,
+    kind: BackendKind,
+    /// Operations a worker hands over at once.
+    lanes: usize,
     threads: usize,
-    capacity: usize,
 }
 
 impl std::fmt::Debug for ThreadPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ThreadPool")
+            .field("kind", &self.kind)
             .field("threads", &self.threads)
-            .field("capacity", &self.capacity)
+            .field("capacity", &self.tx.capacity())
             .finish()
     }
 }
 
 impl ThreadPool {
-    /// Starts `threads` crypto threads fed by a queue of at most `capacity` operations.
-    /// The threads exit when the last handle to the pool is dropped.
-    pub fn start(threads: usize, capacity: usize) -> std::io::Result<Arc<Self>> {
-        let (tx, rx) = flume::bounded::<Job>(capacity.max(1));
-        for i in 0..threads.max(1) {
-            let rx = rx.clone();
-            thread::Builder::new()
-                .name(format!("crypto-{i}"))
-                .spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        let (op, reply) = job.into_parts();
-                        reply.complete(scalar::compute(op));
-                    }
-                })?;
-        }
-        Ok(Arc::new(Self {
+    /// The `threads` backend: `threads` unpinned crypto threads computing scalar, fed by
+    /// a queue of at most `capacity` operations. The threads exit when the last handle to
+    /// the pool is dropped.
+    pub fn start(threads: usize, capacity: usize) -> io::Result<Arc<Self>> {
+        let (pool, rx) = Self::new(BackendKind::Threads, 1, capacity, threads.max(1));
+        let computed = pool.computed.clone();
+        pool.spawn(rx, "crypto", move |_, rx, queued, ready| {
+            ready();
+            while let Ok(batch) = rx.recv() {
+                queued.fetch_sub(batch.len(), Ordering::Relaxed);
+                computed.add(batch.len() as u64);
+                for job in batch {
+                    let (op, reply) = job.into_parts();
+                    reply.complete(scalar::compute(op));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// `crypto.simd = "dedicated"`: one thread pinned to each of `cpus`, each computing
+    /// with its own multibuffer backend (counting into `metrics`, batching by
+    /// `crossovers`), fed by a queue of some `capacity` operations. An error if a thread
+    /// cannot be pinned or crypto_mb does not run here: a dedicated core that is not one
+    /// would shield nothing.
+    pub fn dedicated(
+        cpus: &[usize],
+        capacity: usize,
+        metrics: Arc<EngineMetrics>,
+        crossovers: Arc<Crossovers>,
+    ) -> io::Result<Arc<Self>> {
+        let lanes = crypto_mb_sys::LANES;
+        let (pool, rx) = Self::new(
+            BackendKind::Multibuffer,
+            lanes,
+            capacity.div_ceil(lanes),
+            cpus.len().max(1),
+        );
+        let (merged, computed) = (pool.merged.clone(), pool.computed.clone());
+        let cpus = cpus.to_vec();
+        pool.spawn(rx, "crypto-simd", move |i, rx, queued, ready| {
+            let cpu = cpus[i];
+            terminus_sys::pin_current_thread(cpu).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("pinning a crypto thread to CPU {cpu}: {e}"),
+                )
+            })?;
+            let backend = MultibufferBackend::new(metrics.clone())
+                .ok_or_else(|| io::Error::other("crypto_mb does not run on this CPU"))?
+                .with_crossovers(crossovers.clone());
+            ready();
+            serve_batches(&rx, &queued, &merged, |batch| {
+                computed.add(batch.len() as u64);
+                backend.dispatch(batch);
+            });
+            Ok(())
+        })
+    }
+
+    /// The pool before its threads, and the receiving half of its queue for them.
+    fn new(
+        kind: BackendKind,
+        lanes: usize,
+        capacity: usize,
+        threads: usize,
+    ) -> (Self, flume::Receiver<Vec<Job>>) {
+        let (tx, rx) = flume::bounded(capacity.max(1));
+        let pool = Self {
             tx,
+            queued: Arc::default(),
             backpressure_waits: Counter::new(
                 "terminus_crypto_offload_backpressure_total",
                 "Flushes that waited for room in the full offload queue.",
             ),
-            threads: threads.max(1),
-            capacity: capacity.max(1),
-        }))
+            merged: Arc::new(Counter::new(
+                "terminus_crypto_offload_merged_total",
+                "Batches a dedicated crypto thread computed in one call with another worker's.",
+            )),
+            computed: Arc::new(Counter::new(
+                "terminus_crypto_offload_computed_total",
+                "Operations the crypto threads computed (not the workers).",
+            )),
+            kind,
+            lanes,
+            threads,
+        };
+        (pool, rx)
+    }
+
+    /// Starts the pool's threads, named `name-i`, each running `body(i, queue, queued,
+    /// ready)`, and returns once each has called `ready` (the pool) or one has failed
+    /// (its error). The receiving half `rx` lives only in the threads: when the pool is
+    /// dropped, they see the queue closed and exit.
+    fn spawn<F>(self, rx: flume::Receiver<Vec<Job>>, name: &str, body: F) -> io::Result<Arc<Self>>
+    where
+        F: Fn(usize, flume::Receiver<Vec<Job>>, Arc<AtomicUsize>, &dyn Fn()) -> io::Result<()>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let n = self.threads;
+        let pool = Arc::new(self);
+        let body = Arc::new(body);
+        let (started_tx, started) = std::sync::mpsc::channel::<io::Result<()>>();
+        for i in 0..n {
+            let (rx, queued, body) = (rx.clone(), pool.queued.clone(), body.clone());
+            let started_tx = started_tx.clone();
+            thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || {
+                    let ready = || {
+                        let _ = started_tx.send(Ok(()));
+                    };
+                    if let Err(e) = body(i, rx, queued, &ready) {
+                        let _ = started_tx.send(Err(e));
+                    }
+                })?;
+        }
+        drop(started_tx);
+        for _ in 0..n {
+            match started.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(io::Error::other("a crypto thread ended at start")),
+            }
+        }
+        Ok(pool)
     }
 
     /// Operations waiting for a crypto thread right now.
     pub fn queued(&self) -> usize {
-        self.tx.len()
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// The backend the pool computes as: `threads`, or `multibuffer` when dedicated.
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// How many crypto threads there are.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+/// A dedicated thread's loop: each batch taken, with batches of the same operation queued
+/// behind it added while they fit in one call, is computed by `compute`.
+fn serve_batches(
+    rx: &flume::Receiver<Vec<Job>>,
+    queued: &AtomicUsize,
+    merged: &Counter,
+    mut compute: impl FnMut(Vec<Job>),
+) {
+    let mut held: Option<Vec<Job>> = None;
+    loop {
+        let mut batch = match held.take() {
+            Some(batch) => batch,
+            None => match rx.recv() {
+                Ok(batch) => {
+                    queued.fetch_sub(batch.len(), Ordering::Relaxed);
+                    batch
+                }
+                Err(_) => return,
+            },
+        };
+        let kind = batch.first().map(Job::kind);
+        while batch.len() < crypto_mb_sys::LANES {
+            let Ok(more) = rx.try_recv() else { break };
+            queued.fetch_sub(more.len(), Ordering::Relaxed);
+            if more.first().map(Job::kind) == kind
+                && batch.len() + more.len() <= crypto_mb_sys::LANES
+            {
+                merged.inc();
+                batch.extend(more);
+            } else {
+                held = Some(more);
+                break;
+            }
+        }
+        compute(batch);
     }
 }
 
@@ -86,6 +258,10 @@ impl Render for ThreadPool {
         );
         out.sample("terminus_crypto_offload_queued", "", self.queued());
         self.backpressure_waits.render(out);
+        self.computed.render(out);
+        if self.kind == BackendKind::Multibuffer {
+            self.merged.render(out);
+        }
     }
 }
 
@@ -101,21 +277,15 @@ impl ThreadPoolBackend {
     pub fn new(pool: Arc<ThreadPool>, metrics: Arc<EngineMetrics>) -> Self {
         Self { pool, metrics }
     }
-
-    /// Computes `job` here, on the worker.
-    fn fall_back(&self, job: Job, cause: FallbackCause) {
-        let (op, reply) = job.into_parts();
-        reply.fall_back(op, cause, &self.metrics);
-    }
 }
 
 impl Backend for ThreadPoolBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::Threads
+        self.pool.kind
     }
 
     fn max_batch(&self, _op: OpKind) -> usize {
-        1
+        self.pool.lanes
     }
 
     fn ready(&self) -> Option<Pin<Box<dyn Future<Output = ()> + '_>>> {
@@ -132,18 +302,73 @@ impl Backend for ThreadPoolBackend {
     }
 
     fn dispatch(&self, batch: Vec<Job>) {
+        let n = batch.len();
+        self.pool.queued.fetch_add(n, Ordering::Relaxed);
+        // Still full after `ready` (it gave up waiting, or another worker took the
+        // room): the worker computes, scalar.
+        let (batch, cause) = match self.pool.tx.try_send(batch) {
+            Ok(()) => return,
+            Err(flume::TrySendError::Full(batch)) => (batch, FallbackCause::QueueFull),
+            Err(flume::TrySendError::Disconnected(batch)) => (batch, FallbackCause::BackendGone),
+        };
+        self.pool.queued.fetch_sub(n, Ordering::Relaxed);
         for job in batch {
-            // Still full after `ready` (it gave up waiting, or another worker took the
-            // room): the worker computes.
-            match self.pool.tx.try_send(job) {
-                Ok(()) => {}
-                Err(flume::TrySendError::Full(job)) => {
-                    self.fall_back(job, FallbackCause::QueueFull)
-                }
-                Err(flume::TrySendError::Disconnected(job)) => {
-                    self.fall_back(job, FallbackCause::BackendGone)
-                }
-            }
+            let (op, reply) = job.into_parts();
+            reply.fall_back(op, cause, &self.metrics);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{CryptoOp, KxGroup};
+
+    fn batch(group: KxGroup, n: usize) -> Vec<Job> {
+        (0..n)
+            .map(|_| Job::new(CryptoOp::KxGenerate { group }).0)
+            .collect()
+    }
+
+    /// Batches queued together are computed together while they are of one operation and
+    /// fit in one call; the rest keep their order.
+    #[test]
+    fn a_dedicated_thread_fills_one_call_with_batches_of_one_operation() {
+        let (tx, rx) = flume::unbounded();
+        let queued = AtomicUsize::new(0);
+        let sizes = [
+            (KxGroup::X25519, 4),
+            (KxGroup::X25519, 3),
+            (KxGroup::X25519, 2),
+            (KxGroup::Secp256r1, 1),
+            (KxGroup::X25519, 8),
+            (KxGroup::Secp256r1, 5),
+        ];
+        for (group, n) in sizes {
+            queued.fetch_add(n, Ordering::Relaxed);
+            tx.send(batch(group, n)).unwrap();
+        }
+        drop(tx);
+        let merged = Counter::new("merged", "");
+        let mut calls = Vec::new();
+        serve_batches(&rx, &queued, &merged, |b| {
+            calls.push((b[0].kind(), b.len()));
+            assert!(
+                b.iter().all(|j| j.kind() == b[0].kind()),
+                "one operation per call"
+            );
+        });
+        assert_eq!(
+            calls,
+            [
+                (OpKind::X25519, 7),
+                (OpKind::X25519, 2),
+                (OpKind::P256, 1),
+                (OpKind::X25519, 8),
+                (OpKind::P256, 5),
+            ]
+        );
+        assert_eq!(merged.get(), 1);
+        assert_eq!(queued.load(Ordering::Relaxed), 0);
     }
 }

@@ -15,6 +15,7 @@ mod http;
 mod listener;
 mod memory;
 mod metrics;
+mod placement;
 mod site;
 mod worker;
 
@@ -73,6 +74,9 @@ pub enum StartError {
         /// What bind or listen said.
         source: std::io::Error,
     },
+    #[error("{0}")]
+    /// `crypto.simd = "dedicated"` cannot have a core of its own.
+    Placement(String),
     #[error("cannot start: {0}")]
     /// Anything else the operating system refused at start-up.
     Io(#[from] std::io::Error),
@@ -126,7 +130,10 @@ pub struct Checked {
 pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
     let config = options.load_config()?;
     let self_signed = self_signed_for(&config)?;
-    let machine = Machine::new(resolve_backend(config.crypto_backend)?, config.workers);
+    let machine = Machine::new(
+        resolve_backend(config.crypto_backend)?,
+        placement::Placed::unmeasured(&config),
+    );
     let site = Site::build(
         &config,
         &Kept {
@@ -193,7 +200,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let self_signed = self_signed_for(&config)?;
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
     let backend = resolve_backend(config.crypto_backend)?;
-    let machine = Arc::new(Machine::new(backend, config.workers));
+    let placed = placement::place(&config, backend, capacity::unit())?;
+    let workers = placed.workers;
+    let machine = Arc::new(Machine::new(backend, placed.clone()));
     let fleet = Arc::new(
         Fleet::start(
             config.ticket_keys,
@@ -218,19 +227,24 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         println!("certificate {names} {key}{origin} SHA256 Fingerprint={fp}");
     }
 
+    machine.measure(&site);
+    let engine_metrics = Arc::new(EngineMetrics::new(backend));
     let pool = match backend {
         BackendKind::Threads => Some(ThreadPool::start(
             config.crypto_threads,
             config.crypto_queue_capacity,
         )?),
-        BackendKind::Scalar | BackendKind::Multibuffer => None,
+        BackendKind::Scalar | BackendKind::Multibuffer => placed.start_pool(
+            config.crypto_queue_capacity,
+            engine_metrics.clone(),
+            machine.crossovers.clone(),
+        )?,
     };
-    machine.measure(&site);
     let challenges = Arc::new(terminus_acme::Challenges::default());
     let (issued_tx, mut issued) = tokio::sync::mpsc::unbounded_channel::<()>();
     let acme = start_acme(&config, &challenges, issued_tx)?;
     let metrics = Arc::new(Metrics::new(
-        Arc::new(EngineMetrics::new(backend)),
+        engine_metrics,
         pool.clone(),
         machine.clone(),
         proxy_metrics.clone(),
@@ -244,7 +258,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         addrs: bound,
     } = listener::bind_all(
         &config.listen.iter().map(|l| l.addr).collect::<Vec<_>>(),
-        config.workers,
+        workers,
     )
     .map_err(|(addr, source)| StartError::Listen { addr, source })?;
     let http3: Vec<std::net::SocketAddr> = bound
@@ -254,7 +268,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         .map(|(addr, _)| *addr)
         .collect();
     let mut quic_per_worker = quic_endpoints(
-        listener::bind_udp_all(&http3, config.workers)
+        listener::bind_udp_all(&http3, workers)
             .map_err(|(addr, source)| StartError::Listen { addr, source })?,
     )
     .into_iter();
@@ -328,7 +342,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             signal(SignalKind::hangup())?,
         )
     };
-    let start = Arc::new(Barrier::new(config.workers + 1));
+    let start = Arc::new(Barrier::new(workers + 1));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for (id, listeners) in per_worker.into_iter().enumerate() {
@@ -338,17 +352,17 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
             .collect();
         let quic_sockets = quic_per_worker.next().unwrap_or_default();
         let shared = shared.clone();
-        let cpu = config.pin.then_some(id);
+        let cpus = placed.cpus_of_worker(id, config.pin);
         let (start, ready) = (start.clone(), ready_tx.clone());
         threads.push(
             thread::Builder::new()
                 .name(format!("worker-{id}"))
                 .spawn(move || {
-                    worker::run(id, listeners, quic_sockets, cpu, shared, ready, start)
+                    worker::run(id, listeners, quic_sockets, cpus, shared, ready, start)
                 })?,
         );
     }
-    let not_ready: Vec<std::io::Error> = (0..config.workers)
+    let not_ready: Vec<std::io::Error> = (0..workers)
         .filter_map(|_| ready_rx.recv().ok().and_then(Result::err))
         .collect();
     if let Some(e) = not_ready.into_iter().next() {
@@ -387,10 +401,15 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         tracing::info!("listener {addr}: ktls {}", l.ktls.name());
     }
     tracing::info!(
-        "terminus started: {} workers{}, crypto backend {}, config {}",
-        config.workers,
+        "terminus started: {} workers{}, crypto backend {}{}, config {}",
+        workers,
         if config.pin { " pinned" } else { "" },
         backend.name(),
+        if backend == BackendKind::Multibuffer {
+            format!(" ({})", placed.describe())
+        } else {
+            String::new()
+        },
         config.source
     );
 
@@ -547,6 +566,11 @@ fn reload(
         (
             "crypto.backend",
             config.crypto_backend != started.crypto_backend,
+        ),
+        (
+            "crypto.simd or crypto.simd_cores",
+            config.crypto_simd != started.crypto_simd
+                || config.crypto_simd_cores != started.crypto_simd_cores,
         ),
         ("admin", config.admin != started.admin),
         (

@@ -67,14 +67,14 @@ pub fn run(
     id: usize,
     listeners: Vec<(std::net::TcpListener, Listen)>,
     quic_sockets: Vec<(std::net::UdpSocket, terminus_quic::Member)>,
-    pin_cpu: Option<usize>,
+    cpus: Option<Vec<usize>>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
     start: Arc<Barrier>,
 ) -> io::Result<()> {
-    if let Some(cpu) = pin_cpu {
-        if let Err(e) = terminus_sys::pin_current_thread(cpu) {
-            tracing::warn!("worker {id}: cannot pin to CPU {cpu}: {e}");
+    if let Some(cpus) = cpus {
+        if let Err(e) = terminus_sys::run_current_thread_on(&cpus) {
+            tracing::warn!("worker {id}: cannot run on CPUs {cpus:?} only: {e}");
         }
     }
     let runtime = tokio::runtime::Builder::new_current_thread()

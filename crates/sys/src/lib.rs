@@ -15,15 +15,23 @@ use std::time::Duration;
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+    run_current_thread_on(&[cpu])
+}
+
+/// Lets the calling thread run on `cpus` only (an error for none, or one past the
+/// kernel's CPU set).
+pub fn run_current_thread_on(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // SAFETY: cpu_set_t is a plain bitmask for which all-zero is the empty set; CPU_SET
-    // writes inside it (cpu was bounds-checked above), and sched_setaffinity reads exactly
-    // size_of::<cpu_set_t>() bytes of it for the calling thread (pid 0).
+    // writes inside it (each cpu was bounds-checked above), and sched_setaffinity reads
+    // exactly size_of::<cpu_set_t>() bytes of it for the calling thread (pid 0).
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if rc != 0 {
@@ -355,8 +363,23 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_runs_on_the_cpus_it_is_given() {
+        let allowed = allowed_cpus().unwrap();
+        std::thread::spawn(move || {
+            let last = *allowed.last().unwrap();
+            run_current_thread_on(&[last]).unwrap();
+            assert_eq!(allowed_cpus().unwrap(), vec![last]);
+            run_current_thread_on(&allowed).unwrap();
+            assert_eq!(allowed_cpus().unwrap(), allowed);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn pinning_to_a_missing_cpu_is_an_error() {
         assert!(pin_current_thread(libc::CPU_SETSIZE as usize).is_err());
+        assert!(run_current_thread_on(&[]).is_err());
         assert!(!allowed_cpus().unwrap().is_empty());
         assert!(process_cpu_time().is_ok());
         assert!(configured_cpus() >= 1);

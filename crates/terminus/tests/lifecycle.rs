@@ -328,7 +328,7 @@ fn the_after_effect_of_batches_is_measured_at_start_up_only_with_multibuffer() {
         return;
     }
     let server = start("multibuffer");
-    let ratio = server.metric("terminus_crypto_mb_after_effect", &["op=\"ecdsap256\""]);
+    let ratio = server.metric("terminus_crypto_mb_after_effect", &["op=\"rsa2048\""]);
     // A ratio of two throughputs of one probe, whatever this machine's after-effect.
     assert!(ratio > 0.2 && ratio < 5.0, "{}", server.metrics());
     assert_eq!(
@@ -343,6 +343,157 @@ fn the_after_effect_of_batches_is_measured_at_start_up_only_with_multibuffer() {
             .contains("crypto.simd = \"auto\" would choose"),
         "{}",
         server.stderr()
+    );
+}
+
+/// The `Cpus_allowed_list` of each of `pid`'s threads, by thread name.
+fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or_default();
+        threads.push((comm.trim().to_owned(), cpus.trim().to_owned()));
+    }
+    threads
+}
+
+/// Whether this machine can dedicate a core: crypto_mb runs, and a second CPU is there.
+fn can_dedicate() -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ifma()
+        && terminus_testkit::runs_here(
+            terminus_testkit::Need::SpareCpu,
+            cpus >= 2,
+            "one CPU: no core to dedicate",
+        )
+}
+
+/// `crypto.simd = "dedicated"` with `workers` left to it: the crypto thread runs pinned
+/// to the last CPU, the workers (one per other CPU) never there; every operation of RSA
+/// handshakes from many clients at once is computed there, none on a worker.
+#[test]
+fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
+    if !can_dedicate() {
+        return;
+    }
+    let _serial = exclusive();
+    let dir = TestDir::new("dedicated");
+    let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let conf = config(
+        &dir,
+        &cert,
+        "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n",
+    );
+    // Workers left to it: one per CPU the crypto core leaves.
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text.replace("workers = 2\n", "")).unwrap();
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let cpus: Vec<String> = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|l| l.trim().to_owned())
+        .into_iter()
+        .collect();
+    let threads = thread_cpus(server.pid());
+    let crypto: Vec<&(String, String)> = threads
+        .iter()
+        .filter(|(n, _)| n.starts_with("crypto-simd"))
+        .collect();
+    let workers: Vec<&(String, String)> = threads
+        .iter()
+        .filter(|(n, _)| n.starts_with("worker-"))
+        .collect();
+    assert_eq!(crypto.len(), 1, "{threads:?}");
+    let dedicated = &crypto[0].1;
+    assert!(
+        !dedicated.contains(['-', ',']),
+        "pinned to one CPU: {threads:?} (allowed {cpus:?})"
+    );
+    assert!(!workers.is_empty(), "{threads:?}");
+    for (name, on) in &workers {
+        let on: Vec<&str> = on.split(',').collect();
+        assert!(
+            !on.contains(&dedicated.as_str()) && !on.iter().any(|r| r.contains('-')),
+            "{name} may run on the dedicated CPU {dedicated}: {threads:?}"
+        );
+    }
+    assert_eq!(
+        server.metric("terminus_crypto_simd", &["placement=\"dedicated\""]),
+        1.0
+    );
+
+    let url = format!("https://localhost:{}/", server.port());
+    let out = rate_load(url, "127.0.0.1".into(), 400, 2).join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ok = report["handshakes"].as_f64().unwrap_or(0.0);
+    assert!(
+        ok > 100.0 && report["errors"].as_object().unwrap().is_empty(),
+        "{report:#}"
+    );
+
+    let m = server.metrics();
+    let rsa = ["op=\"rsa_sign\""];
+    let signed = metric_sum(&m, "terminus_crypto_requests_total", &rsa);
+    assert!(signed >= ok, "{m}");
+    assert_eq!(
+        metric_sum(&m, "terminus_crypto_fallbacks_total", &rsa),
+        0.0,
+        "{m}"
+    );
+    // Every operation of every handshake computed by the crypto thread.
+    assert_eq!(
+        metric_sum(&m, "terminus_crypto_offload_computed_total", &[]),
+        metric_sum(&m, "terminus_crypto_requests_total", &[]),
+        "{m}"
+    );
+}
+
+/// Dedicating a core the configured workers already use is refused at start, saying what
+/// to change.
+#[test]
+fn dedicated_simd_without_a_free_core_does_not_start() {
+    if !can_dedicate() {
+        return;
+    }
+    let dir = TestDir::new("dedicated-full");
+    let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let conf = config(
+        &dir,
+        &cert,
+        "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n",
+    );
+    let out = run(Command::new(terminus_bin()).args([
+        "serve",
+        "--config",
+        conf.to_str().unwrap(),
+        "--workers",
+        &cpus.to_string(),
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("crypto.simd = \"dedicated\" needs")
+            && stderr.contains("leave workers unset"),
+        "{stderr}"
     );
 }
 

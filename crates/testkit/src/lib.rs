@@ -55,6 +55,9 @@ pub enum Need {
     /// Pebble and pebble-challtestsrv, the ACME test CA and its DNS (`.ci/run` installs
     /// them with `go install`).
     Pebble,
+    /// A second CPU this process may use, for a core of its own (`crypto.simd =
+    /// "dedicated"`).
+    SpareCpu,
 }
 
 impl Need {
@@ -71,6 +74,7 @@ impl Need {
             Need::Bpftrace => "bpftrace",
             Need::Redis => "redis",
             Need::Pebble => "pebble",
+            Need::SpareCpu => "spare-cpu",
         }
     }
 }

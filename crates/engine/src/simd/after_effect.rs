@@ -238,27 +238,11 @@ fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Rat
 /// A CPU `allowed` to this process that is not `cpu` or one of its SMT siblings (a
 /// sibling shares the core, so it would measure contention, not a licence).
 pub fn neighbour_of(cpu: usize, allowed: &[usize]) -> Option<usize> {
-    let siblings = std::fs::read_to_string(format!(
-        "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
-    ))
-    .map(|list| cpu_list(&list))
-    .unwrap_or_default();
+    let siblings = super::cores::smt_siblings(cpu);
     allowed
         .iter()
         .copied()
         .find(|&c| c != cpu && !siblings.contains(&c))
-}
-
-/// The CPUs a kernel CPU list names ("0-3,8,10-11").
-fn cpu_list(list: &str) -> Vec<usize> {
-    list.trim()
-        .split(',')
-        .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
-            None => part.parse().ok().map(|c| vec![c]),
-        })
-        .flatten()
-        .collect()
 }
 
 /// This thread's `AVX512_elapsed_ms` from the kernel, where it has one.
@@ -289,9 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn cpu_lists_read_as_the_kernel_writes_them() {
-        assert_eq!(cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(cpu_list("5"), vec![5]);
+    fn the_neighbour_is_another_core() {
         assert_eq!(neighbour_of(0, &[0]), None);
     }
 

@@ -12,9 +12,10 @@ use std::time::Duration;
 use terminus_capacity::tenant::Tenants;
 use terminus_engine::capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
 use terminus_engine::cost::{crossover_label, Crossovers, Operation, Workload};
-use terminus_engine::simd::{self, after_effect, Decision, Inputs, Ratio};
+use terminus_engine::simd;
 use terminus_engine::{BackendKind, KxGroup};
 
+use crate::placement::Placed;
 use crate::site::Site;
 
 pub(crate) use report::CapacityReport;
@@ -25,28 +26,29 @@ const SCU_SAMPLE: Duration = Duration::from_millis(10);
 /// The server's capacity: its backend and workers, its costs, its tenants.
 pub struct Machine {
     pub(crate) backend: BackendKind,
-    /// The machine's capacity counts one core per worker.
-    pub(crate) workers: usize,
+    /// Cores computing handshake crypto, which the machine's capacity counts: one per
+    /// worker, or the dedicated cores (`crypto.simd`).
+    pub(crate) crypto_cores: usize,
     /// The multibuffer backend's crossovers, measured with the costs.
     pub(crate) crossovers: Arc<Crossovers>,
     pub(crate) tenants: Arc<Tenants>,
     /// Mbps of each record cipher per core, by [`CIPHERS`]' order, once measured.
     pub(crate) scu: OnceLock<Vec<(&'static str, f64)>>,
-    /// What crypto_mb batches cost scalar code afterwards, and what `crypto.simd =
-    /// "auto"` would choose from it: measured once, with the multibuffer backend.
-    pub(crate) simd: OnceLock<(Operation, Ratio, Decision)>,
+    /// Where crypto_mb batches run, and what start-up measured of their after-effect.
+    pub(crate) simd: Placed,
 }
 
 impl Machine {
     /// Unmeasured: the costs of a scalar core until [`Machine::measure`].
-    pub fn new(backend: BackendKind, workers: usize) -> Self {
+    pub(crate) fn new(backend: BackendKind, simd: Placed) -> Self {
+        let crypto_cores = simd.crypto_cores;
         Self {
             backend,
-            workers,
+            crypto_cores,
             crossovers: Arc::new(Crossovers::default()),
-            tenants: Arc::new(Tenants::new(AcuCosts::unmeasured(workers))),
+            tenants: Arc::new(Tenants::new(AcuCosts::unmeasured(crypto_cores))),
             scu: OnceLock::new(),
-            simd: OnceLock::new(),
+            simd,
         }
     }
 
@@ -81,15 +83,9 @@ impl Machine {
                 return;
             }
         };
-        let costs = AcuCosts::from_capacity(&capacity, self.workers);
+        let costs = AcuCosts::from_capacity(&capacity, self.crypto_cores);
         if self.backend == BackendKind::Multibuffer {
             self.set_crossovers(&capacity);
-            // Once per process: a reload does not change the CPU.
-            if let Some(w) = own.first().filter(|_| self.simd.get().is_none()) {
-                if let Some((ratio, decision)) = measure_after_effect(w, self.workers) {
-                    let _ = self.simd.set((w.op, ratio, decision));
-                }
-            }
         }
         let summary: Vec<String> = capacity
             .rates
@@ -97,11 +93,15 @@ impl Machine {
             .map(|r| format!("{} {:.3}", r.op.name(), costs.of(r.op).0))
             .collect();
         tracing::info!(
-            "crypto capacity with the {} backend: {:.0} ACU per core, {:.0} for {} workers; ACU per operation: {}",
+            "crypto capacity with the {} backend: {:.0} ACU per core, {:.0} for {} {}; ACU per operation: {}",
             self.backend.name(),
             costs.acu_per_core,
             costs.machine_acu(),
-            self.workers,
+            self.crypto_cores,
+            match self.simd.placement {
+                simd::Placement::Dedicated => "dedicated cores",
+                _ => "workers",
+            },
             summary.join(", ")
         );
         self.tenants.set_costs(costs);
@@ -141,51 +141,9 @@ impl Machine {
     }
 }
 
-/// The after-effect of `workload`'s batches on the first CPU this process may use (some
-/// 75 ms, on a thread pinned there; the neighbour core, 285 ms more, only where that
-/// core shows an after-effect, since only then can it change the choice), and what
-/// `auto` would choose from it; logged. `None` where it could not be measured.
-fn measure_after_effect(workload: &Workload, workers: usize) -> Option<(Ratio, Decision)> {
-    let allowed = terminus_sys::allowed_cpus().unwrap_or_default();
-    let this = *allowed.first()?;
-    let measured = std::thread::scope(|s| {
-        s.spawn(|| {
-            terminus_sys::pin_current_thread(this)
-                .map_err(|e| format!("pinning to CPU {this}: {e}"))?;
-            let mut settings = after_effect::Settings::default();
-            let alone = after_effect::measure(workload, &settings)?;
-            if alone.same_core.loss() <= simd::placement::NOISE_FLOOR {
-                return Ok(alone);
-            }
-            settings.neighbour = after_effect::neighbour_of(this, &allowed);
-            after_effect::measure(workload, &settings)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the measuring thread panicked".into()))
-    });
-    let effect = match measured {
-        Ok(effect) => effect,
-        Err(e) => {
-            tracing::warn!("the after-effect of crypto_mb batches was not measured: {e}");
-            return None;
-        }
-    };
-    let neighbour = effect.neighbour_loss();
-    let spare_core = workers < allowed.len();
-    let ratio = effect.same_core;
-    let decision = simd::decide(&Inputs::measured(true, ratio.loss(), neighbour, spare_core));
-    tracing::info!(
-        "crypto_mb batches ({}) leave scalar code on CPU {this} at {ratio} of its speed; crypto.simd = \"auto\" would choose {}: {}",
-        workload.op.name(),
-        decision.placement.name(),
-        decision.why
-    );
-    Some((ratio, decision))
-}
-
 /// The RSA-2048 signature ACU are counted in, with a key generated once per process
 /// (a configuration need not have an RSA-2048 certificate).
-fn unit() -> &'static Workload {
+pub(crate) fn unit() -> &'static Workload {
     static UNIT: OnceLock<Workload> = OnceLock::new();
     UNIT.get_or_init(|| {
         Workload::generate(Operation::Rsa2048).expect("aws-lc generates RSA-2048 keys")

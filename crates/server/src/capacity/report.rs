@@ -37,7 +37,20 @@ impl CapacityReport {
         let used: f64 = tenants.iter().map(|t| t.usage().acu_per_s).sum();
         let doc = json!({
             "backend": m.backend.name(),
-            "workers": m.workers,
+            "workers": m.simd.workers,
+            "crypto_cores": m.crypto_cores,
+            "simd": {
+                "placement": m.simd.placement.name(),
+                "crypto_cpus": m.simd.crypto_cpus,
+                "after_effect": m.simd.measured.as_ref().map(|x| json!({
+                    "op": x.op.name(),
+                    "ratio": x.ratio.median,
+                    "low": x.ratio.low,
+                    "high": x.ratio.high,
+                    "auto": x.auto.placement.name(),
+                    "why": x.auto.why,
+                })),
+            },
             "acu": {
                 "per_core": round(costs.acu_per_core),
                 "total": round(total),
@@ -160,7 +173,23 @@ impl Render for CapacityReport {
         if m.backend == terminus_engine::BackendKind::Multibuffer {
             m.crossovers.render(out);
         }
-        if let Some((op, ratio, decision)) = m.simd.get() {
+        if m.backend == terminus_engine::BackendKind::Multibuffer {
+            out.header(
+                "terminus_crypto_simd",
+                Kind::Gauge,
+                "Where crypto_mb batches run (crypto.simd; 1 for the placement in force).",
+            );
+            for p in [Placement::Inline, Placement::Dedicated] {
+                let chosen = u8::from(m.simd.placement == p);
+                out.sample(
+                    "terminus_crypto_simd",
+                    &format!("placement=\"{}\"", p.name()),
+                    chosen,
+                );
+            }
+        }
+        if let Some(measured) = &m.simd.measured {
+            let (op, ratio, decision) = (measured.op, measured.ratio, &measured.auto);
             out.header(
                 "terminus_crypto_mb_after_effect",
                 Kind::Gauge,

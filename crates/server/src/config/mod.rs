@@ -11,6 +11,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use terminus_engine::simd::Placement;
 use terminus_engine::BackendKind;
 use terminus_tls::TlsSettings;
 
@@ -173,6 +174,8 @@ pub struct Config {
     /// The file it came from, or `<embedded default>`.
     pub source: String,
     pub workers: usize,
+    /// Neither the file nor `--workers` set `workers`: one per CPU left to them.
+    pub workers_auto: bool,
     pub pin: bool,
     pub listen: Vec<Listen>,
     /// `[tls]`, as rustls values.
@@ -188,6 +191,10 @@ pub struct Config {
     pub crypto_backend: BackendChoice,
     pub crypto_threads: usize,
     pub crypto_queue_capacity: usize,
+    /// `crypto.simd`: where crypto_mb batches run.
+    pub crypto_simd: Placement,
+    /// `crypto.simd_cores`: physical cores given to crypto threads when dedicated.
+    pub crypto_simd_cores: usize,
     pub max_batch_delay: Duration,
     pub handshake_timeout: Duration,
     pub request_header_timeout: Duration,
@@ -227,6 +234,7 @@ impl BackendChoice {
 }
 
 const BACKEND_HINT: &str = "use \"auto\", \"multibuffer\", \"scalar\" or \"threads\"";
+const SIMD_HINT: &str = "use \"auto\" (measured at start-up), \"inline\" (batches on the workers) or \"dedicated\" (on cores of their own)";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8443";
 pub const EMBEDDED: &str = "<embedded default>";
@@ -364,6 +372,29 @@ mod tests {
         assert!(e.message.contains("verions"), "{e}");
         let e = parse("[crypto]\nbackend = \"gpu\"\n").unwrap_err();
         assert_eq!(e.line, Some(2));
+    }
+
+    #[test]
+    fn crypto_simd_is_a_placement_of_crypto_mb_batches() {
+        let c = parse("").unwrap();
+        assert_eq!(c.crypto_simd, Placement::Auto);
+        assert!(c.workers_auto);
+        assert!(c.crypto_simd_cores >= 1);
+        let c = parse("workers = 1\n[crypto]\nsimd = \"dedicated\"\nsimd_cores = 2\n").unwrap();
+        assert_eq!(
+            (c.crypto_simd, c.crypto_simd_cores),
+            (Placement::Dedicated, 2)
+        );
+        assert!(!c.workers_auto);
+        let e = parse("[crypto]\nsimd = \"sideways\"\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.to_string().contains("dedicated"), "{e}");
+        // Nothing to place: the backend computes no crypto_mb batches.
+        let e = parse("[crypto]\nbackend = \"scalar\"\n\nsimd = \"dedicated\"\n").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("scalar"), "{e}");
+        let e = parse("[crypto]\nsimd_cores = 0\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
     }
 
     #[test]

@@ -78,6 +78,7 @@ impl Config {
                 ));
             }
             self.workers = w;
+            self.workers_auto = false;
         }
         self.pin |= o.pin;
         if let Some(b) = &o.crypto_backend {

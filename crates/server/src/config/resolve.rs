@@ -8,6 +8,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use terminus_engine::simd::Placement;
+use terminus_engine::BackendKind;
 use terminus_fleet::store::StoreSettings;
 use terminus_fleet::tickets::Rotation;
 use terminus_tls::{TlsSettings, TlsSettingsError};
@@ -17,7 +19,7 @@ use super::schema::{parse_duration, CertificateSection, ConfigFile, ListenEntry}
 use super::{acme, client_auth, headers, route, stream, tenant, upstream};
 use super::{
     AccessLogTarget, BackendChoice, CertPaths, Cidr, Config, ConfigError, Ctx, KtlsMode, Listen,
-    Plain, ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT,
+    Plain, ServerConfig, BACKEND_HINT, DEFAULT_LISTEN, EMBEDDED, KTLS_HINT, SIMD_HINT,
 };
 
 /// A `[[server]]`'s or `[[stream]]`'s names (checked) and certificates; the line of its
@@ -109,6 +111,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         Some(w) => *w.get_ref(),
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let workers_auto = raw.workers.is_none();
     let ktls_mode = |name: &str, span: Range<usize>| {
         KtlsMode::from_name(name).ok_or_else(|| {
             ctx.err(
@@ -355,6 +358,46 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         })?,
     };
 
+    let crypto_simd = match &raw.crypto.simd {
+        None => Placement::Auto,
+        Some(p) => Placement::from_name(p.get_ref()).ok_or_else(|| {
+            ctx.err(
+                Some(p.span()),
+                format!("unknown crypto.simd placement {:?}", p.get_ref()),
+                Some(SIMD_HINT.to_owned()),
+            )
+        })?,
+    };
+    if let (Some(p), BackendChoice::Use(kind @ (BackendKind::Scalar | BackendKind::Threads))) =
+        (raw.crypto.simd.as_ref(), crypto_backend)
+    {
+        if crypto_simd == Placement::Dedicated {
+            return Err(ctx.err(
+                Some(p.span()),
+                format!(
+                    "crypto.simd = \"dedicated\" places crypto_mb batches, and backend = {:?} computes none",
+                    kind.name()
+                ),
+                Some("use backend = \"multibuffer\" or \"auto\", or leave simd out".to_owned()),
+            ));
+        }
+    }
+    let crypto_simd_cores = match &raw.crypto.simd_cores {
+        Some(n) if *n.get_ref() == 0 || *n.get_ref() > 1024 => {
+            return Err(ctx.err(
+                Some(n.span()),
+                "crypto.simd_cores must be between 1 and 1024",
+                None,
+            ))
+        }
+        Some(n) => *n.get_ref(),
+        // One crypto core per eight: a core of crypto_mb batches signs for several
+        // workers' handshakes (bench/README, issue 40).
+        None => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .div_ceil(8),
+    };
+
     let access_log = match raw.log.access.as_ref().map(|a| a.get_ref().as_str()) {
         None | Some("off") => AccessLogTarget::Off,
         Some("stdout") => AccessLogTarget::Stdout,
@@ -367,6 +410,7 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     let config = Config {
         source: file.to_owned(),
         workers,
+        workers_auto,
         pin: raw.pin.unwrap_or(false),
         listen,
         http3_early_data: resolve_early_data(raw, ctx, &tls)?,
@@ -378,6 +422,8 @@ pub(super) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         crypto_backend,
         crypto_threads: raw.crypto.threads.unwrap_or(cores).max(1),
         crypto_queue_capacity: raw.crypto.queue_capacity.unwrap_or(1024).max(1),
+        crypto_simd,
+        crypto_simd_cores,
         max_batch_delay: duration(
             &raw.crypto.max_batch_delay,
             "max_batch_delay",

@@ -114,6 +114,8 @@ pub struct CryptoSection {
     pub threads: Option<usize>,
     pub queue_capacity: Option<usize>,
     pub max_batch_delay: Option<Spanned<String>>,
+    pub simd: Option<Spanned<String>>,
+    pub simd_cores: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,0 +1,225 @@
+//! Where crypto_mb batches run (`crypto.simd`), decided once at start-up: the after-effect
+//! of batches measured on this machine (for `auto`, and reported whatever the setting),
+//! the allowed CPUs split between workers and crypto threads, and how many workers that
+//! leaves. The rule is [`terminus_engine::simd::decide`]; the crypto threads are
+//! [`terminus_engine::ThreadPool::dedicated`].
+
+use std::sync::Arc;
+
+use terminus_engine::cost::{Crossovers, Operation, Workload};
+use terminus_engine::simd::{self, after_effect, cores, Decision, Inputs, Placement, Ratio};
+use terminus_engine::{BackendKind, EngineMetrics, ThreadPool};
+
+use crate::config::Config;
+use crate::StartError;
+
+/// What start-up measured of the after-effect, and what `auto` would choose from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Measured {
+    /// The batched operation measured.
+    pub(crate) op: Operation,
+    /// Scalar speed right after batches over after scalar work, on the batching core.
+    pub(crate) ratio: Ratio,
+    /// `auto`'s choice, and why.
+    pub(crate) auto: Decision,
+}
+
+/// The placement in force.
+#[derive(Debug, Clone)]
+pub(crate) struct Placed {
+    /// `Inline` or `Dedicated`.
+    pub(crate) placement: Placement,
+    /// How many workers run.
+    pub(crate) workers: usize,
+    /// The CPUs workers may run on; `None`: wherever the process may.
+    worker_cpus: Option<Vec<usize>>,
+    /// The CPUs of the crypto threads (dedicated only).
+    pub(crate) crypto_cpus: Vec<usize>,
+    /// Physical cores computing handshake crypto: the workers' inline, the crypto
+    /// threads' dedicated. The machine's crypto capacity counts these.
+    pub(crate) crypto_cores: usize,
+    /// The measurement, with the multibuffer backend.
+    pub(crate) measured: Option<Measured>,
+}
+
+impl Placed {
+    /// Inline, as configured, nothing measured: for `terminus check`.
+    pub(crate) fn unmeasured(config: &Config) -> Self {
+        Self {
+            placement: Placement::Inline,
+            workers: config.workers,
+            worker_cpus: None,
+            crypto_cpus: Vec::new(),
+            crypto_cores: config.workers,
+            measured: None,
+        }
+    }
+
+    /// The CPUs worker `id` may run on: its own with `pin`, else those of the workers
+    /// when a core is dedicated (so no worker runs there), else `None` (anywhere).
+    pub(crate) fn cpus_of_worker(&self, id: usize, pin: bool) -> Option<Vec<usize>> {
+        let cpus = match &self.worker_cpus {
+            Some(cpus) => cpus.clone(),
+            None if pin => allowed_cpus(),
+            None => return None,
+        };
+        if pin {
+            return Some(vec![cpus[id % cpus.len()]]);
+        }
+        Some(cpus)
+    }
+
+    /// With `dedicated`, the crypto threads, one pinned to each crypto CPU, computing
+    /// with crypto_mb; `None` inline.
+    pub(crate) fn start_pool(
+        &self,
+        capacity: usize,
+        metrics: Arc<EngineMetrics>,
+        crossovers: Arc<Crossovers>,
+    ) -> Result<Option<Arc<ThreadPool>>, StartError> {
+        if self.placement != Placement::Dedicated {
+            return Ok(None);
+        }
+        Ok(Some(ThreadPool::dedicated(
+            &self.crypto_cpus,
+            capacity,
+            metrics,
+            crossovers,
+        )?))
+    }
+
+    /// One line for the log.
+    pub(crate) fn describe(&self) -> String {
+        match self.placement {
+            Placement::Dedicated => format!(
+                "crypto_mb batches on dedicated CPUs {:?}, workers on {:?}",
+                self.crypto_cpus,
+                self.worker_cpus.as_deref().unwrap_or_default()
+            ),
+            _ => "crypto_mb batches inline, on the workers".to_owned(),
+        }
+    }
+}
+
+/// Decides `crypto.simd` for `backend`: measures the after-effect with the multibuffer
+/// backend (some 75 ms; `workload` is the operation batched), applies the setting (for
+/// `auto`, the rule) and splits the CPUs. An error where `dedicated` cannot have a core of
+/// its own.
+pub(crate) fn place(
+    config: &Config,
+    backend: BackendKind,
+    workload: &Workload,
+) -> Result<Placed, StartError> {
+    let allowed = allowed_cpus();
+    let inline = |measured| Placed {
+        measured,
+        ..Placed::unmeasured(config)
+    };
+    if backend != BackendKind::Multibuffer {
+        if config.crypto_simd == Placement::Dedicated {
+            tracing::warn!(
+                "crypto.simd = \"dedicated\": crypto_mb does not run on this CPU, so there are no batches to place; the {} backend computes on the workers",
+                backend.name()
+            );
+        }
+        return Ok(inline(None));
+    }
+    let split = cores::split(&allowed, config.crypto_simd_cores, cores::smt_siblings);
+    // The workers as configured must fit beside the crypto cores.
+    let split = split.filter(|s| config.workers_auto || config.workers <= s.workers.len());
+    let measured = measure_after_effect(workload, &allowed, split.is_some());
+    let placement = match config.crypto_simd {
+        Placement::Auto => match &measured {
+            Some(m) => m.auto.placement,
+            None => Placement::Inline,
+        },
+        chosen => chosen,
+    };
+    if placement != Placement::Dedicated {
+        return Ok(inline(measured));
+    }
+    let Some(split) = split else {
+        return Err(StartError::Placement(format!(
+            "crypto.simd = \"dedicated\" needs {} core(s) of its own beside the workers, and this process may use CPUs {allowed:?}{}; lower crypto.simd_cores, or leave workers unset (then there is one per CPU left)",
+            config.crypto_simd_cores,
+            if config.workers_auto {
+                String::new()
+            } else {
+                format!(" with workers = {}", config.workers)
+            }
+        )));
+    };
+    Ok(Placed {
+        placement,
+        workers: if config.workers_auto {
+            split.workers.len()
+        } else {
+            config.workers
+        },
+        worker_cpus: Some(split.workers),
+        crypto_cpus: split.crypto,
+        crypto_cores: config.crypto_simd_cores,
+        measured,
+    })
+}
+
+/// The CPUs this process may use (its affinity mask); CPU 0 if the kernel will not say.
+fn allowed_cpus() -> Vec<usize> {
+    terminus_sys::allowed_cpus()
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| vec![0])
+}
+
+/// The after-effect of `workload`'s batches on the first CPU this process may use (some
+/// 75 ms, on a thread pinned there; the neighbour core, 285 ms more, only where that
+/// core shows an after-effect, since only then can it change the choice), and what
+/// `auto` would choose from it with or without a `spare_core`; logged. `None` where it
+/// could not be measured.
+fn measure_after_effect(
+    workload: &Workload,
+    allowed: &[usize],
+    spare_core: bool,
+) -> Option<Measured> {
+    let this = *allowed.first()?;
+    let measured = std::thread::scope(|s| {
+        s.spawn(|| {
+            terminus_sys::pin_current_thread(this)
+                .map_err(|e| format!("pinning to CPU {this}: {e}"))?;
+            let mut settings = after_effect::Settings::default();
+            let alone = after_effect::measure(workload, &settings)?;
+            if alone.same_core.loss() <= simd::placement::NOISE_FLOOR {
+                return Ok(alone);
+            }
+            settings.neighbour = after_effect::neighbour_of(this, allowed);
+            after_effect::measure(workload, &settings)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the measuring thread panicked".into()))
+    });
+    let effect = match measured {
+        Ok(effect) => effect,
+        Err(e) => {
+            tracing::warn!("the after-effect of crypto_mb batches was not measured: {e}");
+            return None;
+        }
+    };
+    let ratio = effect.same_core;
+    let auto = simd::decide(&Inputs::measured(
+        true,
+        ratio.loss(),
+        effect.neighbour_loss(),
+        spare_core,
+    ));
+    tracing::info!(
+        "crypto_mb batches ({}) leave scalar code on CPU {this} at {ratio} of its speed; crypto.simd = \"auto\" would choose {}: {}",
+        workload.op.name(),
+        auto.placement.name(),
+        auto.why
+    );
+    Some(Measured {
+        op: workload.op,
+        ratio,
+        auto,
+    })
+}
