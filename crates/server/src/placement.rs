@@ -182,21 +182,15 @@ fn measure_after_effect(
     spare_core: bool,
 ) -> Option<Measured> {
     let this = *allowed.first()?;
-    let measured = std::thread::scope(|s| {
-        s.spawn(|| {
-            terminus_sys::pin_current_thread(this)
-                .map_err(|e| format!("pinning to CPU {this}: {e}"))?;
-            let mut settings = after_effect::Settings::default();
-            let alone = after_effect::measure(workload, &settings)?;
-            if alone.same_core.loss() <= simd::placement::NOISE_FLOOR {
-                return Ok(alone);
-            }
-            settings.neighbour = after_effect::neighbour_of(this, allowed);
-            after_effect::measure(workload, &settings)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the measuring thread panicked".into()))
-    });
+    let measured = (|| {
+        let mut settings = after_effect::Settings::default();
+        let alone = after_effect::measure_on(this, workload, &settings)?;
+        if alone.same_core.loss() <= simd::placement::NOISE_FLOOR {
+            return Ok(alone);
+        }
+        settings.neighbour = after_effect::neighbour_of(this, allowed);
+        after_effect::measure_on(this, workload, &settings)
+    })();
     let effect = match measured {
         Ok(effect) => effect,
         Err(e) => {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use terminus_engine::capacity::{scu_per_core, Capacity, CIPHERS};
-use terminus_engine::cost::Operation;
+use terminus_engine::cost::{Operation, Workload};
+use terminus_engine::simd::after_effect::{self, Settings};
+use terminus_engine::simd::placement::NOISE_FLOOR;
 use terminus_engine::{multibuffer, BackendKind};
 
 pub struct CapacityArgs {
@@ -50,6 +52,9 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
         "ACU (RSA-2048 private-key operations/s): {acu:.0} per core, {:.0} for the machine",
         acu * cores as f64
     );
+    if backend == BackendKind::Multibuffer {
+        after_effect(acu)?;
+    }
     println!(
         "{:<14} {:<26} {:>12} {:>12} {:>10} {:>10}",
         "op", "one operation is", "scalar/s", "batched/s", "ACU alone", "ACU batched"
@@ -84,15 +89,44 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The after-effect of RSA-2048 batches on the first CPU this process may use (as the
+/// server measures it at start-up), and `acu` per core with it counted: a worker core's
+/// scalar work right after batches runs at the measured share of its speed.
+fn after_effect(acu: f64) -> Result<(), String> {
+    let cpu = terminus_sys::allowed_cpus()
+        .map_err(|e| format!("sched_getaffinity: {e}"))?
+        .first()
+        .copied()
+        .unwrap_or(0);
+    let workload = Workload::generate(Operation::Rsa2048)?;
+    let effect = after_effect::measure_on(cpu, &workload, &Settings::default())?;
+    let ratio = effect.same_core;
+    println!(
+        "after-effect of RSA-2048 batches on CPU {cpu}: scalar code right after them runs at {ratio} of its speed; ACU per core with it counted: {:.0} ({})",
+        acu * ratio.median.min(1.0),
+        if ratio.loss() <= NOISE_FLOOR {
+            "within the noise floor: crypto.simd = \"auto\" keeps batches inline"
+        } else {
+            "see terminus speed --frequency for what crypto.simd = \"auto\" chooses"
+        }
+    );
+    Ok(())
+}
+
 /// Prints the capacity table of the terminus whose admin listener is `addr`.
 pub fn show(addr: &str) -> Result<(), String> {
     let doc = fetch(addr)?;
     let num = |v: &Value| v.as_f64().map_or("-".to_owned(), |n| format!("{n:.0}"));
     let acu = &doc["acu"];
     println!(
-        "terminus at {addr}: backend {}, {} workers",
+        "terminus at {addr}: backend {}, {} workers, crypto_mb batches {}{}",
         doc["backend"].as_str().unwrap_or("?"),
-        doc["workers"]
+        doc["workers"],
+        doc["simd"]["placement"].as_str().unwrap_or("?"),
+        match doc["simd"]["crypto_cpus"].as_array() {
+            Some(cpus) if !cpus.is_empty() => format!(" on CPUs {}", Value::Array(cpus.clone())),
+            _ => String::new(),
+        }
     );
     println!(
         "ACU/s  total {}  allocated {}  free {}  used {}  ({} per core)",

@@ -120,7 +120,6 @@ fn frequency(ops: &[Operation]) -> Result<(), String> {
     }
     let allowed = terminus_sys::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
     let this = allowed[0];
-    terminus_sys::pin_current_thread(this).map_err(|e| format!("pinning to CPU {this}: {e}"))?;
     let settings = Settings {
         neighbour: after_effect::neighbour_of(this, &allowed),
         ..Settings::default()
@@ -141,7 +140,7 @@ fn frequency(ops: &[Operation]) -> Result<(), String> {
     let mut worst: Option<(f64, Option<f64>)> = None;
     for &op in ops {
         let workload = Workload::generate(op)?;
-        let effect = after_effect::measure(&workload, &settings)?;
+        let effect = after_effect::measure_on(this, &workload, &settings)?;
         let loss = effect.same_core.loss();
         if worst.is_none_or(|(w, _)| loss > w) {
             worst = Some((loss, effect.neighbour_loss()));

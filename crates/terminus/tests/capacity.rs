@@ -48,6 +48,22 @@ fn rsa2048_is_the_unit_and_every_operation_is_costed_in_it() {
         assert!(per_core > 0.0, "{line}");
         assert!((machine - per_core * cores).abs() <= 1.0, "{line}");
         let batched = backend == "auto" && batching;
+        // With batches, their after-effect on scalar code, and ACU per core counting it.
+        let effect = text.lines().find(|l| l.starts_with("after-effect"));
+        assert_eq!(effect.is_some(), batched, "{text}");
+        if let Some(effect) = effect {
+            let ratio: f64 = effect
+                .split(" runs at ")
+                .nth(1)
+                .and_then(|r| r.split('x').next())
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("{effect}"));
+            let counted = first(effect.split("with it counted: ").nth(1).unwrap());
+            assert!(
+                (counted - per_core * ratio.min(1.0)).abs() <= 1.0 + per_core * 0.001,
+                "{effect}"
+            );
+        }
         let (rsa_alone, rsa_batched) = acu(&text, "rsa2048");
         if batched {
             assert_eq!(rsa_batched, Some(1.0), "{text}");

@@ -151,6 +151,24 @@ pub fn measure(workload: &Workload, settings: &Settings) -> Result<AfterEffect, 
     })
 }
 
+/// [`measure`] on a thread of its own pinned to `cpu`, so that the numbers are one core's
+/// whatever the caller's affinity.
+pub fn measure_on(
+    cpu: usize,
+    workload: &Workload,
+    settings: &Settings,
+) -> Result<AfterEffect, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            terminus_sys::pin_current_thread(cpu)
+                .map_err(|e| format!("pinning to CPU {cpu}: {e}"))?;
+            measure(workload, settings)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the measuring thread panicked".into()))
+    })
+}
+
 /// `rounds` ratios of `measure(true)` over `measure(false)`, which one goes first
 /// alternating from round to round so that neither always follows the other.
 fn alternating(
