@@ -166,8 +166,8 @@ impl Reply {
     }
 }
 
-/// Why a backend computed a request on the scalar path on the worker instead of its own
-/// way: the handshake does not pay for a fault of the batched code, the CPU or the
+/// Why a backend computed a request on the scalar path instead of its own way (on the
+/// worker, or for a batch's lane on the dedicated crypto thread that ran the batch): the handshake does not pay for a fault of the batched code, the CPU or the
 /// offload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FallbackCause {

@@ -14,6 +14,7 @@
 //! [`QUEUE_WAIT`] at most: then the worker computes the next one itself, scalar, as it
 //! does when the threads are gone (counted as fallbacks).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -59,7 +60,7 @@ impl std::fmt::Debug for ThreadPool {
         f.debug_struct("ThreadPool")
             .field("kind", &self.kind)
             .field("threads", &self.threads)
-            .field("capacity", &self.tx.capacity())
+            .field("capacity", &self.tx.capacity().unwrap_or(0))
             .finish()
     }
 }
@@ -172,15 +173,20 @@ impl ThreadPool {
         let (started_tx, started) = std::sync::mpsc::channel::<io::Result<()>>();
         for i in 0..n {
             let (rx, queued, body) = (rx.clone(), pool.queued.clone(), body.clone());
-            let started_tx = started_tx.clone();
+            // Each thread reports once and drops its sender with it, so that a thread
+            // that ends without reporting (a panic) closes the channel once the others
+            // have reported, instead of leaving start-up waiting.
+            let report = Cell::new(Some(started_tx.clone()));
             thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
-                    let ready = || {
-                        let _ = started_tx.send(Ok(()));
+                    let send = |result| {
+                        if let Some(tx) = report.take() {
+                            let _ = tx.send(result);
+                        }
                     };
-                    if let Err(e) = body(i, rx, queued, &ready) {
-                        let _ = started_tx.send(Err(e));
+                    if let Err(e) = body(i, rx, queued, &|| send(Ok(()))) {
+                        send(Err(e));
                     }
                 })?;
         }
@@ -203,11 +209,6 @@ impl ThreadPool {
     /// The backend the pool computes as: `threads`, or `multibuffer` when dedicated.
     pub fn kind(&self) -> BackendKind {
         self.kind
-    }
-
-    /// How many crypto threads there are.
-    pub fn threads(&self) -> usize {
-        self.threads
     }
 }
 
@@ -328,6 +329,23 @@ mod tests {
         (0..n)
             .map(|_| Job::new(CryptoOp::KxGenerate { group }).0)
             .collect()
+    }
+
+    /// A thread that dies before it is ready fails the pool's start, even when the others
+    /// started: start-up must not wait for it forever.
+    #[test]
+    fn a_crypto_thread_dying_at_start_fails_the_start() {
+        let (pool, rx) = ThreadPool::new(BackendKind::Threads, 1, 4, 2);
+        let started = pool.spawn(rx, "dying", |i, rx, _, ready| {
+            if i == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+                panic!("thread 0 dies before it is ready (this panic is the test's)");
+            }
+            ready();
+            while rx.recv().is_ok() {}
+            Ok(())
+        });
+        assert!(started.is_err());
     }
 
     /// Batches queued together are computed together while they are of one operation and

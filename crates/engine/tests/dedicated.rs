@@ -15,21 +15,6 @@ use terminus_engine::{
     HandshakeContext, OpKind, SigningKeyPair, ThreadPool,
 };
 
-/// The `Cpus_allowed_list` of this process's thread called `name`.
-fn cpus_of_thread(name: &str) -> Option<String> {
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim() == name {
-            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
-            return status
-                .lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                .map(|v| v.trim().to_owned());
-        }
-    }
-    None
-}
-
 #[test]
 fn two_workers_batches_are_signed_on_the_pinned_crypto_thread_and_verify() {
     if !terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable()) {
@@ -49,7 +34,12 @@ fn two_workers_batches_are_signed_on_the_pinned_crypto_thread_and_verify() {
         Arc::new(Crossovers::default()),
     )
     .unwrap();
-    assert_eq!(cpus_of_thread("crypto-simd-0"), Some(cpu.to_string()));
+    let threads = terminus_testkit::thread_cpus(std::process::id());
+    let crypto: Vec<_> = threads
+        .iter()
+        .filter(|(name, _)| name.starts_with("crypto-simd"))
+        .collect();
+    assert_eq!(crypto, [&("crypto-simd-0".to_owned(), vec![cpu])]);
     let spec = EngineSpec {
         pool: Some(pool),
         ..EngineSpec::new(BackendKind::Multibuffer)

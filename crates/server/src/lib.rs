@@ -130,10 +130,8 @@ pub struct Checked {
 pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
     let config = options.load_config()?;
     let self_signed = self_signed_for(&config)?;
-    let machine = Machine::new(
-        resolve_backend(config.crypto_backend)?,
-        placement::Placed::unmeasured(&config),
-    );
+    let backend = resolve_backend(config.crypto_backend)?;
+    let machine = Machine::new(backend, placement::place(&config, backend, None)?);
     let site = Site::build(
         &config,
         &Kept {
@@ -178,9 +176,9 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
         let (committed, has) = machine.committed();
         if committed > has {
             warnings.push(format!(
-                "{}: the tenants' committed capacity, {committed:.0} ACU/s, is more than this machine has: {has:.0} ACU/s ({} workers, {} backend); quotas cannot all be met at once",
+                "{}: the tenants' committed capacity, {committed:.0} ACU/s, is more than this machine has: {has:.0} ACU/s ({}, {} backend); quotas cannot all be met at once",
                 config.source,
-                config.workers,
+                machine.crypto_cores(),
                 machine.backend.name()
             ));
         }
@@ -200,7 +198,11 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let self_signed = self_signed_for(&config)?;
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
     let backend = resolve_backend(config.crypto_backend)?;
-    let placed = placement::place(&config, backend, capacity::unit())?;
+    let placed = placement::place(
+        &config,
+        backend,
+        (backend == BackendKind::Multibuffer).then(capacity::unit),
+    )?;
     let workers = placed.workers;
     let machine = Arc::new(Machine::new(backend, placed.clone()));
     let fleet = Arc::new(

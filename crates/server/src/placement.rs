@@ -101,14 +101,14 @@ impl Placed {
     }
 }
 
-/// Decides `crypto.simd` for `backend`: measures the after-effect with the multibuffer
-/// backend (some 75 ms; `workload` is the operation batched), applies the setting (for
-/// `auto`, the rule) and splits the CPUs. An error where `dedicated` cannot have a core of
-/// its own.
+/// Decides `crypto.simd` for `backend`: with `measure` (the operation batched; `serve`
+/// passes the RSA-2048 unit of ACU), measures the after-effect (some 75 ms) for `auto`
+/// and the metrics; applies the setting (for `auto`, the rule; unmeasured, inline) and
+/// splits the CPUs. An error where `dedicated` cannot have a core of its own.
 pub(crate) fn place(
     config: &Config,
     backend: BackendKind,
-    workload: &Workload,
+    measure: Option<&Workload>,
 ) -> Result<Placed, StartError> {
     let allowed = allowed_cpus();
     let inline = |measured| Placed {
@@ -118,16 +118,26 @@ pub(crate) fn place(
     if backend != BackendKind::Multibuffer {
         if config.crypto_simd == Placement::Dedicated {
             tracing::warn!(
-                "crypto.simd = \"dedicated\": crypto_mb does not run on this CPU, so there are no batches to place; the {} backend computes on the workers",
-                backend.name()
+                "{}: crypto.simd = \"dedicated\" has nothing to place: the {} backend computes no crypto_mb batches{}",
+                config.source,
+                backend.name(),
+                if crate::config::BackendChoice::Auto == config.crypto_backend {
+                    " (crypto_mb does not run on this CPU)"
+                } else {
+                    ""
+                }
             );
         }
         return Ok(inline(None));
     }
-    let split = cores::split(&allowed, config.crypto_simd_cores, cores::smt_siblings);
+    let split = cores::split(
+        &allowed,
+        config.crypto_simd_cores,
+        terminus_sys::smt_siblings,
+    );
     // The workers as configured must fit beside the crypto cores.
     let split = split.filter(|s| config.workers_auto || config.workers <= s.workers.len());
-    let measured = measure_after_effect(workload, &allowed, split.is_some());
+    let measured = measure.and_then(|w| measure_after_effect(w, &allowed, split.is_some()));
     let placement = match config.crypto_simd {
         Placement::Auto => match &measured {
             Some(m) => m.auto.placement,
@@ -140,12 +150,16 @@ pub(crate) fn place(
     }
     let Some(split) = split else {
         return Err(StartError::Placement(format!(
-            "crypto.simd = \"dedicated\" needs {} core(s) of its own beside the workers, and this process may use CPUs {allowed:?}{}; lower crypto.simd_cores, or leave workers unset (then there is one per CPU left)",
+            "{}: crypto.simd = \"dedicated\" needs {} physical core(s) of its own beside the workers, and this process may use CPUs {allowed:?}{}",
+            config.source,
             config.crypto_simd_cores,
             if config.workers_auto {
-                String::new()
+                "; lower crypto.simd_cores, or use inline".to_owned()
             } else {
-                format!(" with workers = {}", config.workers)
+                format!(
+                    " with workers = {}; lower workers or crypto.simd_cores, or leave workers unset (then there is one per CPU left)",
+                    config.workers
+                )
             }
         )));
     };

@@ -72,9 +72,17 @@ pub fn run(
     ready: mpsc::Sender<io::Result<()>>,
     start: Arc<Barrier>,
 ) -> io::Result<()> {
+    // Fatal, not a warning: with dedicated crypto cores, a worker running anywhere could
+    // share a core with AVX-512 batches.
     if let Some(cpus) = cpus {
         if let Err(e) = terminus_sys::run_current_thread_on(&cpus) {
-            tracing::warn!("worker {id}: cannot run on CPUs {cpus:?} only: {e}");
+            let e = io::Error::new(
+                e.kind(),
+                format!("worker {id}: cannot run on CPUs {cpus:?} only: {e}"),
+            );
+            let _ = ready.send(Err(e));
+            start.wait();
+            return Ok(());
         }
     }
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -256,6 +256,30 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     }
 }
 
+/// The CPUs a kernel CPU list names ("0-3,8,10-11", as in sysfs and `Cpus_allowed_list`).
+pub fn cpu_list(list: &str) -> Vec<usize> {
+    list.trim()
+        .split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
+            None => part.parse().ok().map(|c| vec![c]),
+        })
+        .flatten()
+        .collect()
+}
+
+/// The SMT siblings of `cpu` as the kernel lists them (`cpu` among them), or just `cpu`
+/// where the kernel does not say.
+pub fn smt_siblings(cpu: usize) -> Vec<usize> {
+    std::fs::read_to_string(format!(
+        "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+    ))
+    .map(|list| cpu_list(&list))
+    .ok()
+    .filter(|s| s.contains(&cpu))
+    .unwrap_or_else(|| vec![cpu])
+}
+
 /// Bytes the C allocator has handed out and not had back (its arenas' chunks in use and
 /// its mmapped blocks), or `None` where the allocator is not glibc's.
 pub fn allocator_in_use_bytes() -> Option<usize> {
@@ -374,6 +398,13 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(cpu_list("5"), vec![5]);
+        assert_eq!(cpu_list(""), Vec::<usize>::new());
     }
 
     #[test]

@@ -346,32 +346,14 @@ fn the_after_effect_of_batches_is_measured_at_start_up_only_with_multibuffer() {
     );
 }
 
-/// The `Cpus_allowed_list` of each of `pid`'s threads, by thread name.
-fn thread_cpus(pid: u32) -> Vec<(String, String)> {
-    let mut threads = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-    {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        let cpus = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap_or_default();
-        threads.push((comm.trim().to_owned(), cpus.trim().to_owned()));
-    }
-    threads
-}
-
-/// Whether this machine can dedicate a core: crypto_mb runs, and a second CPU is there.
+/// Whether this machine can dedicate a core: crypto_mb runs, and a second physical core
+/// is there (an SMT sibling is no core of its own).
 fn can_dedicate() -> bool {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     ifma()
         && terminus_testkit::runs_here(
             terminus_testkit::Need::SpareCpu,
-            cpus >= 2,
-            "one CPU: no core to dedicate",
+            terminus_testkit::physical_cores() >= 2,
+            "one physical core: none to dedicate",
         )
 }
 
@@ -390,7 +372,7 @@ fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
     let conf = config(
         &dir,
         &cert,
-        "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n",
+        "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\nsimd_cores = 1\n",
     );
     // Workers left to it: one per CPU the crypto core leaves.
     let text = std::fs::read_to_string(&conf).unwrap();
@@ -399,34 +381,30 @@ fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
         &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
         false,
     );
-    let cpus: Vec<String> = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(|l| l.trim().to_owned())
-        .into_iter()
-        .collect();
-    let threads = thread_cpus(server.pid());
-    let crypto: Vec<&(String, String)> = threads
-        .iter()
-        .filter(|(n, _)| n.starts_with("crypto-simd"))
-        .collect();
-    let workers: Vec<&(String, String)> = threads
-        .iter()
-        .filter(|(n, _)| n.starts_with("worker-"))
-        .collect();
-    assert_eq!(crypto.len(), 1, "{threads:?}");
-    let dedicated = &crypto[0].1;
-    assert!(
-        !dedicated.contains(['-', ',']),
-        "pinned to one CPU: {threads:?} (allowed {cpus:?})"
+    let threads = terminus_testkit::thread_cpus(server.pid());
+    let of = |prefix: &str| -> Vec<&(String, Vec<usize>)> {
+        threads
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .collect()
+    };
+    // One crypto thread per CPU of the dedicated core (its SMT siblings too), each
+    // pinned to its own.
+    let crypto = of("crypto-simd");
+    assert!(!crypto.is_empty(), "{threads:?}");
+    let dedicated: Vec<usize> = crypto.iter().flat_map(|(_, on)| on.clone()).collect();
+    assert!(crypto.iter().all(|(_, on)| on.len() == 1), "{threads:?}");
+    let workers = of("worker-");
+    // Workers left unset: one for each CPU the dedicated core leaves.
+    assert_eq!(
+        workers.len() + dedicated.len(),
+        terminus_sys::allowed_cpus().unwrap().len(),
+        "{threads:?}"
     );
-    assert!(!workers.is_empty(), "{threads:?}");
     for (name, on) in &workers {
-        let on: Vec<&str> = on.split(',').collect();
         assert!(
-            !on.contains(&dedicated.as_str()) && !on.iter().any(|r| r.contains('-')),
-            "{name} may run on the dedicated CPU {dedicated}: {threads:?}"
+            !on.is_empty() && on.iter().all(|c| !dedicated.contains(c)),
+            "{name} may run on a dedicated CPU {dedicated:?}: {threads:?}"
         );
     }
     assert_eq!(
@@ -465,8 +443,8 @@ fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
     );
 }
 
-/// Dedicating a core the configured workers already use is refused at start, saying what
-/// to change.
+/// Dedicating a core the configured workers already use is refused by `check` and at
+/// start, saying what to change.
 #[test]
 fn dedicated_simd_without_a_free_core_does_not_start() {
     if !can_dedicate() {
@@ -475,26 +453,29 @@ fn dedicated_simd_without_a_free_core_does_not_start() {
     let dir = TestDir::new("dedicated-full");
     let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let cpus = std::thread::available_parallelism().unwrap().get();
+    let cpus = terminus_sys::allowed_cpus().unwrap().len();
     let conf = config(
         &dir,
         &cert,
         "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n",
     );
-    let out = run(Command::new(terminus_bin()).args([
-        "serve",
-        "--config",
-        conf.to_str().unwrap(),
-        "--workers",
-        &cpus.to_string(),
-    ]));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("crypto.simd = \"dedicated\" needs")
-            && stderr.contains("leave workers unset"),
-        "{stderr}"
-    );
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(
+        &conf,
+        text.replace("workers = 2\n", &format!("workers = {cpus}\n")),
+    )
+    .unwrap();
+    for command in ["check", "serve"] {
+        let out =
+            run(Command::new(terminus_bin()).args([command, "--config", conf.to_str().unwrap()]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{command}: {stderr}");
+        assert!(
+            stderr.contains("crypto.simd = \"dedicated\" needs")
+                && stderr.contains(&format!("workers = {cpus}; lower workers")),
+            "{command}: {stderr}"
+        );
+    }
 }
 
 #[test]

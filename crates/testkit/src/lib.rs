@@ -135,6 +135,34 @@ pub fn runs_with_ifma(applicable: bool) -> bool {
     )
 }
 
+/// Each thread of process `pid`: its name and the CPUs it may run on.
+pub fn thread_cpus(pid: u32) -> Vec<(String, Vec<usize>)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+            Some((comm.trim().to_owned(), terminus_sys::cpu_list(cpus)))
+        })
+        .collect()
+}
+
+/// Physical cores among the CPUs this process may use (SMT siblings counted once).
+pub fn physical_cores() -> usize {
+    let mut cores: Vec<Vec<usize>> = terminus_sys::allowed_cpus()
+        .unwrap_or_default()
+        .into_iter()
+        .map(terminus_sys::smt_siblings)
+        .collect();
+    cores.sort();
+    cores.dedup();
+    cores.len()
+}
+
 /// The repository's root directory.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -256,7 +256,7 @@ fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Rat
 /// A CPU `allowed` to this process that is not `cpu` or one of its SMT siblings (a
 /// sibling shares the core, so it would measure contention, not a licence).
 pub fn neighbour_of(cpu: usize, allowed: &[usize]) -> Option<usize> {
-    let siblings = super::cores::smt_siblings(cpu);
+    let siblings = terminus_sys::smt_siblings(cpu);
     allowed
         .iter()
         .copied()
@@ -291,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn the_neighbour_is_another_core() {
+    fn a_lone_cpu_has_no_neighbour() {
         assert_eq!(neighbour_of(0, &[0]), None);
     }
 

@@ -1,32 +1,8 @@
-//! Which CPUs are one core, and how the allowed CPUs divide between workers and the
+//! How the allowed CPUs divide between workers and the
 //! crypto threads of `crypto.simd = "dedicated"`.
 //!
 //! A frequency licence belongs to a physical core, so SMT siblings go together: a worker
 //! on the sibling of a batching CPU would run at the batching CPU's clock.
-
-/// The SMT siblings of `cpu` as the kernel lists them (`cpu` among them), or just `cpu`
-/// where the kernel does not say.
-pub fn smt_siblings(cpu: usize) -> Vec<usize> {
-    std::fs::read_to_string(format!(
-        "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
-    ))
-    .map(|list| cpu_list(&list))
-    .ok()
-    .filter(|s| s.contains(&cpu))
-    .unwrap_or_else(|| vec![cpu])
-}
-
-/// The CPUs a kernel CPU list names ("0-3,8,10-11").
-pub(crate) fn cpu_list(list: &str) -> Vec<usize> {
-    list.trim()
-        .split(',')
-        .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => Some((a.parse().ok()?..=b.parse().ok()?).collect::<Vec<usize>>()),
-            None => part.parse().ok().map(|c| vec![c]),
-        })
-        .flatten()
-        .collect()
-}
 
 /// The allowed CPUs divided: workers on some, crypto threads on the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,13 +64,6 @@ mod tests {
     /// Pairs (0,4), (1,5), (2,6), (3,7), as on a 4-core machine with SMT.
     fn pairs(cpu: usize) -> Vec<usize> {
         vec![cpu % 4, cpu % 4 + 4]
-    }
-
-    #[test]
-    fn cpu_lists_read_as_the_kernel_writes_them() {
-        assert_eq!(cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(cpu_list("5"), vec![5]);
-        assert!(smt_siblings(0).contains(&0));
     }
 
     #[test]

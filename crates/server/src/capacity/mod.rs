@@ -26,9 +26,6 @@ const SCU_SAMPLE: Duration = Duration::from_millis(10);
 /// The server's capacity: its backend and workers, its costs, its tenants.
 pub struct Machine {
     pub(crate) backend: BackendKind,
-    /// Cores computing handshake crypto, which the machine's capacity counts: one per
-    /// worker, or the dedicated cores (`crypto.simd`).
-    pub(crate) crypto_cores: usize,
     /// The multibuffer backend's crossovers, measured with the costs.
     pub(crate) crossovers: Arc<Crossovers>,
     pub(crate) tenants: Arc<Tenants>,
@@ -41,12 +38,10 @@ pub struct Machine {
 impl Machine {
     /// Unmeasured: the costs of a scalar core until [`Machine::measure`].
     pub(crate) fn new(backend: BackendKind, simd: Placed) -> Self {
-        let crypto_cores = simd.crypto_cores;
         Self {
             backend,
-            crypto_cores,
             crossovers: Arc::new(Crossovers::default()),
-            tenants: Arc::new(Tenants::new(AcuCosts::unmeasured(crypto_cores))),
+            tenants: Arc::new(Tenants::new(AcuCosts::unmeasured(simd.crypto_cores))),
             scu: OnceLock::new(),
             simd,
         }
@@ -76,14 +71,14 @@ impl Machine {
         if !own.iter().any(|w| w.op == Operation::Rsa2048) {
             workloads.push(unit());
         }
-        let capacity = match Capacity::quick(self.backend, &workloads) {
+        let capacity = match self.on_crypto_cores(|| Capacity::quick(self.backend, &workloads)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("crypto capacity not measured ({e}); quotas are charged by a scalar core's costs");
                 return;
             }
         };
-        let costs = AcuCosts::from_capacity(&capacity, self.crypto_cores);
+        let costs = AcuCosts::from_capacity(&capacity, self.simd.crypto_cores);
         if self.backend == BackendKind::Multibuffer {
             self.set_crossovers(&capacity);
         }
@@ -93,15 +88,11 @@ impl Machine {
             .map(|r| format!("{} {:.3}", r.op.name(), costs.of(r.op).0))
             .collect();
         tracing::info!(
-            "crypto capacity with the {} backend: {:.0} ACU per core, {:.0} for {} {}; ACU per operation: {}",
+            "crypto capacity with the {} backend: {:.0} ACU per core, {:.0} for {}; ACU per operation: {}",
             self.backend.name(),
             costs.acu_per_core,
             costs.machine_acu(),
-            self.crypto_cores,
-            match self.simd.placement {
-                simd::Placement::Dedicated => "dedicated cores",
-                _ => "workers",
-            },
+            self.crypto_cores(),
             summary.join(", ")
         );
         self.tenants.set_costs(costs);
@@ -126,6 +117,35 @@ impl Machine {
             "multibuffer crossovers measured on this CPU (smallest batch computed in one call): {}",
             summary.join(", ")
         );
+    }
+
+    /// Runs `f` where handshake crypto runs: with dedicated cores on a thread confined to
+    /// them (a measurement's crypto_mb batches must not run on a worker's core, at start-up
+    /// or on reload), else here.
+    fn on_crypto_cores<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        if self.simd.placement != simd::Placement::Dedicated {
+            return f();
+        }
+        let cpus = &self.simd.crypto_cpus;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                if let Err(e) = terminus_sys::run_current_thread_on(cpus) {
+                    tracing::warn!("measuring on the crypto CPUs {cpus:?}: {e}");
+                }
+                f()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// The cores the machine's capacity counts: those computing handshake crypto, one per
+    /// worker or the dedicated ones (`crypto.simd`).
+    pub(crate) fn crypto_cores(&self) -> String {
+        match self.simd.placement {
+            simd::Placement::Dedicated => format!("{} dedicated cores", self.simd.crypto_cores),
+            _ => format!("{} workers", self.simd.crypto_cores),
+        }
     }
 
     /// The machine's committed ACU over all tenants, and what it has.

@@ -38,7 +38,7 @@ impl CapacityReport {
         let doc = json!({
             "backend": m.backend.name(),
             "workers": m.simd.workers,
-            "crypto_cores": m.crypto_cores,
+            "crypto_cores": m.simd.crypto_cores,
             "simd": {
                 "placement": m.simd.placement.name(),
                 "crypto_cpus": m.simd.crypto_cpus,
