@@ -110,6 +110,11 @@ def versions_list(version):
     return ["1.2", "1.3"] if version is None else [version]
 
 
+# aws-lc reads this once, at its CPU-capability set-up: the second word is CPUID leaf 7's
+# EBX:ECX, and clearing AVX512F (EBX bit 16) turns off every AVX-512 path aws-lc gates (its
+# bulk AES-GCM and RSA modexp; crypto_mb dispatches on its own). Issue 40's bulk question.
+MASK_AVX512 = {"OPENSSL_ia32cap": ":~0x10000"}
+
 # Small files every server serves from www/ (HAProxy from memory, one rule each).
 SMALL_FILES = {"0kb.bin": 0, "1kb.bin": 1024, "16kb.bin": 16384}
 # The addresses the servers listen on, unless a bench asks for more.
