@@ -335,17 +335,24 @@ mod tests {
     /// started: start-up must not wait for it forever.
     #[test]
     fn a_crypto_thread_dying_at_start_fails_the_start() {
-        let (pool, rx) = ThreadPool::new(BackendKind::Threads, 1, 4, 2);
-        let started = pool.spawn(rx, "dying", |i, rx, _, ready| {
-            if i == 0 {
-                std::thread::sleep(Duration::from_millis(50));
-                panic!("thread 0 dies before it is ready (this panic is the test's)");
-            }
-            ready();
-            while rx.recv().is_ok() {}
-            Ok(())
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (pool, rx) = ThreadPool::new(BackendKind::Threads, 1, 4, 2);
+            let started = pool.spawn(rx, "dying", |i, rx, _, ready| {
+                if i == 0 {
+                    std::thread::sleep(Duration::from_millis(50));
+                    panic!("thread 0 dies before it is ready (this panic is the test's)");
+                }
+                ready();
+                while rx.recv().is_ok() {}
+                Ok(())
+            });
+            let _ = done_tx.send(started.is_err());
         });
-        assert!(started.is_err());
+        let failed = done
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the start is still waiting for the dead thread");
+        assert!(failed, "the start succeeded without thread 0");
     }
 
     /// Batches queued together are computed together while they are of one operation and

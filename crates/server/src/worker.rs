@@ -72,8 +72,8 @@ pub fn run(
     ready: mpsc::Sender<io::Result<()>>,
     start: Arc<Barrier>,
 ) -> io::Result<()> {
-    // Fatal, not a warning: with dedicated crypto cores, a worker running anywhere could
-    // share a core with AVX-512 batches.
+    // Fatal, not a warning (with `pin` too, for one rule): with dedicated crypto cores, a
+    // worker running anywhere could share a core with AVX-512 batches.
     if let Some(cpus) = cpus {
         if let Err(e) = terminus_sys::run_current_thread_on(&cpus) {
             let e = io::Error::new(

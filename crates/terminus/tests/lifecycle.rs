@@ -357,9 +357,10 @@ fn can_dedicate() -> bool {
         )
 }
 
-/// `crypto.simd = "dedicated"` with `workers` left to it: the crypto thread runs pinned
-/// to the last CPU, the workers (one per other CPU) never there; every operation of RSA
-/// handshakes from many clients at once is computed there, none on a worker.
+/// `crypto.simd = "dedicated"` with one crypto core and `workers` left to it: each crypto
+/// thread runs pinned to a CPU of that core, the workers (one per other CPU) never there;
+/// every operation of RSA handshakes from many clients at once is computed by the crypto
+/// threads, none on a worker.
 #[test]
 fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
     if !can_dedicate() {

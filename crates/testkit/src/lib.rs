@@ -55,8 +55,8 @@ pub enum Need {
     /// Pebble and pebble-challtestsrv, the ACME test CA and its DNS (`.ci/run` installs
     /// them with `go install`).
     Pebble,
-    /// A second CPU this process may use, for a core of its own (`crypto.simd =
-    /// "dedicated"`).
+    /// A second physical core this process may use (an SMT sibling is not one), for a
+    /// core of its own (`crypto.simd = "dedicated"`).
     SpareCpu,
 }
 

@@ -121,17 +121,21 @@ impl Machine {
 
     /// Runs `f` where handshake crypto runs: with dedicated cores on a thread confined to
     /// them (a measurement's crypto_mb batches must not run on a worker's core, at start-up
-    /// or on reload), else here.
-    fn on_crypto_cores<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+    /// or on reload: if the thread cannot be confined, nothing is measured), else here.
+    /// On reload the measurement shares those cores with the live crypto threads, so its
+    /// rates can come out somewhat low.
+    fn on_crypto_cores<T: Send>(
+        &self,
+        f: impl FnOnce() -> Result<T, String> + Send,
+    ) -> Result<T, String> {
         if self.simd.placement != simd::Placement::Dedicated {
             return f();
         }
         let cpus = &self.simd.crypto_cpus;
         std::thread::scope(|s| {
             s.spawn(|| {
-                if let Err(e) = terminus_sys::run_current_thread_on(cpus) {
-                    tracing::warn!("measuring on the crypto CPUs {cpus:?}: {e}");
-                }
+                terminus_sys::run_current_thread_on(cpus)
+                    .map_err(|e| format!("cannot run on the crypto CPUs {cpus:?}: {e}"))?;
                 f()
             })
             .join()
