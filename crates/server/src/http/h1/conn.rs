@@ -94,7 +94,9 @@ enum After {
     Abort,
 }
 
-/// One request: the responder's answer, written; `buf` holds what was read past it.
+/// One request: the responder's answer, written; `buf` holds what was read past it. The
+/// rare paths (a refusal, a body still coming in, an upgrade's tunnel) are boxed apart:
+/// inline they would size, and be copied with, every request's boxed exchange.
 async fn exchange<S: Transport + AsyncRead, R: Responder>(
     io: &mut S,
     responder: &R,
@@ -110,7 +112,7 @@ async fn exchange<S: Transport + AsyncRead, R: Responder>(
         Ok(framing) => framing,
         Err(status) => {
             let request = (&method, path_of(&uri), version);
-            refuse(io, responder, request, status, scratch, timeouts).await;
+            Box::pin(refuse(io, responder, request, status, scratch, timeouts)).await;
             return After::Close { unread_body: false };
         }
     };
@@ -147,7 +149,15 @@ async fn exchange<S: Transport + AsyncRead, R: Responder>(
     let responded = match duplex {
         Some(feed) => {
             let feeding = (&mut *buf, &mut decoder, &feed, timeouts.request_header);
-            respond_duplex(io, resp, answering, scratch, timeouts.keepalive, feeding).await
+            Box::pin(respond_duplex(
+                io,
+                resp,
+                answering,
+                scratch,
+                timeouts.keepalive,
+                feeding,
+            ))
+            .await
         }
         None => respond(io, resp, answering, scratch, timeouts.keepalive).await,
     };
@@ -164,7 +174,7 @@ async fn exchange<S: Transport + AsyncRead, R: Responder>(
         }
     }
     if let Some(upgrade) = upgrade {
-        if let Err(e) = upgrade.tunnel(io, buf).await {
+        if let Err(e) = Box::pin(upgrade.tunnel(io, buf)).await {
             tracing::debug!("upgraded connection ended: {e}");
         }
         return After::Close { unread_body: false };
@@ -221,13 +231,17 @@ impl Exchange {
             _ => SizeHint::new(),
         };
         let (tx, body) = RequestBody::fed(hint);
-        let resp = {
+        // Boxed: held inline, the responder's future beside the body's feed would size
+        // every request's exchange, most of which have no body (and the exchange is
+        // boxed, so moved whole, per request).
+        let resp = Box::pin(async {
             let answer = responder.respond(req.map(|()| body));
             let (mut read, mut write) = tokio::io::split(io);
             let continue_to = self.expect_continue.then_some(&mut write);
             let feeding = feed(&mut read, continue_to, buf, decoder, &tx, self.stall);
             until_answered(answer, feeding).await
-        };
+        })
+        .await;
         (resp, Some(tx))
     }
 }
