@@ -50,8 +50,6 @@ pub struct ThreadPool {
     /// Operations the threads computed.
     computed: Arc<Counter>,
     kind: BackendKind,
-    /// Operations a worker hands over at once.
-    lanes: usize,
     threads: usize,
 }
 
@@ -70,13 +68,10 @@ impl ThreadPool {
     /// a queue of at most `capacity` operations. The threads exit when the last handle to
     /// the pool is dropped.
     pub fn start(threads: usize, capacity: usize) -> io::Result<Arc<Self>> {
-        let (pool, rx) = Self::new(BackendKind::Threads, 1, capacity, threads.max(1));
-        let computed = pool.computed.clone();
-        pool.spawn(rx, "crypto", move |_, rx, queued, ready| {
+        let (pool, rx) = Self::new(BackendKind::Threads, capacity, threads.max(1));
+        pool.spawn(rx, "crypto", |_, queue, ready| {
             ready();
-            while let Ok(batch) = rx.recv() {
-                queued.fetch_sub(batch.len(), Ordering::Relaxed);
-                computed.add(batch.len() as u64);
+            while let Some(batch) = queue.recv() {
                 for job in batch {
                     let (op, reply) = job.into_parts();
                     reply.complete(scalar::compute(op));
@@ -97,16 +92,14 @@ impl ThreadPool {
         metrics: Arc<EngineMetrics>,
         crossovers: Arc<Crossovers>,
     ) -> io::Result<Arc<Self>> {
-        let lanes = crypto_mb_sys::LANES;
         let (pool, rx) = Self::new(
             BackendKind::Multibuffer,
-            lanes,
-            capacity.div_ceil(lanes),
+            capacity.div_ceil(crypto_mb_sys::LANES),
             cpus.len().max(1),
         );
-        let (merged, computed) = (pool.merged.clone(), pool.computed.clone());
+        let merged = pool.merged.clone();
         let cpus = cpus.to_vec();
-        pool.spawn(rx, "crypto-simd", move |i, rx, queued, ready| {
+        pool.spawn(rx, "crypto-simd", move |i, queue, ready| {
             let cpu = cpus[i];
             terminus_sys::pin_current_thread(cpu).map_err(|e| {
                 io::Error::new(
@@ -118,10 +111,7 @@ impl ThreadPool {
                 .ok_or_else(|| io::Error::other("crypto_mb does not run on this CPU"))?
                 .with_crossovers(crossovers.clone());
             ready();
-            serve_batches(&rx, &queued, &merged, |batch| {
-                computed.add(batch.len() as u64);
-                backend.dispatch(batch);
-            });
+            serve_batches(&queue, &merged, |batch| backend.dispatch(batch));
             Ok(())
         })
     }
@@ -129,7 +119,6 @@ impl ThreadPool {
     /// The pool before its threads, and the receiving half of its queue for them.
     fn new(
         kind: BackendKind,
-        lanes: usize,
         capacity: usize,
         threads: usize,
     ) -> (Self, flume::Receiver<Vec<Job>>) {
@@ -150,29 +139,30 @@ impl ThreadPool {
                 "Operations the crypto threads computed (not the workers).",
             )),
             kind,
-            lanes,
             threads,
         };
         (pool, rx)
     }
 
-    /// Starts the pool's threads, named `name-i`, each running `body(i, queue, queued,
-    /// ready)`, and returns once each has called `ready` (the pool) or one has failed
-    /// (its error). The receiving half `rx` lives only in the threads: when the pool is
-    /// dropped, they see the queue closed and exit.
+    /// Starts the pool's threads, named `name-i`, each running `body(i, queue, ready)`,
+    /// and returns once each has called `ready` (the pool) or one has failed (its error).
+    /// The receiving half `rx` lives only in the threads: when the pool is dropped, they
+    /// see the queue closed and exit.
     fn spawn<F>(self, rx: flume::Receiver<Vec<Job>>, name: &str, body: F) -> io::Result<Arc<Self>>
     where
-        F: Fn(usize, flume::Receiver<Vec<Job>>, Arc<AtomicUsize>, &dyn Fn()) -> io::Result<()>
-            + Send
-            + Sync
-            + 'static,
+        F: Fn(usize, Queue, &dyn Fn()) -> io::Result<()> + Send + Sync + 'static,
     {
         let n = self.threads;
         let pool = Arc::new(self);
         let body = Arc::new(body);
         let (started_tx, started) = std::sync::mpsc::channel::<io::Result<()>>();
         for i in 0..n {
-            let (rx, queued, body) = (rx.clone(), pool.queued.clone(), body.clone());
+            let queue = Queue {
+                rx: rx.clone(),
+                queued: pool.queued.clone(),
+                computed: pool.computed.clone(),
+            };
+            let body = body.clone();
             // Each thread reports once and drops its sender with it, so that a thread
             // that ends without reporting (a panic) closes the channel once the others
             // have reported, instead of leaving start-up waiting.
@@ -185,7 +175,7 @@ impl ThreadPool {
                             let _ = tx.send(result);
                         }
                     };
-                    if let Err(e) = body(i, rx, queued, &|| send(Ok(()))) {
+                    if let Err(e) = body(i, queue, &|| send(Ok(()))) {
                         send(Err(e));
                     }
                 })?;
@@ -210,32 +200,53 @@ impl ThreadPool {
     pub fn kind(&self) -> BackendKind {
         self.kind
     }
+
+    /// Operations a worker hands over at once: a batch dedicated, one for `threads`.
+    fn lanes(&self) -> usize {
+        match self.kind {
+            BackendKind::Multibuffer => crypto_mb_sys::LANES,
+            _ => 1,
+        }
+    }
+}
+
+/// A crypto thread's end of the queue: what it takes leaves the queued count and is
+/// counted as computed by the crypto threads.
+struct Queue {
+    rx: flume::Receiver<Vec<Job>>,
+    queued: Arc<AtomicUsize>,
+    computed: Arc<Counter>,
+}
+
+impl Queue {
+    /// The next batch, waiting for one; `None` once the pool is gone.
+    fn recv(&self) -> Option<Vec<Job>> {
+        self.rx.recv().ok().map(|b| self.took(b))
+    }
+
+    /// The next batch if one is queued.
+    fn try_recv(&self) -> Option<Vec<Job>> {
+        self.rx.try_recv().ok().map(|b| self.took(b))
+    }
+
+    fn took(&self, batch: Vec<Job>) -> Vec<Job> {
+        self.queued.fetch_sub(batch.len(), Ordering::Relaxed);
+        self.computed.add(batch.len() as u64);
+        batch
+    }
 }
 
 /// A dedicated thread's loop: each batch taken, with batches of the same operation queued
 /// behind it added while they fit in one call, is computed by `compute`.
-fn serve_batches(
-    rx: &flume::Receiver<Vec<Job>>,
-    queued: &AtomicUsize,
-    merged: &Counter,
-    mut compute: impl FnMut(Vec<Job>),
-) {
+fn serve_batches(queue: &Queue, merged: &Counter, mut compute: impl FnMut(Vec<Job>)) {
     let mut held: Option<Vec<Job>> = None;
     loop {
-        let mut batch = match held.take() {
-            Some(batch) => batch,
-            None => match rx.recv() {
-                Ok(batch) => {
-                    queued.fetch_sub(batch.len(), Ordering::Relaxed);
-                    batch
-                }
-                Err(_) => return,
-            },
+        let Some(mut batch) = held.take().or_else(|| queue.recv()) else {
+            return;
         };
         let kind = batch.first().map(Job::kind);
         while batch.len() < crypto_mb_sys::LANES {
-            let Ok(more) = rx.try_recv() else { break };
-            queued.fetch_sub(more.len(), Ordering::Relaxed);
+            let Some(more) = queue.try_recv() else { break };
             if more.first().map(Job::kind) == kind
                 && batch.len() + more.len() <= crypto_mb_sys::LANES
             {
@@ -286,7 +297,7 @@ impl Backend for ThreadPoolBackend {
     }
 
     fn max_batch(&self, _op: OpKind) -> usize {
-        self.pool.lanes
+        self.pool.lanes()
     }
 
     fn ready(&self) -> Option<Pin<Box<dyn Future<Output = ()> + '_>>> {
@@ -337,14 +348,14 @@ mod tests {
     fn a_crypto_thread_dying_at_start_fails_the_start() {
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let (pool, rx) = ThreadPool::new(BackendKind::Threads, 1, 4, 2);
-            let started = pool.spawn(rx, "dying", |i, rx, _, ready| {
+            let (pool, rx) = ThreadPool::new(BackendKind::Threads, 4, 2);
+            let started = pool.spawn(rx, "dying", |i, queue, ready| {
                 if i == 0 {
                     std::thread::sleep(Duration::from_millis(50));
                     panic!("thread 0 dies before it is ready (this panic is the test's)");
                 }
                 ready();
-                while rx.recv().is_ok() {}
+                while queue.recv().is_some() {}
                 Ok(())
             });
             let _ = done_tx.send(started.is_err());
@@ -356,11 +367,15 @@ mod tests {
     }
 
     /// Batches queued together are computed together while they are of one operation and
-    /// fit in one call; the rest keep their order.
+    /// fit in one call; the rest keep their order; every operation taken is counted.
     #[test]
     fn a_dedicated_thread_fills_one_call_with_batches_of_one_operation() {
         let (tx, rx) = flume::unbounded();
-        let queued = AtomicUsize::new(0);
+        let queue = Queue {
+            rx,
+            queued: Arc::default(),
+            computed: Arc::new(Counter::new("computed", "")),
+        };
         let sizes = [
             (KxGroup::X25519, 4),
             (KxGroup::X25519, 3),
@@ -370,13 +385,13 @@ mod tests {
             (KxGroup::Secp256r1, 5),
         ];
         for (group, n) in sizes {
-            queued.fetch_add(n, Ordering::Relaxed);
+            queue.queued.fetch_add(n, Ordering::Relaxed);
             tx.send(batch(group, n)).unwrap();
         }
         drop(tx);
         let merged = Counter::new("merged", "");
         let mut calls = Vec::new();
-        serve_batches(&rx, &queued, &merged, |b| {
+        serve_batches(&queue, &merged, |b| {
             calls.push((b[0].kind(), b.len()));
             assert!(
                 b.iter().all(|j| j.kind() == b[0].kind()),
@@ -394,6 +409,7 @@ mod tests {
             ]
         );
         assert_eq!(merged.get(), 1);
-        assert_eq!(queued.load(Ordering::Relaxed), 0);
+        assert_eq!(queue.queued.load(Ordering::Relaxed), 0);
+        assert_eq!(queue.computed.get(), 23);
     }
 }

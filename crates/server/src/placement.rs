@@ -27,14 +27,10 @@ pub(crate) struct Measured {
 /// The placement in force.
 #[derive(Debug, Clone)]
 pub(crate) struct Placed {
-    /// `Inline` or `Dedicated`.
-    pub(crate) placement: Placement,
     /// How many workers run.
     pub(crate) workers: usize,
-    /// The CPUs workers may run on; `None`: wherever the process may.
-    worker_cpus: Option<Vec<usize>>,
-    /// The CPUs of the crypto threads (dedicated only).
-    pub(crate) crypto_cpus: Vec<usize>,
+    /// Dedicated: the CPUs of the workers and of the crypto threads; `None` inline.
+    pub(crate) dedicated: Option<cores::Split>,
     /// Physical cores computing handshake crypto: the workers' inline, the crypto
     /// threads' dedicated. The machine's crypto capacity counts these.
     pub(crate) crypto_cores: usize,
@@ -46,20 +42,31 @@ impl Placed {
     /// Inline, as configured, nothing measured: for `terminus check`.
     pub(crate) fn unmeasured(config: &Config) -> Self {
         Self {
-            placement: Placement::Inline,
             workers: config.workers,
-            worker_cpus: None,
-            crypto_cpus: Vec::new(),
+            dedicated: None,
             crypto_cores: config.workers,
             measured: None,
         }
     }
 
+    /// `Inline` or `Dedicated`.
+    pub(crate) fn placement(&self) -> Placement {
+        match self.dedicated {
+            Some(_) => Placement::Dedicated,
+            None => Placement::Inline,
+        }
+    }
+
+    /// The CPUs of the crypto threads: none inline.
+    pub(crate) fn crypto_cpus(&self) -> &[usize] {
+        self.dedicated.as_ref().map_or(&[], |s| &s.crypto)
+    }
+
     /// The CPUs worker `id` may run on: its own with `pin`, else those of the workers
     /// when a core is dedicated (so no worker runs there), else `None` (anywhere).
     pub(crate) fn cpus_of_worker(&self, id: usize, pin: bool) -> Option<Vec<usize>> {
-        let cpus = match &self.worker_cpus {
-            Some(cpus) => cpus.clone(),
+        let cpus = match &self.dedicated {
+            Some(split) => split.workers.clone(),
             None if pin => allowed_cpus(),
             None => return None,
         };
@@ -77,11 +84,11 @@ impl Placed {
         metrics: Arc<EngineMetrics>,
         crossovers: Arc<Crossovers>,
     ) -> Result<Option<Arc<ThreadPool>>, StartError> {
-        if self.placement != Placement::Dedicated {
+        let Some(split) = &self.dedicated else {
             return Ok(None);
-        }
+        };
         Ok(Some(ThreadPool::dedicated(
-            &self.crypto_cpus,
+            &split.crypto,
             capacity,
             metrics,
             crossovers,
@@ -90,13 +97,12 @@ impl Placed {
 
     /// One line for the log.
     pub(crate) fn describe(&self) -> String {
-        match self.placement {
-            Placement::Dedicated => format!(
+        match &self.dedicated {
+            Some(split) => format!(
                 "crypto_mb batches on dedicated CPUs {:?}, workers on {:?}",
-                self.crypto_cpus,
-                self.worker_cpus.as_deref().unwrap_or_default()
+                split.crypto, split.workers
             ),
-            _ => "crypto_mb batches inline, on the workers".to_owned(),
+            None => "crypto_mb batches inline, on the workers".to_owned(),
         }
     }
 }
@@ -164,14 +170,12 @@ pub(crate) fn place(
         )));
     };
     Ok(Placed {
-        placement,
         workers: if config.workers_auto {
             split.workers.len()
         } else {
             config.workers
         },
-        worker_cpus: Some(split.workers),
-        crypto_cpus: split.crypto,
+        dedicated: Some(split),
         crypto_cores: config.crypto_simd_cores,
         measured,
     })

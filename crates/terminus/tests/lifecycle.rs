@@ -4,6 +4,7 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -357,6 +358,20 @@ fn can_dedicate() -> bool {
         )
 }
 
+/// A config of one RSA-2048 server with crypto_mb batches dedicated (`crypto` lines
+/// added) and `workers` as given, or left unset; in a fresh directory named `name`.
+fn dedicated_config(name: &str, crypto: &str, workers: Option<usize>) -> (TestDir, PathBuf) {
+    let dir = TestDir::new(name);
+    let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
+    dir.write("www/index.html", "hi\n");
+    let extra = format!("[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n{crypto}");
+    let conf = config(&dir, &cert, &extra);
+    let workers = workers.map_or(String::new(), |n| format!("workers = {n}\n"));
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text.replace("workers = 2\n", &workers)).unwrap();
+    (dir, conf)
+}
+
 /// `crypto.simd = "dedicated"` with one crypto core and `workers` left to it: each crypto
 /// thread runs pinned to a CPU of that core, the workers (one per other CPU) never there;
 /// every operation of RSA handshakes from many clients at once is computed by the crypto
@@ -367,17 +382,8 @@ fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
         return;
     }
     let _serial = exclusive();
-    let dir = TestDir::new("dedicated");
-    let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
-    dir.write("www/index.html", "hi\n");
-    let conf = config(
-        &dir,
-        &cert,
-        "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\nsimd_cores = 1\n",
-    );
     // Workers left to it: one per CPU the crypto core leaves.
-    let text = std::fs::read_to_string(&conf).unwrap();
-    std::fs::write(&conf, text.replace("workers = 2\n", "")).unwrap();
+    let (_dir, conf) = dedicated_config("dedicated", "simd_cores = 1\n", None);
     let server = Server::start_with(
         &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
         false,
@@ -451,21 +457,8 @@ fn dedicated_simd_without_a_free_core_does_not_start() {
     if !can_dedicate() {
         return;
     }
-    let dir = TestDir::new("dedicated-full");
-    let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
-    dir.write("www/index.html", "hi\n");
     let cpus = terminus_sys::allowed_cpus().unwrap().len();
-    let conf = config(
-        &dir,
-        &cert,
-        "[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n",
-    );
-    let text = std::fs::read_to_string(&conf).unwrap();
-    std::fs::write(
-        &conf,
-        text.replace("workers = 2\n", &format!("workers = {cpus}\n")),
-    )
-    .unwrap();
+    let (_dir, conf) = dedicated_config("dedicated-full", "", Some(cpus));
     for command in ["check", "serve"] {
         let out =
             run(Command::new(terminus_bin()).args([command, "--config", conf.to_str().unwrap()]));

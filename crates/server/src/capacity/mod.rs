@@ -128,10 +128,10 @@ impl Machine {
         &self,
         f: impl FnOnce() -> Result<T, String> + Send,
     ) -> Result<T, String> {
-        if self.simd.placement != simd::Placement::Dedicated {
+        let Some(split) = &self.simd.dedicated else {
             return f();
-        }
-        let cpus = &self.simd.crypto_cpus;
+        };
+        let cpus = &split.crypto;
         std::thread::scope(|s| {
             s.spawn(|| {
                 terminus_sys::run_current_thread_on(cpus)
@@ -146,7 +146,7 @@ impl Machine {
     /// The cores the machine's capacity counts: those computing handshake crypto, one per
     /// worker or the dedicated ones (`crypto.simd`).
     pub(crate) fn crypto_cores(&self) -> String {
-        match self.simd.placement {
+        match self.simd.placement() {
             simd::Placement::Dedicated => format!("{} dedicated cores", self.simd.crypto_cores),
             _ => format!("{} workers", self.simd.crypto_cores),
         }

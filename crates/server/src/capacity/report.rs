@@ -40,8 +40,8 @@ impl CapacityReport {
             "workers": m.simd.workers,
             "crypto_cores": m.simd.crypto_cores,
             "simd": {
-                "placement": m.simd.placement.name(),
-                "crypto_cpus": m.simd.crypto_cpus,
+                "placement": m.simd.placement().name(),
+                "crypto_cpus": m.simd.crypto_cpus(),
                 "after_effect": m.simd.measured.as_ref().map(|x| json!({
                     "op": x.op.name(),
                     "ratio": x.ratio.median,
@@ -180,7 +180,7 @@ impl Render for CapacityReport {
                 "Where crypto_mb batches run (crypto.simd; 1 for the placement in force).",
             );
             for p in [Placement::Inline, Placement::Dedicated] {
-                let chosen = u8::from(m.simd.placement == p);
+                let chosen = u8::from(m.simd.placement() == p);
                 out.sample(
                     "terminus_crypto_simd",
                     &format!("placement=\"{}\"", p.name()),
