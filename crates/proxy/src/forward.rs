@@ -115,7 +115,7 @@ where
             return Err(error(status, None, "CONNECT for no WebSocket".into()))
         }
     };
-    upstream_headers(&mut parts, origin, framing, &body);
+    upstream_headers(&mut parts, origin, framing);
     add_client_cert(&mut parts.headers, origin, upstream.spec.client_cert);
     if let Some(to) = &upgrade {
         parts.headers.insert(header::UPGRADE, to.clone());
@@ -202,7 +202,7 @@ where
             // cannot have seen the request or the request is safe to repeat.
             let again = match stale {
                 Stale::Unsent => true,
-                Stale::Unanswered => repeatable_method(&parts),
+                Stale::Unanswered => repeatable(&upstream.spec, &parts.method),
             };
             if again && body.is_some() && !fresh {
                 fresh = true;
@@ -234,7 +234,7 @@ where
         );
         let repeatable = body.is_some()
             && (connect
-                || is_idempotent(&parts.method)
+                || repeatable(&upstream.spec, &parts.method)
                     && !matches!(failure, Failure::ResponseTimeout | Failure::IdleTimeout));
         if repeatable && !retried {
             retried = true;
@@ -308,14 +308,13 @@ fn status_of(failure: Failure) -> StatusCode {
     }
 }
 
-/// A request a server may get twice without harm: an idempotent method, or one the client
-/// marked with an idempotency key (draft-ietf-httpapi-idempotency-key-header; Go's
-/// HTTP client retries on the same grounds).
-fn repeatable_method(parts: &hyper::http::request::Parts) -> bool {
-    is_idempotent(&parts.method)
-        || ["idempotency-key", "x-idempotency-key"]
-            .iter()
-            .any(|k| parts.headers.contains_key(*k))
+/// A request a server may get twice without harm: an idempotent method (RFC 9110 section
+/// 9.2.2), or any where the upstream's operator said so (`retry_non_idempotent`). Never
+/// on the client's word: an `Idempotency-Key` field (a draft, which Go's client honours
+/// for its own retries) says nothing of whether the application checks it, and a proxy
+/// that trusted it would let any client make a POST run twice.
+fn repeatable(spec: &crate::UpstreamSpec, method: &Method) -> bool {
+    spec.retry_non_idempotent || is_idempotent(method)
 }
 
 fn is_idempotent(method: &Method) -> bool {
@@ -330,8 +329,8 @@ fn is_idempotent(method: &Method) -> bool {
 fn body_framing<B: Body>(body: &B) -> BodyFraming {
     if body.is_end_stream() {
         BodyFraming::None
-    } else if body.size_hint().exact().is_some() {
-        BodyFraming::Length
+    } else if let Some(n) = body.size_hint().exact() {
+        BodyFraming::Length(n)
     } else {
         BodyFraming::Chunked
     }
@@ -340,11 +339,10 @@ fn body_framing<B: Body>(body: &B) -> BodyFraming {
 /// The request's fields as the server gets them: hop-by-hop fields out, forwarding fields
 /// in, `Host` kept (from `:authority` for an HTTP/2 client), and the body's framing
 /// declared.
-fn upstream_headers<B: Body>(
+fn upstream_headers(
     parts: &mut hyper::http::request::Parts,
     origin: &Origin,
     framing: BodyFraming,
-    body: &B,
 ) {
     let headers = &mut parts.headers;
     remove_hop_by_hop(headers);
@@ -357,8 +355,7 @@ fn upstream_headers<B: Body>(
     add_forwarding(headers, origin);
     headers.remove(header::CONTENT_LENGTH);
     match framing {
-        BodyFraming::Length => {
-            let n = body.size_hint().exact().unwrap_or(0);
+        BodyFraming::Length(n) => {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
         BodyFraming::Chunked => {

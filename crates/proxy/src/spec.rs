@@ -33,6 +33,11 @@ pub struct UpstreamSpec {
     pub upgrades: Vec<String>,
     /// How a client's verified certificate is told to the servers.
     pub client_cert: ClientCertHeader,
+    /// Requests whose method is not idempotent may also be sent again after a server may
+    /// have seen them (nginx `proxy_next_upstream non_idempotent`; off by default). What
+    /// the client sends never decides it: a client's `Idempotency-Key` is a promise
+    /// about the application that only its operator can make.
+    pub retry_non_idempotent: bool,
 }
 
 /// The fields that carry a client's certificate (mutual TLS) to the servers.

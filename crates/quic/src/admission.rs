@@ -57,14 +57,11 @@ pub(crate) enum Decision {
 }
 
 /// The decision for a new connection, with `in_flight` handshakes on the worker; its
-/// address `validated` (by a Retry token) or not, and whether it `may_retry` (not if it
-/// already did).
-pub(crate) fn decide(
-    limits: &Limits,
-    in_flight: usize,
-    validated: bool,
-    may_retry: bool,
-) -> Decision {
+/// address `validated` (by our Retry's token, or a NEW_TOKEN one) or not. A client that
+/// already retried has a validated address: quinn-proto opens no connection for an
+/// invalid Retry token, and guarantees that an unvalidated one may still be asked to
+/// retry (`Incoming::may_retry`), so there is no third state to decide.
+pub(crate) fn decide(limits: &Limits, in_flight: usize, validated: bool) -> Decision {
     if in_flight >= limits.max_handshakes {
         return Decision::Refuse;
     }
@@ -73,7 +70,7 @@ pub(crate) fn decide(
         Retry::Never => false,
         Retry::Above(n) => in_flight >= n,
     };
-    if wants_retry && !validated && may_retry {
+    if wants_retry && !validated {
         Decision::Retry
     } else {
         Decision::Accept
@@ -91,24 +88,25 @@ mod tests {
             max_handshakes: 4,
             ..Limits::default()
         };
-        assert_eq!(decide(&limits, 0, false, true), Decision::Accept);
-        assert_eq!(decide(&limits, 1, false, true), Decision::Accept);
-        assert_eq!(decide(&limits, 2, false, true), Decision::Retry);
-        // Proven by a token: taken, though the worker is busy.
-        assert_eq!(decide(&limits, 3, true, false), Decision::Accept);
-        // A client that already retried is not asked again.
-        assert_eq!(decide(&limits, 3, false, false), Decision::Accept);
-        assert_eq!(decide(&limits, 4, true, false), Decision::Refuse);
+        assert_eq!(decide(&limits, 0, false), Decision::Accept);
+        assert_eq!(decide(&limits, 1, false), Decision::Accept);
+        assert_eq!(decide(&limits, 2, false), Decision::Retry);
+        // Proven by a token (it retried, or came back with a NEW_TOKEN one): taken,
+        // though the worker is busy, and never asked to retry again.
+        assert_eq!(decide(&limits, 3, true), Decision::Accept);
+        // At the limit, even a proven address is refused.
+        assert_eq!(decide(&limits, 4, true), Decision::Refuse);
+        assert_eq!(decide(&limits, 4, false), Decision::Refuse);
         let always = Limits {
             retry: Retry::Always,
             ..limits
         };
-        assert_eq!(decide(&always, 0, false, true), Decision::Retry);
-        assert_eq!(decide(&always, 0, true, false), Decision::Accept);
+        assert_eq!(decide(&always, 0, false), Decision::Retry);
+        assert_eq!(decide(&always, 0, true), Decision::Accept);
         let never = Limits {
             retry: Retry::Never,
             ..limits
         };
-        assert_eq!(decide(&never, 3, false, true), Decision::Accept);
+        assert_eq!(decide(&never, 3, false), Decision::Accept);
     }
 }

@@ -282,7 +282,6 @@ async fn accept(
         &shared.limits,
         shared.handshaking.get(),
         incoming.remote_address_validated(),
-        incoming.may_retry(),
     );
     match decision {
         Decision::Accept => {}

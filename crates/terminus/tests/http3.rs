@@ -658,57 +658,184 @@ fn http3_settings_that_cannot_work_are_refused_at_their_line() {
     }
 }
 
-/// A request over HTTP/3 to a proxied route reaches the upstream (a real HTTP/1.1
-/// server: Python's http.server) and its answer comes back whole.
-#[test]
-fn a_proxied_request_over_http3_is_answered_by_the_upstream() {
-    if !aioquic() {
-        return;
-    }
-    let dir = TestDir::new("h3-proxy");
-    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-    dir.write("upstream/api/data.bin", &body);
-    let upstream_port = free_port();
-    let mut upstream = Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            &upstream_port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--directory",
-        ])
-        .arg(dir.path("upstream"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    eventually(Duration::from_secs(10), "the upstream listening", || {
-        std::net::TcpStream::connect(("127.0.0.1", upstream_port)).is_ok()
-    });
-    let (server, port) = h3_server_full(
-        &dir,
+/// Requests over HTTP/3 to a proxied route, as the HTTP/1.1 keep-alive upstream (app.py)
+/// parses them. Each argument `METHOD PATH [CONTENT-LENGTH [FRAME|FRAME...]]` is one
+/// request on one connection (`new` starts a new connection); DATA frames are text,
+/// separated by `|`, with `\r\n` written for CRLF. Prints per request its status (or `reset 0xCODE` where the
+/// server reset the stream), its body's length, and its body (over 1,000 bytes, its
+/// SHA-256).
+/// Needs GETS beside it as gets.py.
+const PROXIED: &str = r#"
+import asyncio, hashlib, sys
+from aioquic.asyncio.client import connect
+from aioquic.quic.events import StreamReset
+from gets import Client, config
+
+class Resets(Client):
+    def quic_event_received(self, event):
+        if isinstance(event, StreamReset):
+            st = self.waiters.get(event.stream_id)
+            if st is not None and not st["done"].done():
+                st["reset"] = event.error_code
+                st["done"].set_result(None)
+        super().quic_event_received(event)
+
+async def request(client, spec):
+    method, path, *rest = spec.split(" ", 3)
+    head = [(b":method", method.encode()), (b":scheme", b"https"),
+            (b":authority", b"localhost"), (b":path", path.encode())]
+    frames = []
+    if rest:
+        head.append((b"content-length", rest[0].encode()))
+        frames = [f.replace("\\r\\n", "\r\n").encode() for f in rest[1].split("|")] if len(rest) > 1 else []
+    sid = client._quic.get_next_available_stream_id()
+    st = {"headers": None, "body": b"", "done": client._loop.create_future(), "reset": None}
+    client.waiters[sid] = st
+    client.h3.send_headers(sid, head, end_stream=not frames)
+    for i, f in enumerate(frames):
+        client.h3.send_data(sid, f, end_stream=(i == len(frames) - 1))
+    client.transmit()
+    await asyncio.wait_for(st["done"], 10)
+    if st["reset"] is not None:
+        return f"reset {st['reset']:#x}"
+    status = dict(st["headers"])[b":status"].decode()
+    body = st["body"]
+    text = body.decode(errors="replace").strip() if len(body) <= 1000 else hashlib.sha256(body).hexdigest()
+    return f"{status} {len(body)} {text}"
+
+async def main(port, specs):
+    groups = [[]]
+    for spec in specs:
+        if spec == "new":
+            groups.append([])
+        else:
+            groups[-1].append(spec)
+    for group in groups:
+        async with connect("127.0.0.1", port, configuration=config(), create_protocol=Resets) as client:
+            for spec in group:
+                print(spec.split(" ")[1], await request(client, spec), flush=True)
+
+asyncio.run(main(int(sys.argv[1]), sys.argv[2:]))
+"#;
+
+/// An HTTP/3 server with one worker whose `/app/` route goes to `app` (HTTP/1.1, kept
+/// alive), and the port.
+fn h3_proxy(dir: &TestDir, app: &App) -> (Server, u16) {
+    h3_server_full(
+        dir,
         KeyKind::EcdsaP256,
         "scalar",
         "",
-        &format!("[[server.route]]\npath = \"/api/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:{upstream_port}\"]\n"),
+        &format!("[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n", app.addr()),
         1,
-    );
-    let script = dir.write("gets.py", GETS);
+    )
+}
+
+/// Runs [`PROXIED`] with `specs` against `port`; its lines.
+fn proxied(dir: &TestDir, port: u16, specs: &[&str]) -> Vec<String> {
+    dir.write("gets.py", GETS);
+    let script = dir.write("proxied.py", PROXIED);
     let out = run(Command::new("python3")
         .arg(&script)
         .arg(port.to_string())
-        .arg("/api/data.bin"));
-    let _ = upstream.kill();
-    let _ = upstream.wait();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        text.trim(),
-        format!("/api/data.bin 200 100000 {}", openssl_sha256(&body)),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.stderr()
+        .args(specs));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Requests over HTTP/3 to a proxied route reach a keep-alive HTTP/1.1 upstream (app.py)
+/// whole and framed as they came: a 100,000-byte answer comes back whole, a GET that
+/// ends with its headers goes with no body framing (neither `Transfer-Encoding` nor
+/// `Content-Length`, as from HTTP/2), and a POST's body with its length.
+#[test]
+fn a_proxied_request_over_http3_is_answered_by_a_keep_alive_upstream_framed_as_sent() {
+    if !aioquic() {
+        return;
+    }
+    let app = App::start("a");
+    let dir = TestDir::new("h3-proxy");
+    let (server, port) = h3_proxy(&dir, &app);
+    let lines = proxied(
+        &dir,
+        port,
+        &[
+            "GET /app/bytes?n=100000",
+            "GET /app/headers",
+            "POST /app/sha256 5 hello",
+        ],
+    );
+    let context = format!("{lines:#?}\n{}", server.stderr());
+    let pattern: Vec<u8> = (0..100_000u32).map(|i| (i % 256) as u8).collect();
+    let want = format!(
+        "/app/bytes?n=100000 200 100000 {}",
+        openssl_sha256(&pattern)
+    );
+    assert_eq!(lines[0], want, "{context}");
+    let seen: serde_json::Value =
+        serde_json::from_str(lines[1].splitn(4, ' ').nth(3).unwrap()).expect(&context);
+    let framing: Vec<&str> = seen["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h[0].as_str().unwrap())
+        .filter(|name| ["transfer-encoding", "content-length"].contains(name))
+        .collect();
+    assert!(
+        framing.is_empty(),
+        "a GET went framed: {framing:?}\n{context}"
+    );
+    let hello = openssl_sha256(b"hello");
+    assert_eq!(
+        lines[2],
+        format!("/app/sha256 200 {} {hello} 5", hello.len() + 3),
+        "{context}"
+    );
+}
+
+/// RFC 9114 section 4.1.2: an HTTP/3 request whose DATA disagree with its content-length
+/// is malformed. Three POSTs declaring 5 bytes, to a keep-alive HTTP/1.1 upstream: one
+/// DATA frame of `hello` followed by a whole second request, the same in two frames, and
+/// 5 declared but 3 sent; each stream is reset with H3_MESSAGE_ERROR (0x10e), and the
+/// request in the body never reaches the upstream: clients on a new QUIC connection get
+/// their own answers, and the upstream's log of the requests it parsed has no
+/// `/SMUGGLED`.
+#[test]
+fn an_http3_body_that_disagrees_with_its_content_length_is_reset_and_smuggles_nothing() {
+    if !aioquic() {
+        return;
+    }
+    let app = App::start("a");
+    let dir = TestDir::new("h3-smuggle");
+    let (server, port) = h3_proxy(&dir, &app);
+    let smuggled = "GET /app/SMUGGLED HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n";
+    let lines = proxied(
+        &dir,
+        port,
+        &[
+            &format!("POST /app/sha256 5 hello{smuggled}"),
+            &format!("POST /app/sha256 5 hello|{smuggled}"),
+            "POST /app/sha256 5 hel",
+            "new",
+            "GET /app/whoami",
+            "GET /app/whoami",
+            "GET /app/seen",
+        ],
+    );
+    let context = format!("{lines:#?}\n{}", server.stderr());
+    assert_eq!(lines.len(), 6, "{context}");
+    for line in &lines[..3] {
+        assert_eq!(line, "/app/sha256 reset 0x10e", "{context}");
+    }
+    assert_eq!(lines[3], "/app/whoami 200 1 a", "{context}");
+    assert_eq!(lines[4], "/app/whoami 200 1 a", "{context}");
+    assert!(!lines[5].contains("SMUGGLED"), "{context}");
 }
 
 /// QUIC's TLS configuration is built once, but its certificates are the current site's:

@@ -424,12 +424,13 @@ fn keep_alive_requests_reuse_upstream_connections() {
 /// connection, reused after 150 ms, is closed by its server as the request reaches it
 /// (app.py's APP_KEEPALIVE_MS makes that race certain instead of rare). Four clients at
 /// once, GETs and PUT uploads up to the hold limit (content-length and chunked): each goes
-/// again on a new connection, whole, and none gets a 502. A POST goes again only with an
-/// idempotency key: without one the server may have acted on it (RFC 9110 9.2.2), and
-/// the client gets the 502, which does not count against the server's health.
+/// again on a new connection, whole, and none gets a 502. A POST is not sent again, even
+/// with the client's idempotency key (the server may have acted on it, RFC 9110 9.2.2):
+/// the client gets the 502, which does not count against the server's health, and the
+/// application saw no POST; with the upstream's `retry_non_idempotent = true` it goes
+/// again and the application sees it once.
 #[test]
 fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
-    use common::raw::Raw;
     let app = App::launch_with("app.py", &["0", "a"], &[("APP_KEEPALIVE_MS", "100")]);
     let dir = TestDir::new("proxy-stale");
     let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
@@ -473,33 +474,130 @@ fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
     assert_eq!(failures, 0.0, "no request failed");
 
     // POSTs, each on a client connection whose worker has just pooled a connection (its
-    // GET), 150 ms later: on a stale one.
-    let after_a_pause = |request: &str| {
-        let mut raw = Raw::connect(&server);
-        raw.send(b"GET /app/whoami HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
-        let mut got = Vec::new();
-        while !got.ends_with(b"\r\n\r\na") {
-            let (more, _) = raw.read_for(Duration::from_secs(5));
-            assert!(!more.is_empty(), "{}", String::from_utf8_lossy(&got));
-            got.extend(more);
-        }
-        std::thread::sleep(Duration::from_millis(150));
-        raw.send(request.as_bytes()).unwrap();
-        String::from_utf8_lossy(&raw.read_some()).into_owned()
-    };
-    let post = |extra: &str| {
-        format!(
-            "POST /app/sha256 HTTP/1.1\r\nHost: localhost\r\n{extra}Content-Length: 2\r\n\r\nhi"
-        )
-    };
-    let keyed = after_a_pause(&post("Idempotency-Key: \"8e03978e\"\r\n"));
-    assert!(keyed.starts_with("HTTP/1.1 200"), "{keyed}");
-    let bare = after_a_pause(&post(""));
+    // GET), 150 ms later: on a stale one. The server closed it unread, so the POST reached
+    // no application; it is not sent again, with or without the client's idempotency key.
+    let keyed = post_on_a_stale_connection(&server, "Idempotency-Key: \"8e03978e\"\r\n");
+    assert!(keyed.starts_with("HTTP/1.1 502"), "{keyed}");
+    let bare = post_on_a_stale_connection(&server, "");
     assert!(bare.starts_with("HTTP/1.1 502"), "{bare}");
     let downs = server.metric("terminus_upstream_health_changes_total", &["to=\"down\""]);
     assert_eq!(downs, 0.0, "a keep-alive race took the server out");
     assert_eq!(body(&curl(&server, &[], "/app/whoami")), "a");
+    assert_eq!(posts_seen(&server), 0, "a POST reached the application");
+
+    // Where the upstream's operator says its requests are safe to repeat, the POST goes
+    // again on a new connection and reaches the application once.
+    let dir = TestDir::new("proxy-stale-opt-in");
+    let opted = proxy(
+        &dir,
+        &one_upstream(&app, "retry_non_idempotent = true"),
+        APP_ROUTE,
+    );
+    let bare = post_on_a_stale_connection(&opted, "");
+    assert!(bare.starts_with("HTTP/1.1 200"), "{bare}");
+    assert_eq!(
+        posts_seen(&opted),
+        1,
+        "the POST reached the application once"
+    );
+}
+
+/// A POST of `hi` with `extra` fields, on a client connection whose worker has just
+/// pooled an upstream connection (its GET), 150 ms later: on a stale one when the
+/// upstream closes idle connections after 100 ms. The start of the answer.
+fn post_on_a_stale_connection(server: &Server, extra: &str) -> String {
+    use common::raw::Raw;
+    let mut raw = Raw::connect(server);
+    raw.send(b"GET /app/whoami HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\na") {
+        let (more, _) = raw.read_for(Duration::from_secs(5));
+        assert!(!more.is_empty(), "{}", String::from_utf8_lossy(&got));
+        got.extend(more);
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let post = format!(
+        "POST /app/sha256 HTTP/1.1\r\nHost: localhost\r\n{extra}Content-Length: 2\r\n\r\nhi"
+    );
+    raw.send(post.as_bytes()).unwrap();
+    String::from_utf8_lossy(&raw.read_some()).into_owned()
+}
+
+/// How many POSTs the application behind `server`'s `/app/` route has parsed (app.py's
+/// `/seen`).
+fn posts_seen(server: &Server) -> usize {
+    let seen: Vec<String> = serde_json::from_str(&body(&curl(server, &[], "/app/seen"))).unwrap();
+    seen.iter().filter(|r| r.starts_with("POST ")).count()
+}
+
+/// POSTs over one HTTP/2 connection (the h2 library, which sends what it is told): each
+/// argument `CONTENT-LENGTH FRAME|FRAME...` to /app/sha256; prints per request
+/// `reset CODE` where the server reset the stream, else its status.
+const H2_POSTS: &str = r#"
+import socket, ssl, sys
+import h2.config, h2.connection, h2.events
+
+port = int(sys.argv[1])
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["h2"])
+sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+sock.settimeout(10)
+conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+conn.initiate_connection()
+for spec in sys.argv[2:]:
+    length, frames = spec.split(" ", 1)
+    frames = [f.replace("\\r\\n", "\r\n").encode() for f in frames.split("|")]
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "POST"), (":scheme", "https"), (":authority", "localhost"),
+                            (":path", "/app/sha256"), ("content-length", length)])
+    for i, f in enumerate(frames):
+        conn.send_data(sid, f, end_stream=(i == len(frames) - 1))
+    sock.sendall(conn.data_to_send())
+    outcome = None
+    while outcome is None:
+        data = sock.recv(65536)
+        if not data:
+            outcome = "closed"
+            break
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.StreamReset) and ev.stream_id == sid:
+                outcome = f"reset {int(ev.error_code)}"
+            elif isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
+                outcome = dict(ev.headers)[b":status"].decode()
+        sock.sendall(conn.data_to_send())
+    print(outcome, flush=True)
+"#;
+
+/// RFC 9113 section 8.1.1: an HTTP/2 request whose DATA disagree with its content-length
+/// is malformed. POSTs declaring 5 bytes to a keep-alive HTTP/1.1 upstream: `hello`
+/// followed by a whole second request in the same DATA frame, the same in two frames,
+/// and 3 bytes sent; each stream is reset with PROTOCOL_ERROR (1), and the upstream's log
+/// of the requests it parsed has no `/SMUGGLED`.
+#[test]
+fn an_http2_body_that_disagrees_with_its_content_length_is_reset_and_smuggles_nothing() {
+    if !python_packages() {
+        return;
+    }
+    let (_app, dir, server) = one_app("proxy-h2-smuggle");
+    let script = dir.write("h2_posts.py", H2_POSTS);
+    let smuggled = "GET /app/SMUGGLED HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n";
+    let out = run(Command::new("python3")
+        .arg(&script)
+        .arg(server.port().to_string())
+        .arg(format!("5 hello{smuggled}"))
+        .arg(format!("5 hello|{smuggled}"))
+        .arg("5 hel"));
+    let lines = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{lines}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(lines.trim(), "reset 1\nreset 1\nreset 1", "{context}");
+    for _ in 0..2 {
+        assert_eq!(body(&curl(&server, &[], "/app/whoami")), "a");
+    }
+    let seen = body(&curl(&server, &[], "/app/seen"));
+    assert!(!seen.contains("SMUGGLED"), "{seen}");
 }
 
 /// Full duplex over HTTP/1.1: an upstream that answers an upload at once and echoes each
@@ -1311,9 +1409,33 @@ fn raw_request(server: &Server, request: &str) -> String {
     String::from_utf8_lossy(&raw.read_to_close(Duration::from_secs(10))).into_owned()
 }
 
+/// A route is matched on the path that files and upstreams see: climbing out of a route
+/// (`..`, encoded dots) lands in the route the normal form names; an encoded slash or
+/// backslash, a backslash, or a `..;` segment (a climb to Tomcat and Jetty) is a 400
+/// over HTTP/1.1 and HTTP/2, so neither the upstream nor the files under `/` (which hold
+/// a file where the upstream's route is) are reached by them.
 #[test]
 fn a_path_is_routed_and_forwarded_in_its_normal_form() {
-    let (_app, _dir, server) = one_app("proxy-normal-path");
+    let (_app, dir, server) = one_app("proxy-normal-path");
+    dir.write("www/app/headers", "FILES SHADOW OF THE APP\n");
+    dir.write("www/app/whoami", "FILES SHADOW OF THE APP\n");
+    for protocol in ["--http1.1", "--http2"] {
+        for path in [
+            "/x/..%2Fapp/headers",
+            "/x/..%2fapp/headers",
+            "/x/%2e%2e%2fapp/headers",
+            "/x/..%5Capp/headers",
+            "/x/..\\app/headers",
+            "/app/..%2F..%2Fwhoami",
+            "/app/x/..;/whoami",
+            "/app/x/%2e%2e;/whoami",
+        ] {
+            let (code, _, body) = headers(&server, &["--path-as-is", protocol], path);
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(code, 400, "{protocol} {path}: {body}");
+            assert!(!body.contains("SHADOW"), "{protocol} {path}: {body}");
+        }
+    }
     // Climbing out of /app/ does not reach the app: the normal form is /headers, which
     // the files under / do not have. Encoded dots climb the same.
     for path in [

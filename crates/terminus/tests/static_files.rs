@@ -237,6 +237,57 @@ fn nothing_outside_the_root_is_served() {
     assert_eq!((code, body.as_slice()), (200, b"0123456789".as_slice()));
 }
 
+/// A files route's prefix holds: with `path = "/static/"` and `root = APP`, only
+/// APP/static/ is served, never the rest of APP (`.env`) through an encoded slash or
+/// backslash, a backslash, or a `..;` segment, over HTTP/1.1 and HTTP/2: each is a 400.
+#[test]
+fn a_files_route_is_not_left_through_encoded_slashes_backslashes_or_parameters() {
+    let dir = TestDir::new("static-route-escape");
+    dir.write("app/.env", "TOP SECRET=beside the route\n");
+    dir.write("app/static/ok.txt", "ok\n");
+    dir.write("www/index.html", "root\n");
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.route]]\npath = \"/static/\"\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.path("www").display(),
+            dir.path("app").display(),
+            pair.cert.display(),
+            pair.key.display()
+        ),
+    );
+    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    for protocol in ["--http1.1", "--http2"] {
+        let (code, _, body) = headers(&server, &[protocol], "/static/ok.txt");
+        assert_eq!(
+            (code, body.as_slice()),
+            (200, b"ok\n".as_slice()),
+            "{protocol}"
+        );
+        for path in [
+            "/static/..%2F.env",
+            "/static/..%2f.env",
+            "/static/%2e%2e%2f.env",
+            "/static/%2E%2E%2F.env",
+            "/static/..%5C.env",
+            "/static/..%5c.env",
+            "/static/..\\.env",
+            "/static/..;/.env",
+            "/static/%2e%2e;/.env",
+            "/static/x/..%2F..%2F.env",
+        ] {
+            let (code, _, body) = headers(&server, &["--path-as-is", protocol], path);
+            let body = String::from_utf8_lossy(&body);
+            assert!(
+                !body.contains("TOP SECRET"),
+                "{protocol} {path} leaked: {body}"
+            );
+            assert_eq!(code, 400, "{protocol} {path}");
+        }
+    }
+}
+
 /// `[[server]] headers`: added to every answer of that server (a file, a 404), over
 /// HTTP/1.1 and HTTP/2, and to none of a server without them.
 #[test]

@@ -45,7 +45,8 @@ pub struct Upstreamed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BodyFraming {
     None,
-    Length,
+    /// `Content-Length: N`: the pump sends exactly N bytes or fails.
+    Length(u64),
     Chunked,
 }
 
@@ -138,10 +139,17 @@ impl Exchange<'_> {
         let mut body = Some(body);
         let mut pump = match self.framing {
             BodyFraming::None => Pump::Done(write),
-            framing => Pump::start(
+            BodyFraming::Length(n) => Pump::start(
                 write,
                 body.take().expect("body"),
-                framing == BodyFraming::Chunked,
+                Some(n),
+                self.timeouts.idle,
+                metrics.clone(),
+            ),
+            BodyFraming::Chunked => Pump::start(
+                write,
+                body.take().expect("body"),
+                None,
                 self.timeouts.idle,
                 metrics.clone(),
             ),

@@ -2,8 +2,10 @@
 //! request stream's request goes to the responder with its body fed frame by frame, as
 //! HTTP/1.1's is, and the response's frames are sent as the body yields them.
 
+use std::cell::Cell;
 use std::io;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
@@ -12,7 +14,7 @@ use hyper::{header, Request, Response, StatusCode};
 use terminus_quic::{Early, H3Connection};
 use tokio::sync::watch;
 
-use super::body::{Piece, RequestBody};
+use super::body::{Feed, Piece, RequestBody};
 use super::{error_response, Responder};
 use crate::worker::OpenConnection;
 
@@ -102,28 +104,25 @@ async fn request<R: Responder>(
         }
     };
     let (mut send, mut recv) = stream.split();
-    let hint = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or_else(SizeHint::default, SizeHint::with_exact);
-    let (feed, body) = RequestBody::fed(hint);
-    tokio::task::spawn_local(async move {
-        loop {
-            let piece = match recv.recv_data().await {
-                Ok(Some(mut data)) => {
-                    Piece::Frame(Frame::data(data.copy_to_bytes(data.remaining())))
-                }
-                Ok(None) => Piece::End,
-                Err(e) => Piece::Failed(io::Error::other(e.to_string())),
-            };
-            let last = !matches!(piece, Piece::Frame(_));
-            if feed.send(piece).await.is_err() || last {
-                return;
-            }
+    let Ok(declared) = declared_length(req.headers()) else {
+        tracing::debug!("h3: a request with a malformed content-length, reset");
+        recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+        send.stop_stream(h3::error::Code::H3_MESSAGE_ERROR);
+        return;
+    };
+    let malformed = Rc::new(Cell::new(false));
+    let body = match first_data(&mut recv) {
+        // The stream ended with its headers (every GET): no body, so the upstream is
+        // sent no framing for one, as from HTTP/2 and HTTP/1.1.
+        First::End if declared.unwrap_or(0) == 0 => RequestBody::empty(),
+        first => {
+            let hint = declared.map_or_else(SizeHint::default, SizeHint::with_exact);
+            let (feed, body) = RequestBody::fed(hint);
+            let malformed = malformed.clone();
+            tokio::task::spawn_local(feed_body(recv, first, declared, feed, malformed));
+            body
         }
-    });
+    };
     let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
     let mut req: Request<RequestBody> = req.map(|()| body);
     let resp = if too_early(&early, &mut req) {
@@ -132,6 +131,13 @@ async fn request<R: Responder>(
     } else {
         responder.respond(req).await
     };
+    if malformed.get() {
+        // Its DATA disagreed with its content-length: a stream error, not an answer
+        // (RFC 9114 section 4.1.2), whatever the responder made of the failed body.
+        tracing::debug!("h3: a request whose DATA disagree with its content-length, reset");
+        send.stop_stream(h3::error::Code::H3_MESSAGE_ERROR);
+        return;
+    }
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     responder.record(&method, path, version, &resp);
     let (mut parts, mut body) = resp.into_parts();
@@ -170,4 +176,110 @@ async fn request<R: Responder>(
         }
     }
     let _ = send.finish().await;
+}
+
+/// The one length a request's content-length fields declare, if any: several that
+/// disagree, or one that is not a number, make the request malformed (RFC 9114 section
+/// 4.1.2, RFC 9110 section 8.6).
+fn declared_length(headers: &header::HeaderMap) -> Result<Option<u64>, ()> {
+    let mut declared = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        let digits = value.as_bytes();
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return Err(());
+        }
+        let n = std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| d.parse::<u64>().ok())
+            .ok_or(())?;
+        if declared.is_some_and(|d| d != n) {
+            return Err(());
+        }
+        declared = Some(n);
+    }
+    Ok(declared)
+}
+
+/// A request stream's receiving half.
+type RequestRecv = h3::server::RequestStream<terminus_quic::transport::RecvStream, Bytes>;
+
+/// What a request stream holds once its head is read, looked at without waiting.
+enum First {
+    /// The stream has ended: the request has no body.
+    End,
+    Data(Bytes),
+    Failed(io::Error),
+    /// Nothing yet: the body, if any, is still to come.
+    Pending,
+}
+
+/// The request stream's first DATA or its end, if QUIC has them already (a request
+/// that ends with its headers usually comes in one packet with them). Polled once with
+/// a waker that does nothing: `poll_recv_data` keeps its state in the stream, and the
+/// task that feeds the body polls it again with its own.
+fn first_data(recv: &mut RequestRecv) -> First {
+    let mut cx = Context::from_waker(Waker::noop());
+    match recv.poll_recv_data(&mut cx) {
+        Poll::Ready(Ok(None)) => First::End,
+        Poll::Ready(Ok(Some(mut data))) => First::Data(data.copy_to_bytes(data.remaining())),
+        Poll::Ready(Err(e)) => First::Failed(io::Error::other(e.to_string())),
+        Poll::Pending => First::Pending,
+    }
+}
+
+/// Feeds the request's DATA to its body, frame by frame, holding them to the declared
+/// content-length: a frame that would go past it, or an end short of it, is never fed
+/// as data but as a failure (the body's reader, the proxy among them, then stops), the
+/// stream is stopped with H3_MESSAGE_ERROR and `malformed` is set for the response side
+/// (RFC 9114 section 4.1.2). An HTTP/1.1 upstream that was sent `Content-Length: N`
+/// therefore never receives byte N+1 from us: a request cannot be smuggled behind it.
+async fn feed_body(
+    mut recv: RequestRecv,
+    first: First,
+    declared: Option<u64>,
+    feed: Feed,
+    malformed: Rc<Cell<bool>>,
+) {
+    let mut received: u64 = 0;
+    let mut next = Some(first);
+    loop {
+        let got = match next.take() {
+            Some(First::Pending) | None => match recv.recv_data().await {
+                Ok(Some(mut data)) => First::Data(data.copy_to_bytes(data.remaining())),
+                Ok(None) => First::End,
+                Err(e) => First::Failed(io::Error::other(e.to_string())),
+            },
+            Some(first) => first,
+        };
+        let piece = match got {
+            First::Data(data) => {
+                received = received.saturating_add(data.len() as u64);
+                if declared.is_some_and(|n| received > n) {
+                    disagree(&mut recv, &malformed, "more DATA than its content-length")
+                } else {
+                    Piece::Frame(Frame::data(data))
+                }
+            }
+            First::End if declared.is_some_and(|n| received != n) => {
+                disagree(&mut recv, &malformed, "less DATA than its content-length")
+            }
+            First::End => Piece::End,
+            First::Failed(e) => Piece::Failed(e),
+            First::Pending => unreachable!("a wait's outcome is never Pending"),
+        };
+        let last = !matches!(piece, Piece::Frame(_));
+        if feed.send(piece).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// The failure a body whose DATA disagree with its content-length ends with.
+fn disagree(recv: &mut RequestRecv, malformed: &Cell<bool>, what: &str) -> Piece {
+    malformed.set(true);
+    recv.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+    Piece::Failed(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the request had {what}"),
+    ))
 }

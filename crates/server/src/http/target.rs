@@ -87,10 +87,19 @@ pub(crate) fn settle_path<B>(req: &mut Request<B>) -> Result<(), StatusCode> {
 
 /// A path in normal form, as nginx matches locations and RFC 3986 section 6.2.2 compares
 /// URIs: percent-encoded unreserved characters decoded (`%7E` is `~`, `%2e` is `.`), other
-/// escapes kept with upper-case hex (`%2f` is `%2F`: an encoded slash is data, not a
-/// separator), `.` and `..` segments resolved, runs of slashes merged. A path that climbs
-/// above the root, a malformed escape or an encoded NUL is a 400. Paths that are not
-/// absolute (`*`, an authority) are left alone: no route matches them.
+/// escapes kept with upper-case hex, `.` and `..` segments resolved, runs of slashes
+/// merged. A path that climbs above the root, a malformed escape or an encoded NUL is a
+/// 400. Paths that are not absolute (`*`, an authority) are left alone: no route matches
+/// them.
+///
+/// So are the paths whose segments mean one thing here and another behind us, since a
+/// route is matched on this form and files and upstreams must see the same segments:
+/// an encoded slash or backslash (`%2F`, `%5C`: a files route decodes them into
+/// separators, as do many application servers; Apache's `AllowEncodedSlashes Off`), a
+/// backslash itself (a separator to Windows and IIS-style servers), and a `.` or `..`
+/// segment carrying `;` parameters (`..;`: Tomcat and Jetty strip the parameters and
+/// then climb). All are 400s, so `/static/..%2F.env` cannot match `/static/` and read
+/// beside it.
 pub(crate) fn normalise_path(path: &str) -> Result<Cow<'_, str>, StatusCode> {
     if !path.starts_with('/') || already_normal(path.as_bytes()) {
         return Ok(Cow::Borrowed(path));
@@ -106,6 +115,10 @@ pub(crate) fn normalise_path(path: &str) -> Result<Cow<'_, str>, StatusCode> {
         let last = end == rest.len();
         segment.clear();
         decode_unreserved(&rest[..end], &mut segment)?;
+        let before_parameters = segment.split(|&b| b == b';').next().unwrap_or_default();
+        if segment.contains(&b';') && matches!(before_parameters, b"." | b"..") {
+            return Err(StatusCode::BAD_REQUEST);
+        }
         match segment.as_slice() {
             b"" | b"." => {}
             b".." => {
@@ -136,17 +149,22 @@ pub(crate) fn normalise_path(path: &str) -> Result<Cow<'_, str>, StatusCode> {
 }
 
 /// Whether `path` is already in normal form: no escape, no `.` or `..` segment, no run
-/// of slashes. Most paths are; they cost a pass and no allocation.
+/// of slashes, and nothing [`normalise_path`] must look at more closely (a backslash, a
+/// `;`). Most paths are; they cost a pass and no allocation.
 fn already_normal(path: &[u8]) -> bool {
-    !path.contains(&b'%')
+    !path.iter().any(|b| matches!(b, b'%' | b'\\' | b';'))
         && !path.windows(2).any(|w| w == b"//")
         && path.split(|&b| b == b'/').all(|s| s != b"." && s != b"..")
 }
 
 /// Appends `segment` to `out` with its unreserved escapes decoded and the rest upper-cased.
+/// A backslash, or an escape of one or of a slash, is refused (see [`normalise_path`]).
 fn decode_unreserved(segment: &[u8], out: &mut Vec<u8>) -> Result<(), StatusCode> {
     let mut i = 0;
     while i < segment.len() {
+        if segment[i] == b'\\' {
+            return Err(StatusCode::BAD_REQUEST);
+        }
         if segment[i] != b'%' {
             out.push(segment[i]);
             i += 1;
@@ -157,7 +175,7 @@ fn decode_unreserved(segment: &[u8], out: &mut Vec<u8>) -> Result<(), StatusCode
             return Err(StatusCode::BAD_REQUEST);
         };
         let byte = (hi * 16 + lo) as u8;
-        if byte == 0 {
+        if matches!(byte, 0 | b'/' | b'\\') {
             return Err(StatusCode::BAD_REQUEST);
         }
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
@@ -191,8 +209,10 @@ mod tests {
             ("/api/%2e%2e/admin", "/admin"),
             ("/api/%2E%2E/admin", "/admin"),
             ("/%7euser/%41%62", "/~user/Ab"),
-            ("/a%2fb", "/a%2Fb"),
-            ("/a/..%2fadmin", "/a/..%2Fadmin"),
+            ("/a%20b", "/a%20b"),
+            ("/a%3bb", "/a%3Bb"),
+            ("/a;jsessionid=1/b", "/a;jsessionid=1/b"),
+            ("/a/..x;y/b", "/a/..x;y/b"),
             ("/a/b/..", "/a/"),
             ("/a/.", "/a/"),
             ("/a/b/../../", "/"),
@@ -212,6 +232,25 @@ mod tests {
             "/a%zz",
             "/a%2",
             "/a%00b",
+        ] {
+            assert_eq!(normal(raw), Err(StatusCode::BAD_REQUEST), "{raw}");
+        }
+    }
+
+    #[test]
+    fn an_encoded_slash_a_backslash_or_a_climb_with_parameters_is_refused() {
+        for raw in [
+            "/a%2fb",
+            "/static/..%2f.env",
+            "/static/..%2F.env",
+            "/static/%2e%2e%2f.env",
+            "/static/..%5c.env",
+            "/static/..%5C.env",
+            "/static/..\\.env",
+            "/static\\x",
+            "/static/..;/admin",
+            "/static/%2e%2e;x/admin",
+            "/static/.;/x",
         ] {
             assert_eq!(normal(raw), Err(StatusCode::BAD_REQUEST), "{raw}");
         }

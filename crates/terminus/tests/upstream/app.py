@@ -19,6 +19,8 @@ proxy passes the path on unchanged.
   /echo              (a chunked upload) answers at once, chunked, and echoes each piece
                      of the body as it arrives: the request and the response stream
                      together (full duplex)
+  /seen              every request line this server has parsed, in order, as JSON (the
+                     requests a proxy delivered, smuggled ones included)
   /closes            over TLS, how many connections the client closed between requests
                      with a close_notify ("clean") and without one ("cut"), as JSON
 With APP_KEEPALIVE_MS=M in its environment, a connection idle for more than M ms is
@@ -39,6 +41,7 @@ from urllib.parse import parse_qs, urlparse
 PATTERN = bytes(range(256)) * 256  # 64 KiB
 KEEPALIVE_MS = float(os.environ.get("APP_KEEPALIVE_MS", "0"))
 CLOSES = {"clean": 0, "cut": 0}
+SEEN = []
 
 
 def pattern(n):
@@ -110,6 +113,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def handle_any(self):
+        SEEN.append(f"{self.command} {self.path}")
         url = urlparse(self.path)
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
         # Routed by the last segment: behind a route "/app/", "/app/whoami" is /whoami.
@@ -130,6 +134,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         for _ in self.read_body():
             pass
+        if path == "/seen":
+            return self.reply(200, json.dumps(SEEN).encode(), "application/json")
         if path == "/closes":
             return self.reply(200, json.dumps(CLOSES).encode(), "application/json")
         if path == "/whoami":

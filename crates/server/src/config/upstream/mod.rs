@@ -38,6 +38,11 @@ pub struct UpstreamSection {
     pub upgrades: Option<Spanned<Vec<String>>>,
     /// `"rfc9440"` or `"xfcc"`: how a client's certificate is told to the servers.
     pub client_cert: Option<Spanned<String>>,
+    /// Whether a request of a method that is not idempotent (POST, PATCH) may be sent
+    /// again after a server may have seen it (nginx `proxy_next_upstream
+    /// non_idempotent`): off unless the application says its requests are safe to repeat.
+    #[serde(default)]
+    pub retry_non_idempotent: bool,
 }
 
 /// A server: `"HOST:PORT"` or `{ address = "HOST:PORT", weight = 2, backup = true }`.
@@ -301,6 +306,7 @@ fn resolve_upstream(
         tls,
         upgrades,
         client_cert,
+        retry_non_idempotent: u.retry_non_idempotent,
         name: u.name.get_ref().clone(),
         servers,
         balance,
