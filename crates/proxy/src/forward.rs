@@ -20,7 +20,9 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::balance::hash;
 use crate::connect::connect;
-use crate::headers::{add_client_cert, add_forwarding, remove_hop_by_hop, Origin};
+use crate::headers::{
+    add_client_cert, add_forwarding, remove_hop_by_hop, remove_underscored, Origin,
+};
 use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, Failed, Stale};
 use crate::metrics::{Failure, Phase};
@@ -336,9 +338,11 @@ fn body_framing<B: Body>(body: &B) -> BodyFraming {
     }
 }
 
-/// The request's fields as the server gets them: hop-by-hop fields out, forwarding fields
-/// in, `Host` kept (from `:authority` for an HTTP/2 client), and the body's framing
-/// declared.
+/// The request's fields as the server gets them: hop-by-hop fields out, fields whose name
+/// has an underscore out (nginx's `underscores_in_headers off`: CGI-style servers read
+/// `x_client_verify` as `X-Client-Verify`, so such a field could pass as one the proxy
+/// sets), forwarding fields in, `Host` kept (from `:authority` for an HTTP/2 client), and
+/// the body's framing declared.
 fn upstream_headers(
     parts: &mut hyper::http::request::Parts,
     origin: &Origin,
@@ -346,6 +350,7 @@ fn upstream_headers(
 ) {
     let headers = &mut parts.headers;
     remove_hop_by_hop(headers);
+    remove_underscored(headers);
     if !headers.contains_key(header::HOST) {
         let authority = parts.uri.authority().map(|a| a.as_str());
         if let Some(v) = authority.and_then(|a| HeaderValue::from_str(a).ok()) {

@@ -128,14 +128,17 @@ impl ClientCertFields {
                     .join(", ")
             })
             .and_then(|c| HeaderValue::from_str(&c).ok());
-        // Envoy's quoting: the subject in double quotes, its quotes and backslashes escaped.
-        let subject = id.subject.replace('\\', "\\\\").replace('"', "\\\"");
-        let mut xfcc = format!("Hash={};Subject=\"{subject}\"", id.sha256);
+        // Envoy's quoting: the subject always in double quotes; a SAN only where it holds a
+        // separator or a quote (a URI may hold `;`, `,` and `=`: unquoted, the client's
+        // CA-signed `spiffe://a;URI=evil` would read as two URIs).
+        let mut xfcc = format!("Hash={};Subject={}", id.sha256, quoted(&id.subject));
         for uri in &id.uris {
-            xfcc.push_str(&format!(";URI={uri}"));
+            xfcc.push_str(";URI=");
+            xfcc.push_str(&xfcc_value(uri));
         }
         for dns in &id.dns {
-            xfcc.push_str(&format!(";DNS={dns}"));
+            xfcc.push_str(";DNS=");
+            xfcc.push_str(&xfcc_value(dns));
         }
         Self {
             verify: "SUCCESS",
@@ -144,6 +147,32 @@ impl ClientCertFields {
             subject: Some(id.subject.clone()),
         }
     }
+}
+
+/// `value` as an XFCC value: as it is, or double-quoted where it holds one of the
+/// separators (`,` between elements, `;` between pairs, `=` in a pair) or a quote, as
+/// Envoy writes it.
+fn xfcc_value(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.contains([',', ';', '=', '"']) {
+        quoted(value).into()
+    } else {
+        value.into()
+    }
+}
+
+/// `value` in double quotes, its quotes and backslashes escaped with a backslash (a
+/// backslash left bare before the closing quote would escape it).
+fn quoted(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
 }
 
 impl Origin {
@@ -190,14 +219,49 @@ impl Origin {
     }
 }
 
+/// Whether `name` is `field` spelled with any of its dashes as underscores
+/// (`x_client_verify`, `x-client_verify`): CGI, WSGI and PHP read every spelling as the
+/// same variable (`HTTP_X_CLIENT_VERIFY`), so a client's copy under any of them would
+/// stand beside, or in for, the one the proxy sets.
+fn spells(name: &HeaderName, field: &HeaderName) -> bool {
+    let (name, field) = (name.as_str().as_bytes(), field.as_str().as_bytes());
+    name.len() == field.len()
+        && name
+            .iter()
+            .zip(field)
+            .all(|(n, f)| n == f || (*n == b'_' && *f == b'-'))
+}
+
+/// Removes every field whose name holds an underscore, as nginx does by default
+/// (`underscores_in_headers off`): CGI, WSGI and PHP map `-` and `_` alike to `_`, so
+/// `X_Client_Verify` would read upstream as the `X-Client-Verify` the proxy sets, or
+/// beside it. Looks at each name once and allocates only when one is there (most
+/// requests have none).
+pub fn remove_underscored(headers: &mut HeaderMap) {
+    let underscored = |name: &HeaderName| name.as_str().as_bytes().contains(&b'_');
+    if !headers.keys().any(underscored) {
+        return;
+    }
+    let doomed: Vec<HeaderName> = headers.keys().filter(|n| underscored(n)).cloned().collect();
+    for name in doomed {
+        headers.remove(name);
+    }
+}
+
 /// Tells the server who the client's certificate says it is, in `format`, where the
 /// client's server asks for certificates; the client's own copies of these fields are
-/// removed always, so that a client cannot claim an identity it did not prove.
+/// removed always, under any spelling (dashes as underscores), so that a client cannot
+/// claim an identity it did not prove.
 pub fn add_client_cert(headers: &mut HeaderMap, origin: &Origin, format: ClientCertHeader) {
     // A look at each name, a removal only for those present (usually none): four
     // removals by name, each hashing and probing, cost ~1,600 instructions a request.
+    // A name of another length than the four is passed over at its length.
     let identity = [&CLIENT_CERT, &CLIENT_CERT_CHAIN, &XFCC, &CLIENT_VERIFY];
-    while let Some(name) = headers.keys().find(|n| identity.contains(n)).cloned() {
+    while let Some(name) = headers
+        .keys()
+        .find(|n| identity.iter().any(|field| spells(n, field)))
+        .cloned()
+    {
         headers.remove(name);
     }
     let Some(fields) = &origin.client_cert else {
@@ -374,5 +438,143 @@ mod tests {
         add_forwarding(&mut h, &untrusted);
         assert_eq!(h["x-forwarded-for"], "2001:db8::1");
         assert_eq!(h["forwarded"], "for=\"[2001:db8::1]\";proto=https;host=app");
+    }
+    /// An XFCC element as Envoy's parser reads it: pairs split at `;` and keys at `=`
+    /// outside quotes, quoted values unescaped.
+    fn xfcc_pairs(element: &str) -> Vec<(String, String)> {
+        let (mut pairs, mut field, mut quoted, mut escaped) =
+            (Vec::new(), String::new(), false, false);
+        let mut fields = Vec::new();
+        for c in element.chars() {
+            match c {
+                _ if escaped => {
+                    field.push(c);
+                    escaped = false;
+                }
+                '\\' if quoted => escaped = true,
+                '"' => quoted = !quoted,
+                ';' | ',' if !quoted => fields.push(std::mem::take(&mut field)),
+                '=' if !quoted && !field.contains('\0') => field.push('\0'),
+                _ => field.push(c),
+            }
+        }
+        fields.push(field);
+        for f in fields {
+            let (k, v) = f.split_once('\0').expect("key=value");
+            pairs.push((k.to_owned(), v.to_owned()));
+        }
+        pairs
+    }
+
+    fn identity(uris: &[&str], dns: &[&str]) -> terminus_tls::ClientIdentity {
+        terminus_tls::ClientIdentity {
+            leaf: vec![0x30, 0x00].into(),
+            chain: Vec::new(),
+            subject: "CN=a \"b\" \\c".to_owned(),
+            sha256: "ab".repeat(32),
+            uris: uris.iter().map(|u| u.to_string()).collect(),
+            dns: dns.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    /// A SAN with `;`, `,` or `=` in it is one value, quoted as Envoy does, not fields of
+    /// the client's choosing.
+    #[test]
+    fn an_xfcc_san_holding_separators_is_quoted_whole() {
+        let san = "spiffe://a;URI=evil,By=x";
+        let id = identity(&[san, "spiffe://plain/b"], &["ok.example", "a\"=b"]);
+        let fields = ClientCertFields::of(Some(&id));
+        let xfcc = fields.xfcc.unwrap();
+        let xfcc = xfcc.to_str().unwrap();
+        let pairs = xfcc_pairs(xfcc);
+        let uris: Vec<&str> = pairs
+            .iter()
+            .filter(|(k, _)| k == "URI")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(uris, [san, "spiffe://plain/b"], "{xfcc}");
+        assert!(!pairs.iter().any(|(k, _)| k == "By"), "{xfcc}");
+        let dns: Vec<&str> = pairs
+            .iter()
+            .filter(|(k, _)| k == "DNS")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(dns, ["ok.example", "a\"=b"], "{xfcc}");
+        assert_eq!(
+            pairs.iter().find(|(k, _)| k == "Subject").unwrap().1,
+            id.subject
+        );
+        // Only what needs quotes is quoted.
+        assert!(
+            xfcc.contains(";URI=spiffe://plain/b;") && xfcc.contains(";DNS=ok.example;"),
+            "{xfcc}"
+        );
+        assert!(
+            xfcc.contains(";URI=\"spiffe://a;URI=evil,By=x\";"),
+            "{xfcc}"
+        );
+    }
+
+    #[test]
+    fn underscored_fields_are_removed_and_the_rest_kept() {
+        let mut h = map(&[
+            ("x_client_verify", "SUCCESS"),
+            ("x-client_verify", "SUCCESS"),
+            ("x_forwarded_client_cert", "Hash=forged"),
+            ("client_cert", ":Zm9yZ2Vk:"),
+            ("client_cert_chain", ":Zm9yZ2Vk:"),
+            ("x_anything", "1"),
+            ("x-kept", "yes"),
+            ("host", "app"),
+        ]);
+        remove_underscored(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["host", "x-kept"]);
+        // Without any, nothing changes.
+        let mut h = map(&[("x-kept", "yes"), ("host", "app")]);
+        remove_underscored(&mut h);
+        assert_eq!(h.len(), 2);
+    }
+
+    /// The client's copies of the identity fields go under every spelling, whatever the
+    /// server asks for; the proxy's own are the only ones left.
+    #[test]
+    fn identity_fields_are_removed_under_every_spelling() {
+        let forged = [
+            ("x-client-verify", "SUCCESS"),
+            ("x_client_verify", "SUCCESS"),
+            ("x-client_verify", "SUCCESS"),
+            ("x_forwarded_client_cert", "Hash=forged"),
+            ("x-forwarded-client_cert", "Hash=forged"),
+            ("client_cert", ":Zm9yZ2Vk:"),
+            ("client-cert", ":Zm9yZ2Vk:"),
+            ("client_cert_chain", ":Zm9yZ2Vk:"),
+            ("client-cert_chain", ":Zm9yZ2Vk:"),
+            ("x-kept", "yes"),
+        ];
+        let plain = Origin::new(
+            "192.0.2.7:5555".parse().unwrap(),
+            "127.0.0.1:443".parse().unwrap(),
+            "https",
+        );
+        let mut h = map(&forged);
+        add_client_cert(&mut h, &plain, ClientCertHeader::Rfc9440);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-kept"]);
+        let verified = plain.clone().with_client_cert(Some(&identity(&[], &[])));
+        let mut h = map(&forged);
+        add_client_cert(&mut h, &verified, ClientCertHeader::Xfcc);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(
+            left,
+            ["x-client-verify", "x-forwarded-client-cert", "x-kept"]
+        );
+        assert_eq!(h.get_all("x-client-verify").iter().count(), 1);
+        assert!(h["x-forwarded-client-cert"]
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("Hash={};", "ab".repeat(32))));
     }
 }

@@ -25,6 +25,10 @@ pub struct Host {
     pub tls: Arc<rustls::ServerConfig>,
     /// `client_auth`'s mode, where it asks for client certificates.
     pub client_auth: Option<terminus_tls::ClientAuthMode>,
+    /// Where it asks for client certificates: what its policy's CRLs revoke, read with
+    /// the verifier of `tls`. A resumed session's restored chain is checked against it
+    /// (rustls verifies nothing on resumption).
+    pub revocations: Option<Arc<terminus_tls::Revocations>>,
     pub routes: Routes,
     /// A `[[stream]]`'s upstream and mode: its connections carry bytes, not HTTP.
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
@@ -200,20 +204,23 @@ impl Site {
         })?;
         let mut stream_tls = (*tls).clone();
         stream_tls.alpn_protocols.clear();
+        // A server's client-certificate policy: its configuration and revocations.
+        let policy_of = |server: &crate::config::ServerConfig| {
+            server.client_auth.as_ref().map(|policy| {
+                verifying
+                    .iter()
+                    .find(|(p, ..)| p == policy)
+                    .expect("a configuration for every policy")
+            })
+        };
         let hosts = hosts
             .into_iter()
             .zip(&config.servers)
             .map(|((routes, stream), server)| Host {
                 names: server.names.clone(),
-                tls: match &server.client_auth {
-                    None => tls.clone(),
-                    Some(policy) => verifying
-                        .iter()
-                        .find(|(p, _)| p == policy)
-                        .map(|(_, config)| config.clone())
-                        .expect("a configuration for every policy"),
-                },
+                tls: policy_of(server).map_or_else(|| tls.clone(), |(_, config, _)| config.clone()),
                 client_auth: server.client_auth.as_ref().map(|p| p.mode),
+                revocations: policy_of(server).map(|(.., revocations)| revocations.clone()),
                 routes,
                 stream,
                 headers: server.headers.clone(),
@@ -356,8 +363,10 @@ fn acme_certificates(
 const NO_CLIENT_AUTH: [u8; 8] = *b"no-mtls\0";
 
 /// The site's rustls configuration, and one per distinct client-certificate policy of
-/// its servers. With any policy, every configuration's tickets carry the policy they
-/// were issued under, so that none resumes under another.
+/// its servers (with what the policy's CRLs revoke). With any policy, every
+/// configuration's tickets carry the policy they were issued under, so that none resumes
+/// under another: its tag is of the policy's files as read now, so a reload that brings
+/// a new CRL (or CA) at the same path voids the tickets issued under the old one.
 #[allow(clippy::type_complexity)]
 fn tls_configs(
     config: &Config,
@@ -367,7 +376,11 @@ fn tls_configs(
 ) -> Result<
     (
         Arc<rustls::ServerConfig>,
-        Vec<(terminus_tls::ClientAuthPolicy, Arc<rustls::ServerConfig>)>,
+        Vec<(
+            terminus_tls::ClientAuthPolicy,
+            Arc<rustls::ServerConfig>,
+            Arc<terminus_tls::Revocations>,
+        )>,
     ),
     ConfigError,
 > {
@@ -392,7 +405,8 @@ fn tls_configs(
         .map_err(|e| err(None, format!("[tls]: {e}"), None))?;
     let mut verifying = Vec::new();
     for (policy, line) in &policies {
-        let verifier = policy.verifier().map_err(|e| {
+        // One reading of the files for the verifier, the tag and the revocations.
+        let loaded = policy.load().map_err(|e| {
             err(
                 *line,
                 format!("client_auth: {e}"),
@@ -401,9 +415,13 @@ fn tls_configs(
         })?;
         let verifying_config = config
             .tls
-            .server_config_verifying(resolver.clone(), ticketer(policy.tag()), Some(verifier))
+            .server_config_verifying(
+                resolver.clone(),
+                ticketer(loaded.tag),
+                Some(loaded.verifier),
+            )
             .map_err(|e| err(*line, format!("[tls]: {e}"), None))?;
-        verifying.push(((*policy).clone(), verifying_config));
+        verifying.push(((*policy).clone(), verifying_config, loaded.revocations));
     }
     Ok((tls, verifying))
 }

@@ -10,7 +10,8 @@
 //! - [`stream`] is the userspace record layer, where the kernel cannot take over;
 //! - [`record`] frames whole records before rustls or the kernel sees them;
 //! - [`client_auth`] is client certificates (mutual TLS): a server's policy as a rustls
-//!   verifier, tickets bound to it, the verified identity;
+//!   verifier, tickets bound to what its files hold, the revocations a resumed session is
+//!   checked against, the verified identity;
 //! - [`client`] is how terminus's own client side (the load generator, the proxy's TLS
 //!   upstreams) trusts a server.
 
@@ -26,7 +27,9 @@ pub mod selfsigned;
 pub mod stream;
 
 pub use certs::{CertError, LoadedCert};
-pub use client_auth::{ClientAuthMode, ClientAuthPolicy, ClientIdentity, PolicyTickets};
+pub use client_auth::{
+    ClientAuthMode, ClientAuthPolicy, ClientIdentity, LoadedPolicy, PolicyTickets, Revocations,
+};
 pub use config::{TlsSettings, TlsSettingsError};
 pub use handshake::{
     handshake, read_client_hello, ClientHelloRead, ErrorSource, Handshake, HandshakeError,

@@ -76,10 +76,42 @@ impl Established {
         let mut origin =
             terminus_proxy::Origin::new(peer, local, "https").keeping_forwarded(keeps_forwarded);
         if site.hosts[host].client_auth.is_some() {
-            // rustls has verified the chain (or the policy let the client show none).
-            let identity = conn
-                .peer_certificates()
-                .and_then(terminus_tls::ClientIdentity::of);
+            // rustls has verified the chain (or the policy let the client show none) in a
+            // full handshake; on resumption it verified nothing and restored the chain
+            // verified when the session began, which a CRL may have revoked since. Tickets
+            // cannot cross a CRL change (their tag is of the CRLs' contents) and each reload
+            // starts an empty session cache, but the identity told upstreams must not rest
+            // on how sessions are stored: a CRL lookup per certificate, no signature.
+            let chain = conn.peer_certificates();
+            let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            if resumed
+                && chain
+                    .zip(site.hosts[host].revocations.as_ref())
+                    .is_some_and(|(chain, revocations)| revocations.revokes(chain))
+            {
+                let subject = chain
+                    .and_then(terminus_tls::ClientIdentity::of)
+                    .map(|id| id.subject)
+                    .unwrap_or_default();
+                tracing::info!(%peer, subject, "a resumed session's client certificate is revoked: closed before any request");
+                // rustls offers no way to send certificate_revoked once the handshake is
+                // done: a close_notify, and no request read.
+                if let Ok(mut stream) =
+                    TlsStream::new(socket, conn, &pending, metrics.traffic.clone())
+                {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        tokio::io::AsyncWriteExt::shutdown(&mut stream),
+                    )
+                    .await;
+                }
+                // Counted and logged as the full handshake's refusal of the same
+                // certificate would be.
+                return Err(Closed::Handshake(terminus_tls::HandshakeError::Tls(
+                    rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked),
+                )));
+            }
+            let identity = chain.and_then(terminus_tls::ClientIdentity::of);
             origin = origin.with_client_cert(identity.as_ref());
         }
         let info = ConnectionInfo {
