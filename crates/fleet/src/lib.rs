@@ -15,13 +15,16 @@ pub mod shares;
 pub mod store;
 pub mod tickets;
 
+#[cfg(test)]
+mod testing;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use terminus_metrics::{Exposition, Render};
 use tokio::sync::watch;
 
-use shares::{Quotas, ShareMetrics, ShareSync, SharesView, TenantView};
+use shares::{Quotas, ShareMetrics, ShareSync, TenantView};
 use store::keys::KeyEntries;
 use store::sync::{KeySync, StoreMetrics};
 use store::StoreSettings;
@@ -31,7 +34,7 @@ use tickets::{system_clock, Ring, Rotation, Ticketer};
 pub struct Fleet {
     ticketer: Arc<Ticketer>,
     store: Option<Arc<StoreMetrics>>,
-    shares: Option<SharesView>,
+    shares: Option<ShareMetrics>,
     /// Dropping it stops the store's thread.
     _stop: Option<watch::Sender<bool>>,
 }
@@ -66,15 +69,16 @@ impl Fleet {
             });
         };
         let (client, kek) = settings.open()?;
+        let kek = Arc::new(kek);
         let sync = KeySync::new(
             KeyEntries::new(&settings.prefix, rotation),
-            kek,
+            kek.clone(),
             ring,
             clock,
         );
         let metrics = sync.metrics();
-        let shares = quotas.map(|q| ShareSync::new(instance_id(), &settings.prefix, q));
-        let view = shares.as_ref().map(ShareSync::view);
+        let shares = quotas.map(|q| ShareSync::new(instance_id(), &settings.prefix, q, kek));
+        let view = shares.as_ref().map(ShareSync::metrics);
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -110,8 +114,8 @@ impl Fleet {
     /// What this instance knows of the fleet's quotas, tenant by tenant (`None` without
     /// a store).
     pub fn shares(&self) -> Option<BTreeMap<String, TenantView>> {
-        let view = self.shares.as_ref()?;
-        Some(view.lock().expect("fleet view lock").clone())
+        let metrics = self.shares.as_ref()?;
+        Some(metrics.view().lock().expect("fleet view lock").clone())
     }
 
     /// The ticketer every TLS configuration of this process seals tickets with.
@@ -126,8 +130,8 @@ impl Render for Fleet {
         if let Some(store) = &self.store {
             store.render(out);
         }
-        if let Some(view) = &self.shares {
-            ShareMetrics(view.clone()).render(out);
+        if let Some(shares) = &self.shares {
+            shares.render(out);
         }
     }
 }

@@ -7,8 +7,34 @@
 //! (a tenth of the quota split evenly, so an instance that starts seeing a tenant admits
 //! it at once) and the rest in proportion to demand. Shares move the meters' rates, never
 //! their state (what was used ahead is still owed). An instance that stops reporting is
-//! out of the split once its report has not changed for [`ALIVE`] on the reader's own
-//! clock, so clocks need not agree.
+//! out of the split once its report has not advanced for [`ALIVE`] on the reader's own
+//! clock.
+//!
+//! Reports are sealed under the fleet's key file ([`Kek`]), as ticket keys are, with the
+//! tenant's entry and the instance's field in the additional data: whoever can write to
+//! the store without the key file cannot make up an instance or its demand (to push the
+//! real ones to the floor), nor move a real report to another field or tenant. A report
+//! that does not open is ignored, counted and deleted. Each carries its writer's time and
+//! a sequence number: one written more than [`MAX_AGE`] ago (the writer's clock against
+//! the reader's: the most two instances' clocks may disagree), or not newer than one
+//! already read from its instance, is a replay and keeps no instance alive. A report
+//! deleted is no instance gone either: each instance's last authenticated report counts
+//! until it is [`ALIVE`] old. Reports of older versions, unsealed, are ignored (and
+//! deleted) like any that does not open, and older versions cannot read sealed ones: during
+//! a rolling upgrade the two versions do not count each other, and the fleet may go over a
+//! quota until it is done.
+//!
+//! ```text
+//! {prefix}quota:{tenant}   a hash: field = instance id, value = "s1:" and in hex the
+//!                          key file's AES-256-GCM sealing (nonce, ciphertext, tag) of
+//!                          "{demand} {used} {seq} {unix ms}", with the additional data
+//!                          "quota-share:{length of the entry's name}:{entry}:{field}"
+//! ```
+//!
+//! An instance remembers at most [`MAX_INSTANCES`] per tenant (the oldest dropped) and
+//! deletes at most [`MAX_DELETES`] fields a round, in one `HDEL` per tenant; the store's
+//! thread runs these rounds on a connection of their own, each cut off after
+//! [`ROUND_BUDGET`], so that they never hold up the ticket keys.
 //!
 //! When the store is gone, an instance holds its last shares for [`HOLD`], then falls
 //! back to an even split among the instances it last saw: the fleet stays at or under the
@@ -16,11 +42,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::RedisResult;
-use terminus_metrics::{Exposition, Kind, Render};
+use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Render};
+
+use crate::tickets::key::{hex, Kek};
 
 /// How often instances report and re-split.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -28,10 +56,27 @@ pub const TICK: Duration = Duration::from_millis(100);
 pub const ALIVE: Duration = Duration::from_secs(1);
 /// How long the last shares hold with the store gone.
 pub const HOLD: Duration = Duration::from_secs(3);
+/// Instances remembered per tenant: far more than a balancer spreads one tenant over, and
+/// a bound on what reports put in the store can cost this instance.
+pub const MAX_INSTANCES: usize = 1024;
+/// A report written longer ago than this is a replay: live ones are rewritten every
+/// tick and gone ones deleted after ten [`ALIVE`]s, so this is the slack left for clocks.
+pub const MAX_AGE: Duration = Duration::from_secs(60);
+/// Fields deleted a round at most: gone instances' reports, and reports that do not open
+/// or are too old.
+pub const MAX_DELETES: usize = 256;
+/// The longest a share round may take before it is given up (and the shares hold as in an
+/// outage).
+pub const ROUND_BUDGET: Duration = Duration::from_secs(1);
 /// The part of a quota split evenly, whatever the demand.
 const FLOOR: f64 = 0.1;
 /// Weight of the newest tick in the demand average (about 0.3 s of memory).
 const SMOOTHING: f64 = 0.35;
+/// What a sealed report's value begins with: the format's version, and what tells it from
+/// an older instance's unsealed report (which begins with a digit).
+const SEALED: &str = "s1:";
+/// Why reports are ignored, for the metrics.
+const IGNORED: [&str; 2] = ["unopened", "stale"];
 
 /// The tenants a fleet shares quotas of, as the server keeps them.
 pub trait Quotas: Send + Sync {
@@ -67,21 +112,73 @@ pub struct Report {
 }
 
 impl Report {
-    fn encode(&self) -> String {
-        format!("{:.3} {:.3} {}", self.demand, self.used, self.seq)
+    /// What is sealed: the rates, the sequence number, and the writer's Unix time in
+    /// milliseconds.
+    fn encode(&self, unix_ms: u64) -> String {
+        format!("{:.3} {:.3} {} {unix_ms}", self.demand, self.used, self.seq)
     }
 
-    fn decode(text: &str) -> Option<Report> {
+    /// The report and its writer's time in `text`, if it is one.
+    fn decode(text: &str) -> Option<(Report, u64)> {
         let mut parts = text.split(' ');
         let demand = parts.next()?.parse::<f64>().ok()?;
         let used = parts.next()?.parse::<f64>().ok()?;
         let seq = parts.next()?.parse().ok()?;
-        (demand.is_finite() && used.is_finite() && demand >= 0.0 && used >= 0.0).then_some(Report {
-            demand,
-            used,
-            seq,
-        })
+        let at = parts.next()?.parse().ok()?;
+        let valid = parts.next().is_none()
+            && demand.is_finite()
+            && used.is_finite()
+            && demand >= 0.0
+            && used >= 0.0;
+        valid.then_some((Report { demand, used, seq }, at))
     }
+
+    /// The value of `id`'s field in `entry`: this report made at `unix_ms`, sealed under
+    /// `kek`.
+    fn seal(&self, kek: &Kek, entry: &str, id: &str, unix_ms: u64) -> String {
+        let sealed = kek.seal(
+            &label(entry, id.as_bytes()),
+            self.encode(unix_ms).as_bytes(),
+        );
+        format!("{SEALED}{}", hex(&sealed))
+    }
+
+    /// The report in `value`, `field`'s in `entry`, and its writer's time; `None` unless
+    /// it was sealed under `kek` for this very field of this very entry.
+    fn open(kek: &Kek, entry: &str, field: &[u8], value: &[u8]) -> Option<(Report, u64)> {
+        let sealed = unhex(value.strip_prefix(SEALED.as_bytes())?)?;
+        let plain = kek.open(&label(entry, field), &sealed)?;
+        Report::decode(std::str::from_utf8(&plain).ok()?)
+    }
+}
+
+/// A report's additional data: what it is and the entry and field it was written to, the
+/// entry's length first so that no two pairs give the same bytes (a tenant's name may hold
+/// a colon).
+fn label(entry: &str, field: &[u8]) -> Vec<u8> {
+    let mut label = format!("quota-share:{}:{entry}:", entry.len()).into_bytes();
+    label.extend_from_slice(field);
+    label
+}
+
+/// The bytes written in hexadecimal in `text`, if that is what it holds.
+fn unhex(text: &[u8]) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let digit = |d: u8| (d as char).to_digit(16).expect("a hex digit") as u8;
+    Some(
+        text.chunks_exact(2)
+            .map(|p| digit(p[0]) << 4 | digit(p[1]))
+            .collect(),
+    )
+}
+
+/// Unix time in milliseconds, by this instance's clock.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `me`'s share of a `quota` (ACU per second) among the `alive` reports (its own among
@@ -117,58 +214,145 @@ pub struct TenantView {
 /// metrics.
 pub type SharesView = Arc<Mutex<BTreeMap<String, TenantView>>>;
 
+/// What this instance knows of another's reports for one tenant.
+#[derive(Debug, Clone)]
+struct Seen {
+    /// Its newest report authenticated (the highest sequence number).
+    report: Report,
+    /// When its sequence number last rose, on this instance's clock.
+    changed: Instant,
+}
+
+/// The instances one tenant's reports came from: at most [`MAX_INSTANCES`].
+#[derive(Debug, Default)]
+struct Members(HashMap<String, Seen>);
+
+impl Members {
+    /// Takes `id`'s authenticated `report`, read at `now` (this instance is `me`). Returns
+    /// whether its field holds a gone instance's report, not advanced for `gone`: to delete.
+    fn note(&mut self, me: &str, id: &str, report: Report, now: Instant, gone: Duration) -> bool {
+        if let Some(seen) = self.0.get_mut(id) {
+            if report.seq > seen.report.seq {
+                *seen = Seen {
+                    report,
+                    changed: now,
+                };
+                return false;
+            }
+            // The same report, or an older one put back (a replay): neither is news, so
+            // neither keeps an instance alive.
+            return id != me && now.duration_since(seen.changed) > gone;
+        }
+        if self.0.len() >= MAX_INSTANCES {
+            let oldest = self
+                .0
+                .iter()
+                .filter(|(i, _)| *i != me)
+                .min_by_key(|(_, s)| s.changed)
+                .map(|(i, _)| i.clone());
+            if let Some(oldest) = oldest {
+                self.0.remove(&oldest);
+            }
+        }
+        self.0.insert(
+            id.to_owned(),
+            Seen {
+                report,
+                changed: now,
+            },
+        );
+        false
+    }
+
+    /// Forgets instances whose reports stopped advancing long enough ago that a replay
+    /// of them is refused by its age anyway.
+    fn prune(&mut self, me: &str, now: Instant) {
+        self.0
+            .retain(|id, s| id == me || now.duration_since(s.changed) < 2 * MAX_AGE);
+    }
+
+    /// The instances alive at `now` (`me` always), by id, with their last reports.
+    fn alive(&self, me: &str, now: Instant, alive: Duration) -> Vec<(String, Report)> {
+        let mut live: Vec<(String, Report)> = self
+            .0
+            .iter()
+            .filter(|(id, s)| *id == me || now.duration_since(s.changed) < alive)
+            .map(|(id, s)| (id.clone(), s.report.clone()))
+            .collect();
+        live.sort_by(|a, b| a.0.cmp(&b.0));
+        live
+    }
+}
+
 /// This instance's side of the fleet's quotas.
 pub struct ShareSync {
     id: String,
     prefix: String,
     quotas: Arc<dyn Quotas>,
+    kek: Arc<Kek>,
     /// Per tenant: the counters last read, when, and the smoothed rates.
     last: HashMap<String, (TenantLoad, Instant, f64, f64)>,
-    /// Per tenant and instance: the report's seq and when it last changed, here.
-    seen: HashMap<(String, String), (u64, Instant)>,
+    /// Per tenant, the instances reporting.
+    seen: HashMap<String, Members>,
     seq: u64,
     last_ok: Option<Instant>,
     /// Instances alive at the last round (the fallback's divisor).
     last_alive: usize,
-    view: SharesView,
+    /// A report not advanced this long is an instance gone: [`ALIVE`] (tests shorten it).
+    alive: Duration,
+    /// Rounds have failed since the last that did not (said once).
+    failing: bool,
+    metrics: ShareMetrics,
 }
 
 impl ShareSync {
-    /// Shares `quotas` under `prefix` as instance `id`.
-    pub fn new(id: String, prefix: &str, quotas: Arc<dyn Quotas>) -> Self {
+    /// Shares `quotas` under `prefix` as instance `id`, its reports sealed under `kek`.
+    pub fn new(id: String, prefix: &str, quotas: Arc<dyn Quotas>, kek: Arc<Kek>) -> Self {
         Self {
             id,
             prefix: prefix.to_owned(),
             quotas,
+            kek,
             last: HashMap::new(),
             seen: HashMap::new(),
             seq: 0,
             last_ok: None,
             last_alive: 1,
-            view: Arc::default(),
+            alive: ALIVE,
+            failing: false,
+            metrics: ShareMetrics::new(),
         }
     }
 
     /// What it knows of every tenant, for `/capacity` and the metrics.
     pub fn view(&self) -> SharesView {
-        self.view.clone()
+        self.metrics.view.clone()
+    }
+
+    /// Its metrics: the shares, reports ignored, rounds failed.
+    pub fn metrics(&self) -> ShareMetrics {
+        self.metrics.clone()
     }
 
     fn entry(&self, tenant: &str) -> String {
         format!("{}quota:{tenant}", self.prefix)
     }
 
-    /// One tick: report, read back, re-split.
+    /// One tick: report, read back, re-split, and delete what is gone or does not open.
     pub async fn round(&mut self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let now = Instant::now();
+        let unix_ms = unix_ms();
+        let gone = 10 * self.alive;
         let loads = self.quotas.tenants();
+        // A tenant gone from the configuration (a reload) takes what was known of it along.
+        self.last.retain(|t, _| loads.iter().any(|l| l.name == *t));
+        self.seen.retain(|t, _| loads.iter().any(|l| l.name == *t));
         if loads.is_empty() {
-            self.last_ok = Some(now);
+            self.succeeded(now);
             return Ok(());
         }
         self.seq += 1;
         let mut pipe = redis::pipe();
-        let mut mine = Vec::new();
         for load in &loads {
             let (demand, used) = self.rates(load, now);
             let report = Report {
@@ -177,53 +361,107 @@ impl ShareSync {
                 seq: self.seq,
             };
             let entry = self.entry(&load.name);
-            pipe.hset(&entry, &self.id, report.encode())
-                .ignore()
-                .pexpire(&entry, 10_000)
-                .ignore()
-                .hgetall(&entry);
-            mine.push((load.name.clone(), load.quota));
+            pipe.hset(
+                &entry,
+                &self.id,
+                report.seal(&self.kek, &entry, &self.id, unix_ms),
+            )
+            .ignore()
+            .pexpire(&entry, 10_000)
+            .ignore()
+            .hgetall(&entry);
+            // Its own report counts whatever the store gives back: someone may delete it.
+            self.seen
+                .entry(load.name.clone())
+                .or_default()
+                .note(&self.id, &self.id, report, now, gone);
         }
-        let all: Vec<HashMap<String, String>> = pipe.query_async(conn).await?;
-        let mut gone = Vec::new();
+        let all: Vec<HashMap<Vec<u8>, Vec<u8>>> = pipe.query_async(conn).await?;
+        let oldest = unix_ms.saturating_sub(MAX_AGE.as_millis() as u64);
+        let mut doomed: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
+        let mut room = MAX_DELETES;
         let mut view = BTreeMap::new();
-        for ((tenant, quota), reports) in mine.iter().zip(all) {
-            let mut alive = Vec::new();
-            for (id, text) in reports {
-                let Some(report) = Report::decode(&text) else {
-                    continue;
-                };
-                let key = (tenant.clone(), id.clone());
-                let (seq, changed) = self.seen.entry(key).or_insert((report.seq, now));
-                if *seq != report.seq {
-                    (*seq, *changed) = (report.seq, now);
-                }
-                if id == self.id || now.duration_since(*changed) < ALIVE {
-                    alive.push((id, report));
-                } else if now.duration_since(*changed) > 10 * ALIVE {
-                    gone.push((self.entry(tenant), id));
+        for (load, fields) in loads.iter().zip(all) {
+            let entry = self.entry(&load.name);
+            let members = self.seen.entry(load.name.clone()).or_default();
+            members.prune(&self.id, now);
+            let (mut delete, mut unopened, mut stale) = (Vec::new(), 0, 0);
+            for (field, value) in fields {
+                let opened = Report::open(&self.kek, &entry, &field, &value)
+                    .and_then(|(r, at)| Some((String::from_utf8(field.clone()).ok()?, r, at)));
+                match opened {
+                    None => {
+                        unopened += 1;
+                        delete.push(field);
+                    }
+                    Some((_, _, at)) if at < oldest => {
+                        stale += 1;
+                        delete.push(field);
+                    }
+                    Some((id, report, _)) => {
+                        if members.note(&self.id, &id, report, now, gone) {
+                            delete.push(field);
+                        }
+                    }
                 }
             }
-            let share = share_of(&self.id, &alive, *quota);
-            self.quotas.set_share(tenant, share);
+            if unopened + stale > 0 {
+                self.metrics.ignored.add(0, unopened);
+                self.metrics.ignored.add(1, stale);
+                tracing::debug!(
+                    "fleet: tenant {}: {unopened} quota report(s) that do not open with the key file (an older version's, another key file's, or written by someone without it) and {stale} older than {MAX_AGE:?}, ignored",
+                    load.name
+                );
+            }
+            let alive = members.alive(&self.id, now, self.alive);
+            let share = share_of(&self.id, &alive, load.quota);
+            self.quotas.set_share(&load.name, share);
             let instances = alive
                 .iter()
-                .map(|(id, r)| (id.clone(), share_of(id, &alive, *quota), r.clone()))
+                .map(|(id, r)| (id.clone(), share_of(id, &alive, load.quota), r.clone()))
                 .collect();
-            view.insert(tenant.clone(), TenantView { instances, share });
+            view.insert(load.name.clone(), TenantView { instances, share });
+            delete.truncate(room);
+            room -= delete.len();
+            if !delete.is_empty() {
+                doomed.push((entry, delete));
+            }
         }
         self.last_alive = view.values().map(|v| v.instances.len()).max().unwrap_or(1);
-        *self.view.lock().expect("fleet view lock") = view;
-        self.last_ok = Some(now);
-        for (entry, id) in gone {
-            let _: i64 = redis::cmd("HDEL")
-                .arg(entry)
-                .arg(&id)
-                .query_async(conn)
-                .await?;
-            self.seen.retain(|(_, i), _| i != &id);
+        *self.metrics.view.lock().expect("fleet view lock") = view;
+        self.succeeded(now);
+        if !doomed.is_empty() {
+            let mut pipe = redis::pipe();
+            for (entry, fields) in &doomed {
+                let hdel = pipe.cmd("HDEL").arg(entry);
+                for field in fields {
+                    hdel.arg(field.as_slice());
+                }
+                hdel.ignore();
+            }
+            pipe.query_async::<()>(conn).await?;
         }
         Ok(())
+    }
+
+    /// A round went through.
+    fn succeeded(&mut self, now: Instant) {
+        self.last_ok = Some(now);
+        if self.failing {
+            tracing::info!("fleet: quota share rounds go through again");
+            self.failing = false;
+        }
+    }
+
+    /// A round failed (or ran past [`ROUND_BUDGET`]) for `why`, the store still
+    /// answering the ticket keys: the shares hold, then split evenly, as in an outage.
+    pub fn failed(&mut self, why: &str) {
+        self.metrics.failed.inc();
+        if !self.failing {
+            tracing::warn!("fleet: a quota share round failed ({why}); the shares hold, then split evenly, until one goes through (ticket keys are kept in step apart)");
+            self.failing = true;
+        }
+        self.outage();
     }
 
     /// The store cannot be reached: past [`HOLD`] since the last round, an even split
@@ -236,7 +474,13 @@ impl ShareSync {
         for load in self.quotas.tenants() {
             self.quotas.set_share(&load.name, share);
         }
-        for view in self.view.lock().expect("fleet view lock").values_mut() {
+        for view in self
+            .metrics
+            .view
+            .lock()
+            .expect("fleet view lock")
+            .values_mut()
+        {
             view.share = share;
             view.instances.clear();
         }
@@ -261,12 +505,52 @@ impl ShareSync {
     }
 }
 
-/// The shares, as metrics.
-pub struct ShareMetrics(pub SharesView);
+/// The shares, the reports ignored and the rounds failed, as metrics.
+#[derive(Debug, Clone)]
+pub struct ShareMetrics {
+    view: SharesView,
+    ignored: Arc<Labelled<2>>,
+    failed: Arc<Counter>,
+}
+
+impl ShareMetrics {
+    fn new() -> Self {
+        Self {
+            view: Arc::default(),
+            ignored: Arc::new(Labelled::counter(
+                "terminus_fleet_share_reports_ignored_total",
+                "Quota share reports in the fleet's store ignored and deleted: unopened (not sealed under this key file for their field: an older version's, another key file's, or forged) or stale (written more than a minute ago: a replay).",
+                label_values("reason", IGNORED, ""),
+            )),
+            failed: Arc::new(Counter::new(
+                "terminus_fleet_share_rounds_failed_total",
+                "Quota share rounds that failed or ran past their time while the store kept the ticket keys.",
+            )),
+        }
+    }
+
+    /// What this instance knows of every tenant's split.
+    pub fn view(&self) -> &SharesView {
+        &self.view
+    }
+
+    /// Reports ignored for `reason`: `"unopened"` or `"stale"`.
+    pub fn ignored(&self, reason: &str) -> i64 {
+        IGNORED
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| self.ignored.get(i))
+    }
+
+    /// Share rounds that failed or ran past [`ROUND_BUDGET`].
+    pub fn failed(&self) -> u64 {
+        self.failed.get()
+    }
+}
 
 impl Render for ShareMetrics {
     fn render(&self, out: &mut Exposition) {
-        let view = self.0.lock().expect("fleet view lock");
+        let view = self.view.lock().expect("fleet view lock");
         out.header(
             "terminus_tenant_fleet_share",
             Kind::Gauge,
@@ -286,12 +570,16 @@ impl Render for ShareMetrics {
         );
         let n = view.values().map(|v| v.instances.len()).max().unwrap_or(0);
         out.sample("terminus_fleet_instances", "", n);
+        drop(view);
+        self.ignored.render(out);
+        self.failed.render(out);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{kek, Redis, Steady};
 
     fn report(demand: f64) -> Report {
         Report {
@@ -346,9 +634,252 @@ mod tests {
             used: 3.25,
             seq: 9,
         };
-        assert_eq!(Report::decode(&r.encode()), Some(r));
-        for bad in ["", "1 2", "x 1 2", "-1 0 1", "NaN 0 1", "1 inf 1"] {
+        assert_eq!(Report::decode(&r.encode(1234)), Some((r, 1234)));
+        for bad in [
+            "",
+            "1 2 3",
+            "1 2 3 4 5",
+            "x 1 2 3",
+            "-1 0 1 3",
+            "NaN 0 1 3",
+            "1 inf 1 3",
+        ] {
             assert_eq!(Report::decode(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_sealed_report_opens_only_under_its_key_file_entry_and_field() {
+        let (kek, other) = (kek(), Kek::from_hex(&"1e".repeat(32)).unwrap());
+        let r = Report {
+            demand: 12.5,
+            used: 3.25,
+            seq: 9,
+        };
+        let entry = "terminus:quota:t";
+        let sealed = r.seal(&kek, entry, "a", 1234);
+        assert!(sealed.starts_with(SEALED), "{sealed}");
+        let open = |kek: &Kek, entry: &str, field: &str, value: &str| {
+            Report::open(kek, entry, field.as_bytes(), value.as_bytes())
+        };
+        assert_eq!(open(&kek, entry, "a", &sealed), Some((r.clone(), 1234)));
+        assert_eq!(open(&other, entry, "a", &sealed), None, "another key file");
+        assert_eq!(open(&kek, entry, "b", &sealed), None, "another field");
+        assert_eq!(
+            open(&kek, "terminus:quota:u", "a", &sealed),
+            None,
+            "another tenant"
+        );
+        assert_eq!(
+            open(&kek, entry, "a", &r.encode(1234)),
+            None,
+            "unsealed, as an older version writes them"
+        );
+        let mut flipped = sealed.clone().into_bytes();
+        let last = flipped.len() - 1;
+        flipped[last] = if flipped[last] == b'0' { b'1' } else { b'0' };
+        assert_eq!(
+            open(&kek, entry, "a", std::str::from_utf8(&flipped).unwrap()),
+            None,
+            "altered"
+        );
+        // A colon in a tenant's name moves no report between entry and field.
+        let colon = r.seal(&kek, "p:quota:a:b", "c", 1);
+        assert_eq!(open(&kek, "p:quota:a", "b:c", &colon), None);
+    }
+
+    #[test]
+    fn an_instance_set_holds_max_instances_dropping_the_oldest_never_this_one() {
+        let start = Instant::now();
+        let mut members = Members::default();
+        let gone = Duration::from_secs(10);
+        members.note("me", "me", report(1.0), start, gone);
+        for i in 0..MAX_INSTANCES + 6 {
+            let at = start + Duration::from_millis(1 + i as u64);
+            members.note("me", &format!("i{i:04}"), report(1.0), at, gone);
+        }
+        assert_eq!(members.0.len(), MAX_INSTANCES);
+        assert!(
+            members.0.contains_key("me"),
+            "this instance, the oldest, kept"
+        );
+        for i in 0..7 {
+            assert!(!members.0.contains_key(&format!("i{i:04}")), "i{i} dropped");
+        }
+        assert!(members.0.contains_key("i0007"));
+    }
+
+    /// Instance `id` sharing `quotas` under "terminus:" with the tests' key file.
+    fn sync(id: &str, quotas: Arc<Steady>) -> ShareSync {
+        ShareSync::new(id.into(), "terminus:", quotas, Arc::new(kek()))
+    }
+
+    /// The instances `sync` counts for `tenant`, by id.
+    fn counted(sync: &ShareSync, tenant: &str) -> Vec<String> {
+        let view = sync.view();
+        let view = view.lock().unwrap();
+        view[tenant]
+            .instances
+            .iter()
+            .map(|(id, _, _)| id.clone())
+            .collect()
+    }
+
+    async fn hset(conn: &mut MultiplexedConnection, entry: &str, field: &str, value: &str) {
+        let _: i64 = redis::cmd("HSET")
+            .arg(entry)
+            .arg(field)
+            .arg(value)
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+
+    async fn hget(conn: &mut MultiplexedConnection, entry: &str, field: &str) -> String {
+        redis::cmd("HGET")
+            .arg(entry)
+            .arg(field)
+            .query_async(conn)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn forged_reports_neither_count_as_instances_nor_move_the_real_shares() {
+        let Some(redis) = Redis::start() else { return };
+        let mut conn = redis.connect().await;
+        let entry = "terminus:quota:t";
+        let (qa, qb) = (
+            Steady::new(&[("t", 60.0)], 100.0),
+            Steady::new(&[("t", 60.0)], 100.0),
+        );
+        let (mut a, mut b) = (sync("a", qa.clone()), sync("b", qb.clone()));
+        let other = Kek::from_hex(&"1e".repeat(32)).unwrap();
+        let huge = Report {
+            demand: 1e6,
+            used: 0.0,
+            seq: 1,
+        };
+        for round in 0..10 {
+            // Written again every round, as deleted: unsealed (as an older version writes
+            // them, in the old format and the new one) and sealed under another key file.
+            let now = unix_ms();
+            hset(&mut conn, entry, "evil", &huge.encode(now)).await;
+            hset(&mut conn, entry, "evil-old", "1000000.000 0.000 1").await;
+            let sealed = huge.seal(&other, entry, "evil-other", now);
+            hset(&mut conn, entry, "evil-other", &sealed).await;
+            a.round(&mut conn).await.unwrap();
+            b.round(&mut conn).await.unwrap();
+            // Whichever reads them first deletes them.
+            let ignored = a.metrics().ignored("unopened") + b.metrics().ignored("unopened");
+            assert_eq!(ignored, 3 * (round + 1));
+            tokio::time::sleep(TICK).await;
+        }
+        assert_eq!(counted(&b, "t"), ["a", "b"]);
+        for q in [&qa, &qb] {
+            let share = q.share("t").unwrap();
+            assert!(
+                (share - 0.5).abs() < 0.05,
+                "{share}: two instances asking the same"
+            );
+        }
+        assert_eq!(b.seen["t"].0.len(), 2, "a forged id remembered");
+    }
+
+    #[tokio::test]
+    async fn a_sealed_report_copied_to_another_field_or_tenant_is_ignored() {
+        let Some(redis) = Redis::start() else { return };
+        let mut conn = redis.connect().await;
+        let mut a = sync("a", Steady::new(&[("t", 10.0)], 100.0));
+        let mut b = sync("b", Steady::new(&[("t", 10.0), ("u", 10.0)], 100.0));
+        for _ in 0..5 {
+            a.round(&mut conn).await.unwrap();
+            let genuine = hget(&mut conn, "terminus:quota:t", "a").await;
+            hset(&mut conn, "terminus:quota:t", "a-copy", &genuine).await;
+            hset(&mut conn, "terminus:quota:u", "a", &genuine).await;
+            b.round(&mut conn).await.unwrap();
+            tokio::time::sleep(TICK).await;
+        }
+        assert_eq!(counted(&b, "t"), ["a", "b"]);
+        assert_eq!(counted(&b, "u"), ["b"]);
+        assert_eq!(b.metrics().ignored("unopened"), 2 * 5);
+    }
+
+    #[tokio::test]
+    async fn a_replayed_report_keeps_no_gone_instance_alive() {
+        let Some(redis) = Redis::start() else { return };
+        let mut conn = redis.connect().await;
+        let entry = "terminus:quota:t";
+        let mut a = sync("a", Steady::new(&[("t", 10.0)], 100.0));
+        let mut b = sync("b", Steady::new(&[("t", 10.0)], 100.0));
+        b.alive = Duration::from_millis(300);
+        let mut recorded = Vec::new();
+        for _ in 0..3 {
+            a.round(&mut conn).await.unwrap();
+            b.round(&mut conn).await.unwrap();
+            recorded.push(hget(&mut conn, entry, "a").await);
+            tokio::time::sleep(TICK).await;
+        }
+        assert_eq!(counted(&b, "t"), ["a", "b"]);
+        // a is gone; its reports are put back, older ones turn by turn; and an instance
+        // b never heard of comes back from a record of reports made a while ago.
+        let kek = kek();
+        let long_ago = unix_ms() - MAX_AGE.as_millis() as u64 - 1000;
+        for i in 0..12 {
+            hset(&mut conn, entry, "a", &recorded[i % 2]).await;
+            let ghost = Report {
+                demand: 50.0,
+                used: 0.0,
+                seq: 1000 + i as u64,
+            };
+            let ghost = ghost.seal(&kek, entry, "ghost", long_ago + 100 * i as u64);
+            hset(&mut conn, entry, "ghost", &ghost).await;
+            b.round(&mut conn).await.unwrap();
+            tokio::time::sleep(TICK).await;
+        }
+        assert_eq!(counted(&b, "t"), ["b"]);
+        assert_eq!(b.metrics().ignored("stale"), 12);
+    }
+
+    #[tokio::test]
+    async fn gone_and_unopened_reports_go_in_one_hdel_a_round_at_most_max_deletes() {
+        let Some(redis) = Redis::start() else { return };
+        let mut conn = redis.connect().await;
+        let entry = "terminus:quota:t";
+        let mut b = sync("b", Steady::new(&[("t", 10.0)], 100.0));
+        b.alive = Duration::from_millis(20);
+        // 200 instances report once and go; then 200 fields of junk come.
+        let kek = kek();
+        let now = unix_ms();
+        let mut hset = redis::cmd("HSET");
+        hset.arg(entry);
+        for i in 0..200 {
+            let id = format!("g{i}");
+            let report = Report {
+                demand: 1.0,
+                used: 0.0,
+                seq: 1,
+            };
+            hset.arg(&id).arg(report.seal(&kek, entry, &id, now));
+        }
+        let _: i64 = hset.query_async(&mut conn).await.unwrap();
+        b.round(&mut conn).await.unwrap();
+        assert_eq!(counted(&b, "t").len(), 201);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut hset = redis::cmd("HSET");
+        hset.arg(entry);
+        for i in 0..200 {
+            hset.arg(format!("junk{i}")).arg("junk");
+        }
+        let _: i64 = hset.query_async(&mut conn).await.unwrap();
+        let fields = || redis.cli(&["HLEN", entry]).trim().parse::<usize>().unwrap();
+        redis.cli(&["CONFIG", "RESETSTAT"]);
+        b.round(&mut conn).await.unwrap();
+        assert_eq!(redis.calls("hdel"), 1);
+        assert_eq!(fields(), 1 + 400 - MAX_DELETES);
+        b.round(&mut conn).await.unwrap();
+        assert_eq!(redis.calls("hdel"), 2);
+        assert_eq!(fields(), 1, "this instance's report alone");
+        assert_eq!(counted(&b, "t"), ["b"]);
     }
 }

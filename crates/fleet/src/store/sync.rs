@@ -12,6 +12,9 @@
 //! keys of its own (resumption across instances suffers, handshakes never fail). When the
 //! store is back, even empty, the first round puts (or finds) one key for the current
 //! epoch, and every instance seals with it after its next round.
+//!
+//! Beside the key rounds, on a connection of their own, run the quota share rounds
+//! ([`crate::shares`]): however slow or refused they are, a key round never waits for one.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -23,7 +26,7 @@ use terminus_metrics::{Counter, Exposition, Gauge, Render};
 use tokio::sync::watch;
 
 use super::keys::KeyEntries;
-use crate::shares::{ShareSync, TICK};
+use crate::shares::{ShareSync, ROUND_BUDGET, TICK};
 use crate::tickets::key::{hex, Kek, KeyMaterial};
 use crate::tickets::{self, Clock, Ring};
 
@@ -97,7 +100,7 @@ impl Render for StoreMetrics {
 /// One instance's side of the keys in the store.
 pub struct KeySync {
     entries: KeyEntries,
-    kek: Kek,
+    kek: Arc<Kek>,
     ring: Arc<RwLock<Ring>>,
     clock: Clock,
     metrics: Arc<StoreMetrics>,
@@ -115,7 +118,7 @@ const MIN_ROUND: Duration = Duration::from_millis(100);
 
 impl KeySync {
     /// Syncs `ring` with the entries `entries` names, wrapped under `kek`.
-    pub fn new(entries: KeyEntries, kek: Kek, ring: Arc<RwLock<Ring>>, clock: Clock) -> Self {
+    pub fn new(entries: KeyEntries, kek: Arc<Kek>, ring: Arc<RwLock<Ring>>, clock: Clock) -> Self {
         Self {
             entries,
             kek,
@@ -271,13 +274,13 @@ impl KeySync {
         }
     }
 
-    /// One connection's life: subscribe, then a key round every `poll` or on news, and a
-    /// share round every tick.
+    /// One connection's life: subscribe, then a key round every `poll` or on news; and,
+    /// beside it, the share rounds (see [`KeySync::share_rounds`]).
     async fn session(
         &self,
         client: &Client,
         poll: Duration,
-        mut shares: Option<&mut ShareSync>,
+        shares: Option<&mut ShareSync>,
     ) -> RedisResult<()> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
@@ -295,42 +298,186 @@ impl KeySync {
         })??;
         let mut news = pubsub.on_message();
         self.round(&mut conn).await?;
-        if let Some(shares) = shares.as_deref_mut() {
-            shares.round(&mut conn).await?;
-        }
         if !self.metrics.up() {
             tracing::info!("fleet: the store answers; ticket keys and quotas shared");
             self.metrics.up.add(1 - self.metrics.up.get());
         }
-        let mut keys_due = tokio::time::Instant::now() + poll;
-        let mut last_round = tokio::time::Instant::now();
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                message = news.next() => {
-                    if message.is_none() {
-                        return Err(redis::RedisError::from((
-                            redis::ErrorKind::Io,
-                            "the subscription closed",
-                        )));
+        let keys = async {
+            let mut keys_due = tokio::time::Instant::now() + poll;
+            let mut last_round = tokio::time::Instant::now();
+            loop {
+                tokio::select! {
+                    message = news.next() => {
+                        if message.is_none() {
+                            return Err(redis::RedisError::from((
+                                redis::ErrorKind::Io,
+                                "the subscription closed",
+                            )));
+                        }
+                        // Announcements coalesce: one round for a burst of them.
+                        let soonest = last_round + MIN_ROUND;
+                        keys_due = keys_due.min(soonest.max(tokio::time::Instant::now()));
                     }
-                                        // Announcements coalesce: one round for a burst of them.
-                    let soonest = last_round + MIN_ROUND;
-                    keys_due = keys_due.min(soonest.max(tokio::time::Instant::now()));
-                }
-                () = tokio::time::sleep_until(keys_due) => {
-                    last_round = tokio::time::Instant::now();
-                    self.round(&mut conn).await?;
-                    keys_due = tokio::time::Instant::now() + poll;
-                }
-                _ = tick.tick(), if shares.is_some() => {
-                    if let Some(shares) = shares.as_deref_mut() {
-                        self.metrics.round_trips.inc();
-                        shares.round(&mut conn).await?;
+                    () = tokio::time::sleep_until(keys_due) => {
+                        last_round = tokio::time::Instant::now();
+                        self.round(&mut conn).await?;
+                        keys_due = tokio::time::Instant::now() + poll;
                     }
                 }
             }
+        };
+        match shares {
+            None => keys.await,
+            Some(shares) => tokio::select! {
+                ended = keys => ended,
+                never = self.share_rounds(client, &config, shares) => match never {},
+            },
         }
+    }
+
+    /// A share round every [`TICK`], for as long as the key rounds go on. They have a
+    /// connection of their own, so that a slow one (a store that stalls writes, a hash
+    /// grown huge) never holds up a key round queued behind it; each is given up after
+    /// [`ROUND_BUDGET`], its connection with it. One that fails or is given up ends
+    /// nothing: the shares hold, then split evenly, as in an outage, and the next tick
+    /// tries again (a store gone for good ends the key rounds, and the session).
+    async fn share_rounds(
+        &self,
+        client: &Client,
+        config: &AsyncConnectionConfig,
+        shares: &mut ShareSync,
+    ) -> std::convert::Infallible {
+        let mut conn = None;
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.metrics.round_trips.inc();
+            let round = async {
+                let conn = match &mut conn {
+                    Some(conn) => conn,
+                    None => conn.insert(
+                        client
+                            .get_multiplexed_async_connection_with_config(config)
+                            .await?,
+                    ),
+                };
+                shares.round(conn).await
+            };
+            let failed = match tokio::time::timeout(ROUND_BUDGET, round).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => {
+                    if lost(&e) {
+                        conn = None;
+                    }
+                    e.to_string()
+                }
+                Err(_) => {
+                    // Rounds queued behind one the store has not answered would wait as
+                    // long: the next starts on a new connection.
+                    conn = None;
+                    format!("no answer within {ROUND_BUDGET:?}")
+                }
+            };
+            shares.failed(&failed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use terminus_testkit::eventually;
+
+    use super::*;
+    use crate::shares::ShareMetrics;
+    use crate::testing::{kek, Redis, Steady};
+    use crate::tickets::{system_clock, Rotation};
+
+    /// A key sync (a week's epochs: no entry to make while a test runs) and a share sync
+    /// for tenant t, run on a thread of their own against `redis` until the sender
+    /// returned is dropped.
+    fn start(
+        redis: &Redis,
+    ) -> (
+        Arc<StoreMetrics>,
+        ShareMetrics,
+        watch::Sender<bool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let rotation = Rotation {
+            rotate: Rotation::MAX_LIFETIME,
+            keep: 2,
+        };
+        let kek = Arc::new(kek());
+        let sync = KeySync::new(
+            KeyEntries::new("terminus:", rotation),
+            kek.clone(),
+            Arc::new(RwLock::new(Ring::new(rotation))),
+            system_clock(),
+        );
+        let shares = ShareSync::new(
+            "me".into(),
+            "terminus:",
+            Steady::new(&[("t", 10.0)], 100.0),
+            kek,
+        );
+        let (metrics, share_metrics) = (sync.metrics(), shares.metrics());
+        let (stop, stopped) = watch::channel(false);
+        let client = redis.client();
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(sync.run(client, Duration::from_millis(100), Some(shares), stopped))
+        });
+        eventually(Duration::from_secs(5), "the store up", || metrics.up());
+        (metrics, share_metrics, stop, thread)
+    }
+
+    #[test]
+    fn a_stalled_share_round_neither_ends_the_key_session_nor_holds_up_its_rounds() {
+        let Some(redis) = Redis::start() else { return };
+        let (metrics, shares, stop, thread) = start(&redis);
+        eventually(Duration::from_secs(5), "a share round through", || {
+            shares.view().lock().unwrap().contains_key("t")
+        });
+        redis.cli(&["CONFIG", "RESETSTAT"]);
+        // Writes wait, reads go on: each share round's HSET stalls, a key round's MGET
+        // (both epochs' entries made) does not.
+        redis.cli(&["CLIENT", "PAUSE", "1500", "WRITE"]);
+        std::thread::sleep(Duration::from_millis(1300));
+        let key_rounds = redis.calls("mget");
+        assert!(
+            key_rounds >= 6,
+            "{key_rounds} key rounds in 1.3 s of stalled share rounds, polling every 100 ms"
+        );
+        eventually(Duration::from_secs(5), "a share round given up", || {
+            shares.failed() >= 1
+        });
+        assert_eq!(metrics.errors.get(), 0, "the key session ended");
+        assert!(metrics.up());
+        drop(stop);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_quota_entry_of_the_wrong_type_fails_share_rounds_not_the_key_session() {
+        let Some(redis) = Redis::start() else { return };
+        redis.cli(&["SET", "terminus:quota:t", "not a hash"]);
+        let (metrics, shares, stop, thread) = start(&redis);
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(metrics.errors.get(), 0, "the key session ended");
+        assert!(
+            shares.failed() >= 5,
+            "{} share rounds failed",
+            shares.failed()
+        );
+        assert!(metrics.up());
+        drop(stop);
+        thread.join().unwrap();
     }
 }

@@ -120,8 +120,9 @@ impl TicketKey {
     }
 }
 
-/// The key-encryption key (the fleet's key file) that seals what a store keeps secret:
-/// ticket keys, and ACME's account and certificate keys.
+/// The key-encryption key (the fleet's key file) that seals what a store keeps secret or
+/// must not be forged: ticket keys, quota share reports, and ACME's account and
+/// certificate keys.
 pub struct Kek(LessSafeKey);
 
 impl std::fmt::Debug for Kek {

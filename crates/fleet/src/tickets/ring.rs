@@ -59,23 +59,28 @@ impl Ring {
         epoch.saturating_sub(u64::from(self.rotation.keep) - 1)
     }
 
-    /// Brings the ring to `epoch`: keys older than `keep` periods (or from beyond the next
-    /// epoch: the clock went back) are erased, zeroed by aws-lc as they are freed, and if
-    /// nothing can seal at `epoch` a key is made here.
+    /// Brings the ring to `epoch`: keys older than `keep` periods before it are erased,
+    /// zeroed by aws-lc as they are freed, and if nothing can seal at `epoch` a key is
+    /// made here. An `epoch` before the newest one reached (a clock stepped back) erases no
+    /// key of the epochs since: other instances seal with them now, and this one seals
+    /// with them again once its clock catches up.
     /// Returns how many keys were made (0 or 1).
     pub fn advance(&mut self, epoch: u64) -> usize {
-        match self.epoch {
+        let newest = match self.epoch {
             Some(was) if was < epoch => {
                 self.rotations += 1;
                 self.epoch = Some(epoch);
+                epoch
             }
-            None => self.epoch = Some(epoch),
-            Some(_) => {}
-        }
+            None => {
+                self.epoch = Some(epoch);
+                epoch
+            }
+            Some(was) => was,
+        };
         let oldest = self.oldest(epoch);
-        // Keys further ahead than the next epoch too: the clock went back.
         self.keys
-            .retain(|k| (oldest..=epoch + 1).contains(&k.epoch));
+            .retain(|k| (oldest..=newest + 1).contains(&k.epoch));
         if self.keys.iter().any(|k| k.epoch == epoch) {
             return 0;
         }
@@ -213,6 +218,42 @@ mod tests {
         // A clock gone back is no rotation.
         r.advance(102);
         assert_eq!((r.epoch(), r.rotations()), (Some(103), 3));
+    }
+
+    #[test]
+    fn a_clock_stepped_back_erases_no_newer_key_and_they_open_tickets_again() {
+        let mut r = ring(2);
+        // At 101 the ring holds 101's key (sealing) and the next epoch's, from the store.
+        r.advance(101);
+        let next = KeyMaterial::generate();
+        assert!(r.insert_shared(102, &next, 101));
+        let sealed_at_101 = r.sealing(101).unwrap().seal(b"s").unwrap();
+        // Another instance whose clock is a period ahead seals with the next key.
+        let sealed_ahead = next.key().seal(b"s").unwrap();
+        // One epoch back, then two: every key held at 101 survives, and opens again (or
+        // seals again) once the clock is back.
+        for back in [100, 99] {
+            r.advance(back);
+            assert_eq!(
+                r.opening(&sealed_at_101, back).is_some(),
+                back == 100,
+                "101's key opens at {back} as the next epoch's, only one back"
+            );
+            r.advance(101);
+            assert!(
+                r.opening(&sealed_at_101, 101).is_some(),
+                "101's key, back at 101 from {back}"
+            );
+            assert!(
+                r.opening(&sealed_ahead, 101).is_some(),
+                "102's key, back at 101 from {back}"
+            );
+            assert_eq!(r.sealing(101).unwrap().name(), sealing_name(&sealed_at_101));
+        }
+    }
+
+    fn sealing_name(ticket: &[u8]) -> &[u8; NAME_LEN] {
+        ticket[..NAME_LEN].try_into().unwrap()
     }
 
     #[test]
