@@ -14,14 +14,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use hyper::body::Body;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::balance::hash;
 use crate::connect::connect;
 use crate::headers::{
-    add_client_cert, add_forwarding, remove_hop_by_hop, remove_underscored, Origin,
+    add_client_cert, add_forwarding, clean_trailers, remove_hop_by_hop, remove_underscored, Origin,
 };
 use crate::health::now_ms;
 use crate::http1::{BodyFraming, Exchange, Failed, Stale};
@@ -85,6 +86,7 @@ where
         trailers: has_token(req.headers(), header::TE, "trailers"),
     };
     let (mut parts, body) = req.into_parts();
+    let body = body.map_frame(clean_trailer_frame as fn(Frame<Bytes>) -> Frame<Bytes>);
     let error = |status, server: Option<usize>, cause: String| ProxyError {
         status,
         upstream: upstream.spec.name.clone(),
@@ -324,6 +326,18 @@ fn is_idempotent(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
+}
+
+/// A request body's frame as the server gets it: trailers cleaned as the head is
+/// ([`clean_trailers`]), data untouched.
+fn clean_trailer_frame(frame: Frame<Bytes>) -> Frame<Bytes> {
+    match frame.into_trailers() {
+        Ok(mut trailers) => {
+            clean_trailers(&mut trailers);
+            Frame::trailers(trailers)
+        }
+        Err(frame) => frame,
+    }
 }
 
 /// How the request body goes to the server: by its length when known, chunked when not,

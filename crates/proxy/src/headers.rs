@@ -248,11 +248,8 @@ pub fn remove_underscored(headers: &mut HeaderMap) {
     }
 }
 
-/// Tells the server who the client's certificate says it is, in `format`, where the
-/// client's server asks for certificates; the client's own copies of these fields are
-/// removed always, under any spelling (dashes as underscores), so that a client cannot
-/// claim an identity it did not prove.
-pub fn add_client_cert(headers: &mut HeaderMap, origin: &Origin, format: ClientCertHeader) {
+/// Removes the client-certificate fields the proxy sets, under every spelling.
+fn remove_identity(headers: &mut HeaderMap) {
     // A look at each name, a removal only for those present (usually none): four
     // removals by name, each hashing and probing, cost ~1,600 instructions a request.
     // A name of another length than the four is passed over at its length.
@@ -264,6 +261,56 @@ pub fn add_client_cert(headers: &mut HeaderMap, origin: &Origin, format: ClientC
     {
         headers.remove(name);
     }
+}
+
+/// Fields a trailer section must not carry (RFC 9110 section 6.5.1: framing, routing,
+/// request modifiers, authentication, content description), and the forwarding fields
+/// the proxy sets in the head.
+const NOT_IN_TRAILERS: &[&str] = &[
+    "content-length",
+    "content-encoding",
+    "content-type",
+    "content-range",
+    "trailer",
+    "host",
+    "authorization",
+    "cookie",
+    "set-cookie",
+    "cache-control",
+    "max-forwards",
+    "range",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+];
+
+/// A request's trailer section as the server may get it: what is taken out of the head
+/// (hop-by-hop fields, names with underscores, every spelling of the client-certificate
+/// fields) and what a trailer must not carry ([`NOT_IN_TRAILERS`]) taken out here too,
+/// since a server that merges trailers into the request's fields (CGI-style ones do)
+/// would otherwise take a client's trailer for a field the proxy vouches for.
+pub fn clean_trailers(trailers: &mut HeaderMap) {
+    remove_hop_by_hop(trailers);
+    remove_underscored(trailers);
+    remove_identity(trailers);
+    for name in NOT_IN_TRAILERS {
+        trailers.remove(*name);
+    }
+}
+
+/// Tells the server who the client's certificate says it is, in `format`, where the
+/// client's server asks for certificates; the client's own copies of these fields are
+/// removed always, under any spelling (dashes as underscores), so that a client cannot
+/// claim an identity it did not prove.
+pub fn add_client_cert(headers: &mut HeaderMap, origin: &Origin, format: ClientCertHeader) {
+    remove_identity(headers);
     let Some(fields) = &origin.client_cert else {
         return;
     };
@@ -364,6 +411,35 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trailers_lose_what_the_head_loses_and_what_no_trailer_may_carry() {
+        let mut trailers = HeaderMap::new();
+        for (name, value) in [
+            ("x-client-verify", "SUCCESS"),
+            ("x_client_verify", "SUCCESS"),
+            ("x-forwarded-client-cert", "Hash=forged"),
+            ("client-cert", ":Zm9yZ2Vk:"),
+            ("x_anything", "1"),
+            ("connection", "close"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "5"),
+            ("host", "elsewhere.test"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("authorization", "Basic Zm9yZ2Vk"),
+            ("grpc-status", "0"),
+            ("x-checksum", "abc"),
+        ] {
+            trailers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        clean_trailers(&mut trailers);
+        let mut left: Vec<&str> = trailers.keys().map(|n| n.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["grpc-status", "x-checksum"]);
+    }
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut m = HeaderMap::new();

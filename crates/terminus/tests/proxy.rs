@@ -531,6 +531,22 @@ fn posts_seen(server: &Server) -> usize {
     seen.iter().filter(|r| r.starts_with("POST ")).count()
 }
 
+/// A chunked upload's trailers reach the upstream without what the head may not carry
+/// either: identity fields under any spelling, names with underscores, hop-by-hop and
+/// framing fields (a server that merges trailers into the request's fields would take
+/// them for the proxy's); the rest (`x-checksum`) passes.
+#[test]
+fn request_trailers_carry_no_forged_identity_or_framing_upstream() {
+    let (_app, _dir, server) = one_app("proxy-request-trailers");
+    let reply = raw_request(
+        &server,
+        "POST /app/request-trailers HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Client-Verify: SUCCESS\r\nx_client_verify: SUCCESS\r\nX-Forwarded-Client-Cert: Hash=forged\r\nContent-Length: 5\r\nHost: elsewhere.test\r\nX-Checksum: abc\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let names = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
+    assert_eq!(names, "[\"x-checksum\"]", "{reply}");
+}
+
 /// POSTs over one HTTP/2 connection (the h2 library, which sends what it is told): each
 /// argument `CONTENT-LENGTH FRAME|FRAME...` to /app/sha256; prints per request
 /// `reset CODE` where the server reset the stream, else its status.
@@ -1446,6 +1462,10 @@ fn a_path_is_routed_and_forwarded_in_its_normal_form() {
         let code = status(&server, &["--path-as-is"], path);
         assert_eq!(code, 404, "{path} reached the app");
     }
+    // A segment's `;` parameters do not take a request out of the route it means to
+    // servers that strip them (Tomcat, Jetty, Spring): `/app;x/whoami` is the app's.
+    let out = curl(&server, &["--path-as-is"], "/app;x/whoami");
+    assert_eq!(body(&out), "a");
     // Within the route, what went upstream is the path that was routed.
     let out = curl(&server, &["--path-as-is"], "/app//x/./../%7e/headers?q=%2e");
     let seen: serde_json::Value = serde_json::from_str(&body(&out)).unwrap();

@@ -39,13 +39,33 @@ impl Routes {
         Self::new(vec![("/".to_owned(), route)])
     }
 
-    /// The route whose prefix is the longest that `path` starts with.
+    /// The route whose prefix is the longest that `path` starts with, its segments' `;`
+    /// parameters left out: Tomcat, Jetty and Spring strip them before they route, so
+    /// `/admin;x/env` is their `/admin/env` and must be the `/admin/` route's here too,
+    /// never the broader route beside it (which may send it to the same application).
     pub fn choose(&self, path: &str) -> Option<&Route> {
+        let path = without_parameters(path);
         self.0
             .iter()
             .find(|(prefix, _)| path.starts_with(prefix.as_str()))
             .map(|(_, route)| route)
     }
+}
+
+/// `path` with each segment's `;` parameters (RFC 3986 section 3.3) removed; most paths
+/// have none and are not copied.
+fn without_parameters(path: &str) -> std::borrow::Cow<'_, str> {
+    if !path.contains(';') {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len());
+    for (i, segment) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        out.push_str(segment.split(';').next().unwrap_or_default());
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 impl Route {
@@ -151,6 +171,10 @@ mod tests {
         assert_eq!(chosen("/api/v1"), Some("/api/"));
         assert_eq!(chosen("/api"), Some("/"));
         assert_eq!(chosen("/index.html"), Some("/"));
+        // Matched without `;` parameters, as servers that strip them route.
+        assert_eq!(chosen("/api;x/v2;y=1/z"), Some("/api/v2/"));
+        assert_eq!(chosen("/api;jsessionid=1/x"), Some("/api/"));
+        assert_eq!(chosen("/index.html;x"), Some("/"));
         let partial = Routes::new(vec![("/only/".into(), Route::BuiltinPage)]);
         assert!(partial.choose("/elsewhere").is_none());
     }

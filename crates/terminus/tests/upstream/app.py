@@ -19,6 +19,8 @@ proxy passes the path on unchanged.
   /echo              (a chunked upload) answers at once, chunked, and echoes each piece
                      of the body as it arrives: the request and the response stream
                      together (full duplex)
+  /request-trailers  (a chunked upload) the names of the trailer fields that came with it,
+                     as JSON
   /seen              every request line this server has parsed, in order, as JSON (the
                      requests a proxy delivered, smuggled ones included)
   /closes            over TLS, how many connections the client closed between requests
@@ -84,8 +86,9 @@ class Handler(BaseHTTPRequestHandler):
             while True:
                 size = int(self.rfile.readline().split(b";")[0], 16)
                 if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
+                    self.trailer_names = []
+                    while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                        self.trailer_names.append(line.split(b":")[0].strip().lower().decode())
                     return
                 left = size
                 while left:
@@ -134,6 +137,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         for _ in self.read_body():
             pass
+        if path == "/request-trailers":
+            names = getattr(self, "trailer_names", [])
+            return self.reply(200, json.dumps(names).encode(), "application/json")
         if path == "/seen":
             return self.reply(200, json.dumps(SEEN).encode(), "application/json")
         if path == "/closes":
