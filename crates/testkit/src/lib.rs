@@ -12,13 +12,18 @@
 //!   the skipped tests out of the passed count;
 //! - **enforceable**: when `TERMINUS_REQUIRE` (a comma-separated list of [`Need`] names)
 //!   names what is missing, the test fails instead. `.ci/run` always requires the kTLS
-//!   guest and requires IFMA whenever `/proc/cpuinfo` shows `avx512ifma`.
+//!   guest and requires IFMA whenever `/proc/cpuinfo` shows `avx512ifma`, except in its
+//!   second pass on such a CPU, which masks IFMA with `OPENSSL_ia32cap` (the engine's
+//!   `multibuffer::applicable` honours it) so that the scalar side runs there too.
 //!
 //! [`support`] has what every suite needs besides: scratch directories, the openssl
-//! command line, and waiting for an event.
+//! command line, and waiting for an event; [`ports`], ports to name before a server binds
+//! them ([`free_port`]).
 
+mod ports;
 mod support;
 
+pub use ports::free_port;
 pub use support::{eventually, openssl, openssl_stdout, run, TestDir};
 
 use std::ffi::OsStr;
@@ -126,13 +131,17 @@ fn required(need: Need) -> bool {
 
 /// [`runs_here`] for a test that calls crypto_mb: `applicable` is
 /// `terminus_engine::multibuffer::applicable()` (passed in: this crate is a dependency of
-/// the engine's own tests, so it cannot depend on the engine).
+/// the engine's own tests, so it cannot depend on the engine). That decision honours
+/// `OPENSSL_ia32cap`; where the variable is set, the skip's reason names it, since the
+/// mask, not the CPU, may be what took IFMA away.
 pub fn runs_with_ifma(applicable: bool) -> bool {
-    runs_here(
-        Need::Ifma,
-        applicable,
-        "crypto_mb is not applicable on this CPU (no AVX-512 IFMA)",
-    )
+    let reason = match std::env::var("OPENSSL_ia32cap") {
+        Ok(mask) => format!(
+            "crypto_mb is not applicable here (no AVX-512 IFMA on this CPU, or OPENSSL_ia32cap={mask:?} clears it)"
+        ),
+        Err(_) => "crypto_mb is not applicable on this CPU (no AVX-512 IFMA)".to_owned(),
+    };
+    runs_here(Need::Ifma, applicable, reason)
 }
 
 /// Each thread of process `pid`: its name and the CPUs it may run on.

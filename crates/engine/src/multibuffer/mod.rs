@@ -7,6 +7,7 @@ mod der;
 pub mod ecdh;
 pub mod ecdsa;
 pub mod emsa;
+mod ia32cap;
 pub(crate) mod kernel;
 pub mod kx;
 pub mod nist;
@@ -15,8 +16,28 @@ pub mod x25519;
 
 pub use backend::MultibufferBackend;
 
-/// True when this CPU can run crypto_mb (AVX-512 IFMA and friends).
+use std::sync::OnceLock;
+
+/// True when crypto_mb runs here: this CPU has what it needs (AVX-512 IFMA and friends)
+/// and `OPENSSL_ia32cap`, the mask aws-lc and OpenSSL honour, does not clear AVX-512 IFMA
+/// (see `ia32cap.rs`). The one decision for everyone: `crypto.backend = "auto"`, the
+/// refusal of `multibuffer`, `speed` and `capacity`, and which tests run crypto_mb. Decided
+/// once per process, as aws-lc reads the variable once.
 pub fn applicable() -> bool {
+    static APPLICABLE: OnceLock<bool> = OnceLock::new();
+    *APPLICABLE.get_or_init(|| {
+        let cpu = cpu_runs_crypto_mb();
+        let mask = std::env::var("OPENSSL_ia32cap").unwrap_or_default();
+        let masked = ia32cap::clears_ifma(&mask);
+        if cpu && masked {
+            tracing::info!("OPENSSL_ia32cap={mask:?} clears AVX-512 IFMA: crypto_mb is not used, as on a CPU without it");
+        }
+        cpu && !masked
+    })
+}
+
+/// crypto_mb's own probe of the CPU.
+fn cpu_runs_crypto_mb() -> bool {
     // SAFETY: a pure CPU-feature query with no pointers.
     unsafe { crypto_mb_sys::mbx_is_crypto_mb_applicable(0) != 0 }
 }

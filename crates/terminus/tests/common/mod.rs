@@ -549,13 +549,11 @@ impl Drop for App {
     }
 }
 
-/// A TCP port free on 127.0.0.1 now.
+/// A port free on 127.0.0.1 (TCP and UDP) that no other socket takes before the caller
+/// binds it: outside the kernel's ephemeral range, where only an explicit bind takes a
+/// port, and never handed out twice (terminus_testkit::free_port says why).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    terminus_testkit::free_port()
 }
 
 /// Asserts that `terminus check` refuses the configuration `text` (written in `dir`)
