@@ -10,31 +10,39 @@
 //! out of the split once its report has not advanced for [`ALIVE`] on the reader's own
 //! clock.
 //!
-//! Reports are sealed under the fleet's key file ([`Kek`]), as ticket keys are, with the
-//! tenant's entry and the instance's field in the additional data: whoever can write to
-//! the store without the key file cannot make up an instance or its demand (to push the
-//! real ones to the floor), nor move a real report to another field or tenant. A report
-//! that does not open is ignored, counted and deleted. Each carries its writer's time and
-//! a sequence number: one written more than [`MAX_AGE`] ago (the writer's clock against
-//! the reader's: the most two instances' clocks may disagree), or not newer than one
-//! already read from its instance, is a replay and keeps no instance alive. A report
-//! deleted is no instance gone either: each instance's last authenticated report counts
-//! until it is [`ALIVE`] old. Reports of older versions, unsealed, are ignored (and
-//! deleted) like any that does not open, and older versions cannot read sealed ones: during
-//! a rolling upgrade the two versions do not count each other, and the fleet may go over a
-//! quota until it is done.
+//! Reports are in the clear (they need integrity, not secrecy) and authenticated with
+//! HMAC-SHA256 under a subkey of the fleet's key file for this purpose alone ([`Kek::subkey`]
+//! with [`SUBKEY_INFO`]: not the key that wraps ticket keys, so no volume of reports wears
+//! it out), the tenant's entry and the instance's field in what is authenticated: whoever
+//! can write to the store without the key file cannot make up an instance or its demand
+//! (to push the real ones to the floor), nor move a real report to another field or
+//! tenant. A report that does not verify is ignored, counted and deleted. Each carries its
+//! writer's time and a sequence number: one written more than [`MAX_AGE`] ago (the writer's
+//! clock against the reader's), or stamped more than [`AHEAD`] in the reader's future, or
+//! not newer than one already read from its instance, is a replay and keeps no instance
+//! alive. A report deleted is no instance gone either: each instance's last authenticated
+//! report counts until it is [`ALIVE`] old. Reports of older versions (unsealed, or sealed
+//! under the key file as "s1:") are ignored (and deleted) like any that does not verify,
+//! and older versions cannot read these: during a rolling upgrade the two versions do not
+//! count each other, and the fleet may go over a quota until it is done.
 //!
 //! ```text
-//! {prefix}quota:{tenant}   a hash: field = instance id, value = "s1:" and in hex the
-//!                          key file's AES-256-GCM sealing (nonce, ciphertext, tag) of
-//!                          "{demand} {used} {seq} {unix ms}", with the additional data
+//! {prefix}quota:{tenant}   a hash: field = instance id, value =
+//!                          "m1:{demand} {used} {seq} {unix ms}:{tag in hex}", the tag
+//!                          HMAC-SHA256 under HKDF-SHA256(key file, SUBKEY_INFO) of
+//!                          "terminus:quota-report:v1:{length of the binding}:{binding}"
+//!                          and then the report's text, the binding being
 //!                          "quota-share:{length of the entry's name}:{entry}:{field}"
 //! ```
 //!
 //! An instance remembers at most [`MAX_INSTANCES`] per tenant (the oldest dropped) and
 //! deletes at most [`MAX_DELETES`] fields a round, in one `HDEL` per tenant; the store's
 //! thread runs these rounds on a connection of their own, each cut off after
-//! [`ROUND_BUDGET`], so that they never hold up the ticket keys.
+//! [`ROUND_BUDGET`], so that they never hold up the ticket keys. What it reads a round is
+//! bounded too: a tenant's hash of more than [`MAX_FIELDS`] fields (only someone writing
+//! junk to the store makes one) is read with `HSCAN`, [`MAX_FIELDS`] fields a round, on
+//! from where the last round stopped; a field or value longer than any real report's
+//! ([`MAX_FIELD`], [`MAX_VALUE`]) is deleted unread.
 //!
 //! When the store is gone, an instance holds its last shares for [`HOLD`], then falls
 //! back to an even split among the instances it last saw: the fleet stays at or under the
@@ -44,6 +52,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use aws_lc_rs::hmac;
 use redis::aio::MultiplexedConnection;
 use redis::RedisResult;
 use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Render};
@@ -68,13 +77,37 @@ pub const MAX_DELETES: usize = 256;
 /// The longest a share round may take before it is given up (and the shares hold as in an
 /// outage).
 pub const ROUND_BUDGET: Duration = Duration::from_secs(1);
+/// A report stamped further ahead than this on the reader's clock is refused (as stale): a
+/// report cannot have been written in the future, and one that would count for long once
+/// recorded is a replay kept ready. Instances' clocks must agree within this.
+pub const AHEAD: Duration = Duration::from_secs(30);
+/// Fields of a tenant's hash beyond which it is read a part a round (with `HSCAN`), not
+/// whole: four times the instances remembered.
+pub const MAX_FIELDS: usize = 4 * MAX_INSTANCES;
+/// Fields asked for per `HSCAN` page when a hash holds more than [`MAX_FIELDS`].
+const SCAN_PAGE: usize = MAX_FIELDS / 4;
+/// The HKDF info naming the key file's subkey for quota reports.
+pub const SUBKEY_INFO: &str = "terminus fleet quota-report v1";
+/// What every report's tag is over first: the purpose and format, so that no tag made for
+/// anything else under the same subkey passes for a report's.
+const PURPOSE: &str = "terminus:quota-report:v1:";
+/// Bytes of a tag (HMAC-SHA256).
+const TAG_LEN: usize = 32;
+/// The longest rate written: `f64::MAX` with three decimals (309 digits, a point, three).
+const MAX_RATE_LEN: usize = 309 + 1 + 3;
+/// The longest value a real report has: the version, the two longest rates, the longest
+/// sequence number and time (20 digits each), three spaces, a colon and the tag in hex.
+pub const MAX_VALUE: usize = AUTHENTICATED.len() + 2 * MAX_RATE_LEN + 2 * 20 + 3 + 1 + 2 * TAG_LEN;
+/// The longest field (instance id) read: an id is a host name (64 bytes at most), a PID and
+/// six hex digits.
+pub const MAX_FIELD: usize = 256;
 /// The part of a quota split evenly, whatever the demand.
 const FLOOR: f64 = 0.1;
 /// Weight of the newest tick in the demand average (about 0.3 s of memory).
 const SMOOTHING: f64 = 0.35;
-/// What a sealed report's value begins with: the format's version, and what tells it from
-/// an older instance's unsealed report (which begins with a digit).
-const SEALED: &str = "s1:";
+/// What an authenticated report's value begins with: the format's version, and what tells
+/// it from an older instance's report (unsealed, beginning with a digit, or "s1:" sealed).
+const AUTHENTICATED: &str = "m1:";
 /// Why reports are ignored, for the metrics.
 const IGNORED: [&str; 2] = ["unopened", "stale"];
 
@@ -112,7 +145,7 @@ pub struct Report {
 }
 
 impl Report {
-    /// What is sealed: the rates, the sequence number, and the writer's Unix time in
+    /// What is authenticated: the rates, the sequence number, and the writer's Unix time in
     /// milliseconds.
     fn encode(&self, unix_ms: u64) -> String {
         format!("{:.3} {:.3} {} {unix_ms}", self.demand, self.used, self.seq)
@@ -133,28 +166,47 @@ impl Report {
         valid.then_some((Report { demand, used, seq }, at))
     }
 
-    /// The value of `id`'s field in `entry`: this report made at `unix_ms`, sealed under
-    /// `kek`.
-    fn seal(&self, kek: &Kek, entry: &str, id: &str, unix_ms: u64) -> String {
-        let sealed = kek.seal(
-            &label(entry, id.as_bytes()),
-            self.encode(unix_ms).as_bytes(),
-        );
-        format!("{SEALED}{}", hex(&sealed))
+    /// The value of `id`'s field in `entry`: this report made at `unix_ms`, authenticated
+    /// under `key` (the key file's [`SUBKEY_INFO`] subkey).
+    fn seal(&self, key: &hmac::Key, entry: &str, id: &str, unix_ms: u64) -> String {
+        let text = self.encode(unix_ms);
+        let tag = tag(key, entry, id.as_bytes(), text.as_bytes());
+        format!("{AUTHENTICATED}{text}:{}", hex(tag.as_ref()))
     }
 
     /// The report in `value`, `field`'s in `entry`, and its writer's time; `None` unless
-    /// it was sealed under `kek` for this very field of this very entry.
-    fn open(kek: &Kek, entry: &str, field: &[u8], value: &[u8]) -> Option<(Report, u64)> {
-        let sealed = unhex(value.strip_prefix(SEALED.as_bytes())?)?;
-        let plain = kek.open(&label(entry, field), &sealed)?;
-        Report::decode(std::str::from_utf8(&plain).ok()?)
+    /// it was authenticated under `key` for this very field of this very entry. A value
+    /// longer than any report is not looked into.
+    fn open(key: &hmac::Key, entry: &str, field: &[u8], value: &[u8]) -> Option<(Report, u64)> {
+        if value.len() > MAX_VALUE {
+            return None;
+        }
+        let rest = value.strip_prefix(AUTHENTICATED.as_bytes())?;
+        let colon = rest.iter().rposition(|&b| b == b':')?;
+        let (text, tag) = (&rest[..colon], unhex(&rest[colon + 1..])?);
+        hmac::verify(key, &message(entry, field, text), &tag).ok()?;
+        Report::decode(std::str::from_utf8(text).ok()?)
     }
 }
 
-/// A report's additional data: what it is and the entry and field it was written to, the
-/// entry's length first so that no two pairs give the same bytes (a tenant's name may hold
-/// a colon).
+/// The tag of a report's `text` in `field` of `entry`.
+fn tag(key: &hmac::Key, entry: &str, field: &[u8], text: &[u8]) -> hmac::Tag {
+    hmac::sign(key, &message(entry, field, text))
+}
+
+/// What a report's tag is over: [`PURPOSE`], the binding to its entry and field ([`label`],
+/// its length first, so that where the field ends and the text begins is fixed), the text.
+fn message(entry: &str, field: &[u8], text: &[u8]) -> Vec<u8> {
+    let binding = label(entry, field);
+    let mut message = format!("{PURPOSE}{}:", binding.len()).into_bytes();
+    message.extend_from_slice(&binding);
+    message.extend_from_slice(text);
+    message
+}
+
+/// A report's binding: what it is and the entry and field it was written to, the entry's
+/// length first so that no two pairs give the same bytes (a tenant's name may hold a
+/// colon).
 fn label(entry: &str, field: &[u8]) -> Vec<u8> {
     let mut label = format!("quota-share:{}:{entry}:", entry.len()).into_bytes();
     label.extend_from_slice(field);
@@ -289,7 +341,11 @@ pub struct ShareSync {
     id: String,
     prefix: String,
     quotas: Arc<dyn Quotas>,
-    kek: Arc<Kek>,
+    /// The key file's subkey for quota reports ([`SUBKEY_INFO`]).
+    key: hmac::Key,
+    /// Per tenant (by name) whose hash holds more than [`MAX_FIELDS`] fields, where the
+    /// next round's `HSCAN` goes on from.
+    cursors: HashMap<String, u64>,
     /// Per tenant: the counters last read, when, and the smoothed rates.
     last: HashMap<String, (TenantLoad, Instant, f64, f64)>,
     /// Per tenant, the instances reporting.
@@ -306,13 +362,15 @@ pub struct ShareSync {
 }
 
 impl ShareSync {
-    /// Shares `quotas` under `prefix` as instance `id`, its reports sealed under `kek`.
+    /// Shares `quotas` under `prefix` as instance `id`, its reports authenticated under
+    /// `kek`'s subkey for them.
     pub fn new(id: String, prefix: &str, quotas: Arc<dyn Quotas>, kek: Arc<Kek>) -> Self {
         Self {
             id,
             prefix: prefix.to_owned(),
             quotas,
-            kek,
+            key: kek.subkey(SUBKEY_INFO),
+            cursors: HashMap::new(),
             last: HashMap::new(),
             seen: HashMap::new(),
             seq: 0,
@@ -347,6 +405,8 @@ impl ShareSync {
         // A tenant gone from the configuration (a reload) takes what was known of it along.
         self.last.retain(|t, _| loads.iter().any(|l| l.name == *t));
         self.seen.retain(|t, _| loads.iter().any(|l| l.name == *t));
+        self.cursors
+            .retain(|t, _| loads.iter().any(|l| l.name == *t));
         if loads.is_empty() {
             self.succeeded(now);
             return Ok(());
@@ -364,20 +424,22 @@ impl ShareSync {
             pipe.hset(
                 &entry,
                 &self.id,
-                report.seal(&self.kek, &entry, &self.id, unix_ms),
+                report.seal(&self.key, &entry, &self.id, unix_ms),
             )
             .ignore()
             .pexpire(&entry, 10_000)
             .ignore()
-            .hgetall(&entry);
+            .hlen(&entry);
             // Its own report counts whatever the store gives back: someone may delete it.
             self.seen
                 .entry(load.name.clone())
                 .or_default()
                 .note(&self.id, &self.id, report, now, gone);
         }
-        let all: Vec<HashMap<Vec<u8>, Vec<u8>>> = pipe.query_async(conn).await?;
+        let lens: Vec<usize> = pipe.query_async(conn).await?;
+        let all = self.read(conn, &loads, &lens).await?;
         let oldest = unix_ms.saturating_sub(MAX_AGE.as_millis() as u64);
+        let newest = unix_ms.saturating_add(AHEAD.as_millis() as u64);
         let mut doomed: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
         let mut room = MAX_DELETES;
         let mut view = BTreeMap::new();
@@ -387,14 +449,19 @@ impl ShareSync {
             members.prune(&self.id, now);
             let (mut delete, mut unopened, mut stale) = (Vec::new(), 0, 0);
             for (field, value) in fields {
-                let opened = Report::open(&self.kek, &entry, &field, &value)
+                if field.len() > MAX_FIELD {
+                    unopened += 1;
+                    delete.push(field);
+                    continue;
+                }
+                let opened = Report::open(&self.key, &entry, &field, &value)
                     .and_then(|(r, at)| Some((String::from_utf8(field.clone()).ok()?, r, at)));
                 match opened {
                     None => {
                         unopened += 1;
                         delete.push(field);
                     }
-                    Some((_, _, at)) if at < oldest => {
+                    Some((_, _, at)) if at < oldest || at > newest => {
                         stale += 1;
                         delete.push(field);
                     }
@@ -409,7 +476,7 @@ impl ShareSync {
                 self.metrics.ignored.add(0, unopened);
                 self.metrics.ignored.add(1, stale);
                 tracing::debug!(
-                    "fleet: tenant {}: {unopened} quota report(s) that do not open with the key file (an older version's, another key file's, or written by someone without it) and {stale} older than {MAX_AGE:?}, ignored",
+                    "fleet: tenant {}: {unopened} quota report(s) that do not verify under the key file (an older version's, another key file's, longer than any report, or written by someone without it) and {stale} older than {MAX_AGE:?} or stamped over {AHEAD:?} ahead, ignored",
                     load.name
                 );
             }
@@ -442,6 +509,69 @@ impl ShareSync {
             pipe.query_async::<()>(conn).await?;
         }
         Ok(())
+    }
+
+    /// Every field of each tenant's hash (`lens` fields long), or, for one of more than
+    /// [`MAX_FIELDS`], at most about that many a round, read with `HSCAN` on from where the
+    /// last round stopped.
+    async fn read(
+        &mut self,
+        conn: &mut MultiplexedConnection,
+        loads: &[TenantLoad],
+        lens: &[usize],
+    ) -> RedisResult<Vec<Vec<(Vec<u8>, Vec<u8>)>>> {
+        let mut pipe = redis::pipe();
+        let mut whole = 0;
+        for (load, len) in loads.iter().zip(lens) {
+            if *len <= MAX_FIELDS {
+                pipe.hgetall(self.entry(&load.name));
+                whole += 1;
+            }
+        }
+        let mut small: std::vec::IntoIter<Vec<(Vec<u8>, Vec<u8>)>> = if whole > 0 {
+            pipe.query_async(conn).await?
+        } else {
+            Vec::new()
+        }
+        .into_iter();
+        let mut all = Vec::with_capacity(loads.len());
+        for (load, len) in loads.iter().zip(lens) {
+            let entry = self.entry(&load.name);
+            if *len <= MAX_FIELDS {
+                self.cursors.remove(&load.name);
+                all.push(small.next().unwrap_or_default());
+                continue;
+            }
+            if !self.cursors.contains_key(&load.name) {
+                tracing::warn!(
+                    "fleet: tenant {}: its quota reports' hash holds {len} fields, more than {MAX_FIELDS} (junk written to the store?): read {MAX_FIELDS} a round, what does not verify deleted",
+                    load.name
+                );
+            }
+            let mut cursor = self.cursors.get(&load.name).copied().unwrap_or(0);
+            let mut fields = Vec::new();
+            loop {
+                let (next, page): (u64, Vec<Vec<u8>>) = redis::cmd("HSCAN")
+                    .arg(&entry)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(SCAN_PAGE)
+                    .query_async(conn)
+                    .await?;
+                let mut page = page.into_iter();
+                while let (Some(field), Some(value)) = (page.next(), page.next()) {
+                    fields.push((field, value));
+                }
+                cursor = next;
+                if cursor == 0 || fields.len() >= MAX_FIELDS {
+                    break;
+                }
+            }
+            fields.truncate(MAX_FIELDS);
+            self.cursors.insert(load.name.clone(), cursor);
+            all.push(fields);
+        }
+        Ok(all)
     }
 
     /// A round went through.
@@ -519,7 +649,7 @@ impl ShareMetrics {
             view: Arc::default(),
             ignored: Arc::new(Labelled::counter(
                 "terminus_fleet_share_reports_ignored_total",
-                "Quota share reports in the fleet's store ignored and deleted: unopened (not sealed under this key file for their field: an older version's, another key file's, or forged) or stale (written more than a minute ago: a replay).",
+                "Quota share reports in the fleet's store ignored and deleted: unopened (not authenticated under this key file for their field: an older version's, another key file's, longer than any report, or forged) or stale (written more than a minute ago or stamped over 5 s ahead: a replay).",
                 label_values("reason", IGNORED, ""),
             )),
             failed: Arc::new(Counter::new(
@@ -648,9 +778,15 @@ mod tests {
         }
     }
 
+    /// The tests' key file's subkey for reports.
+    fn key() -> hmac::Key {
+        kek().subkey(SUBKEY_INFO)
+    }
+
     #[test]
     fn a_sealed_report_opens_only_under_its_key_file_entry_and_field() {
-        let (kek, other) = (kek(), Kek::from_hex(&"1e".repeat(32)).unwrap());
+        let (kek, other) = (key(), Kek::from_hex(&"1e".repeat(32)).unwrap());
+        let other = other.subkey(SUBKEY_INFO);
         let r = Report {
             demand: 12.5,
             used: 3.25,
@@ -658,8 +794,8 @@ mod tests {
         };
         let entry = "terminus:quota:t";
         let sealed = r.seal(&kek, entry, "a", 1234);
-        assert!(sealed.starts_with(SEALED), "{sealed}");
-        let open = |kek: &Kek, entry: &str, field: &str, value: &str| {
+        assert!(sealed.starts_with(AUTHENTICATED), "{sealed}");
+        let open = |kek: &hmac::Key, entry: &str, field: &str, value: &str| {
             Report::open(kek, entry, field.as_bytes(), value.as_bytes())
         };
         assert_eq!(open(&kek, entry, "a", &sealed), Some((r.clone(), 1234)));
@@ -686,6 +822,68 @@ mod tests {
         // A colon in a tenant's name moves no report between entry and field.
         let colon = r.seal(&kek, "p:quota:a:b", "c", 1);
         assert_eq!(open(&kek, "p:quota:a", "b:c", &colon), None);
+    }
+
+    /// The wire format, computed apart: HMAC-SHA256 under HKDF-SHA256 of the key file (not
+    /// the key file's AES-GCM key), over the purpose, the binding and the text in the clear.
+    #[test]
+    fn a_report_is_its_text_in_the_clear_and_an_hmac_under_the_key_files_report_subkey() {
+        use aws_lc_rs::hkdf;
+        let r = Report {
+            demand: 12.5,
+            used: 3.25,
+            seq: 9,
+        };
+        let entry = "terminus:quota:t";
+        let value = r.seal(&key(), entry, "a", 1234);
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"terminus fleet key file subkeys")
+            .extract(&[0x0f; 32]);
+        let subkey: hmac::Key = prk
+            .expand(&[b"terminus fleet quota-report v1"], hmac::HMAC_SHA256)
+            .unwrap()
+            .into();
+        let binding = "quota-share:16:terminus:quota:t:a";
+        let message = format!(
+            "terminus:quota-report:v1:{}:{binding}12.500 3.250 9 1234",
+            binding.len()
+        );
+        let tag = hmac::sign(&subkey, message.as_bytes());
+        assert_eq!(
+            value,
+            format!("m1:12.500 3.250 9 1234:{}", hex(tag.as_ref()))
+        );
+        // The same made with the key file itself (no subkey) does not verify.
+        let raw = hmac::Key::new(hmac::HMAC_SHA256, &[0x0f; 32]);
+        let forged = format!(
+            "m1:12.500 3.250 9 1234:{}",
+            hex(hmac::sign(&raw, message.as_bytes()).as_ref())
+        );
+        assert_eq!(Report::open(&key(), entry, b"a", forged.as_bytes()), None);
+        // Nor does a report sealed under the key file's wrapping key, as the last version
+        // wrote them.
+        let sealed = kek().seal(binding.as_bytes(), b"12.500 3.250 9 1234");
+        let old = format!("s1:{}", hex(&sealed));
+        assert_eq!(Report::open(&key(), entry, b"a", old.as_bytes()), None);
+    }
+
+    #[test]
+    fn no_real_report_is_longer_than_max_value_and_a_longer_one_is_not_opened() {
+        let longest = Report {
+            demand: f64::MAX,
+            used: f64::MAX,
+            seq: u64::MAX,
+        };
+        let value = longest.seal(&key(), "e", "a", u64::MAX);
+        assert_eq!(value.len(), MAX_VALUE);
+        assert_eq!(
+            Report::open(&key(), "e", b"a", value.as_bytes()),
+            Some((longest, u64::MAX))
+        );
+        // A value authenticated but longer than that (zeros before a rate) is not opened.
+        let text = format!("{}1.000 0.000 1 1", "0".repeat(MAX_VALUE));
+        let tag = tag(&key(), "e", b"a", text.as_bytes());
+        let long = format!("m1:{text}:{}", hex(tag.as_ref()));
+        assert_eq!(Report::open(&key(), "e", b"a", long.as_bytes()), None);
     }
 
     #[test]
@@ -754,7 +952,7 @@ mod tests {
             Steady::new(&[("t", 60.0)], 100.0),
         );
         let (mut a, mut b) = (sync("a", qa.clone()), sync("b", qb.clone()));
-        let other = Kek::from_hex(&"1e".repeat(32)).unwrap();
+        let other = Kek::from_hex(&"1e".repeat(32)).unwrap().subkey(SUBKEY_INFO);
         let huge = Report {
             demand: 1e6,
             used: 0.0,
@@ -823,7 +1021,7 @@ mod tests {
         assert_eq!(counted(&b, "t"), ["a", "b"]);
         // a is gone; its reports are put back, older ones turn by turn; and an instance
         // b never heard of comes back from a record of reports made a while ago.
-        let kek = kek();
+        let kek = key();
         let long_ago = unix_ms() - MAX_AGE.as_millis() as u64 - 1000;
         for i in 0..12 {
             hset(&mut conn, entry, "a", &recorded[i % 2]).await;
@@ -849,7 +1047,7 @@ mod tests {
         let mut b = sync("b", Steady::new(&[("t", 10.0)], 100.0));
         b.alive = Duration::from_millis(20);
         // 200 instances report once and go; then 200 fields of junk come.
-        let kek = kek();
+        let kek = key();
         let now = unix_ms();
         let mut hset = redis::cmd("HSET");
         hset.arg(entry);
@@ -881,5 +1079,96 @@ mod tests {
         assert_eq!(redis.calls("hdel"), 2);
         assert_eq!(fields(), 1, "this instance's report alone");
         assert_eq!(counted(&b, "t"), ["b"]);
+    }
+
+    #[tokio::test]
+    async fn a_report_stamped_in_the_future_is_stale_and_counts_for_nothing() {
+        let Some(redis) = Redis::start() else { return };
+        let mut conn = redis.connect().await;
+        let entry = "terminus:quota:t";
+        let mut b = sync("b", Steady::new(&[("t", 10.0)], 100.0));
+        let key = key();
+        // Recorded from an instance whose clock ran ahead (or made up by one that had the
+        // key), to be put back later: a minute ahead is refused, a second ahead is not.
+        for i in 0..5u64 {
+            let now = unix_ms();
+            let ahead = Report {
+                demand: 50.0,
+                used: 0.0,
+                seq: 1 + i,
+            };
+            let future = ahead.seal(&key, entry, "future", now + 60_000);
+            hset(&mut conn, entry, "future", &future).await;
+            let skewed = ahead.seal(&key, entry, "skewed", now + 1_000);
+            hset(&mut conn, entry, "skewed", &skewed).await;
+            b.round(&mut conn).await.unwrap();
+            tokio::time::sleep(TICK).await;
+        }
+        assert_eq!(counted(&b, "t"), ["b", "skewed"]);
+        assert_eq!(b.metrics().ignored("stale"), 5);
+    }
+
+    #[tokio::test]
+    async fn a_hash_of_junk_is_read_a_bounded_part_a_round_and_long_values_unread() {
+        let Some(redis) = Redis::start() else { return };
+        let mut conn = redis.connect().await;
+        let entry = "terminus:quota:t";
+        let mut b = sync("b", Steady::new(&[("t", 10.0)], 100.0));
+        // Five times the bound in junk.
+        let junk = 5 * MAX_FIELDS;
+        let mut hset_all = redis::cmd("HSET");
+        hset_all.arg(entry);
+        for i in 0..junk {
+            hset_all.arg(format!("junk{i}")).arg("junk");
+        }
+        let _: i64 = hset_all.query_async(&mut conn).await.unwrap();
+        redis.cli(&["CONFIG", "RESETSTAT"]);
+        b.round(&mut conn).await.unwrap();
+        assert_eq!(redis.calls("hgetall"), 0, "the whole hash read");
+        assert!(redis.calls("hscan") >= 1);
+        let read = b.metrics().ignored("unopened") as usize;
+        assert!(
+            (MAX_FIELDS / 2..=MAX_FIELDS).contains(&read),
+            "{read} fields decoded in one round"
+        );
+        // The next round goes on from there: other fields.
+        b.round(&mut conn).await.unwrap();
+        let more = b.metrics().ignored("unopened") as usize - read;
+        assert!((MAX_FIELDS / 2..=MAX_FIELDS).contains(&more), "{more}");
+        assert_eq!(counted(&b, "t"), ["b"]);
+
+        // Back under the bound: a value longer than any report, even one authenticated, is
+        // deleted without being decoded, and so is a field longer than any id.
+        let _: () = redis::cmd("DEL")
+            .arg(entry)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let text = format!("{}50.000 0.000 1 {}", "0".repeat(100_000), unix_ms());
+        let tag = tag(&key(), entry, b"long", text.as_bytes());
+        hset(
+            &mut conn,
+            entry,
+            "long",
+            &format!("m1:{text}:{}", hex(tag.as_ref())),
+        )
+        .await;
+        let id = "i".repeat(MAX_FIELD + 1);
+        let report = Report {
+            demand: 50.0,
+            used: 0.0,
+            seq: 1,
+        };
+        let long_id = report.seal(&key(), entry, &id, unix_ms());
+        hset(&mut conn, entry, &id, &long_id).await;
+        let before = b.metrics().ignored("unopened");
+        b.round(&mut conn).await.unwrap();
+        assert_eq!(counted(&b, "t"), ["b"]);
+        assert_eq!(b.metrics().ignored("unopened") - before, 2);
+        assert_eq!(
+            redis.cli(&["HLEN", entry]).trim(),
+            "1",
+            "this instance's report alone"
+        );
     }
 }

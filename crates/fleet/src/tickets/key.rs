@@ -9,8 +9,14 @@
 //! A store holds keys wrapped (AES-256-GCM under a key-encryption key from a file), with
 //! the store's name for the entry as additional data: whoever reads the store without
 //! the key file learns nothing, and an entry copied under another epoch does not open.
+//!
+//! What needs integrity only and is written often (quota share reports) is not sealed
+//! under that key: it is authenticated with HMAC-SHA256 under a subkey derived from the key
+//! file for its purpose alone (HKDF-SHA256, [`Kek::subkey`]), which has no nonce to run
+//! out of and cannot forge anything the wrapping key protects.
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, AES_256_GCM_SIV};
+use aws_lc_rs::{hkdf, hmac};
 use zeroize::Zeroizing;
 
 /// Bytes of a key's name.
@@ -18,6 +24,9 @@ pub const NAME_LEN: usize = 16;
 const SECRET_LEN: usize = 32;
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
+/// HKDF's salt for the key file's subkeys (the key file is uniformly random already; a
+/// fixed salt names the scheme).
+const SUBKEY_SALT: &[u8] = b"terminus fleet key file subkeys";
 
 /// A key's name and secret: as made, and as a store keeps them (wrapped). Zeroed when
 /// dropped.
@@ -120,10 +129,15 @@ impl TicketKey {
     }
 }
 
-/// The key-encryption key (the fleet's key file) that seals what a store keeps secret or
-/// must not be forged: ticket keys, quota share reports, and ACME's account and
-/// certificate keys.
-pub struct Kek(LessSafeKey);
+/// The key-encryption key (the fleet's key file) that seals what a store keeps secret:
+/// ticket keys, and ACME's account and certificate keys; and the root of the subkeys that
+/// authenticate what must only not be forged (quota share reports, [`Kek::subkey`]).
+pub struct Kek {
+    wrap: LessSafeKey,
+    /// HKDF-SHA256's pseudorandom key extracted from the key file (zeroed by aws-lc-rs when
+    /// dropped), for the subkeys.
+    prk: hkdf::Prk,
+}
 
 impl std::fmt::Debug for Kek {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -147,7 +161,22 @@ impl Kek {
             *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex digits");
         }
         let unbound = UnboundKey::new(&AES_256_GCM, &bytes[..]).expect("a 256-bit key");
-        Ok(Self(LessSafeKey::new(unbound)))
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, SUBKEY_SALT).extract(&bytes[..]);
+        Ok(Self {
+            wrap: LessSafeKey::new(unbound),
+            prk,
+        })
+    }
+
+    /// An HMAC-SHA256 key for one purpose, named by `info` (e.g. `"terminus fleet
+    /// quota-report v1"`): HKDF-SHA256 from the key file, so that what is authenticated
+    /// for one purpose is never valid for another, nor under the wrapping key.
+    pub fn subkey(&self, info: &str) -> hmac::Key {
+        let info = [info.as_bytes()];
+        self.prk
+            .expand(&info, hmac::HMAC_SHA256)
+            .expect("a 32-byte HKDF-SHA256 output")
+            .into()
     }
 
     /// `plain` sealed under this key, bound to `label` (the store's name for the entry):
@@ -159,7 +188,7 @@ impl Kek {
         out.extend_from_slice(&nonce);
         out.extend_from_slice(plain);
         let tag = self
-            .0
+            .wrap
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(label),
@@ -179,7 +208,7 @@ impl Kek {
         let nonce = Nonce::try_assume_unique_for_key(&sealed[..NONCE_LEN]).ok()?;
         let mut in_out = Zeroizing::new(sealed[NONCE_LEN..].to_vec());
         let len = self
-            .0
+            .wrap
             .open_in_place(nonce, Aad::from(label), &mut in_out[..])
             .ok()?
             .len();
@@ -263,5 +292,22 @@ mod tests {
         assert!(KeyMaterial::unwrap(&kek, b"terminus:ticket-key:6:101", &wrapped).is_none());
         assert!(Kek::from_hex("abc").is_err());
         assert!(Kek::from_hex(&"zz".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn subkeys_are_hkdf_sha256_of_the_key_file_one_per_purpose() {
+        let kek = Kek::from_hex(&"ab".repeat(32)).unwrap();
+        let tag = |key: &hmac::Key| hex(hmac::sign(key, b"m").as_ref());
+        let a = tag(&kek.subkey("terminus fleet quota-report v1"));
+        assert_eq!(a, tag(&kek.subkey("terminus fleet quota-report v1")));
+        assert_ne!(a, tag(&kek.subkey("terminus fleet something else v1")));
+        assert_ne!(a, tag(&hmac::Key::new(hmac::HMAC_SHA256, &[0xab; 32])));
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, SUBKEY_SALT).extract(&[0xab; 32]);
+        let expected: hmac::Key = prk
+            .expand(&[b"terminus fleet quota-report v1"], hmac::HMAC_SHA256)
+            .unwrap()
+            .into();
+        assert_eq!(a, tag(&expected));
+        assert_eq!(format!("{kek:?}"), "Kek(..)", "the key is never printed");
     }
 }

@@ -62,22 +62,23 @@ impl Ring {
     /// Brings the ring to `epoch`: keys older than `keep` periods before it are erased,
     /// zeroed by aws-lc as they are freed, and if nothing can seal at `epoch` a key is
     /// made here. An `epoch` before the newest one reached (a clock stepped back) erases no
-    /// key of the epochs since: other instances seal with them now, and this one seals
-    /// with them again once its clock catches up.
+    /// key of the epochs since, up to `keep` epochs ahead of it: other instances seal with
+    /// them now, and this one seals with them again once its clock catches up. Keys further
+    /// ahead are erased (and the ring is brought back to `keep` ahead): a clock that once
+    /// jumped far forward leaves no key that would open tickets again once the clock gets
+    /// there.
     /// Returns how many keys were made (0 or 1).
     pub fn advance(&mut self, epoch: u64) -> usize {
+        let ahead = epoch.saturating_add(u64::from(self.rotation.keep));
         let newest = match self.epoch {
             Some(was) if was < epoch => {
                 self.rotations += 1;
-                self.epoch = Some(epoch);
                 epoch
             }
-            None => {
-                self.epoch = Some(epoch);
-                epoch
-            }
-            Some(was) => was,
+            Some(was) => was.min(ahead),
+            None => epoch,
         };
+        self.epoch = Some(newest);
         let oldest = self.oldest(epoch);
         self.keys
             .retain(|k| (oldest..=newest + 1).contains(&k.epoch));
@@ -250,6 +251,30 @@ mod tests {
             );
             assert_eq!(r.sealing(101).unwrap().name(), sealing_name(&sealed_at_101));
         }
+    }
+
+    #[test]
+    fn a_clock_once_far_ahead_leaves_no_key_that_opens_tickets_when_it_gets_there() {
+        let mut r = ring(2);
+        r.advance(100);
+        // The clock jumps a thousand periods ahead: a key made there seals a ticket.
+        r.advance(1100);
+        let sealed_far_ahead = r.sealing(1100).unwrap().seal(b"s").unwrap();
+        // Back to the right time: only keys up to keep + 1 epochs ahead are kept.
+        r.advance(100);
+        assert!(
+            r.keys().all(|(e, _, _)| e <= 100 + 2 + 1),
+            "{:?}",
+            r.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(r.epoch(), Some(102));
+        // When the clock gets there for real, that ticket opens nowhere.
+        r.advance(1100);
+        assert!(r.opening(&sealed_far_ahead, 1100).is_none());
+        assert_ne!(
+            r.sealing(1100).unwrap().name(),
+            sealing_name(&sealed_far_ahead)
+        );
     }
 
     fn sealing_name(ticket: &[u8]) -> &[u8; NAME_LEN] {
