@@ -709,7 +709,7 @@ impl Render for ShareMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kek, Redis, Steady};
+    use crate::testing::{kek, Redis, Steady, Store};
 
     fn report(demand: f64) -> Report {
         Report {

@@ -1,11 +1,7 @@
 //! A redis-server of a test's own, for the tests that need the fleet's store (as the
 //! fleet's end-to-end tests in crates/terminus start one).
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use redis::aio::MultiplexedConnection;
-use terminus_testkit::{eventually, runs_here, Need};
 
 use crate::tickets::key::Kek;
 
@@ -14,85 +10,26 @@ pub(crate) fn kek() -> Kek {
     Kek::from_hex(&"0f".repeat(32)).expect("a key")
 }
 
-/// A redis-server on a free loopback port, empty, persisting nothing; killed (by its PID)
-/// when dropped.
-pub(crate) struct Redis {
-    child: Child,
-    port: u16,
+pub(crate) use terminus_testkit::Redis;
+
+/// The fleet's clients of a test's redis-server.
+pub(crate) trait Store {
+    /// A client of it.
+    fn client(&self) -> redis::Client;
+    /// A connection to it.
+    async fn connect(&self) -> MultiplexedConnection;
 }
 
-impl Redis {
-    /// One started; `None` (the skip reported) where redis-server is not installed.
-    pub(crate) fn start() -> Option<Redis> {
-        let installed = Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !runs_here(
-            Need::Redis,
-            installed,
-            "redis-server is not installed (apt-get install redis-server)",
-        ) {
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let redis = Redis { child, port };
-        eventually(Duration::from_secs(10), "redis answering", || {
-            redis.cli(&["PING"]).trim() == "PONG"
-        });
-        Some(redis)
+impl Store for Redis {
+    fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a URL")
     }
 
-    /// A client of it.
-    pub(crate) fn client(&self) -> redis::Client {
-        redis::Client::open(format!("redis://127.0.0.1:{}/0", self.port)).expect("a URL")
-    }
-
-    /// A connection to it.
-    pub(crate) async fn connect(&self) -> MultiplexedConnection {
+    async fn connect(&self) -> MultiplexedConnection {
         self.client()
             .get_multiplexed_async_connection()
             .await
             .expect("redis connects")
-    }
-
-    /// `redis-cli` against it; stdout.
-    pub(crate) fn cli(&self, args: &[&str]) -> String {
-        Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "--raw"])
-            .args(args)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    }
-
-    /// How many times `command` ran since the statistics were last reset (`CONFIG
-    /// RESETSTAT`).
-    pub(crate) fn calls(&self, command: &str) -> u64 {
-        let stats = self.cli(&["INFO", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:calls=");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().expect("a count"))
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

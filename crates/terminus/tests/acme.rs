@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::redis::Redis;
 use common::*;
+use terminus_testkit::Redis;
 use terminus_testkit::{repo, runs_here, Need};
 
 const PEBBLE: &str = "github.com/letsencrypt/pebble/v2";
@@ -763,7 +763,7 @@ fn plain_http_to_a_tls_port_gets_a_400_page_and_a_plain_listener_redirects_with_
 #[test]
 fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serves_it_everywhere() {
     let _alone = exclusive();
-    let Some(redis) = Redis::start(0) else {
+    let Some(redis) = Redis::start() else {
         return;
     };
     let (tls_port, http_port) = (free_port(), free_port());
@@ -978,7 +978,7 @@ server.serve_forever()
 #[test]
 fn in_a_fleet_a_failed_order_holds_the_lock_for_its_backoff_and_no_other_instance_tries() {
     let _alone = exclusive();
-    let Some(redis) = Redis::start(0) else {
+    let Some(redis) = Redis::start() else {
         return;
     };
     let (tls_port, http_port, nowhere) = (free_port(), free_port(), free_port());

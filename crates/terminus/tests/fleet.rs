@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::redis::Redis;
 use common::*;
+use terminus_testkit::Redis;
 
 /// One server with an ECDSA certificate, `extra` before it (`[tls]`, `[fleet]`).
 fn server(dir: &TestDir, extra: &str) -> Server {
@@ -253,7 +253,7 @@ fn session_key_name(fleet: &Fleet, i: usize, dir: &TestDir) -> String {
 #[test]
 fn a_session_from_one_instance_resumes_on_the_others() {
     let _alone = exclusive();
-    let Some(redis) = Redis::start(0) else { return };
+    let Some(redis) = Redis::start() else { return };
     let fleet = Fleet::start(&redis, "");
     let dir = TestDir::new("fleet-sessions");
     for version in ["-tls1_3", "-tls1_2"] {
@@ -297,7 +297,7 @@ fn a_session_from_one_instance_resumes_on_the_others() {
 #[test]
 fn keys_in_the_store_are_wrapped_and_rotate_under_load_without_a_dip() {
     let _alone = exclusive();
-    let Some(redis) = Redis::start(0) else { return };
+    let Some(redis) = Redis::start() else { return };
     let fleet = Fleet::start(
         &redis,
         "[tls]\nticket_keys = { rotate = \"2s\", keep = 2 }\n",
@@ -364,7 +364,7 @@ fn keys_in_the_store_are_wrapped_and_rotate_under_load_without_a_dip() {
 #[test]
 fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns_empty() {
     let _alone = exclusive();
-    let Some(mut redis) = Redis::start(0) else {
+    let Some(mut redis) = Redis::start() else {
         return;
     };
     let fleet = Fleet::start(&redis, "");
@@ -405,7 +405,7 @@ fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns
     assert_eq!(session_key_name(&fleet, 2, &dir), before, "the keys held");
     // Back, empty, on the same port: within a poll period or two every instance seals
     // with one new key.
-    redis = Redis::start(port).expect("redis-server again");
+    redis = Redis::start_on(port).expect("redis-server again");
     let back = Instant::now();
     fleet.wait_for_the_store();
     let names: Vec<String> = (0..3).map(|i| session_key_name(&fleet, i, &dir)).collect();
@@ -420,7 +420,7 @@ fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns
 #[test]
 fn check_reaches_the_store_and_names_a_key_file_that_does_not_open_its_keys() {
     let _alone = exclusive();
-    let Some(redis) = Redis::start(0) else { return };
+    let Some(redis) = Redis::start() else { return };
     let fleet = Fleet::start(&redis, "");
     drop(fleet);
     let dir = TestDir::new("fleet-check");
@@ -498,7 +498,7 @@ fn charged_over(fleet: &Fleet, rates: [u32; 3], seconds: u32, skip: f64, window:
 #[test]
 fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
     let _alone = exclusive();
-    let Some(mut redis) = Redis::start(0) else {
+    let Some(mut redis) = Redis::start() else {
         return;
     };
     let fleet = Fleet::start_with(
@@ -561,7 +561,7 @@ fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
 #[test]
 fn past_the_keys_held_an_instance_without_its_store_makes_its_own_and_fails_no_handshake() {
     let _alone = exclusive();
-    let Some(mut redis) = Redis::start(0) else {
+    let Some(mut redis) = Redis::start() else {
         return;
     };
     let fleet = Fleet::start(
@@ -594,7 +594,7 @@ fn past_the_keys_held_an_instance_without_its_store_makes_its_own_and_fails_no_h
 #[test]
 fn an_entry_of_the_wrong_type_spoils_its_epoch_not_the_store() {
     let _alone = exclusive();
-    let Some(redis) = Redis::start(0) else { return };
+    let Some(redis) = Redis::start() else { return };
     let unix: u64 = redis
         .cli(&["TIME"])
         .lines()

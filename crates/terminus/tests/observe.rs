@@ -227,12 +227,30 @@ impl Tracer {
         Tracer { child, out }
     }
 
-    /// Interrupts the script (it prints its maps) and returns what it printed.
+    /// Interrupts the script (it prints its maps) and returns what it printed. The
+    /// interrupt is sent again every 2 s until bpftrace exits (30 s at most): CI saw it
+    /// sleep on in epoll_wait after one SIGINT, and exit at a second one.
     fn finish(mut self) -> Vec<String> {
+        use std::time::{Duration, Instant};
         let pid = self.child.id().to_string();
-        run(Command::new("kill").args(["-INT", &pid]));
-        let _ = self.child.wait();
-        self.out.try_iter().collect()
+        let deadline = Instant::now() + Duration::from_secs(30);
+        'interrupt: loop {
+            run(Command::new("kill").args(["-INT", &pid]));
+            let again = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < again {
+                if self.child.try_wait().ok().flatten().is_some() {
+                    break 'interrupt;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(Instant::now() < deadline, "bpftrace did not exit on SIGINT");
+        }
+        // Everything it printed, to the end of its output.
+        let mut lines = Vec::new();
+        while let Ok(line) = self.out.recv_timeout(Duration::from_secs(5)) {
+            lines.push(line);
+        }
+        lines
     }
 }
 

@@ -21,9 +21,11 @@
 //! them ([`free_port`]).
 
 mod ports;
+mod redis;
 mod support;
 
 pub use ports::free_port;
+pub use redis::Redis;
 pub use support::{eventually, openssl, openssl_stdout, run, TestDir};
 
 use std::ffi::OsStr;

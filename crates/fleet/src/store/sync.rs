@@ -393,7 +393,7 @@ mod tests {
 
     use super::*;
     use crate::shares::ShareMetrics;
-    use crate::testing::{kek, Redis, Steady};
+    use crate::testing::{kek, Redis, Steady, Store};
     use crate::tickets::{system_clock, Rotation};
 
     /// A key sync (a week's epochs: no entry to make while a test runs) and a share sync

@@ -10,7 +10,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub mod raw;
-pub mod redis;
 pub mod replay;
 
 #[allow(unused_imports)] // each test binary uses some of them

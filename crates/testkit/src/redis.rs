@@ -1,22 +1,28 @@
-//! A redis-server of the test's own, for the tests of a fleet's store.
+//! A redis-server of a test's own, for the tests of the fleet's store (the fleet crate's
+//! and the end-to-end ones alike).
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use terminus_testkit::{eventually, runs_here, Need};
+use crate::{eventually, free_port, runs_here, Need};
 
-use super::free_port;
-
-/// A redis-server of the test's own on a loopback port, killed (by its PID) when dropped.
+/// A redis-server on a loopback port, empty, persisting nothing; killed (by its PID) when
+/// dropped.
 pub struct Redis {
     child: Child,
+    /// The port it listens on.
     pub port: u16,
 }
 
 impl Redis {
-    /// Starts one on `port` (0: a free one), empty, persisting nothing; `None` (the skip
-    /// reported) where redis-server is not installed.
-    pub fn start(port: u16) -> Option<Redis> {
+    /// One started on a free port; `None` (the skip reported) where redis-server is not
+    /// installed.
+    pub fn start() -> Option<Redis> {
+        Self::start_on(0)
+    }
+
+    /// One started on `port` (0: a free one), as [`Redis::start`].
+    pub fn start_on(port: u16) -> Option<Redis> {
         let installed = Command::new("redis-server")
             .arg("--version")
             .output()
@@ -43,6 +49,7 @@ impl Redis {
         Some(redis)
     }
 
+    /// Its URL, database 0.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
@@ -52,6 +59,7 @@ impl Redis {
         String::from_utf8_lossy(&self.cli_bytes(args)).into_owned()
     }
 
+    /// `redis-cli` against it; stdout's bytes.
     pub fn cli_bytes(&self, args: &[&str]) -> Vec<u8> {
         Command::new("redis-cli")
             .args(["-p", &self.port.to_string(), "--raw"])
@@ -60,9 +68,19 @@ impl Redis {
             .map(|o| o.stdout)
             .unwrap_or_default()
     }
-}
 
-impl Redis {
+    /// How many times `command` ran since the statistics were last reset (`CONFIG
+    /// RESETSTAT`).
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"))
+    }
+
     /// Kills it by its PID, as an outage would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
