@@ -7,8 +7,12 @@
 //! - [`handshake`] holds the driver, the coroutine [`handshake::bridge`], and the
 //!   engine-backed signer and key-exchange groups rustls calls into;
 //! - [`ktls`] hands the record layer to the kernel after the handshake (sendfile, splice);
-//! - [`stream`] is the userspace record layer, where the kernel cannot take over;
-//! - [`record`] frames whole records before rustls or the kernel sees them;
+//! - [`record`] is terminus's own record layer after the handshake (records sealed and
+//!   opened in place), and frames whole records before rustls or the kernel sees them;
+//! - [`secure`] is the server's userspace TLS stream on it, where the kernel cannot take
+//!   over; [`pool`] lends it buffers per thread, so that an idle connection holds none;
+//! - [`stream`] is rustls's buffered connection as a stream, for the load generator's
+//!   client connections;
 //! - [`client_auth`] is client certificates (mutual TLS): a server's policy as a rustls
 //!   verifier, tickets bound to what its files hold, the revocations a resumed session is
 //!   checked against, the verified identity;
@@ -21,8 +25,10 @@ pub mod client_auth;
 pub mod config;
 pub mod handshake;
 pub mod ktls;
+pub mod pool;
 pub mod record;
 pub mod resolver;
+pub mod secure;
 pub mod selfsigned;
 pub mod stream;
 
@@ -35,5 +41,7 @@ pub use handshake::{
     handshake, read_client_hello, ClientHelloRead, ErrorSource, Handshake, HandshakeError,
 };
 pub use ktls::{FallbackCause, KernelSupport, KtlsStream, Offload};
+pub use record::{RecordError, RecordLayer};
 pub use resolver::{SniResolver, VirtualHostCerts};
+pub use secure::SecureStream;
 pub use stream::{SendMethod, TlsStream, TrafficCounters};

@@ -1,7 +1,6 @@
-//! The userspace record layer: a rustls connection over a TCP socket as a tokio stream.
-//!
-//! Used after the handshake when the kernel does not take over the record layer, and by
-//! `terminus load` for its client connections (hence generic over the rustls side).
+//! A rustls connection over a TCP socket as a tokio stream: `terminus load`'s client
+//! connections (the server's own userspace TLS is [`crate::SecureStream`], on terminus's
+//! record layer). Generic over the rustls side, so tests can run a server end too.
 //!
 //! Writes are coalesced into full records, as nginx's `ssl_buffer_size 16k` does: rustls
 //! seals every `write` call as records of its own, so a response head written before its

@@ -1,8 +1,9 @@
 //! The splice primitive against a TCP echo upstream, on a real kernel TLS socket: a rustls
 //! client sends 100 MB through terminus's kTLS socket, `splice_bidirectional` moves it to
 //! an echo server and back, and the client checks that what came back is what it sent.
-//! Once more with the client's first bytes in the segment that carries its Finished, so
-//! rustls decrypts them before the kernel takes over and the relay must send them first.
+//! Once more with the client's first bytes sent with its Finished, so that terminus's
+//! record layer opens them before the kernel takes over and the relay must send them
+//! first.
 //!
 //! kTLS needs a kernel with `tls`; the outer test runs the inner one inside the guest
 //! kernel of `tests/ktls-guest/run` (a counted skip where none can start, a failure where the guest is required).
@@ -14,10 +15,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
 use sha2::{Digest, Sha256};
+use terminus_engine::{
+    BackendKind, Engine, EngineMetrics, FlushPolicy, HandshakeContext, ScalarBackend,
+};
 use terminus_tls::ktls::{offload, splice_bidirectional, Offload};
-use terminus_tls::{KernelSupport, SendMethod, TrafficCounters};
+use terminus_tls::{handshake, read_client_hello, KernelSupport, SendMethod, TrafficCounters};
 use tokio::io::AsyncWriteExt;
 
 #[test]
@@ -126,29 +130,30 @@ fn relay(
     let addr = listener.local_addr().unwrap();
     let client = std::thread::spawn(move || client(addr, client_config, size, early));
 
-    let (mut sock, _) = listener.accept().unwrap();
-    let mut conn = ServerConnection::new(server_config).unwrap();
-    // Otherwise the client sends nothing after its Finished until it has read "go" (sent
-    // by the kernel), so the handshake leaves no record half inside rustls.
-    if early {
-        handshake_reading_late(&mut conn, &mut sock);
-    }
-    while conn.is_handshaking() {
-        conn.complete_io(&mut sock).unwrap();
-    }
-    while conn.wants_write() {
-        conn.write_tls(&mut sock).unwrap();
-    }
+    let (sock, _) = listener.accept().unwrap();
     sock.set_nonblocking(true).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (up, down, spliced) = runtime.block_on(async move {
+    let local = tokio::task::LocalSet::new();
+    let (up, down, spliced) = local.block_on(&runtime, async move {
         let counters = Arc::new(TrafficCounters::default());
         let sock = tokio::net::TcpStream::from_std(sock).unwrap();
+        // terminus's own handshake driver, so that what the client sent with its
+        // Finished (`early`) is left for the hand-off as it is in the server.
+        let engine = Engine::new(
+            Box::new(ScalarBackend),
+            FlushPolicy::default(),
+            Arc::new(EngineMetrics::new(BackendKind::Scalar)),
+        );
+        let ctx = HandshakeContext::starting_now();
+        let hello = read_client_hello(&sock, &engine, &counters).await.unwrap();
+        let done = handshake(&sock, hello, server_config, &engine, &ctx, &counters)
+            .await
+            .unwrap();
         let support = KernelSupport::probe();
-        let mut ktls = match offload(&support, sock, conn, Vec::new(), counters.clone()).await {
+        let mut ktls = match offload(&support, sock, done, counters.clone()).await {
             Offload::Kernel(k) => k,
             Offload::Userspace { why, .. } => panic!("kernel TLS not available: {why}"),
             Offload::Failed(e) => panic!("hand-off failed: {e}"),
@@ -163,24 +168,6 @@ fn relay(
     let (sent, received) = client.join().unwrap();
     assert_eq!(sent, received, "what came back differs from what was sent");
     (up, down, spliced)
-}
-
-/// The server's side of the handshake, waiting after its flight so that the client's
-/// Finished and the application data it sends straight after arrive together, and one
-/// read hands both to rustls.
-fn handshake_reading_late(conn: &mut ServerConnection, sock: &mut TcpStream) {
-    let mut flight_sent = false;
-    while conn.is_handshaking() {
-        while conn.wants_write() {
-            flight_sent |= conn.write_tls(sock).unwrap() > 0;
-        }
-        if flight_sent {
-            std::thread::sleep(Duration::from_millis(300));
-            flight_sent = false;
-        }
-        conn.read_tls(sock).unwrap();
-        conn.process_new_packets().unwrap();
-    }
 }
 
 fn echo_once(listener: TcpListener) {

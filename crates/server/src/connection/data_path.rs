@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use terminus_capacity::tenant::TenantAccount;
-use terminus_tls::{KtlsStream, Offload, TlsStream};
+use terminus_tls::{KtlsStream, Offload, SecureStream};
 use tokio::sync::watch;
 
 use super::pacing::Paced;
@@ -23,9 +23,9 @@ use crate::worker::{OpenConnection, Worker};
 /// The record layer of an established connection.
 pub(super) enum Records {
     Kernel(KtlsStream),
-    /// Boxed: rustls's connection state is large, this enum is moved stage to stage, and
-    /// every future that holds the stream until the connection ends holds a pointer.
-    Userspace(Box<TlsStream>),
+    /// Boxed: this enum is moved stage to stage, and every future that holds the stream
+    /// until the connection ends holds a pointer.
+    Userspace(Box<SecureStream>),
 }
 
 /// Stage 3: a connection ready for its application.
@@ -51,8 +51,7 @@ impl Established {
         let Established {
             accepted,
             host,
-            conn,
-            pending,
+            done,
             observed,
         } = self;
         let Accepted {
@@ -62,9 +61,11 @@ impl Established {
             ctx,
             keeps_forwarded,
             http3,
+            handshake_deadline,
             _open,
             ..
         } = accepted;
+        let handshake_timeout = site.timeouts.handshake;
         let sni = ctx.host().map(str::to_owned);
         let tenant = &site.hosts[host].tenant;
         let paced_by = tenant.paced().then(|| tenant.clone());
@@ -72,7 +73,7 @@ impl Established {
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let metrics = &worker.shared.metrics;
-        let h2 = conn.alpn_protocol() == Some(b"h2");
+        let h2 = done.session.h2;
         let mut origin =
             terminus_proxy::Origin::new(peer, local, "https").keeping_forwarded(keeps_forwarded);
         if site.hosts[host].client_auth.is_some() {
@@ -82,8 +83,8 @@ impl Established {
             // cannot cross a CRL change (their tag is of the CRLs' contents) and each reload
             // starts an empty session cache, but the identity told upstreams must not rest
             // on how sessions are stored: a CRL lookup per certificate, no signature.
-            let chain = conn.peer_certificates();
-            let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            let chain = done.session.peer_certificates.as_deref();
+            let resumed = done.session.kind == rustls::HandshakeKind::Resumed;
             if resumed
                 && chain
                     .zip(site.hosts[host].revocations.as_ref())
@@ -94,17 +95,11 @@ impl Established {
                     .map(|id| id.subject)
                     .unwrap_or_default();
                 tracing::info!(%peer, subject, "a resumed session's client certificate is revoked: closed before any request");
-                // rustls offers no way to send certificate_revoked once the handshake is
-                // done: a close_notify, and no request read.
-                if let Ok(mut stream) =
-                    TlsStream::new(socket, conn, &pending, metrics.traffic.clone())
-                {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        tokio::io::AsyncWriteExt::shutdown(&mut stream),
-                    )
-                    .await;
-                }
+                // The client has finished its handshake: a certificate_revoked alert
+                // now would read as the server's verdict on a handshake the client
+                // completed, which clients report oddly. A close_notify, and no
+                // request read.
+                close_notify(socket, done, metrics).await;
                 // Counted and logged as the full handshake's refusal of the same
                 // certificate would be.
                 return Err(Closed::Handshake(terminus_tls::HandshakeError::Tls(
@@ -139,57 +134,62 @@ impl Established {
             paced_by,
             _open,
         };
-        let (socket, conn, pending) = if ktls == KtlsMode::Off {
-            (socket, Box::new(conn), pending)
+        let (socket, done) = if ktls == KtlsMode::Off {
+            (socket, Box::new(done))
         } else {
             let traffic = metrics.traffic.clone();
-            match terminus_tls::ktls::offload(
-                &worker.shared.kernel_tls,
-                socket,
-                conn,
-                pending,
-                traffic,
+            // The hand-off may wait on the client (the rest of a record it began with its
+            // Finished, an answer to a KeyUpdate): within the handshake's time.
+            let offered = tokio::time::timeout_at(
+                handshake_deadline,
+                terminus_tls::ktls::offload(&worker.shared.kernel_tls, socket, done, traffic),
             )
-            .await
-            {
+            .await;
+            let Ok(offered) = offered else {
+                return Err(Closed::HandshakeTimeout(handshake_timeout));
+            };
+            match offered {
                 Offload::Kernel(stream) => {
                     terminus_probes::ktls(id, true, "");
                     metrics.data_path(DataPath::Kernel);
                     return Ok(secured(Records::Kernel(stream)));
                 }
-                Offload::Userspace {
-                    why,
-                    socket,
-                    conn,
-                    pending,
-                } => {
+                Offload::Userspace { why, socket, done } => {
                     terminus_probes::ktls(id, false, why.cause().name());
                     metrics.ktls_fallback(why.cause());
                     if ktls == KtlsMode::Required {
                         metrics.ktls_refused();
                         worker.log_refusal(peer, &why);
                         // A close_notify, so the client sees an orderly close, not a reset.
-                        if let Ok(mut stream) =
-                            TlsStream::new(socket, *conn, &pending, metrics.traffic.clone())
-                        {
-                            let _ = tokio::time::timeout(
-                                Duration::from_secs(1),
-                                tokio::io::AsyncWriteExt::shutdown(&mut stream),
-                            )
-                            .await;
-                        }
+                        close_notify(socket, *done, metrics).await;
                         return Err(Closed::KtlsRefused);
                     }
                     worker.log_fallback(why.cause(), peer, &why);
-                    (socket, conn, pending)
+                    (socket, done)
                 }
                 Offload::Failed(e) => return Err(Closed::KtlsFailed(e)),
             }
         };
         metrics.data_path(DataPath::Userspace);
-        let stream = TlsStream::new(socket, *conn, &pending, metrics.traffic.clone())
+        let stream = SecureStream::after(socket, *done, metrics.traffic.clone())
             .map_err(Closed::Userspace)?;
         Ok(secured(Records::Userspace(Box::new(stream))))
+    }
+}
+
+/// Ends a connection whose handshake completed with a close_notify, so the client sees
+/// an orderly close, not a reset; a second at most.
+async fn close_notify(
+    socket: tokio::net::TcpStream,
+    done: terminus_tls::Handshake,
+    metrics: &crate::metrics::Metrics,
+) {
+    if let Ok(mut stream) = SecureStream::after(socket, done, metrics.traffic.clone()) {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            tokio::io::AsyncWriteExt::shutdown(&mut stream),
+        )
+        .await;
     }
 }
 

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use rustls::{AlertDescription, HandshakeKind, ServerConnection};
+use rustls::{AlertDescription, HandshakeKind};
 use terminus_capacity::tenant::TenantAccount;
 use terminus_observe::{Breakdown, HandshakeLabels as ObservedLabels, Observed};
 use terminus_probes::HandshakeRecord;
@@ -20,9 +20,8 @@ use crate::worker::Worker;
 pub(crate) struct Established {
     pub(super) accepted: Accepted,
     pub(super) host: usize,
-    pub(super) conn: ServerConnection,
-    /// The head of a record received after the handshake, not yet given to rustls.
-    pub(super) pending: Vec<u8>,
+    /// What the handshake settled, and the keys the record layer goes on with.
+    pub(super) done: terminus_tls::Handshake,
     /// Its phases, for the access log and the first response.
     pub(super) observed: Observed,
 }
@@ -129,25 +128,21 @@ impl Hello {
             }
             (done, _) => done.map_err(Closed::Handshake)?,
         };
-        let conn = done.conn;
-        let version = version_label(&conn);
+        let session = &done.session;
+        let version = version_label(session.version);
         let key_type = accepted.ctx.signed_with().map_or("none", |k| k.label());
         metrics.handshake_completed(HandshakeLabels {
             version,
-            cipher_suite: conn
-                .negotiated_cipher_suite()
-                .and_then(|s| s.suite().as_str())
-                .unwrap_or("unknown"),
+            cipher_suite: session.suite.suite().as_str().unwrap_or("unknown"),
             key_type,
         });
         worker.series.handshake_completed();
-        let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+        let resumed = session.kind == HandshakeKind::Resumed;
         let observed = observe(&accepted.ctx, (version, key_type, resumed), tenant, worker);
         Ok(Established {
             accepted,
             host,
-            conn,
-            pending: done.pending,
+            done,
             observed,
         })
     }
@@ -189,10 +184,10 @@ pub(crate) fn observe(
     Observed::new(id, ended, breakdown, set)
 }
 
-fn version_label(conn: &ServerConnection) -> &'static str {
-    match conn.protocol_version() {
-        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
-        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+fn version_label(version: rustls::ProtocolVersion) -> &'static str {
+    match version {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
         _ => "other",
     }
 }

@@ -4,34 +4,68 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustls::server::AcceptedAlert;
-use rustls::{AlertDescription, ServerConfig, ServerConnection};
+use rustls::kernel::KernelConnection;
+use rustls::pki_types::CertificateDer;
+use rustls::server::{AcceptedAlert, ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{ConnectionState, EncodeError, EncodeTlsData};
+use rustls::{
+    AlertDescription, ExtractedSecrets, HandshakeKind, ProtocolVersion, ServerConfig,
+    SupportedCipherSuite,
+};
 use terminus_engine::{Engine, HandshakeContext};
 use tokio::net::TcpStream;
 
 use super::bridge;
 use super::hello::ClientHelloRead;
 use super::HandshakeError;
-use crate::record::{whole_records, whole_records_within};
+use crate::record::whole_records_within;
 use crate::stream::TrafficCounters;
 
-/// A completed handshake.
+/// A completed handshake, its records' keys taken from rustls: what the record layer
+/// (terminus's in userspace, or the kernel's) goes on with.
 pub struct Handshake {
-    /// The rustls connection, its handshake complete.
-    pub conn: ServerConnection,
-    /// Bytes received after the handshake that rustls has not seen: the head of one
-    /// record, never a whole one (see [`crate::record`]: the kernel takes whole records).
+    /// What the handshake settled.
+    pub session: Session,
+    /// The traffic secrets, each with its next sequence number.
+    pub secrets: ExtractedSecrets,
+    /// What derives the next traffic secrets at a KeyUpdate.
+    pub kernel: KernelConnection<ServerConnectionData>,
+    /// Bytes read after the record that completed the handshake, which rustls did not
+    /// see: whole records (the client may send its request with its Finished) and the
+    /// head of one more.
     pub pending: Vec<u8>,
 }
 
-/// Completes the handshake that `hello` began, with `config`, over `stream`. Everything
-/// rustls computes (the ClientHello's answer, then every `process_new_packets()`) runs on
-/// a coroutine, so that the signer and key exchange can wait on `engine` without blocking
-/// the worker; their requests are charged to `ctx`, whose timeline also gets each flight
-/// and the end. On a TLS error the alert rustls queued is sent before returning.
+/// What a handshake settled, read from rustls before its keys were taken.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// TLS 1.2 or 1.3.
+    pub version: ProtocolVersion,
+    /// The cipher suite.
+    pub suite: SupportedCipherSuite,
+    /// Whether ALPN chose `h2`.
+    pub h2: bool,
+    /// Full or resumed.
+    pub kind: HandshakeKind,
+    /// The client's certificate chain, where it showed one (or a resumed session
+    /// restored one).
+    pub peer_certificates: Option<Vec<CertificateDer<'static>>>,
+}
+
+/// Completes the handshake that `hello` began, with `config`, over `stream`, on rustls's
+/// unbuffered connection, ending with the traffic secrets and rustls's
+/// [`KernelConnection`] instead of a rustls connection that keeps its buffers for the
+/// connection's life. The ClientHello the `Acceptor` parsed is processed again
+/// by the unbuffered connection (a few microseconds): rustls offers no unbuffered
+/// acceptor, and the configuration can only be chosen once SNI is known.
 ///
-/// rustls is given whole records only, so that when the handshake ends no record is
-/// half inside rustls: the kernel could not take over a connection mid-record.
+/// Everything rustls computes (the ClientHello's answer, then each of the client's
+/// flights) runs on a coroutine, so that the signer and key exchange can wait on `engine`
+/// without blocking the worker; their requests are charged to `ctx`, whose timeline also
+/// gets each flight and the end. On a TLS error the alert rustls queued is sent before
+/// returning. rustls is offered
+/// one whole record at a time and nothing after the handshake's last (see
+/// `Flight::advance`).
 pub async fn handshake(
     stream: &TcpStream,
     hello: ClientHelloRead,
@@ -41,182 +75,219 @@ pub async fn handshake(
     counters: &TrafficCounters,
 ) -> Result<Handshake, HandshakeError> {
     let ClientHelloRead {
-        accepted,
-        mut inbox,
-        _in_flight,
-        ..
+        inbox, _in_flight, ..
     } = hello;
-    inbox.release();
-    let mut out = Vec::with_capacity(4096);
-    // Answering the ClientHello is where TLS 1.3 signs and exchanges keys: on the bridge.
-    // Everything crossing the coroutine is boxed: corosensei copies the closure and the
-    // result through the new stack, which takes only small values, and moving a pointer
-    // in and out per flight is cheaper than the structs.
-    let accepted = Box::new(accepted);
-    let answered = bridge::run(
-        move || {
-            accepted
-                .into_connection(config)
-                .map(Box::new)
-                .map_err(Box::new)
-        },
-        |op| engine.submit(op, ctx),
-    )
-    .await;
-    let mut conn = match answered {
-        Ok(conn) => conn,
-        Err(failed) => {
-            let (e, alert) = *failed;
-            send_alert(stream, alert, &e, counters).await;
-            return Err(e.into());
-        }
-    };
+    let conn = UnbufferedServerConnection::new(config).map_err(HandshakeError::Tls)?;
+    let mut flight = Box::new(Flight {
+        conn,
+        incoming: inbox.into_all(),
+        consumed: 0,
+        offered: 0,
+        out: Vec::new(),
+    });
     loop {
-        send_pending(&mut conn, stream, &mut out, ctx, counters).await?;
-        if !conn.is_handshaking() {
-            ctx.finished();
-            return Ok(Handshake {
-                conn: *conn,
-                pending: inbox.into_rest(),
-            });
-        }
-        let waiting = Instant::now();
-        inbox.fill(stream, counters).await?;
-        ctx.waited_for_client(waiting);
-        inbox.feed(|records| conn.read_tls(records))?;
-        let (returned, result) = bridge::run(
+        // Boxed across the coroutine: corosensei copies what crosses it through the new
+        // stack, which takes only small values.
+        let (returned, progress) = bridge::run(
             move || {
-                let result = conn.process_new_packets().map(|_| ());
-                (conn, result)
+                let progress = flight.advance();
+                (flight, progress)
             },
             |op| engine.submit(op, ctx),
         )
         .await;
-        conn = returned;
-        if let Err(e) = result {
-            let _ = send_pending(&mut conn, stream, &mut out, ctx, counters).await;
-            alert_if_rustls_did_not(&mut conn, &e, stream, counters).await;
-            return Err(e.into());
+        flight = returned;
+        if !flight.out.is_empty() {
+            counters.add_out(flight.out.len());
+            ctx.flight(flight.out.len());
+            let sent = write_all(stream, &flight.out).await;
+            flight.out.clear();
+            sent?;
+        }
+        match progress {
+            Progress::Done => break,
+            Progress::NeedsBytes => {
+                let waiting = Instant::now();
+                flight.read_more(stream, counters).await?;
+                ctx.waited_for_client(waiting);
+            }
+            Progress::Failed(e, alerted) => {
+                if alerted {
+                    linger(stream).await;
+                } else {
+                    // rustls refused without queueing an alert (see `fallback_alert`).
+                    // Once the handshake is encrypted the alert is owed sealed, under keys
+                    // rustls keeps when it fails; it goes in the clear, which clients
+                    // read (tlslite, OpenSSL, rustls take a plaintext alert), rather
+                    // than none.
+                    refuse_with(stream, fallback_alert(&e), counters).await;
+                }
+                return Err(e.into());
+            }
         }
     }
+    ctx.finished();
+    flight.into_completed()
 }
 
-/// Bytes read from the socket during the handshake, handed to rustls a whole record at a
-/// time (see [`crate::record`]).
-#[derive(Default)]
-pub(super) struct Inbox {
-    buf: Vec<u8>,
-    /// While the ClientHello is read, what rustls took stays at the front of `buf` (up to
-    /// here): a connection passed through untouched needs every byte.
-    fed: usize,
-    keep: bool,
-    /// When the first bytes were read.
-    first_read: Option<Instant>,
+/// The handshake between flights: rustls's connection, the bytes read, what to send.
+struct Flight {
+    conn: UnbufferedServerConnection,
+    /// Bytes read; rustls has done with `incoming[..consumed]`.
+    incoming: Vec<u8>,
+    consumed: usize,
+    /// Whole records past `consumed` that rustls has been offered.
+    offered: usize,
+    /// Records to send before waiting on the client again.
+    out: Vec<u8>,
 }
 
-impl Inbox {
-    /// Returns once at least one whole record is buffered; `Eof` if the client closes
-    /// first.
-    pub(super) async fn fill(
+/// Where [`Flight::advance`] stopped.
+enum Progress {
+    /// rustls waits for the client's next records.
+    NeedsBytes,
+    /// The handshake is complete and everything rustls had to send is in `out`.
+    Done,
+    /// rustls refused the handshake; `true` when its alert is in `out`.
+    Failed(rustls::Error, bool),
+}
+
+impl Flight {
+    /// Lets rustls process the records read, one whole record more at a time, and queue
+    /// what it answers, until it needs the client's next records or the handshake is
+    /// complete. rustls sees no record after the one that completes the handshake: the
+    /// record layer after it is not rustls's, and application data the client sent with
+    /// its Finished (a TLS 1.2 resumption, or a client that does not wait) stays in
+    /// `incoming` for it.
+    fn advance(&mut self) -> Progress {
+        loop {
+            let end = self.consumed + self.offered;
+            let status = self
+                .conn
+                .process_tls_records(&mut self.incoming[self.consumed..end]);
+            self.consumed += status.discard;
+            self.offered -= status.discard.min(self.offered);
+            let blocked = match status.state {
+                Ok(ConnectionState::EncodeTlsData(mut data)) => {
+                    encode(&mut data, &mut self.out);
+                    false
+                }
+                // The records queued so far leave when `advance` returns.
+                Ok(ConnectionState::TransmitTlsData(data)) => {
+                    data.done();
+                    false
+                }
+                // The end of what was offered (nothing, at first), or a handshake
+                // message that continues in the next record.
+                Ok(ConnectionState::BlockedHandshake) => true,
+                // Also said before the end of a TLS 1.3 handshake that sends half-RTT
+                // data: only the handshake's end is the end.
+                Ok(ConnectionState::WriteTraffic(_)) => true,
+                Ok(other) => {
+                    let e = rustls::Error::General(format!("unexpected state {other:?}"));
+                    return self.failed(e);
+                }
+                Err(e) => return self.failed(e),
+            };
+            if blocked {
+                if !self.conn.is_handshaking() {
+                    return Progress::Done;
+                }
+                if !self.offer_next() {
+                    return Progress::NeedsBytes;
+                }
+            }
+        }
+    }
+
+    /// Offers rustls the next whole record read, if there is one.
+    fn offer_next(&mut self) -> bool {
+        let from = self.consumed + self.offered;
+        let next = whole_records_within(&self.incoming[from..], 1);
+        self.offered += next;
+        next > 0
+    }
+
+    /// rustls failed with `e`: the alert it queued, if any, goes to `out`.
+    fn failed(&mut self, e: rustls::Error) -> Progress {
+        let before = self.out.len();
+        // The same bytes again: rustls's deframer keeps its progress through them.
+        let end = self.consumed + self.offered;
+        loop {
+            let status = self
+                .conn
+                .process_tls_records(&mut self.incoming[self.consumed..end]);
+            match status.state {
+                Ok(ConnectionState::EncodeTlsData(mut data)) => encode(&mut data, &mut self.out),
+                Ok(ConnectionState::TransmitTlsData(data)) => data.done(),
+                _ => break,
+            }
+        }
+        let alerted = self.out.len() > before;
+        Progress::Failed(e, alerted)
+    }
+
+    /// Reads what the client sent next, dropping what rustls has done with first.
+    async fn read_more(
         &mut self,
         stream: &TcpStream,
         counters: &TrafficCounters,
     ) -> Result<(), HandshakeError> {
-        while whole_records(&self.buf[self.fed..]) == 0 {
-            self.buf.reserve(4096);
+        self.incoming.drain(..self.consumed);
+        self.consumed = 0;
+        self.incoming.reserve(4096);
+        loop {
             stream.readable().await?;
-            match stream.try_read_buf(&mut self.buf) {
+            match stream.try_read_buf(&mut self.incoming) {
                 Ok(0) => return Err(HandshakeError::Eof),
                 Ok(n) => {
-                    self.first_read.get_or_insert_with(Instant::now);
                     counters.add_in(n);
+                    return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
     }
 
-    /// Gives `read_tls` (rustls's) the whole records buffered, one record's worth at a
-    /// time: rustls buffers more than a record only once it has processed the start of a
-    /// handshake message the records continue (then up to 64 KiB), so a ClientHello larger
-    /// than a record must be fed and processed in turns. The rest waits for the next pass,
-    /// which [`Inbox::fill`] starts at once.
-    pub(super) fn feed(
-        &mut self,
-        read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
-    ) -> io::Result<()> {
-        const ONE_RECORD: usize = 5 + 16384 + 256;
-        self.feed_within(ONE_RECORD, read_tls)
+    fn into_completed(self) -> Result<Handshake, HandshakeError> {
+        let Flight {
+            conn,
+            mut incoming,
+            consumed,
+            ..
+        } = self;
+        let incomplete = || rustls::Error::HandshakeNotComplete;
+        let session = Session {
+            version: conn.protocol_version().ok_or_else(incomplete)?,
+            suite: conn.negotiated_cipher_suite().ok_or_else(incomplete)?,
+            h2: conn.alpn_protocol() == Some(b"h2"),
+            kind: conn.handshake_kind().ok_or_else(incomplete)?,
+            peer_certificates: conn.peer_certificates().map(<[_]>::to_vec),
+        };
+        let (secrets, kernel) = conn
+            .dangerous_into_kernel_connection()
+            .map_err(HandshakeError::Tls)?;
+        incoming.drain(..consumed);
+        Ok(Handshake {
+            session,
+            secrets,
+            kernel,
+            pending: incoming,
+        })
     }
+}
 
-    /// Gives `read_tls` the first whole record only. The ClientHello is read this way:
-    /// the `Acceptor` takes only the ClientHello from what it holds, and nothing would
-    /// process records that came with it (change_cipher_spec in the same segment) until
-    /// the client sent more, so they stay here for the handshake's first pass.
-    pub(super) fn feed_record(
-        &mut self,
-        read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
-    ) -> io::Result<()> {
-        self.feed_within(1, read_tls)
-    }
-
-    fn feed_within(
-        &mut self,
-        limit: usize,
-        mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
-    ) -> io::Result<()> {
-        let whole = whole_records_within(&self.buf[self.fed..], limit);
-        let mut rest = &self.buf[self.fed..self.fed + whole];
-        while !rest.is_empty() {
-            if read_tls(&mut rest)? == 0 {
-                break;
-            }
-        }
-        self.fed += whole - rest.len();
-        if !self.keep {
-            self.buf.drain(..self.fed);
-            self.fed = 0;
-        }
-        Ok(())
-    }
-
-    /// An inbox that keeps what rustls took, until [`Inbox::release`].
-    pub(super) fn keeping() -> Self {
-        Inbox {
-            keep: true,
-            ..Default::default()
-        }
-    }
-
-    /// Drops what rustls took and keeps no more.
-    pub(super) fn release(&mut self) {
-        self.buf.drain(..self.fed);
-        self.fed = 0;
-        self.keep = false;
-    }
-
-    /// What rustls was not given: the head of one record at most.
-    pub(super) fn into_rest(mut self) -> Vec<u8> {
-        self.release();
-        self.buf
-    }
-
-    /// When the first bytes were read; `None` before any were.
-    pub(super) fn first_read(&self) -> Option<Instant> {
-        self.first_read
-    }
-
-    /// Every byte read, rustls's or not.
-    pub(super) fn into_all(self) -> Vec<u8> {
-        self.buf
-    }
-
-    /// Every byte read so far, while the inbox keeps them (see [`Inbox::keeping`]).
-    pub(super) fn all(&self) -> &[u8] {
-        &self.buf
-    }
+/// Appends the record rustls encoded to `out`.
+fn encode(data: &mut EncodeTlsData<'_, ServerConnectionData>, out: &mut Vec<u8>) {
+    let at = out.len();
+    let needed = match data.encode(&mut []) {
+        Err(EncodeError::InsufficientSize(size)) => size.required_size,
+        _ => return,
+    };
+    out.resize(at + needed, 0);
+    let written = data.encode(&mut out[at..]).unwrap_or(0);
+    out.truncate(at + written);
 }
 
 /// Sends the alert rustls chose when it refused a ClientHello; the connection is closing,
@@ -256,35 +327,6 @@ async fn send_and_linger(stream: &TcpStream, alert: &[u8], counters: &TrafficCou
     linger(stream).await;
 }
 
-/// Ends a handshake rustls failed (its alert, if any, already sent) with an alert when
-/// rustls queued none, then [`linger`]s.
-///
-/// rustls 0.23 fails some records without an alert, against RFC 8446's MUSTs: a record
-/// whose inner content type is 0 (section 5.4), another record type inside a fragmented
-/// handshake message (5.1), a third change_cipher_spec (5). Before encryption starts,
-/// terminus sends the fatal alert RFC 8446 names. After it, an alert must be sealed with
-/// traffic keys that rustls does not expose, and `send_close_notify` is the one alert its
-/// API seals: the client gets an orderly close_notify, not an abrupt close.
-/// `send_close_notify` queues nothing when rustls already sent a fatal alert, which is
-/// how the two cases are told apart.
-async fn alert_if_rustls_did_not(
-    conn: &mut ServerConnection,
-    error: &rustls::Error,
-    stream: &TcpStream,
-    counters: &TrafficCounters,
-) {
-    const ALERT: u8 = 21;
-    conn.send_close_notify();
-    let mut close = Vec::new();
-    let _ = conn.write_tls(&mut close);
-    match close.first() {
-        None => linger(stream).await,
-        // In the clear, so not yet encrypting.
-        Some(&ALERT) => refuse_with(stream, fallback_alert(error), counters).await,
-        Some(_) => send_and_linger(stream, &close, counters).await,
-    }
-}
-
 /// The alert RFC 8446 names for a refusal rustls sent none for.
 fn fallback_alert(error: &rustls::Error) -> AlertDescription {
     use rustls::PeerMisbehaved;
@@ -295,7 +337,9 @@ fn fallback_alert(error: &rustls::Error) -> AlertDescription {
         // Sections 5.1 and 5.
         | rustls::Error::PeerMisbehaved(
             PeerMisbehaved::MessageInterleavedWithHandshakeMessage
-            | PeerMisbehaved::IllegalMiddleboxChangeCipherSpec,
+            | PeerMisbehaved::IllegalMiddleboxChangeCipherSpec
+            // Section 5.4.
+            | PeerMisbehaved::IllegalTlsInnerPlaintext,
         ) => AlertDescription::UnexpectedMessage,
         rustls::Error::PeerMisbehaved(_) => AlertDescription::IllegalParameter,
         _ => AlertDescription::HandshakeFailure,
@@ -336,23 +380,6 @@ async fn write_all(stream: &TcpStream, mut rest: &[u8]) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
             Err(e) => return Err(e),
         }
-    }
-    Ok(())
-}
-
-async fn send_pending(
-    conn: &mut ServerConnection,
-    stream: &TcpStream,
-    out: &mut Vec<u8>,
-    ctx: &HandshakeContext,
-    counters: &TrafficCounters,
-) -> io::Result<()> {
-    while conn.wants_write() {
-        out.clear();
-        conn.write_tls(out)?;
-        counters.add_out(out.len());
-        ctx.flight(out.len());
-        write_all(stream, out).await?;
     }
     Ok(())
 }

@@ -5,6 +5,8 @@
 //! before a byte of the handshake is answered or any crypto is asked for.
 
 use std::cell::OnceCell;
+use std::io;
+use std::time::Instant;
 
 use rustls::server::{Accepted, Acceptor, ClientHello};
 use rustls::{AlertDescription, ProtocolVersion};
@@ -12,8 +14,9 @@ use terminus_engine::{Engine, HandshakeGuard};
 use tokio::net::TcpStream;
 
 use super::downgrade::{self, Downgrade, Offer};
-use super::driver::{refuse_with, send_alert, Inbox};
+use super::driver::{refuse_with, send_alert};
 use super::HandshakeError;
+use crate::record::{whole_records, whole_records_within, MAX_PLAINTEXT};
 use crate::stream::TrafficCounters;
 
 /// A connection whose ClientHello has been read: the input of [`super::handshake`].
@@ -109,7 +112,7 @@ pub async fn read_client_hello(
 ) -> Result<ClientHelloRead, HandshakeError> {
     let in_flight = engine.handshake_started();
     let mut acceptor = Acceptor::default();
-    let mut inbox = Inbox::keeping();
+    let mut inbox = Inbox::default();
     loop {
         inbox.fill(stream, counters).await?;
         // A TLS record begins with its content type (22, a handshake); a letter is an
@@ -117,6 +120,17 @@ pub async fn read_client_hello(
         // (nginx's "400 The plain HTTP request was sent to HTTPS port").
         if inbox.all().first().is_some_and(u8::is_ascii_alphabetic) {
             return Err(HandshakeError::PlainText);
+        }
+        // Records before encryption carry at most 2^14 bytes (RFC 8446 section 5.1), and
+        // the Acceptor would take a longer one whole.
+        if inbox
+            .next_record_len()
+            .is_some_and(|len| len > MAX_PLAINTEXT)
+        {
+            refuse_with(stream, AlertDescription::RecordOverflow, counters).await;
+            return Err(HandshakeError::Tls(rustls::Error::InvalidMessage(
+                rustls::InvalidMessage::MessageTooLarge,
+            )));
         }
         if let Err(e) = inbox.feed_record(|records| acceptor.read_tls(records)) {
             // rustls's buffer is full: the ClientHello is over the 64 KiB it takes, and
@@ -161,4 +175,81 @@ async fn refuse(
 ) -> HandshakeError {
     refuse_with(stream, refused.alert(), counters).await;
     HandshakeError::Downgrade(refused)
+}
+
+/// Bytes read from the socket while the ClientHello is read, handed to the `Acceptor` a
+/// whole record at a time and all kept: the handshake gives them again to rustls's
+/// unbuffered connection, and a connection passed through untouched needs every byte.
+#[derive(Default)]
+pub(super) struct Inbox {
+    buf: Vec<u8>,
+    /// What the `Acceptor` took: `buf[..fed]`.
+    fed: usize,
+    /// When the first bytes were read.
+    first_read: Option<Instant>,
+}
+
+impl Inbox {
+    /// Returns once at least one whole record is buffered; `Eof` if the client closes
+    /// first.
+    pub(super) async fn fill(
+        &mut self,
+        stream: &TcpStream,
+        counters: &TrafficCounters,
+    ) -> Result<(), HandshakeError> {
+        while whole_records(&self.buf[self.fed..]) == 0 {
+            self.buf.reserve(4096);
+            stream.readable().await?;
+            match stream.try_read_buf(&mut self.buf) {
+                Ok(0) => return Err(HandshakeError::Eof),
+                Ok(n) => {
+                    self.first_read.get_or_insert_with(Instant::now);
+                    counters.add_in(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `read_tls` the first whole record only. The ClientHello is read this way:
+    /// the `Acceptor` takes only the ClientHello from what it holds, and nothing would
+    /// process records that came with it (change_cipher_spec in the same segment) until
+    /// the client sent more, so they stay here for the handshake's first pass.
+    pub(super) fn feed_record(
+        &mut self,
+        mut read_tls: impl FnMut(&mut dyn io::Read) -> io::Result<usize>,
+    ) -> io::Result<()> {
+        let whole = whole_records_within(&self.buf[self.fed..], 1);
+        let mut rest = &self.buf[self.fed..self.fed + whole];
+        while !rest.is_empty() {
+            if read_tls(&mut rest)? == 0 {
+                break;
+            }
+        }
+        self.fed += whole - rest.len();
+        Ok(())
+    }
+
+    /// The length of the next record the `Acceptor` has not taken, once its header is in.
+    pub(super) fn next_record_len(&self) -> Option<usize> {
+        let header = self.buf.get(self.fed..self.fed + 5)?;
+        Some(u16::from_be_bytes([header[3], header[4]]) as usize)
+    }
+
+    /// When the first bytes were read; `None` before any were.
+    pub(super) fn first_read(&self) -> Option<Instant> {
+        self.first_read
+    }
+
+    /// Every byte read, rustls's or not.
+    pub(super) fn into_all(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Every byte read so far.
+    pub(super) fn all(&self) -> &[u8] {
+        &self.buf
+    }
 }

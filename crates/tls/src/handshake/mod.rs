@@ -19,7 +19,7 @@ mod hello;
 mod kx;
 mod signer;
 
-pub use driver::{handshake, Handshake};
+pub use driver::{handshake, Handshake, Session};
 pub use error::{Downgrade, ErrorSource, HandshakeError};
 pub use hello::{read_client_hello, ClientHelloRead};
 pub use kx::EngineKxGroup;

@@ -2,25 +2,22 @@
 //! files leave with sendfile(2) and proxied bytes with splice(2) without a copy into
 //! user space.
 //!
-//! The hand-off ([`offload`]): the handshake driver never gives rustls a partial record,
-//! so when the handshake is done the only bytes rustls has not seen are the head of one
-//! incomplete record; we read its tail, let rustls decrypt it, keep whatever plaintext
-//! rustls holds for the HTTP layer, then extract the traffic keys and sequence numbers and
-//! install them with `TLS_TX`/`TLS_RX`. The TLS 1.3 NewSessionTickets were already sent
-//! by the driver with rustls's keys (it flushes everything before it returns).
+//! The hand-off ([`offload`]): the handshake driver stops rustls at the record that ends
+//! the handshake, so what the client sent after it (a request with its Finished, the head
+//! of a record) is in terminus's hands. The records are completed and opened by
+//! terminus's record layer ([`crate::record`]), their plaintext kept for the HTTP layer,
+//! and then the traffic secrets and sequence numbers go to the kernel with
+//! `TLS_TX`/`TLS_RX`. The TLS 1.3 NewSessionTickets were already sent by the driver.
 //!
-//! Whether the kernel can take a connection is decided before rustls gives up its keys
-//! (extraction consumes the connection): [`KernelSupport`] probes each version and cipher
-//! once on a loopback connection, and the `tls` ULP is attached before extraction. So
-//! every "kTLS cannot be used here" is an [`Unavailable`] that hands the connection back
-//! for userspace TLS; only a failure after extraction loses the connection.
+//! Whether the kernel can take a connection is decided before anything is changed:
+//! [`KernelSupport`] probes each version and cipher once on a loopback connection, and the
+//! `tls` ULP is attached before any record is opened. So every "kTLS cannot be used
+//! here" is an [`Unavailable`] that hands the handshake back for userspace TLS; only a
+//! failure after that loses the connection.
 //!
-//! KeyUpdate: rustls's buffered `ServerConnection` exposes the current traffic keys but
-//! not the next generation (its `KernelConnection`, which derives them, is offered only on
-//! the unbuffered connection in rustls 0.23), and kernels before 6.14 cannot replace the
-//! keys of a TLS 1.3 socket anyway. A client KeyUpdate therefore ends the connection
-//! cleanly (close_notify, then FIN) rather than letting the kernel fail on records under
-//! keys it does not have. See [`KtlsStream`].
+//! KeyUpdate: kernels before 6.14 cannot replace the keys of a TLS 1.3 socket. A client
+//! KeyUpdate therefore ends the connection cleanly (close_notify, then FIN) rather than
+//! letting the kernel fail on records under keys it does not have. See [`KtlsStream`].
 
 mod splice;
 mod stream;
@@ -32,16 +29,16 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use rustls::{
-    CipherSuite, ConnectionTrafficSecrets, ProtocolVersion, ServerConnection, SupportedCipherSuite,
-};
-use tokio::io::AsyncReadExt;
+use rustls::server::ServerConnectionData;
+use rustls::{CipherSuite, ConnectionTrafficSecrets, ProtocolVersion, SupportedCipherSuite};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub use splice::{splice_bidirectional, splice_plain, until_quiet};
 pub use stream::KtlsStream;
 
-use crate::record::whole_records;
+use crate::handshake::Handshake;
+use crate::record::{whole_records, KernelKeys, Opened, RecordError, RecordLayer};
 use crate::stream::TrafficCounters;
 use sys::CryptoInfo;
 
@@ -116,11 +113,11 @@ pub enum OffloadError {
     /// The socket failed.
     Io(#[from] io::Error),
     #[error("TLS error before the hand-off: {0}")]
-    /// rustls failed.
-    Tls(#[from] rustls::Error),
-    #[error("extracting the traffic keys: {0}")]
-    /// rustls would not give the traffic secrets.
-    Secrets(rustls::Error),
+    /// A record that came with the client's Finished was refused (its alert sent).
+    Record(RecordError),
+    #[error("taking the traffic keys: {0}")]
+    /// The record layer could not be built from the traffic secrets.
+    Secrets(RecordError),
     /// The kernel refused the keys.
     #[error("installing the {direction} keys (setsockopt SOL_TLS): {source}")]
     Install {
@@ -135,7 +132,7 @@ impl OffloadError {
     /// The metrics label this falls under.
     pub fn cause(&self) -> FallbackCause {
         match self {
-            Self::Io(_) | Self::Tls(_) => FallbackCause::PendingRecord,
+            Self::Io(_) | Self::Record(_) => FallbackCause::PendingRecord,
             Self::Secrets(_) => FallbackCause::Secrets,
             Self::Install { .. } => FallbackCause::Setsockopt,
         }
@@ -146,17 +143,15 @@ impl OffloadError {
 pub enum Offload {
     /// The kernel does the record layer now.
     Kernel(KtlsStream),
-    /// The kernel could not take it; socket, rustls connection and the head of a record
-    /// rustls has not seen yet are returned intact for userspace TLS.
+    /// The kernel could not take it; the socket and the handshake's keys and unread
+    /// bytes are returned intact for userspace TLS.
     Userspace {
         /// Why the kernel could not take it.
         why: Unavailable,
         /// The connection's socket.
         socket: TcpStream,
-        /// The rustls connection, ready to go on in userspace.
-        conn: Box<ServerConnection>,
-        /// Bytes read from the socket that rustls has not seen.
-        pending: Vec<u8>,
+        /// The handshake, untouched.
+        done: Box<Handshake>,
     },
     /// Past the point of no return: the connection is lost.
     Failed(OffloadError),
@@ -290,17 +285,16 @@ fn loopback_pair() -> io::Result<(std::net::TcpStream, std::net::TcpStream)> {
 }
 
 /// Hands a finished handshake to the kernel, or returns it untouched when the kernel
-/// cannot take it. `pending` is the head of a record rustls has not seen (see the module
-/// documentation).
+/// cannot take it. `done.pending` may hold records the client sent with its Finished:
+/// they are opened here, in userspace (the kernel takes a connection only at a record
+/// boundary, and only what it reads itself), the plaintext kept for the application.
 pub async fn offload(
     support: &KernelSupport,
     socket: TcpStream,
-    mut conn: ServerConnection,
-    mut pending: Vec<u8>,
+    done: Handshake,
     counters: Arc<TrafficCounters>,
 ) -> Offload {
-    let suite = conn.negotiated_cipher_suite().expect("handshake complete");
-    let version = conn.protocol_version().expect("handshake complete");
+    let (version, suite) = (done.session.version, done.session.suite);
     // The ULP goes on first: it fails where the module is missing (or was unloaded since
     // the probe) and leaves the socket a plain TCP socket until keys are installed.
     let usable = support.check(version, suite).and_then(|()| {
@@ -311,87 +305,112 @@ pub async fn offload(
         return Offload::Userspace {
             why,
             socket,
-            conn: Box::new(conn),
-            pending,
+            done: Box::new(done),
         };
     }
+    let Handshake {
+        secrets,
+        kernel,
+        pending,
+        ..
+    } = done;
     let mut socket = socket;
-    let fail = Offload::Failed;
-    // Finish the record the client had started: the kernel can only take whole records.
-    if !pending.is_empty() {
-        while whole_records(&pending) < pending.len() {
-            let len = u16::from_be_bytes([pending[3], pending[4]]) as usize;
-            let want = 5 + len - pending.len();
-            let start = pending.len();
-            pending.resize(start + want, 0);
-            if let Err(e) = socket.read_exact(&mut pending[start..]).await {
-                return fail(e.into());
-            }
-        }
-        counters.add_in(pending.len());
-        let mut rest = &pending[..];
-        while !rest.is_empty() {
-            if let Err(e) = conn.read_tls(&mut rest) {
-                return fail(e.into());
-            }
-        }
-        if let Err(e) = conn.process_new_packets() {
-            return fail(e.into());
-        }
+    let result = async {
+        let mut layer = RecordLayer::for_kernel(secrets, kernel).map_err(OffloadError::Secrets)?;
+        let before = open_pending(&mut socket, &mut layer, pending, &counters).await?;
+        let keys = layer
+            .into_kernel()
+            .expect("a layer built for the kernel keeps its secrets");
+        let records_left = confidentiality_limit(suite).saturating_sub(keys.tx.0);
+        install(&socket, &keys, version)?;
+        Ok::<_, OffloadError>((before, records_left))
     }
-    match install(&socket, conn, suite, version) {
-        Ok((early, peer_closed, records_left)) => Offload::Kernel(KtlsStream::new(
+    .await;
+    match result {
+        Ok((before, records_left)) => Offload::Kernel(KtlsStream::new(
             socket,
-            early,
-            peer_closed,
+            before.plaintext,
+            before.peer_closed,
             records_left,
             counters,
         )),
-        Err(e) => fail(e),
+        Err(e) => Offload::Failed(e),
     }
 }
 
-/// Takes rustls's decrypted leftovers and keys and installs the keys in the kernel.
-/// Returns the leftover plaintext, whether it ended with close_notify, and how many more
-/// records may be sent under the transmit key.
+/// What the records read before the hand-off held.
+#[derive(Default)]
+struct BeforeHandOff {
+    plaintext: Vec<u8>,
+    /// They ended with close_notify.
+    peer_closed: bool,
+}
+
+/// Opens the records read before the hand-off (reading the rest of the last one first:
+/// the kernel can only take whole records), sending what the layer answers (a KeyUpdate,
+/// an alert) in the clear TCP stream that still carries TLS records: no key is installed
+/// yet.
+async fn open_pending(
+    socket: &mut TcpStream,
+    layer: &mut RecordLayer<ServerConnectionData>,
+    mut pending: Vec<u8>,
+    counters: &TrafficCounters,
+) -> Result<BeforeHandOff, OffloadError> {
+    let mut before = BeforeHandOff::default();
+    if pending.is_empty() {
+        return Ok(before);
+    }
+    while whole_records(&pending) < pending.len() {
+        let at = whole_records(&pending);
+        let header: [u8; 5] = match pending.get(at..at + 5) {
+            Some(h) => h.try_into().expect("five bytes"),
+            None => {
+                let start = pending.len();
+                pending.resize(at + 5, 0);
+                socket.read_exact(&mut pending[start..]).await?;
+                continue;
+            }
+        };
+        let len = u16::from_be_bytes([header[3], header[4]]) as usize;
+        let start = pending.len();
+        pending.resize(at + 5 + len, 0);
+        socket.read_exact(&mut pending[start..]).await?;
+    }
+    counters.add_in(pending.len());
+    let mut rest = &mut pending[..];
+    while !rest.is_empty() && !before.peer_closed {
+        let header: [u8; 5] = rest[..5].try_into().expect("whole records");
+        let opened = layer
+            .check_header(&header)
+            .and_then(|len| layer.open_in_place(&mut rest[..5 + len]).map(|o| (len, o)));
+        if let Some(answer) = layer.take_queued() {
+            counters.add_out(answer.len());
+            socket.write_all(&answer).await?;
+        }
+        let (len, opened) = opened.map_err(OffloadError::Record)?;
+        match opened {
+            Opened::Data(range) => before.plaintext.extend_from_slice(&rest[range]),
+            Opened::Control => {}
+            Opened::Closed => before.peer_closed = true,
+        }
+        rest = &mut rest[5 + len..];
+    }
+    Ok(before)
+}
+
+/// Installs `keys` in the kernel, both directions.
 fn install(
     socket: &TcpStream,
-    mut conn: ServerConnection,
-    suite: SupportedCipherSuite,
+    keys: &KernelKeys<ServerConnectionData>,
     version: ProtocolVersion,
-) -> Result<(Vec<u8>, bool, u64), OffloadError> {
-    // Plaintext rustls already decrypted (a request sent with the client's Finished)
-    // belongs to the HTTP layer; a close_notify among it ends the stream there.
-    let mut early = Vec::new();
-    let mut peer_closed = false;
-    loop {
-        let mut chunk = [0u8; 4096];
-        match io::Read::read(&mut conn.reader(), &mut chunk) {
-            Ok(0) => {
-                peer_closed = true;
-                break;
-            }
-            Ok(n) => early.extend_from_slice(&chunk[..n]),
-            Err(_) => break,
-        }
-    }
-    if conn.wants_write() {
-        // Only rustls's answer to something the client sent with its Finished (an alert,
-        // a KeyUpdate) can be queued here; it cannot be sent once rustls is gone.
-        return Err(OffloadError::Tls(rustls::Error::General(
-            "records queued by rustls after the handshake".into(),
-        )));
-    }
-    let secrets = conn
-        .dangerous_extract_secrets()
-        .map_err(OffloadError::Secrets)?;
+) -> Result<(), OffloadError> {
     let kernel_version = if version == ProtocolVersion::TLSv1_2 {
         sys::TLS_1_2_VERSION
     } else {
         sys::TLS_1_3_VERSION
     };
-    let (tx_seq, tx) = &secrets.tx;
-    let (rx_seq, rx) = &secrets.rx;
+    let (tx_seq, tx) = &keys.tx;
+    let (rx_seq, rx) = &keys.rx;
     let fd = socket.as_raw_fd();
     for (direction, label, seq, secret) in [
         (sys::TLS_TX, "TLS_TX", *tx_seq, tx),
@@ -403,8 +422,7 @@ fn install(
             source,
         })?;
     }
-    let records_left = confidentiality_limit(suite).saturating_sub(*tx_seq);
-    Ok((early, peer_closed, records_left))
+    Ok(())
 }
 
 /// Records one key may protect (rustls refreshes or stops before it; the kernel does not,

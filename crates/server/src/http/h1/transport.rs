@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::task::{Context, Poll};
 
-use terminus_tls::{KtlsStream, TlsStream};
+use terminus_tls::{KtlsStream, SecureStream};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::FILE_CHUNK;
@@ -47,9 +47,9 @@ pub(crate) trait ReadReady: AsyncRead + Unpin {
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-impl ReadReady for Box<TlsStream> {
+impl ReadReady for Box<SecureStream> {
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        TlsStream::poll_read_ready(self, cx)
+        SecureStream::poll_read_ready(self, cx)
     }
 }
 
@@ -74,11 +74,12 @@ impl ReadReady for tokio::io::DuplexStream {
 }
 
 /// A record layer that sends a file by reading it into a buffer the worker lends for the
-/// response ([`Lent`]) and writing the bytes: rustls in userspace, which packs head and body into full records
+/// response ([`Lent`]) and writing the bytes: terminus's record layer in userspace, which
+/// packs head and body into full records
 /// (and, in tests, a plain pipe).
 pub(crate) trait CopiesFiles: AsyncWrite + Unpin {}
 
-impl CopiesFiles for Box<TlsStream> {}
+impl CopiesFiles for Box<SecureStream> {}
 
 /// A plain-HTTP listener's connection: no record layer.
 impl CopiesFiles for tokio::net::TcpStream {}

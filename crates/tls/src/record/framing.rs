@@ -1,13 +1,14 @@
-//! TLS record framing, as far as terminus needs it before rustls sees the bytes.
+//! Record framing before anything is decrypted: where whole records end.
 //!
 //! The handshake gives rustls whole records only, so that when it ends no record is half
-//! inside rustls: the kernel (kTLS) can take over the connection only at a record
-//! boundary, with the rest of the bytes still in terminus's hands.
+//! inside rustls: the kernel (kTLS) or terminus's own record layer can take over the
+//! connection only at a record boundary, with the rest of the bytes still in terminus's
+//! hands.
 
 /// Length of the longest prefix of `buf` made of whole TLS records. A header that no
 /// valid record has (unknown type, not version 3.x, longer than any record) counts as
-/// whole, so rustls sees it and rejects it at once instead of us waiting for bytes that
-/// will never be valid (plain HTTP sent to the TLS port, say).
+/// whole when it comes first, so rustls sees it and rejects it at once instead of us
+/// waiting for bytes that will never be valid (plain HTTP sent to the TLS port, say).
 pub fn whole_records(buf: &[u8]) -> usize {
     whole_records_within(buf, usize::MAX)
 }
@@ -20,7 +21,10 @@ pub fn whole_records_within(buf: &[u8], limit: usize) -> usize {
     while let Some(header) = buf.get(at..at + 5) {
         let len = u16::from_be_bytes([header[3], header[4]]) as usize;
         if !(20..=24).contains(&header[0]) || header[1] != 3 || len > MAX_CIPHERTEXT {
-            return buf.len();
+            // Handed on whole only when it comes first: the records before it are taken
+            // on their own (the handshake's last may be among them, and nothing after
+            // that record is rustls's).
+            return if at == 0 { buf.len() } else { at };
         }
         let end = at + 5 + len;
         if end > buf.len() || (at > 0 && end > limit) {
@@ -45,6 +49,10 @@ mod tests {
         // An impossible length is handed on for rustls to reject.
         assert_eq!(whole_records(&[22, 3, 3, 0xff, 0xff, 1]), 6);
         assert_eq!(whole_records(b"GET / HTTP/1.1\r\n"), 16);
+        // One after whole records waits its turn (DTLS's version, which rustls reads).
+        let then_invalid = [&buf[..7], &[23, 0xfe, 0xff, 0, 1, 0][..]].concat();
+        assert_eq!(whole_records(&then_invalid), 7);
+        assert_eq!(whole_records(&then_invalid[7..]), 6);
         // Within a limit: at least the first record, then only what fits.
         assert_eq!(whole_records_within(&buf, 1), 7);
         assert_eq!(whole_records_within(&buf, 15), 7);
