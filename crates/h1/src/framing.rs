@@ -8,7 +8,9 @@
 //! extensions and CRLF are all refused.
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap};
+
+use crate::raw::Fields;
 use http::{StatusCode, Version};
 
 /// Longest chunk-size line (size and extensions), and trailer section, accepted.
@@ -49,25 +51,24 @@ impl Refusal {
 
 /// The framing the headers declare, `None` when they declare none. Strict the same way
 /// for both directions: a message two parsers could split differently is refused.
-fn declared_framing(headers: &HeaderMap, version: Version) -> Result<Option<Framing>, Refusal> {
-    let lengths: Vec<&HeaderValue> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
-    let codings: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
-    if !codings.is_empty() {
+fn declared_framing(headers: &impl Fields, version: Version) -> Result<Option<Framing>, Refusal> {
+    let mut codings = headers.values_of(header::TRANSFER_ENCODING);
+    if let Some(coding) = codings.next() {
         // Both framings at once is how requests are smuggled past a proxy, and HTTP/1.0
         // has no transfer codings: refuse.
-        if !lengths.is_empty() || version == Version::HTTP_10 {
+        let lengths = headers.values_of(header::CONTENT_LENGTH).next().is_some();
+        if lengths || version == Version::HTTP_10 {
             return Err(Refusal::Ambiguous);
         }
         // Only `chunked`, once, as nginx: anything else is a coding we cannot undo.
-        return match codings.as_slice() {
-            [one] if one.as_bytes().eq_ignore_ascii_case(b"chunked") => Ok(Some(Framing::Chunked)),
+        return match codings.next() {
+            None if coding.eq_ignore_ascii_case(b"chunked") => Ok(Some(Framing::Chunked)),
             _ => Err(Refusal::UnknownCoding),
         };
     }
     let mut length = None;
-    for v in lengths {
-        let n: u64 = v
-            .to_str()
+    for v in headers.values_of(header::CONTENT_LENGTH) {
+        let n: u64 = std::str::from_utf8(v)
             .ok()
             .filter(|s| !s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|s| s.parse().ok())
@@ -84,7 +85,7 @@ fn declared_framing(headers: &HeaderMap, version: Version) -> Result<Option<Fram
 }
 
 /// Reads a request's framing from its headers. Errors are the status to refuse it with.
-pub fn request_framing(headers: &HeaderMap, version: Version) -> Result<Framing, StatusCode> {
+pub fn request_framing(headers: &impl Fields, version: Version) -> Result<Framing, StatusCode> {
     match declared_framing(headers, version) {
         Ok(framing) => Ok(framing.unwrap_or(Framing::None)),
         Err(Refusal::Ambiguous) => Err(StatusCode::BAD_REQUEST),
@@ -98,7 +99,7 @@ pub fn request_framing(headers: &HeaderMap, version: Version) -> Result<Framing,
 pub fn response_framing(
     method: &http::Method,
     status: StatusCode,
-    headers: &HeaderMap,
+    headers: &impl Fields,
     version: Version,
 ) -> Result<Framing, Malformed> {
     if method == http::Method::HEAD
@@ -243,7 +244,8 @@ impl Decoder {
                     let mut fields = [httparse::EMPTY_HEADER; 64];
                     let trailers = match httparse::parse_headers(section, &mut fields) {
                         Ok(httparse::Status::Complete((_, fields))) => {
-                            crate::head::field_map(fields, section)
+                            crate::raw::RawHead::new(fields, section)
+                                .and_then(|raw| raw.to_header_map())
                                 .ok_or(Malformed("bad trailer field"))?
                         }
                         _ => return Err(Malformed("bad trailer section")),
@@ -324,7 +326,7 @@ pub fn chunked_end(out: &mut Vec<u8>, trailers: Option<&HeaderMap>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::HeaderName;
+    use http::header::{HeaderName, HeaderValue};
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut m = HeaderMap::new();

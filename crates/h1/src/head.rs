@@ -4,19 +4,26 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 
 use crate::framing::{Malformed, ResponseFraming};
+use crate::raw::{is_text, Fields, RawHead};
 
 /// Longest request line plus headers, like nginx's large_client_header_buffers.
 pub const MAX_HEAD: usize = 16 * 1024;
-const MAX_HEADERS: usize = 100;
+/// Most fields a head may have.
+pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Parses a request head at the start of `buf` and removes it from `buf`.
 /// `Ok(None)`: not complete yet.
 pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCode> {
+    Ok(parse_request_head(buf)?.map(|(req, _)| req))
+}
+
+/// [`parse_request`], with the head's bytes kept ([`RawHead`]) for a proxy to pass its
+/// fields on from; the request's map shares them.
+pub fn parse_request_head(buf: &mut Vec<u8>) -> Result<Option<(Request<()>, RawHead)>, StatusCode> {
     // Left uninitialised: httparse fills what it parses (zeroing 100 would cost more
     // than parsing a small head).
     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -37,7 +44,8 @@ pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCod
         .parse()
         .map_err(|_| StatusCode::BAD_REQUEST)?;
     let version = version_of(parsed.version);
-    let map = field_map(parsed.headers, &buf[..len]).ok_or(StatusCode::BAD_REQUEST)?;
+    let raw = RawHead::new(parsed.headers, &buf[..len]).ok_or(StatusCode::BAD_REQUEST)?;
+    let map = raw.to_header_map().ok_or(StatusCode::BAD_REQUEST)?;
     let mut req = Request::builder()
         .method(method)
         .uri(uri)
@@ -46,14 +54,25 @@ pub fn parse_request(buf: &mut Vec<u8>) -> Result<Option<Request<()>>, StatusCod
         .map_err(|_| StatusCode::BAD_REQUEST)?;
     *req.headers_mut() = map;
     buf.drain(..len);
-    Ok(Some(req))
+    Ok(Some((req, raw)))
 }
 
-/// Parses a response head at the start of `buf` and removes it from `buf`.
-/// `Ok(None)`: not complete yet (the caller bounds how long it waits, e.g. at
-/// [`MAX_HEAD`]). Anything but a well-formed HTTP/1.x status line and fields is refused:
-/// a proxy passes on only what it understood.
-pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malformed> {
+/// A response head as parsed, its fields kept as bytes.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// The status code.
+    pub status: StatusCode,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// The fields, as they came.
+    pub fields: RawHead,
+}
+
+/// Parses a response head at the start of `buf` and removes it from `buf`, its fields
+/// kept as bytes. `Ok(None)`: not complete yet (the caller bounds how long it waits, e.g.
+/// at [`MAX_HEAD`]). Anything but a well-formed HTTP/1.x status line and fields is
+/// refused: a proxy passes on only what it understood.
+pub fn parse_response_head(buf: &mut Vec<u8>) -> Result<Option<ResponseHead>, Malformed> {
     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut []);
     let config = httparse::ParserConfig::default();
@@ -68,12 +87,29 @@ pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malform
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or(Malformed("bad status code"))?;
     let version = version_of(parsed.version);
-    let map = field_map(parsed.headers, &buf[..len]).ok_or(Malformed("bad field name or value"))?;
-    let mut resp = Response::new(());
-    *resp.status_mut() = status;
-    *resp.version_mut() = version;
-    *resp.headers_mut() = map;
+    let fields =
+        RawHead::new(parsed.headers, &buf[..len]).ok_or(Malformed("bad field name or value"))?;
     buf.drain(..len);
+    Ok(Some(ResponseHead {
+        status,
+        version,
+        fields,
+    }))
+}
+
+/// [`parse_response_head`], its fields in a map.
+pub fn parse_response(buf: &mut Vec<u8>) -> Result<Option<Response<()>>, Malformed> {
+    let Some(head) = parse_response_head(buf)? else {
+        return Ok(None);
+    };
+    let map = head
+        .fields
+        .to_header_map()
+        .ok_or(Malformed("bad field name or value"))?;
+    let mut resp = Response::new(());
+    *resp.status_mut() = head.status;
+    *resp.version_mut() = head.version;
+    *resp.headers_mut() = map;
     Ok(Some(resp))
 }
 
@@ -82,31 +118,6 @@ fn version_of(minor: Option<u8>) -> Version {
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     }
-}
-
-/// Room for the fields a proxy adds to a parsed head (forwarding, framing), so that
-/// adding them does not grow the map.
-const SPARE_FIELDS: usize = 6;
-
-/// Parsed fields as a map; `None` if a name or value is not valid in one. `head` is the
-/// bytes the fields were parsed from: the values share one copy of it instead of one
-/// allocation each.
-pub(crate) fn field_map(fields: &[httparse::Header<'_>], head: &[u8]) -> Option<HeaderMap> {
-    let shared = Bytes::copy_from_slice(head);
-    let mut map = HeaderMap::with_capacity(fields.len() + SPARE_FIELDS);
-    for f in fields {
-        // Where the value lies in `head` (httparse gives slices of it).
-        let at = (f.value.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
-        let end = at + f.value.len();
-        if end > head.len() {
-            return None;
-        }
-        map.append(
-            HeaderName::from_bytes(f.name.as_bytes()).ok()?,
-            HeaderValue::from_maybe_shared(shared.slice(at..end)).ok()?,
-        );
-    }
-    Some(map)
 }
 
 /// Appends an HTTP/1.1 request head: `method target HTTP/1.1`, then `headers` as given
@@ -130,19 +141,24 @@ fn encode_fields(out: &mut Vec<u8>, headers: &HeaderMap) {
 }
 
 /// Whether `name` lists `token` (comma-separated, any case), as `connection: close`.
-pub fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
-    tokens(headers, name).any(|t| t.eq_ignore_ascii_case(token))
+pub fn has_token(headers: &impl Fields, name: header::HeaderName, token: &str) -> bool {
+    token_bytes(headers, name).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// The items of the comma-separated list in every `name` field, in order, trimmed, empty
 /// ones left out (`Connection`, `Upgrade`).
-pub fn tokens(headers: &HeaderMap, name: header::HeaderName) -> impl Iterator<Item = &str> {
+pub fn tokens(headers: &impl Fields, name: header::HeaderName) -> impl Iterator<Item = &str> {
+    token_bytes(headers, name).filter_map(|t| std::str::from_utf8(t).ok())
+}
+
+/// [`tokens`] as bytes, for comparing them (no UTF-8 check per value): values that are
+/// not text (tab and visible ASCII, as `HeaderValue::to_str` has it) are passed over.
+pub fn token_bytes(headers: &impl Fields, name: header::HeaderName) -> impl Iterator<Item = &[u8]> {
     headers
-        .get_all(name)
-        .into_iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .values_of(name)
+        .filter(|v| is_text(v))
+        .flat_map(|v| v.split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
         .filter(|t| !t.is_empty())
 }
 
@@ -154,7 +170,7 @@ pub fn wants_keep_alive(req: &Request<()>) -> bool {
 
 /// Whether a message of `version` with `headers` lets its connection carry another
 /// (HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`).
-pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+pub fn keeps_alive(version: Version, headers: &impl Fields) -> bool {
     match version {
         Version::HTTP_11 => !has_token(headers, header::CONNECTION, "close"),
         _ => has_token(headers, header::CONNECTION, "keep-alive"),
@@ -167,11 +183,13 @@ pub fn expects_continue(req: &Request<()>) -> bool {
 }
 
 /// Appends the HTTP/1.1 head of a response with `parts` and a body framed by `framing`:
-/// status line, headers, `date` where the response has none, the framing's header, and
-/// the `connection` header the keep-alive decision needs.
+/// status line, the fields `passed` on as bytes (a proxied head's) and then `parts`'s,
+/// `date` where neither has one, the framing's header, and the `connection` header the
+/// keep-alive decision needs.
 pub fn encode_response_head(
     head: &mut Vec<u8>,
     parts: &http::response::Parts,
+    passed: Option<&RawHead>,
     framing: ResponseFraming,
     keep_alive: bool,
     http10: bool,
@@ -182,15 +200,23 @@ pub fn encode_response_head(
     head.push(b' ');
     head.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     head.extend_from_slice(b"\r\n");
+    if let Some(passed) = passed {
+        passed.encode_fields(head);
+    }
     encode_fields(head, &parts.headers);
-    if !parts.headers.contains_key(header::DATE) {
+    let has = |name: &header::HeaderName| {
+        parts.headers.contains_key(name) || passed.is_some_and(|p| p.contains(name))
+    };
+    if !has(&header::DATE) {
         head.extend_from_slice(b"date: ");
         DATE.with_borrow_mut(|date| head.extend_from_slice(date.now()));
         head.extend_from_slice(b"\r\n");
     }
     match framing {
-        ResponseFraming::Length(len) if !parts.headers.contains_key(header::CONTENT_LENGTH) => {
-            head.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
+        ResponseFraming::Length(len) if !has(&header::CONTENT_LENGTH) => {
+            head.extend_from_slice(b"content-length: ");
+            head.extend_from_slice(itoa(len, &mut [0; 20]));
+            head.extend_from_slice(b"\r\n");
         }
         ResponseFraming::Chunked => head.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         _ => {}
@@ -201,6 +227,19 @@ pub fn encode_response_head(
         head.extend_from_slice(b"connection: keep-alive\r\n");
     }
     head.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal, written into `digits` (without `format!`'s allocation).
+pub fn itoa(mut n: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[at..];
+        }
+    }
 }
 
 thread_local! {
@@ -300,6 +339,7 @@ mod tests {
 
     #[test]
     fn request_heads_encode_to_what_parses() {
+        use http::header::HeaderValue;
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("app"));
         headers.append("x-a", HeaderValue::from_static("1"));

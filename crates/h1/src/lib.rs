@@ -6,12 +6,15 @@
 
 pub mod framing;
 pub mod head;
+pub mod raw;
 
 pub use framing::{
     chunk_head, chunked_end, request_framing, response_framing, Decoded, Decoder, Framing,
     Malformed, ResponseFraming,
 };
 pub use head::{
-    encode_request_head, encode_response_head, expects_continue, has_token, keeps_alive,
-    parse_request, parse_response, tokens, wants_keep_alive, MAX_HEAD,
+    encode_request_head, encode_response_head, expects_continue, has_token, itoa, keeps_alive,
+    parse_request, parse_request_head, parse_response, parse_response_head, token_bytes, tokens,
+    wants_keep_alive, ResponseHead, MAX_HEAD,
 };
+pub use raw::{is_name, Fields, PassedFields, RawHead};

@@ -25,6 +25,9 @@ use crate::headers::{
     add_client_cert, add_forwarding, clean_trailers, remove_hop_by_hop, remove_underscored, Origin,
 };
 use crate::health::now_ms;
+use crate::http1::head::{
+    authority_host, declared, origin_form, write_request_head, Declared, Outgoing,
+};
 use crate::http1::{BodyFraming, Exchange, Failed, Stale};
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Key, Pool};
@@ -33,7 +36,7 @@ use crate::response::ResponseBody;
 use crate::spec::{Balance, HashKey, Protocol};
 use crate::upstream::{InProgress, Upstream};
 use crate::websocket::{connect_kind, Connect, Opening};
-use terminus_h1::has_token;
+use terminus_h1::{has_token, RawHead};
 use tokio::io::AsyncWriteExt;
 
 /// A request the proxy could not pass on, or whose response it could not get.
@@ -70,11 +73,15 @@ pub(crate) struct Attempt {
 }
 
 /// Sends `req` to `upstream` on behalf of the client `origin` describes, and returns the
-/// response to stream back. `pool` is the calling worker's.
+/// response to stream back. `pool` is the calling worker's. `head` is the request's head
+/// as an HTTP/1.1 client sent it, where it has one: to an HTTP/1.1 upstream the request
+/// goes from those bytes, and the response's head comes back as bytes too
+/// ([`terminus_h1::PassedFields`]).
 pub async fn forward<B>(
     upstream: &Arc<Upstream>,
     pool: &Rc<Pool>,
     req: Request<B>,
+    head: Option<RawHead>,
     origin: &Origin,
 ) -> Result<Response<ResponseBody>, ProxyError>
 where
@@ -119,18 +126,38 @@ where
             return Err(error(status, None, "CONNECT for no WebSocket".into()))
         }
     };
-    upstream_headers(&mut parts, origin, framing);
-    add_client_cert(&mut parts.headers, origin, upstream.spec.client_cert);
-    if let Some(to) = &upgrade {
-        parts.headers.insert(header::UPGRADE, to.clone());
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
+    // An HTTP/1.1 client's head goes to an HTTP/1.1 upstream from its bytes, and the
+    // answer's comes back the same way; otherwise the map is edited.
+    let raw = head.filter(|_| http1);
+    let pass_head = raw.is_some();
     // HTTP/1.1 heads are the same bytes for every attempt: encoded once.
-    let head = match upstream.spec.protocol {
-        Protocol::Http1 => http1_head(&parts),
-        Protocol::H2 | Protocol::H2c => Vec::new(),
+    let head = match raw {
+        Some(raw) => {
+            let mut head = Vec::with_capacity(raw.as_bytes().len() + 256);
+            let outgoing = Outgoing {
+                parts: &parts,
+                origin,
+                client_cert: upstream.spec.client_cert,
+                framing,
+                upgrade: upgrade.as_ref(),
+            };
+            write_request_head(&mut head, &raw, &outgoing);
+            head
+        }
+        None => {
+            upstream_headers(&mut parts, origin, framing);
+            add_client_cert(&mut parts.headers, origin, upstream.spec.client_cert);
+            if let Some(to) = &upgrade {
+                parts.headers.insert(header::UPGRADE, to.clone());
+                parts
+                    .headers
+                    .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            }
+            match upstream.spec.protocol {
+                Protocol::Http1 => http1_head(&parts),
+                Protocol::H2 | Protocol::H2c => Vec::new(),
+            }
+        }
     };
 
     let mut body = Some(match upstream.spec.protocol {
@@ -179,6 +206,7 @@ where
                     },
                     started: attempt.started,
                     upgrade: upgrade.as_ref(),
+                    pass_head,
                 };
                 let proxy_header = upstream
                     .spec
@@ -357,7 +385,7 @@ fn body_framing<B: Body>(body: &B) -> BodyFraming {
 /// `x_client_verify` as `X-Client-Verify`, so such a field could pass as one the proxy
 /// sets), forwarding fields in, `Host` kept (from `:authority` for an HTTP/2 client), and
 /// the body's framing declared.
-fn upstream_headers(
+pub(crate) fn upstream_headers(
     parts: &mut hyper::http::request::Parts,
     origin: &Origin,
     framing: BodyFraming,
@@ -366,36 +394,29 @@ fn upstream_headers(
     remove_hop_by_hop(headers);
     remove_underscored(headers);
     if !headers.contains_key(header::HOST) {
-        let authority = parts.uri.authority().map(|a| a.as_str());
-        if let Some(v) = authority.and_then(|a| HeaderValue::from_str(a).ok()) {
+        if let Some(v) = authority_host(&parts.uri) {
             headers.insert(header::HOST, v);
         }
     }
     add_forwarding(headers, origin);
     headers.remove(header::CONTENT_LENGTH);
-    match framing {
-        BodyFraming::Length(n) => {
+    match declared(framing, &parts.method) {
+        Some(Declared::Length(n)) => {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
         }
-        BodyFraming::Chunked => {
+        Some(Declared::Chunked) => {
             headers.insert(
                 header::TRANSFER_ENCODING,
                 HeaderValue::from_static("chunked"),
             );
         }
-        // A method that normally carries a body says it has none, so that the server
-        // does not wait for one or answer 411 (nginx does the same).
-        BodyFraming::None if matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) => {
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
-        }
-        BodyFraming::None => {}
+        None => {}
     }
 }
 
 /// The HTTP/1.1 request head: origin-form target and the fields as prepared.
-fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let target = if target.is_empty() { "/" } else { target };
+pub(crate) fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
+    let target = origin_form(&parts.uri);
     let mut head = Vec::with_capacity(512);
     terminus_h1::encode_request_head(&mut head, &parts.method, target, &parts.headers);
     head

@@ -8,6 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use hyper::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
+use terminus_h1::Fields;
 
 use crate::spec::ClientCertHeader;
 
@@ -27,38 +28,44 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// Whether `name` (any case) is one of [`HOP_BY_HOP`].
-fn is_hop_by_hop(name: &str) -> bool {
-    HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP.iter().any(|h| terminus_h1::is_name(name, h))
 }
 
-/// Removes the hop-by-hop fields, the ones `Connection` names included, but never `Host`:
-/// the request was routed by it and the server must be told the same host
-/// (`Connection: host` would otherwise send it none, and the server would pick its own).
-pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // Usually `Connection` names only options (`keep-alive`, `close`): no field of its
-    // own to take out. When it does, one removal per name it lists.
-    let names_fields = terminus_h1::tokens(headers, header::CONNECTION)
-        .any(|t| !t.eq_ignore_ascii_case("close") && !is_hop_by_hop(t));
-    if names_fields {
-        let named: Vec<HeaderName> = terminus_h1::tokens(headers, header::CONNECTION)
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .filter(|name| name != header::HOST)
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
+/// Which of a message's fields belong to its connection: the hop-by-hop ones and the
+/// ones its `Connection` names, but never `Host`: the request was routed by it and the
+/// server must be told the same host (`Connection: host` would otherwise send it none,
+/// and the server would pick its own). Read once per message, whether it is held in a
+/// map or as bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct HopByHop {
+    /// `Connection` lists something besides options (`close`, `keep-alive`) and
+    /// hop-by-hop names: only then is it read again for each field.
+    names_fields: bool,
+}
+
+impl HopByHop {
+    pub(crate) fn of(headers: &impl Fields) -> Self {
+        let names_fields = terminus_h1::token_bytes(headers, header::CONNECTION)
+            .any(|t| !t.eq_ignore_ascii_case(b"close") && !is_hop_by_hop(t));
+        HopByHop { names_fields }
     }
-    // One look at each name, then a removal for each one present: most heads carry one
-    // or two, and a removal by name hashes it and probes the map (removing all nine
-    // names cost a keep-alive request ~6,000 instructions, callgrind).
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| is_hop_by_hop(name.as_str()))
-        .cloned()
-        .collect();
-    for name in doomed {
-        headers.remove(name);
+
+    /// Whether the field `name` of `headers` (the message this was made of) is its
+    /// connection's.
+    pub(crate) fn drops(self, headers: &impl Fields, name: &[u8]) -> bool {
+        is_hop_by_hop(name)
+            || self.names_fields
+                && !terminus_h1::is_name(name, "host")
+                && terminus_h1::token_bytes(headers, header::CONNECTION)
+                    .any(|t| t.eq_ignore_ascii_case(name))
     }
+}
+
+/// Removes the hop-by-hop fields, the ones `Connection` names included ([`HopByHop`]).
+pub fn remove_hop_by_hop(headers: &mut impl Fields) {
+    let hop = HopByHop::of(headers);
+    headers.remove_if(|h, name| hop.drops(h, name));
 }
 
 /// Who the requests of one client connection came from, as the upstream is told. Made
@@ -96,10 +103,18 @@ struct ClientCertFields {
     subject: Option<String>,
 }
 
-const CLIENT_CERT: HeaderName = HeaderName::from_static("client-cert");
-const CLIENT_CERT_CHAIN: HeaderName = HeaderName::from_static("client-cert-chain");
-const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
-const CLIENT_VERIFY: HeaderName = HeaderName::from_static("x-client-verify");
+/// The client-certificate fields the proxy sets: RFC 9440's two, Envoy's XFCC, and
+/// nginx-style verification.
+const IDENTITY: [&str; 4] = [
+    "client-cert",
+    "client-cert-chain",
+    "x-forwarded-client-cert",
+    "x-client-verify",
+];
+const CLIENT_CERT: HeaderName = HeaderName::from_static(IDENTITY[0]);
+const CLIENT_CERT_CHAIN: HeaderName = HeaderName::from_static(IDENTITY[1]);
+const XFCC: HeaderName = HeaderName::from_static(IDENTITY[2]);
+const CLIENT_VERIFY: HeaderName = HeaderName::from_static(IDENTITY[3]);
 
 impl ClientCertFields {
     fn of(identity: Option<&terminus_tls::ClientIdentity>) -> Self {
@@ -219,48 +234,41 @@ impl Origin {
     }
 }
 
-/// Whether `name` is `field` spelled with any of its dashes as underscores
+/// Whether `name` (any case) is `field` spelled with any of its dashes as underscores
 /// (`x_client_verify`, `x-client_verify`): CGI, WSGI and PHP read every spelling as the
 /// same variable (`HTTP_X_CLIENT_VERIFY`), so a client's copy under any of them would
 /// stand beside, or in for, the one the proxy sets.
-fn spells(name: &HeaderName, field: &HeaderName) -> bool {
-    let (name, field) = (name.as_str().as_bytes(), field.as_str().as_bytes());
+fn spells(name: &[u8], field: &str) -> bool {
+    let field = field.as_bytes();
     name.len() == field.len()
         && name
             .iter()
             .zip(field)
-            .all(|(n, f)| n == f || (*n == b'_' && *f == b'-'))
+            .all(|(n, f)| n.eq_ignore_ascii_case(f) || (*n == b'_' && *f == b'-'))
 }
 
-/// Removes every field whose name holds an underscore, as nginx does by default
+/// Whether `name` holds an underscore: such fields are removed, as nginx does by default
 /// (`underscores_in_headers off`): CGI, WSGI and PHP map `-` and `_` alike to `_`, so
 /// `X_Client_Verify` would read upstream as the `X-Client-Verify` the proxy sets, or
-/// beside it. Looks at each name once and allocates only when one is there (most
-/// requests have none).
-pub fn remove_underscored(headers: &mut HeaderMap) {
-    let underscored = |name: &HeaderName| name.as_str().as_bytes().contains(&b'_');
-    if !headers.keys().any(underscored) {
-        return;
-    }
-    let doomed: Vec<HeaderName> = headers.keys().filter(|n| underscored(n)).cloned().collect();
-    for name in doomed {
-        headers.remove(name);
-    }
+/// beside it.
+pub(crate) fn is_underscored(name: &[u8]) -> bool {
+    name.contains(&b'_')
+}
+
+/// Removes every field whose name holds an underscore ([`is_underscored`]).
+pub fn remove_underscored(headers: &mut impl Fields) {
+    headers.remove_if(|_, name| is_underscored(name));
+}
+
+/// Whether `name` is one of the client-certificate fields the proxy sets, under any
+/// spelling. A name of another length than the four is passed over at its length.
+pub(crate) fn is_identity(name: &[u8]) -> bool {
+    IDENTITY.iter().any(|field| spells(name, field))
 }
 
 /// Removes the client-certificate fields the proxy sets, under every spelling.
-fn remove_identity(headers: &mut HeaderMap) {
-    // A look at each name, a removal only for those present (usually none): four
-    // removals by name, each hashing and probing, cost ~1,600 instructions a request.
-    // A name of another length than the four is passed over at its length.
-    let identity = [&CLIENT_CERT, &CLIENT_CERT_CHAIN, &XFCC, &CLIENT_VERIFY];
-    while let Some(name) = headers
-        .keys()
-        .find(|n| identity.iter().any(|field| spells(n, field)))
-        .cloned()
-    {
-        headers.remove(name);
-    }
+fn remove_identity(headers: &mut impl Fields) {
+    headers.remove_if(|_, name| is_identity(name));
 }
 
 /// Fields a trailer section must not carry (RFC 9110 section 6.5.1: framing, routing,
@@ -311,35 +319,45 @@ pub fn clean_trailers(trailers: &mut HeaderMap) {
 /// claim an identity it did not prove.
 pub fn add_client_cert(headers: &mut HeaderMap, origin: &Origin, format: ClientCertHeader) {
     remove_identity(headers);
-    let Some(fields) = &origin.client_cert else {
-        return;
-    };
-    headers.insert(CLIENT_VERIFY, HeaderValue::from_static(fields.verify));
-    match format {
-        ClientCertHeader::Rfc9440 => {
-            if let Some((leaf, chain)) = &fields.rfc9440 {
-                headers.insert(CLIENT_CERT, leaf.clone());
-                if let Some(chain) = chain {
-                    headers.insert(CLIENT_CERT_CHAIN, chain.clone());
-                }
-            }
-        }
-        ClientCertHeader::Xfcc => {
-            if let Some(xfcc) = &fields.xfcc {
-                headers.insert(XFCC, xfcc.clone());
-            }
-        }
+    for (name, value) in client_cert_fields(origin, format).into_iter().flatten() {
+        headers.insert(name, value);
     }
 }
+
+/// The client-certificate fields the proxy sets for `origin`'s client in `format`: none
+/// where the server asks for no certificates.
+pub(crate) fn client_cert_fields(
+    origin: &Origin,
+    format: ClientCertHeader,
+) -> [Option<(HeaderName, HeaderValue)>; 3] {
+    let Some(fields) = &origin.client_cert else {
+        return [None, None, None];
+    };
+    let verify = Some((CLIENT_VERIFY, HeaderValue::from_static(fields.verify)));
+    match format {
+        ClientCertHeader::Rfc9440 => match &fields.rfc9440 {
+            Some((leaf, chain)) => [
+                verify,
+                Some((CLIENT_CERT, leaf.clone())),
+                chain.clone().map(|c| (CLIENT_CERT_CHAIN, c)),
+            ],
+            None => [verify, None, None],
+        },
+        ClientCertHeader::Xfcc => [verify, fields.xfcc.clone().map(|x| (XFCC, x)), None],
+    }
+}
+
+/// `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host`: the forwarding fields
+/// besides RFC 7239's.
+pub(crate) const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Adds the forwarding fields: `X-Forwarded-For` appended to (the client's list kept,
 /// as nginx's `$proxy_add_x_forwarded_for`, where the origin keeps it; else replaced),
 /// `X-Forwarded-Proto` and `X-Forwarded-Host` set, and an RFC 7239 `Forwarded` element
 /// appended the same way. The host is the request's `Host`.
 pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin) {
-    const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
-    const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
-    const XFH: HeaderName = HeaderName::from_static("x-forwarded-host");
     if !origin.keeps_forwarded {
         headers.remove(XFF);
         headers.remove(header::FORWARDED);
@@ -355,37 +373,64 @@ pub fn add_forwarding(headers: &mut HeaderMap, origin: &Origin) {
             headers.remove(XFH);
         }
     }
-    // A host with characters outside a token is quoted (RFC 7239).
-    let host = host.as_ref().and_then(|h| h.to_str().ok());
-    let quote = match host {
-        Some(h) if h.bytes().all(is_token) => Some(""),
-        Some(h)
-            if h.bytes()
-                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\') =>
-        {
-            Some("\"")
+    let element = match host {
+        Some(h) => {
+            let mut element = Vec::new();
+            forwarded_element(&mut element, origin, Some(h.as_bytes()));
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(element))
+                .unwrap_or_else(|_| origin.element.clone())
         }
-        _ => None,
-    };
-    let element = match (host, quote) {
-        (Some(h), Some(q)) => {
-            let element = [
-                origin.element.as_bytes(),
-                b";host=",
-                q.as_bytes(),
-                h.as_bytes(),
-                q.as_bytes(),
-            ]
-            .concat();
-            HeaderValue::from_bytes(&element).unwrap_or_else(|_| origin.element.clone())
-        }
-        _ => origin.element.clone(),
+        None => origin.element.clone(),
     };
     append_list(headers, header::FORWARDED, element);
 }
 
+impl Origin {
+    /// Whether the client's own `X-Forwarded-For` and `Forwarded` are appended to.
+    pub(crate) fn keeps_forwarded(&self) -> bool {
+        self.keeps_forwarded
+    }
+
+    /// The client's address as `X-Forwarded-For` lists it.
+    pub(crate) fn forwarded_for(&self) -> &[u8] {
+        self.ip.as_bytes()
+    }
+}
+
+/// Appends this hop's RFC 7239 element to `out`: `for=NODE;proto=SCHEME`, and the
+/// request's `host` where it has one that can be said (a host with characters outside a
+/// token is quoted; one that cannot be quoted is left out).
+pub(crate) fn forwarded_element(out: &mut Vec<u8>, origin: &Origin, host: Option<&[u8]>) {
+    out.extend_from_slice(origin.element.as_bytes());
+    let quote = match host {
+        Some(h) if h.iter().copied().all(is_token) => Some(&b""[..]),
+        Some(h)
+            if h.iter()
+                .all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\') =>
+        {
+            Some(&b"\""[..])
+        }
+        _ => None,
+    };
+    if let (Some(h), Some(q)) = (host, quote) {
+        out.extend_from_slice(b";host=");
+        out.extend_from_slice(q);
+        out.extend_from_slice(h);
+        out.extend_from_slice(q);
+    }
+}
+
 fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    matches!(b, b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' | b'!' | b'#'..=b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+/// Appends to `out` each of `values` and a `, ` after it, for an item to follow: repeated
+/// fields folded into one list, as the forwarding lists are passed on.
+pub(crate) fn write_list_before<'a>(out: &mut Vec<u8>, values: impl Iterator<Item = &'a [u8]>) {
+    for v in values {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
 }
 
 /// Appends `item` to the comma-separated list in `name`, folding repeated fields into one.
@@ -398,10 +443,7 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: HeaderValue) {
         Entry::Occupied(e) => e,
     };
     let mut list = Vec::new();
-    for v in present.iter() {
-        list.extend_from_slice(v.as_bytes());
-        list.extend_from_slice(b", ");
-    }
+    write_list_before(&mut list, present.iter().map(HeaderValue::as_bytes));
     list.extend_from_slice(item.as_bytes());
     if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(list)) {
         present.insert(v);

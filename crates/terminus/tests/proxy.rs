@@ -1665,3 +1665,131 @@ fn an_h2_upstream_body_that_stalls_ends_at_the_idle_timeout() {
     );
     assert_eq!(stalled, 1.0);
 }
+
+/// The fields of a head, as (lower-case name, value), in order.
+fn head_fields(head: &str) -> Vec<(String, String)> {
+    head.split("\r\n")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap_or((l, ""));
+            (n.to_ascii_lowercase(), v.trim().to_owned())
+        })
+        .collect()
+}
+
+/// An HTTP/1.1 request's head reaches an HTTP/1.1 upstream as the client wrote it, less
+/// what belongs to the connection: its fields in their order, duplicates and interleaved
+/// repeats kept, and no hop-by-hop field, no field its Connection names, no underscored
+/// name and no forged identity passes; and the response's head comes back the same way.
+#[test]
+fn heads_pass_through_in_order_with_their_duplicates_and_without_hop_by_hop_fields() {
+    let (_app, _dir, server) = one_app("proxy-head-bytes");
+    let reply = raw_request(
+        &server,
+        "GET /app/headers HTTP/1.1\r\nHost: localhost\r\nX-B: 1\r\nx-a:  one \r\nConnection: keep-alive, X-Drop, close\r\nX-Drop: secret\r\nX-B: 2\r\nKeep-Alive: timeout=5\r\nX_Under: 1\r\nTE: trailers\r\nProxy-Connection: keep-alive\r\nUpgrade: h2c\r\nX-Forwarded-Proto: http\r\nX-Client-Verify: SUCCESS\r\nCOOKIE: a=1\r\ncookie: b=2\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let body = &reply[reply.find("\r\n\r\n").unwrap() + 4..];
+    let seen: serde_json::Value = serde_json::from_str(body).unwrap();
+    let fields: Vec<(String, String)> = seen["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h[0].as_str().unwrap().to_owned(),
+                h[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+    let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+    // The client's own fields, in the order it sent them.
+    let passed: Vec<(String, String)> = fields
+        .iter()
+        .filter(|(n, _)| ["host", "x-a", "x-b", "cookie"].contains(&n.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(
+        passed,
+        [
+            pair("host", "localhost"),
+            pair("x-b", "1"),
+            pair("x-a", "one"),
+            pair("x-b", "2"),
+            pair("cookie", "a=1"),
+            pair("cookie", "b=2"),
+        ],
+        "{fields:?}"
+    );
+    for gone in [
+        "connection",
+        "x-drop",
+        "keep-alive",
+        "x_under",
+        "te",
+        "proxy-connection",
+        "upgrade",
+        "x-client-verify",
+    ] {
+        assert!(
+            !names.contains(&gone),
+            "{gone} reached the upstream: {fields:?}"
+        );
+    }
+    assert!(
+        fields.contains(&pair("x-forwarded-proto", "https")),
+        "{fields:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| **n == "x-forwarded-proto").count(),
+        1
+    );
+
+    // The response's head: the upstream's fields in their order, duplicates kept, its
+    // hop-by-hop ones out (terminus says its own Connection).
+    let reply = raw_request(
+        &server,
+        "GET /app/fields HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert!(reply.starts_with("HTTP/1.1 204"), "{reply}");
+    let fields = head_fields(&reply);
+    let passed: Vec<(String, String)> = fields
+        .iter()
+        .filter(|(n, _)| ["x-a", "x-b", "set-cookie"].contains(&n.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(
+        passed,
+        [
+            pair("x-b", "1"),
+            pair("x-a", "one"),
+            pair("x-b", "2"),
+            pair("set-cookie", "a=1"),
+            pair("set-cookie", "b=2"),
+        ],
+        "{reply}"
+    );
+    let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+    for gone in ["x-drop", "keep-alive", "proxy-connection"] {
+        assert!(!names.contains(&gone), "{gone} reached the client: {reply}");
+    }
+    assert_eq!(
+        fields
+            .iter()
+            .filter(|(n, _)| n == "connection")
+            .collect::<Vec<_>>(),
+        [&pair("connection", "close")],
+        "{reply}"
+    );
+    assert_eq!(
+        fields
+            .iter()
+            .filter(|(n, _)| n == "server")
+            .collect::<Vec<_>>(),
+        [&pair("server", "terminus")],
+        "{reply}"
+    );
+    assert_eq!(names.iter().filter(|n| **n == "date").count(), 1, "{reply}");
+}

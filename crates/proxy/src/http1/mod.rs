@@ -5,6 +5,7 @@
 //! the pool when both messages ended cleanly.
 
 mod body;
+pub(crate) mod head;
 mod pump;
 
 pub(crate) use body::Http1Body;
@@ -17,7 +18,9 @@ use bytes::Bytes;
 use hyper::body::SizeHint;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
-use terminus_h1::{parse_response, response_framing, Decoder, Framing, MAX_HEAD};
+use terminus_h1::{
+    parse_response_head, response_framing, Decoder, Framing, PassedFields, ResponseHead, MAX_HEAD,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::headers::remove_hop_by_hop;
@@ -90,6 +93,9 @@ pub(crate) struct Exchange<'a> {
     /// The protocol the client asked to switch to (`Upgrade`), passed on: a 101 then
     /// hands the connection over instead of being refused.
     pub(crate) upgrade: Option<&'a HeaderValue>,
+    /// The client's head came as bytes (HTTP/1.1): the response's goes back the same way
+    /// ([`PassedFields`]), not as a map.
+    pub(crate) pass_head: bool,
 }
 
 impl Exchange<'_> {
@@ -164,10 +170,10 @@ impl Exchange<'_> {
         // request.
         let mut answered = false;
         let resp = loop {
-            match parse_response(&mut buf) {
+            match parse_response_head(&mut buf) {
                 Ok(Some(resp))
-                    if resp.status().is_informational()
-                        && resp.status() != StatusCode::SWITCHING_PROTOCOLS =>
+                    if resp.status.is_informational()
+                        && resp.status != StatusCode::SWITCHING_PROTOCOLS =>
                 {
                     // 100 Continue (the proxy answered the client's itself) and 103:
                     // interim, not passed on.
@@ -252,8 +258,12 @@ impl Exchange<'_> {
         metrics.latency(Phase::ResponseHeader, header_time);
         keeper.release();
 
-        let (mut parts, ()) = resp.into_parts();
-        if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        let ResponseHead {
+            status,
+            version,
+            mut fields,
+        } = resp;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
             let Some(asked) = self.upgrade else {
                 return Err(fail(
                     Failure::BadResponse,
@@ -269,7 +279,7 @@ impl Exchange<'_> {
             progress.upstream.succeeded(progress.server);
             // The server may switch only to a protocol the request passed on (the
             // allowed ones): anything else would be a channel no route chose.
-            let offered: Vec<&str> = terminus_h1::tokens(&parts.headers, header::UPGRADE).collect();
+            let offered: Vec<&str> = terminus_h1::tokens(&fields, header::UPGRADE).collect();
             let passed = asked.to_str().unwrap_or("");
             let to = match offered.as_slice() {
                 [] if !passed.contains(',') => asked.clone(),
@@ -287,48 +297,58 @@ impl Exchange<'_> {
                 }
             };
             // The switch is this hop's: Connection and Upgrade are said again for it.
-            remove_hop_by_hop(&mut parts.headers);
-            parts.headers.insert(header::UPGRADE, to);
-            parts
-                .headers
-                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            remove_hop_by_hop(&mut fields);
+            let mut resp = Response::new(ResponseBody::empty());
+            *resp.status_mut() = status;
+            *resp.version_mut() = version;
+            let Some(map) = map_of(&fields) else {
+                return Err(fail(Failure::BadResponse, BAD_FIELD.into(), body));
+            };
+            *resp.headers_mut() = map;
+            let headers = resp.headers_mut();
+            headers.insert(header::UPGRADE, to);
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             let server = progress.server().spec.address;
-            parts.extensions.insert(Upstreamed {
+            resp.extensions_mut().insert(Upstreamed {
                 server,
                 status: 101,
                 header_time,
             });
-            parts
-                .extensions
+            resp.extensions_mut()
                 .insert(Upgrade::new(Conn { read, write, buf }, self.timeouts.idle));
-            return Ok(Response::from_parts(parts, ResponseBody::empty()));
+            return Ok(resp);
         }
-        let framing =
-            match response_framing(self.method, parts.status, &parts.headers, parts.version) {
-                Ok(f) => f,
-                Err(e) => {
-                    return Err(fail(
-                        Failure::BadResponse,
-                        format!("response framing: {}", e.0),
-                        body,
-                    ))
-                }
-            };
-        let keep_alive = terminus_h1::keeps_alive(parts.version, &parts.headers)
+        let framing = match response_framing(self.method, status, &fields, version) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(fail(
+                    Failure::BadResponse,
+                    format!("response framing: {}", e.0),
+                    body,
+                ))
+            }
+        };
+        let keep_alive = terminus_h1::keeps_alive(version, &fields)
             && framing != Framing::Close
             && self.keepalive.idle > 0;
-        metrics.response(parts.status.as_u16());
-        remove_hop_by_hop(&mut parts.headers);
+        metrics.response(status.as_u16());
+        remove_hop_by_hop(&mut fields);
         let hint = match framing {
             Framing::None => SizeHint::with_exact(0),
             Framing::Length(n) => SizeHint::with_exact(n),
             Framing::Chunked | Framing::Close => {
-                parts.headers.remove(header::CONTENT_LENGTH);
+                fields.remove(&header::CONTENT_LENGTH);
                 SizeHint::new()
             }
         };
+        let map = match self.pass_head {
+            true => None,
+            false => match map_of(&fields) {
+                Some(map) => Some(map),
+                None => return Err(fail(Failure::BadResponse, BAD_FIELD.into(), body)),
+            },
+        };
         let server = progress.server().spec.address;
-        let status = parts.status.as_u16();
         let body = ResponseBody::http1(Http1Body::reading(body::Reading {
             read,
             buf,
@@ -343,15 +363,31 @@ impl Exchange<'_> {
             progress,
             started: self.started,
         }));
-        let mut resp = Response::from_parts(parts, body);
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        *resp.version_mut() = version;
         resp.extensions_mut().insert(Upstreamed {
             server,
-            status,
+            status: status.as_u16(),
             header_time,
         });
+        match map {
+            Some(map) => *resp.headers_mut() = map,
+            None => {
+                resp.extensions_mut().insert(PassedFields(fields));
+            }
+        }
         Ok(resp)
     }
 }
+
+/// A response's fields as a map, for a client or a rule that needs one; `None` for a
+/// field a map cannot hold (httparse's grammar rules that out).
+fn map_of(fields: &terminus_h1::RawHead) -> Option<hyper::HeaderMap> {
+    fields.to_header_map()
+}
+
+const BAD_FIELD: &str = "a response field no map can hold";
 
 /// Reads what the socket has into the end of `buf`.
 async fn read_some(read: &mut crate::connect::ReadHalf, buf: &mut Vec<u8>) -> io::Result<usize> {

@@ -49,7 +49,11 @@ impl ConnectionInfo {
 }
 
 impl Responder for ConnectionInfo {
-    async fn respond(&self, mut req: Request<RequestBody>) -> Response<Body> {
+    async fn respond(
+        &self,
+        mut req: Request<RequestBody>,
+        head: Option<terminus_h1::RawHead>,
+    ) -> Response<Body> {
         let host = &self.site.hosts[self.host];
         let named = match super::target::settle_host(&mut req)
             .and_then(|name| super::target::settle_path(&mut req).map(|()| name))
@@ -70,20 +74,16 @@ impl Responder for ConnectionInfo {
             return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
         }
         let mut resp = match host.routes.choose(req.uri().path()) {
-            Some(route) => route.respond(req, self).await,
+            Some(route) => route.respond(req, head, self).await,
             None => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
         // Every answer, errors too (nginx `add_header ... always`); a header the answer
         // already has (an upstream's own) wins.
         for (name, value) in &host.headers {
-            resp.headers_mut()
-                .entry(name)
-                .or_insert_with(|| value.clone());
+            super::add_unless_present(&mut resp, name, value);
         }
         if let Some(alt_svc) = &self.alt_svc {
-            resp.headers_mut()
-                .entry(hyper::header::ALT_SVC)
-                .or_insert_with(|| alt_svc.clone());
+            super::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }
         resp
     }
@@ -91,10 +91,8 @@ impl Responder for ConnectionInfo {
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
         self.metrics.response(resp.status().as_u16(), version);
         self.handshake.responded();
-        let len = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok());
+        let len =
+            super::field(resp, &header::CONTENT_LENGTH).and_then(|v| std::str::from_utf8(v).ok());
         terminus_probes::response(self.handshake.id, resp.status().as_u16(), || {
             len.and_then(|l| l.parse().ok()).unwrap_or(-1)
         });

@@ -44,7 +44,7 @@ pub(crate) async fn serve<S, R>(
         async move {
             let (method, uri, version) = (req.method().clone(), req.uri().clone(), req.version());
             let upgrading = (method == Method::CONNECT).then(|| hyper::upgrade::on(&mut req));
-            let mut resp = responder.respond(req.map(RequestBody::h2)).await;
+            let mut resp = responder.respond(req.map(RequestBody::h2), None).await;
             if let Some(upgrading) = upgrading {
                 let upgrade = resp.extensions_mut().remove::<terminus_proxy::Upgrade>();
                 if let Some(upgrade) = upgrade.filter(|_| resp.status().is_success()) {

@@ -129,7 +129,7 @@ async fn request<R: Responder>(
         // Its body is stopped unread with H3_NO_ERROR as the request is dropped.
         error_response(StatusCode::TOO_EARLY, &method)
     } else {
-        responder.respond(req).await
+        responder.respond(req, None).await
     };
     if malformed.get() {
         // Its DATA disagreed with its content-length: a stream error, not an answer

@@ -20,8 +20,9 @@ mod target;
 use std::future::Future;
 use std::rc::Rc;
 
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Version};
+use terminus_h1::{Fields, PassedFields, RawHead};
 use tokio::sync::watch;
 
 pub use app::ConnectionInfo;
@@ -39,17 +40,48 @@ pub(crate) const DISCARD_LIMIT: u64 = 64 * 1024;
 pub(crate) trait Responder {
     /// Answers `req`. The body is the responder's to read as it likes; one it drops
     /// unread costs the client its HTTP/1.1 connection (after this answer) or its HTTP/2
-    /// stream's remaining upload.
-    fn respond(&self, req: Request<RequestBody>) -> impl Future<Output = Response<Body>>;
+    /// stream's remaining upload. `head` is the request's head as an HTTP/1.1 client sent
+    /// it (HTTP/2 and HTTP/3 have none), for a proxy to pass on as bytes.
+    fn respond(
+        &self,
+        req: Request<RequestBody>,
+        head: Option<RawHead>,
+    ) -> impl Future<Output = Response<Body>>;
 
     /// Notes a response as it is sent, the connection's own refusals of malformed
     /// requests included (metrics, access log). `target` is the request-target.
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>);
 }
 
+/// `resp` with the fields every answer carries (`Server: terminus`, in place of an
+/// upstream's).
 pub(crate) fn with_common_headers(mut resp: Response<Body>) -> Response<Body> {
+    if let Some(PassedFields(passed)) = resp.extensions_mut().get_mut::<PassedFields>() {
+        passed.remove(&header::SERVER);
+    }
     resp.headers_mut().insert(header::SERVER, SERVER);
     resp
+}
+
+/// The first value of `resp`'s field `name`, in its map or among the fields a proxied
+/// HTTP/1.1 head passed as bytes ([`PassedFields`]).
+pub(crate) fn field<'a>(resp: &'a Response<Body>, name: &HeaderName) -> Option<&'a [u8]> {
+    if let Some(v) = resp.headers().get(name) {
+        return Some(v.as_bytes());
+    }
+    let PassedFields(passed) = resp.extensions().get::<PassedFields>()?;
+    passed.values_of(name.clone()).next()
+}
+
+/// Adds the field `name` to `resp` unless it has one (an upstream's own wins).
+pub(crate) fn add_unless_present(
+    resp: &mut Response<Body>,
+    name: &HeaderName,
+    value: &HeaderValue,
+) {
+    if field(resp, name).is_none() {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
 }
 
 /// Answers `req` with an error page, its small body read away first (within `within`).

@@ -38,7 +38,11 @@ impl Redirect {
 }
 
 impl Responder for Redirect {
-    async fn respond(&self, mut req: Request<RequestBody>) -> Response<Body> {
+    async fn respond(
+        &self,
+        mut req: Request<RequestBody>,
+        _head: Option<terminus_h1::RawHead>,
+    ) -> Response<Body> {
         if let Some(token) = req.uri().path().strip_prefix(CHALLENGE_PREFIX) {
             if let Some(answer) = self.challenges.http01(token) {
                 let len = answer.len();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use terminus_h1::RawHead;
 use terminus_proxy::Upstream;
 
 use super::body::{Body, RequestBody};
@@ -69,17 +70,19 @@ fn without_parameters(path: &str) -> std::borrow::Cow<'_, str> {
 }
 
 impl Route {
-    /// Answers `req` on the connection `cx`.
+    /// Answers `req` on the connection `cx`; `head` is its HTTP/1.1 head's bytes, if any
+    /// (a proxied request passes them on).
     pub(crate) async fn respond(
         &self,
         req: Request<RequestBody>,
+        head: Option<RawHead>,
         cx: &ConnectionInfo,
     ) -> Response<Body> {
         match self {
             // Boxed: forwarding's state is kilobytes, and held inline it would be moved,
             // whole, into every request's future (a file's or the page's too): three
             // copies of some 3.7 KB per request measured before.
-            Route::Proxy(upstream) => Box::pin(proxy(upstream, req, cx)).await,
+            Route::Proxy(upstream) => Box::pin(proxy(upstream, req, head, cx)).await,
             Route::Files(root) => {
                 answer_locally(req, cx, |method, path, headers| {
                     files::serve(root, &cx.files, &cx.site.files, method, path, headers)
@@ -118,10 +121,11 @@ async fn answer_locally(
 async fn proxy(
     upstream: &Arc<Upstream>,
     req: Request<RequestBody>,
+    head: Option<RawHead>,
     cx: &ConnectionInfo,
 ) -> Response<Body> {
     let method = req.method().clone();
-    match terminus_proxy::forward(upstream, &cx.upstream_pool, req, &cx.origin).await {
+    match terminus_proxy::forward(upstream, &cx.upstream_pool, req, head, &cx.origin).await {
         Ok(resp) => with_common_headers(resp.map(Body::stream)),
         Err(e) => {
             tracing::warn!(client = %cx.peer, "{e}");

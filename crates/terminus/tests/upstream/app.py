@@ -8,6 +8,9 @@ Endpoints are matched by the path's last segment ("/app/whoami" is /whoami), sin
 proxy passes the path on unchanged.
   /whoami            its NAME (which server a balanced request reached)
   /headers           the request line and headers as JSON
+  /fields            a 204 whose head repeats and interleaves fields (X-B, X-A, X-B,
+                     two Set-Cookie), and carries hop-by-hop ones (Keep-Alive, a field
+                     its Connection names, Proxy-Connection)
   /bytes?n=N[&mode=length|chunked|close[&end=abrupt]]   N bytes of a fixed pattern
                      (over TLS, mode=close ends with close_notify unless end=abrupt)
   /sha256            (any method with a body) the body's sha256 and length
@@ -150,6 +153,15 @@ class Handler(BaseHTTPRequestHandler):
             seen = {"method": self.command, "target": self.path,
                     "headers": [[k.lower(), v] for k, v in self.headers.items()]}
             return self.reply(200, json.dumps(seen).encode(), "application/json")
+        if path == "/fields":
+            self.send_response(204)
+            for name, value in [("X-B", "1"), ("x-a", "one"), ("Connection", "keep-alive, X-Drop"),
+                                ("X-Drop", "secret"), ("X-B", "2"), ("Keep-Alive", "timeout=5"),
+                                ("Set-Cookie", "a=1"), ("Proxy-Connection", "keep-alive"),
+                                ("set-cookie", "b=2")]:
+                self.send_header(name, value)
+            self.end_headers()
+            return
         if path == "/bytes":
             n, mode = int(q.get("n", "0")), q.get("mode", "length")
             self.send_response(200)

@@ -21,12 +21,14 @@ use crate::http::body::{Body, Feed, RequestBody};
 use crate::http::{error_response, Responder};
 use crate::site::Timeouts;
 use terminus_h1::{
-    expects_continue, parse_request, request_framing, wants_keep_alive, Decoder, Framing, MAX_HEAD,
+    expects_continue, parse_request_head, request_framing, wants_keep_alive, Decoder, Framing,
+    RawHead, MAX_HEAD,
 };
 
 /// What reading the next request gave.
 enum Next {
-    Request(Box<Request<()>>),
+    /// The request, and its head's bytes for a proxy to pass on.
+    Request(Box<(Request<()>, RawHead)>),
     /// The client is gone, idle too long, or the server is shutting down between requests.
     Closed,
     /// A request the server answers with this status and then closes.
@@ -49,9 +51,9 @@ pub(crate) async fn serve<S: Transport + ReadReady, R: Responder>(
         // heap for the request's time only: between requests the connection's future
         // keeps just what waits for the next one.
         let after = match read_request(&mut io, &mut buf, idle_since, &timeouts, shutdown).await {
-            Next::Request(req) => {
+            Next::Request(request) => {
                 Box::pin(exchange(
-                    &mut io, responder, *req, &mut buf, &timeouts, shutdown,
+                    &mut io, responder, *request, &mut buf, &timeouts, shutdown,
                 ))
                 .await
             }
@@ -100,7 +102,7 @@ enum After {
 async fn exchange<S: Transport + AsyncRead, R: Responder>(
     io: &mut S,
     responder: &R,
-    req: Request<()>,
+    (req, head): (Request<()>, RawHead),
     buf: &mut Vec<u8>,
     timeouts: &Timeouts,
     shutdown: &watch::Receiver<bool>,
@@ -123,7 +125,9 @@ async fn exchange<S: Transport + AsyncRead, R: Responder>(
         expect_continue: framing != Framing::None && expects_continue(&req),
         stall: timeouts.request_header,
     };
-    let (mut resp, feed) = exchange.run(io, buf, &mut decoder, req, responder).await;
+    let (mut resp, feed) = exchange
+        .run(io, buf, &mut decoder, (req, head), responder)
+        .await;
     responder.record(&method, path_of(&uri), version, &resp);
     // A 101 from an upstream: after its head the connection is the upstream's.
     let upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
@@ -219,11 +223,12 @@ impl Exchange {
         io: &mut S,
         buf: &mut Vec<u8>,
         decoder: &mut Decoder,
-        req: Request<()>,
+        (req, head): (Request<()>, RawHead),
         responder: &R,
     ) -> (Response<Body>, Option<Feed>) {
         if decoder.is_done() {
-            let resp = responder.respond(req.map(|()| RequestBody::empty())).await;
+            let req = req.map(|()| RequestBody::empty());
+            let resp = responder.respond(req, Some(head)).await;
             return (resp, None);
         }
         let hint = match self.framing {
@@ -235,7 +240,7 @@ impl Exchange {
         // every request's exchange, most of which have no body (and the exchange is
         // boxed, so moved whole, per request).
         let resp = Box::pin(async {
-            let answer = responder.respond(req.map(|()| body));
+            let answer = responder.respond(req.map(|()| body), Some(head));
             let (mut read, mut write) = tokio::io::split(io);
             let continue_to = self.expect_continue.then_some(&mut write);
             let feeding = feed(&mut read, continue_to, buf, decoder, &tx, self.stall);
@@ -323,8 +328,8 @@ async fn read_request<S: Transport + ReadReady>(
     let mut first_byte = (!buf.is_empty()).then(Instant::now);
     loop {
         if !buf.is_empty() {
-            match parse_request(buf) {
-                Ok(Some(req)) => return Next::Request(Box::new(req)),
+            match parse_request_head(buf) {
+                Ok(Some(request)) => return Next::Request(Box::new(request)),
                 Ok(None) if buf.len() >= MAX_HEAD => {
                     return Next::Reject(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
                 }

@@ -17,7 +17,9 @@ use tokio::io::AsyncWriteExt;
 
 use super::Transport;
 use crate::http::body::Body;
-use terminus_h1::{chunk_head, chunked_end, encode_response_head, ResponseFraming};
+use terminus_h1::{
+    chunk_head, chunked_end, encode_response_head, Fields, PassedFields, RawHead, ResponseFraming,
+};
 
 /// File bodies are sent in steps of this size, each with its own stall timeout.
 const SEND_STEP: u64 = 1 << 20;
@@ -43,10 +45,20 @@ pub(super) async fn respond<S: Transport>(
     stall: Duration,
 ) -> io::Result<bool> {
     let (mut parts, body) = resp.into_parts();
-    let framing = framing(parts.status, &mut parts.headers, &body, answering);
+    // A proxied head passed as bytes: its fields go out as they came, before the map's.
+    let mut passed = parts.extensions.remove::<PassedFields>().map(|p| p.0);
+    let fields = (&mut parts.headers, passed.as_mut());
+    let framing = framing(parts.status, fields, &body, answering);
     let keep_alive = answering.keep_alive && framing != ResponseFraming::Close;
-    let mut head = Vec::with_capacity(512);
-    encode_response_head(&mut head, &parts, framing, keep_alive, answering.http10);
+    let mut head = Vec::with_capacity(512 + passed.as_ref().map_or(0, |p| p.as_bytes().len()));
+    encode_response_head(
+        &mut head,
+        &parts,
+        passed.as_ref(),
+        framing,
+        keep_alive,
+        answering.http10,
+    );
     let stalled = || io::Error::new(io::ErrorKind::TimedOut, "client stopped reading");
     match body {
         _ if framing == ResponseFraming::Bodiless => write_all(io, &head, stall).await?,
@@ -91,10 +103,11 @@ pub(super) async fn respond<S: Transport>(
 
 /// How the body will be delimited. A stream's length is its `content-length` (a bad one
 /// is removed), else its exact size hint, else unknown: chunked for HTTP/1.1, the
-/// connection's close for HTTP/1.0.
+/// connection's close for HTTP/1.0. The fields are the response's map and those passed
+/// as bytes, if any.
 fn framing(
     status: StatusCode,
-    headers: &mut HeaderMap,
+    (headers, passed): (&mut HeaderMap, Option<&mut RawHead>),
     body: &Body,
     answering: Answering,
 ) -> ResponseFraming {
@@ -111,16 +124,27 @@ fn framing(
         Body::Stream(s) => {
             // Whatever the responder copied, the framing is this writer's to choose.
             headers.remove(header::TRANSFER_ENCODING);
-            let declared = headers.get(header::CONTENT_LENGTH).map(|v| {
-                v.to_str()
-                    .ok()
-                    .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|s| s.parse::<u64>().ok())
-            });
+            let mut passed = passed;
+            if let Some(p) = passed.as_deref_mut() {
+                p.remove(&header::TRANSFER_ENCODING);
+            }
+            let declared = headers
+                .values_of(header::CONTENT_LENGTH)
+                .next()
+                .or_else(|| passed.as_deref()?.values_of(header::CONTENT_LENGTH).next())
+                .map(|v| {
+                    std::str::from_utf8(v)
+                        .ok()
+                        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|s| s.parse::<u64>().ok())
+                });
             match declared {
                 Some(Some(n)) => return ResponseFraming::Length(n),
                 Some(None) => {
                     headers.remove(header::CONTENT_LENGTH);
+                    if let Some(p) = passed {
+                        p.remove(&header::CONTENT_LENGTH);
+                    }
                 }
                 None => {}
             }

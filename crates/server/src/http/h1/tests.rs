@@ -39,7 +39,11 @@ struct Echo {
 }
 
 impl Responder for Echo {
-    async fn respond(&self, req: Request<RequestBody>) -> Response<Body> {
+    async fn respond(
+        &self,
+        req: Request<RequestBody>,
+        _head: Option<terminus_h1::RawHead>,
+    ) -> Response<Body> {
         let body = req.into_body().collect().await.unwrap().to_bytes();
         let mid = body.len() / 2;
         let mut trailers = HeaderMap::new();
@@ -152,7 +156,11 @@ struct Sluggish {
 }
 
 impl Responder for Sluggish {
-    async fn respond(&self, req: Request<RequestBody>) -> Response<Body> {
+    async fn respond(
+        &self,
+        req: Request<RequestBody>,
+        _head: Option<terminus_h1::RawHead>,
+    ) -> Response<Body> {
         let mut body = req.into_body();
         if let Some(Ok(frame)) = body.frame().await {
             self.read.set(frame.data_ref().map_or(0, Bytes::len));
