@@ -35,37 +35,42 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
 /// Which of a message's fields belong to its connection: the hop-by-hop ones and the
 /// ones its `Connection` names, but never `Host`: the request was routed by it and the
 /// server must be told the same host (`Connection: host` would otherwise send it none,
-/// and the server would pick its own). Read once per message, whether it is held in a
-/// map or as bytes.
-#[derive(Clone, Copy)]
+/// and the server would pick its own). `Connection` is read once per message, whether it
+/// is held in a map or as bytes, so that checking each field costs the same whatever
+/// `Connection` holds (a 16 KiB list of names must not be read again for every field).
 pub(crate) struct HopByHop {
-    /// `Connection` lists something besides options (`close`, `keep-alive`) and
-    /// hop-by-hop names: only then is it read again for each field.
-    names_fields: bool,
+    /// The names `Connection` lists besides options (`close`, `keep-alive`) and hop-by-hop
+    /// names, the first [`MAX_NAMED`] of them: none in ordinary traffic, so nothing is
+    /// allocated then. Names past the first ones are not removed: a field a client or
+    /// upstream sent and asked to have dropped reaches the other side as if it had not
+    /// asked, which it could have done anyway.
+    named: Vec<Box<[u8]>>,
 }
+
+/// Names a message's `Connection` may have removed.
+const MAX_NAMED: usize = 16;
 
 impl HopByHop {
     pub(crate) fn of(headers: &impl Fields) -> Self {
-        let names_fields = terminus_h1::token_bytes(headers, header::CONNECTION)
-            .any(|t| !t.eq_ignore_ascii_case(b"close") && !is_hop_by_hop(t));
-        HopByHop { names_fields }
+        let named = terminus_h1::token_bytes(headers, header::CONNECTION)
+            .filter(|t| !t.eq_ignore_ascii_case(b"close") && !is_hop_by_hop(t))
+            .filter(|t| !terminus_h1::is_name(t, "host"))
+            .take(MAX_NAMED)
+            .map(Box::from)
+            .collect();
+        HopByHop { named }
     }
 
-    /// Whether the field `name` of `headers` (the message this was made of) is its
-    /// connection's.
-    pub(crate) fn drops(self, headers: &impl Fields, name: &[u8]) -> bool {
-        is_hop_by_hop(name)
-            || self.names_fields
-                && !terminus_h1::is_name(name, "host")
-                && terminus_h1::token_bytes(headers, header::CONNECTION)
-                    .any(|t| t.eq_ignore_ascii_case(name))
+    /// Whether the field `name` is its message's connection's.
+    pub(crate) fn drops(&self, name: &[u8]) -> bool {
+        is_hop_by_hop(name) || self.named.iter().any(|t| t.eq_ignore_ascii_case(name))
     }
 }
 
 /// Removes the hop-by-hop fields, the ones `Connection` names included ([`HopByHop`]).
 pub fn remove_hop_by_hop(headers: &mut impl Fields) {
     let hop = HopByHop::of(headers);
-    headers.remove_if(|h, name| hop.drops(h, name));
+    headers.remove_if(|_, name| hop.drops(name));
 }
 
 /// Who the requests of one client connection came from, as the upstream is told. Made
@@ -492,6 +497,23 @@ mod tests {
             );
         }
         m
+    }
+
+    /// `Connection` is read once: the first names it lists are removed, the ones past
+    /// them pass (as if the sender had not named them), and a long list costs each field
+    /// one look at a few names, not a read of the whole list.
+    #[test]
+    fn connection_names_past_the_first_sixteen_are_not_removed() {
+        let names: Vec<String> = (0..20).map(|i| format!("x-n{i}")).collect();
+        let mut pairs = vec![("connection".to_owned(), names.join(", "))];
+        pairs.extend(names.iter().map(|n| (n.clone(), "1".to_owned())));
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+        let mut h = map(&pairs);
+        remove_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|n| n.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["x-n16", "x-n17", "x-n18", "x-n19"]);
+        assert_eq!(HopByHop::of(&map(&pairs)).named.len(), MAX_NAMED);
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub enum Need {
     /// A second physical core this process may use (an SMT sibling is not one), for a
     /// core of its own (`crypto.simd = "dedicated"`).
     SpareCpu,
+    /// A Go toolchain (`go` on the PATH), for clients written on Go's crypto/tls.
+    Go,
 }
 
 impl Need {
@@ -82,6 +84,7 @@ impl Need {
             Need::Redis => "redis",
             Need::Pebble => "pebble",
             Need::SpareCpu => "spare-cpu",
+            Need::Go => "go",
         }
     }
 }

@@ -391,6 +391,10 @@ const BAD_FIELD: &str = "a response field no map can hold";
 
 /// Reads what the socket has into the end of `buf`.
 async fn read_some(read: &mut crate::connect::ReadHalf, buf: &mut Vec<u8>) -> io::Result<usize> {
-    buf.reserve(4 * 1024);
+    // Grown only when little room is left: a head that came in two segments reads its
+    // rest into the room the first read left, not into a reallocated buffer.
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(4 * 1024);
+    }
     read.read_buf(buf).await
 }

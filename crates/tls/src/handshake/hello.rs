@@ -197,7 +197,13 @@ impl Inbox {
         stream: &TcpStream,
         counters: &TrafficCounters,
     ) -> Result<(), HandshakeError> {
-        while whole_records(&self.buf[self.fed..]) == 0 {
+        // A header announcing more than a plaintext record may hold is refused as soon as
+        // it is in (see `read_client_hello`), not once its body has come.
+        while whole_records(&self.buf[self.fed..]) == 0
+            && self
+                .next_record_len()
+                .is_none_or(|len| len <= MAX_PLAINTEXT)
+        {
             self.buf.reserve(4096);
             stream.readable().await?;
             match stream.try_read_buf(&mut self.buf) {

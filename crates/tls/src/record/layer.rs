@@ -607,7 +607,11 @@ impl<Data: Side> RecordLayer<Data> {
                 }
             }
             out.resize(out.len() + suffix, 0);
-            self.seal_in_place(&mut out[start..])?;
+            if let Err(e) = self.seal_in_place(&mut out[start..]) {
+                // No plaintext is left behind in what the caller would send.
+                out.truncate(start);
+                return Err(e);
+            }
             self.drain_queued(out);
         }
         Ok(total)

@@ -352,7 +352,11 @@ async fn read_request<S: Transport + ReadReady>(
                 *buf = Vec::new();
                 return Poll::Pending;
             }
-            buf.reserve(4096);
+            // Grown only when little room is left (a head in two segments is not
+            // reallocated for its second).
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(4096);
+            }
             // read_buf is cancel-safe: a pending one dropped has taken nothing.
             let polled = std::pin::pin!(io.read_buf(&mut *buf)).poll(cx);
             if polled.is_pending() && buf.is_empty() {
