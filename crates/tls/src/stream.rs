@@ -375,9 +375,9 @@ where
     D: SideData,
 {
     /// Ready once a read would not wait: plaintext is in, or the stream has ended (or
-    /// failed). Records are taken into rustls meanwhile, so a caller can wait for the
-    /// next request without a buffer of its own to read it into.
-    pub fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// failed). (The server's equivalent, which waits for the next request without a
+    /// buffer, is `SecureStream::poll_read_ready`, tested there.)
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             match self.conn.reader().fill_buf() {
                 Ok(_) => return Poll::Ready(Ok(())),
@@ -452,110 +452,5 @@ where
             Poll::Ready(Ok(())) => Pin::new(&mut this.io).poll_shutdown(cx),
             other => other,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::future::poll_fn;
-    use std::time::Duration;
-
-    use rustls::ClientConnection;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    use super::*;
-
-    /// A server TlsStream over loopback TCP and the client's TLS stream to it, the
-    /// handshake done in memory first.
-    async fn pair() -> (TlsStream, TlsStream<ClientConnection>) {
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into()),
-            )
-            .unwrap();
-        let client_config = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .dangerous()
-            // Chain and name unchecked: the test is about records, not trust.
-            .with_custom_certificate_verifier(
-                crate::client::Trust::Insecure.verifier(&provider).unwrap(),
-            )
-            .with_no_client_auth();
-        let mut server = ServerConnection::new(Arc::new(server_config)).unwrap();
-        let mut client =
-            ClientConnection::new(Arc::new(client_config), "localhost".try_into().unwrap())
-                .unwrap();
-        while client.is_handshaking() || server.is_handshaking() {
-            let mut flight = Vec::new();
-            client.write_tls(&mut flight).unwrap();
-            server.read_tls(&mut &flight[..]).unwrap();
-            server.process_new_packets().unwrap();
-            flight.clear();
-            server.write_tls(&mut flight).unwrap();
-            client.read_tls(&mut &flight[..]).unwrap();
-            client.process_new_packets().unwrap();
-        }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let to = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (from, _) = listener.accept().await.unwrap();
-        let counters = Arc::new(TrafficCounters::default());
-        (
-            TlsStream::new(from, server, &[], counters.clone()).unwrap(),
-            TlsStream::new(to, client, &[], counters).unwrap(),
-        )
-    }
-
-    /// Whether the server side is ready to read, polled once.
-    fn ready_now(stream: &mut TlsStream) -> bool {
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        match stream.poll_read_ready(&mut cx) {
-            Poll::Ready(r) => r.map(|()| true).unwrap(),
-            Poll::Pending => false,
-        }
-    }
-
-    /// Waits (5 s at most) for the server side to be ready to read.
-    async fn becomes_ready(stream: &mut TlsStream, when: &str) {
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            poll_fn(|cx| stream.poll_read_ready(cx)),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("not ready {when}"))
-        .unwrap();
-    }
-
-    /// Ready is what a read will find: not before a record comes; at once while
-    /// plaintext rustls decrypted is left unread (two requests in one record, the
-    /// second read without touching the socket); not once it is all read; and at the
-    /// end of the stream.
-    #[tokio::test]
-    async fn read_ready_says_when_a_read_would_not_wait() {
-        let (mut server, mut client) = pair().await;
-        assert!(!ready_now(&mut server), "ready with nothing sent");
-        client.write_all(b"first\nsecond\n").await.unwrap();
-        client.flush().await.unwrap();
-        becomes_ready(&mut server, "once the record came").await;
-        let mut first = [0u8; 6];
-        server.read_exact(&mut first).await.unwrap();
-        assert_eq!(&first, b"first\n");
-        assert!(ready_now(&mut server), "the rest of the record is unread");
-        let mut second = [0u8; 7];
-        server.read_exact(&mut second).await.unwrap();
-        assert_eq!(&second, b"second\n");
-        assert!(!ready_now(&mut server), "ready with everything read");
-        client.shutdown().await.unwrap();
-        becomes_ready(&mut server, "at the end of the stream").await;
-        assert_eq!(server.read(&mut first).await.unwrap(), 0);
     }
 }
