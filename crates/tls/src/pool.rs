@@ -22,8 +22,48 @@ pub const BUF_LEN: usize = MAX_RECORD_LEN;
 const MAX_FREE: usize = 32;
 
 thread_local! {
-    static FREE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    static FREE: FreeList<Box<[u8]>> = const { FreeList::new(MAX_FREE) };
     static LENT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A bounded free list, for a `thread_local!`: what [`Buffer`] lends from, and what other
+/// per-request buffers of a worker (HTTP/1.1 head buffers) are kept on between requests.
+pub struct FreeList<T> {
+    items: RefCell<Vec<T>>,
+    max: usize,
+}
+
+impl<T> FreeList<T> {
+    /// An empty list that keeps at most `max` items.
+    pub const fn new(max: usize) -> Self {
+        Self {
+            items: RefCell::new(Vec::new()),
+            max,
+        }
+    }
+
+    /// An item from the list, if it has one.
+    pub fn take(&self) -> Option<T> {
+        self.items.borrow_mut().pop()
+    }
+
+    /// Keeps `item` for the next [`FreeList::take`], or drops it if the list is full.
+    pub fn give(&self, item: T) {
+        let mut items = self.items.borrow_mut();
+        if items.len() < self.max {
+            items.push(item);
+        }
+    }
+
+    /// Items on the list.
+    pub fn len(&self) -> usize {
+        self.items.borrow().len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.items.borrow().is_empty()
+    }
 }
 
 /// A buffer of [`BUF_LEN`] bytes from this thread's list; it goes back when dropped.
@@ -36,7 +76,7 @@ impl Buffer {
     /// Takes a buffer from this thread's list, or allocates one.
     pub fn take() -> Self {
         let bytes = FREE
-            .with(|free| free.borrow_mut().pop())
+            .with(FreeList::take)
             .unwrap_or_else(|| vec![0; BUF_LEN].into_boxed_slice());
         LENT.with(|lent| lent.set(lent.get() + 1));
         Self { bytes }
@@ -48,12 +88,7 @@ impl Drop for Buffer {
         let bytes = std::mem::take(&mut self.bytes);
         // During the thread's teardown the list may be gone: the buffer is freed instead.
         let _ = LENT.try_with(|lent| lent.set(lent.get().saturating_sub(1)));
-        let _ = FREE.try_with(|free| {
-            let mut free = free.borrow_mut();
-            if free.len() < MAX_FREE {
-                free.push(bytes);
-            }
-        });
+        let _ = FREE.try_with(|free| free.give(bytes));
     }
 }
 
@@ -78,7 +113,7 @@ pub fn lent() -> usize {
 
 /// Buffers on this thread's free list.
 pub fn free() -> usize {
-    FREE.with(|free| free.borrow().len())
+    FREE.with(FreeList::len)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::io::{IoSlice, Read, Write};
 
 use rustls::client::ClientConnection;
 use rustls::server::ServerConnectionData;
-use rustls::{AlertDescription, ContentType, ProtocolVersion};
+use rustls::{AlertDescription, ContentType, ProtocolVersion, SupportedCipherSuite};
 
 use super::cipher::tests_support::record_nonces;
 use super::testing::{all_suites, handshake, Handshaken};
@@ -536,6 +536,139 @@ fn tls12_refuses_to_seal_at_the_limit_but_still_closes() {
         bytes.extend(layer.take_queued().unwrap());
         assert_eq!(client_reads(&mut client, &bytes).unwrap(), b"onetwo");
         assert_eq!(client.reader().read(&mut [0u8; 1]).unwrap(), 0);
+    }
+}
+
+/// The suites whose key may seal 2^64 - 1 records (rustls's confidentiality limit for
+/// ChaCha20-Poly1305), where the end of the sequence space, not the limit, comes first.
+fn unlimited_suites() -> Vec<(
+    SupportedCipherSuite,
+    &'static rustls::SupportedProtocolVersion,
+)> {
+    all_suites()
+        .into_iter()
+        .filter(|(s, _)| {
+            let limit = match s {
+                SupportedCipherSuite::Tls13(s) => s.common.confidentiality_limit,
+                SupportedCipherSuite::Tls12(s) => s.common.confidentiality_limit,
+            };
+            limit == u64::MAX
+        })
+        .collect()
+}
+
+/// Near 2^64 records under one key, TLS 1.3 changes its key before the sequence number
+/// would wrap: the record that takes the last number short of 2^64 - 1 is the KeyUpdate,
+/// and the next record is number 0 under the new key. The observer opens each record at
+/// the sequence number it must have had.
+#[test]
+fn tls13_near_2_64_records_forces_a_key_update() {
+    let suites: Vec<_> = unlimited_suites()
+        .into_iter()
+        .filter(|(_, v)| v.version == ProtocolVersion::TLSv1_3)
+        .collect();
+    assert!(!suites.is_empty(), "a TLS 1.3 suite without a record limit");
+    for (suite, version) in suites {
+        let (_client, mut layer, _forger, observer) = setup(handshake(suite, version));
+        let start = u64::MAX - 4;
+        layer.jump_sequences_for_tests(start, 0);
+        let mut sealed = Vec::new();
+        for word in [&b"one"[..], b"two", b"three", b"four"] {
+            sealed.extend(seal(&mut layer, word));
+        }
+        let mut records = Vec::new();
+        let mut at = 0;
+        while at < sealed.len() {
+            let len = 5 + u16::from_be_bytes([sealed[at + 3], sealed[at + 4]]) as usize;
+            records.push(sealed[at..at + len].to_vec());
+            at += len;
+        }
+        let open = |seq: u64, record: &[u8]| {
+            let mut record = record.to_vec();
+            let (typ, range) = observer.open(seq, &mut record).ok()?;
+            Some((typ, record[range].to_vec()))
+        };
+        let data = |w: &[u8]| Some((ContentType::ApplicationData, w.to_vec()));
+        assert_eq!(records.len(), 5, "{suite:?}: four records and a KeyUpdate");
+        assert_eq!(open(start, &records[0]), data(b"one"));
+        assert_eq!(open(start + 1, &records[1]), data(b"two"));
+        assert_eq!(open(start + 2, &records[2]), data(b"three"));
+        let (typ, body) = open(u64::MAX - 1, &records[3]).expect("the KeyUpdate, old key");
+        assert_eq!((typ, body[0]), (ContentType::Handshake, 24), "{suite:?}");
+        // "four" went under the new key, as its record 0: not under the old one at the
+        // number that would have come next, nor at 0.
+        assert_eq!(open(u64::MAX, &records[4]), None);
+        assert_eq!(open(0, &records[4]), None);
+        assert_eq!(
+            layer.tx_seq(),
+            1,
+            "{suite:?}: the new key's count started at 0"
+        );
+    }
+}
+
+/// TLS 1.2 cannot change keys: near 2^64 it refuses application data and keeps the
+/// last number short of 2^64 - 1 for close_notify; 2^64 - 1 itself is never used.
+#[test]
+fn tls12_near_2_64_records_refuses_data_and_closes() {
+    let suites: Vec<_> = unlimited_suites()
+        .into_iter()
+        .filter(|(_, v)| v.version == ProtocolVersion::TLSv1_2)
+        .collect();
+    assert!(!suites.is_empty(), "a TLS 1.2 suite without a record limit");
+    for (suite, version) in suites {
+        let (_client, mut layer, _forger, observer) = setup(handshake(suite, version));
+        let start = u64::MAX - 3;
+        layer.jump_sequences_for_tests(start, 0);
+        let mut one = seal(&mut layer, b"one");
+        let mut two = seal(&mut layer, b"two");
+        let mut out = Vec::new();
+        assert_eq!(
+            layer.seal_vectored(&[IoSlice::new(b"three")], &mut out),
+            Err(RecordError::KeysExhausted),
+            "{suite:?}: data refused at the last number"
+        );
+        layer.seal_close_notify().unwrap();
+        let mut close = layer.take_queued().unwrap();
+        let (typ, range) = observer.open(start, &mut one).unwrap();
+        assert_eq!(
+            (typ, &one[range]),
+            (ContentType::ApplicationData, &b"one"[..])
+        );
+        let (typ, range) = observer.open(start + 1, &mut two).unwrap();
+        assert_eq!(
+            (typ, &two[range]),
+            (ContentType::ApplicationData, &b"two"[..])
+        );
+        let (typ, range) = observer.open(u64::MAX - 1, &mut close).unwrap();
+        assert_eq!((typ, &close[range]), (ContentType::Alert, &[1u8, 0][..]));
+        assert_eq!(
+            layer.tx_seq(),
+            u64::MAX,
+            "next would be 2^64 - 1, which nothing takes"
+        );
+        assert!(layer.seal_close_notify().is_err());
+    }
+}
+
+/// The peer's records: the number before 2^64 - 1 opens, and a record that would take
+/// 2^64 - 1 (after which the count would wrap) is refused with an alert, in both
+/// versions: a peer must change keys (1.3) or close (1.2) before it.
+#[test]
+fn the_read_sequence_never_wraps() {
+    for (suite, version) in all_suites() {
+        let (mut client, mut layer, mut forger, _observer) = setup(handshake(suite, version));
+        let start = u64::MAX - 1;
+        layer.jump_sequences_for_tests(layer.tx_seq(), start);
+        let last = forge(&mut forger, start, ContentType::ApplicationData, b"last");
+        assert_eq!(open_all(&mut layer, &last).unwrap().0, b"last", "{suite:?}");
+        let wrap = forge(&mut forger, u64::MAX, ContentType::ApplicationData, b"wrap");
+        assert_refused(
+            &mut client,
+            &mut layer,
+            &wrap,
+            AlertDescription::InternalError,
+        );
     }
 }
 
