@@ -867,3 +867,61 @@ fn two_256_mib_downloads_cross_key_updates_both_ways_intact() {
 fn a_10_gib_transfer_crosses_key_updates_both_ways_intact() {
     download_across_key_updates(256 << 20, 40);
 }
+
+/// Chromium (BoringSSL), headless, loads a page of many records over the record layer,
+/// by HTTP/2 (its choice by ALPN) and by HTTP/1.1 (`--disable-http2`): the DOM it dumps
+/// holds every line of the page, in order.
+#[test]
+fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
+    let found = Command::new("chromium")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !terminus_testkit::runs_here(
+        terminus_testkit::Need::Chromium,
+        found,
+        "no `chromium` on the PATH",
+    ) {
+        return;
+    }
+    let dir = TestDir::new("rl-chromium");
+    // ~330 KiB: some twenty full records, each line numbered so that a record lost,
+    // repeated or reordered changes the text.
+    let text: String = (0..8000)
+        .map(|i| format!("line {i:05} abcdefghijklmnopqrstuvwxyz0123\n"))
+        .collect();
+    dir.write(
+        "www/page.html",
+        format!(
+            "<!doctype html><html><body><pre id=t>{text}</pre><p id=end>the end</p></body></html>"
+        ),
+    );
+    let server = start(&dir, None);
+    let url = format!("https://localhost:{}/page.html", server.port());
+    for extra in [&[][..], &["--disable-http2"][..]] {
+        let profile = dir.path(&format!("profile{}", extra.len()));
+        let out = run(Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--ignore-certificate-errors",
+                "--no-first-run",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .args(["--dump-dom", &url]));
+        let dom = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && dom.contains("the end"),
+            "chromium {extra:?}: {}\n{}",
+            &dom[..dom.len().min(500)],
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            dom.contains(&text),
+            "chromium {extra:?}: the page's text arrived changed ({} bytes of DOM)",
+            dom.len()
+        );
+    }
+}

@@ -67,6 +67,9 @@ pub enum Need {
     SpareCpu,
     /// A Go toolchain (`go` on the PATH), for clients written on Go's crypto/tls.
     Go,
+    /// Chromium (`chromium` on the PATH), a real browser on BoringSSL, run headless
+    /// (`.ci/run` installs Debian's).
+    Chromium,
 }
 
 impl Need {
@@ -85,6 +88,7 @@ impl Need {
             Need::Pebble => "pebble",
             Need::SpareCpu => "spare-cpu",
             Need::Go => "go",
+            Need::Chromium => "chromium",
         }
     }
 }

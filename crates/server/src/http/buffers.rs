@@ -2,8 +2,9 @@
 //! connection between requests holds none: what nginx and HAProxy do for their idle
 //! connections, whose buffers go back to a pool when the connection goes quiet.
 
-use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
+
+use terminus_tls::pool::FreeList;
 
 /// Buffers a worker keeps for the next borrower; more given back are freed. As many as
 /// connections commonly copy at once: past that, an allocation per operation.
@@ -11,7 +12,9 @@ const KEEP: usize = 32;
 
 thread_local! {
     /// A worker's free buffers (one worker per thread).
-    static FREE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static FREE: FreeList<Vec<u8>> = const { FreeList::new(KEEP) };
+    /// A worker's spare HTTP/1.1 request-head buffers (see [`lend_head`]).
+    static HEADS: FreeList<Vec<u8>> = const { FreeList::new(KEEP) };
 }
 
 /// A buffer lent by the worker, given back when dropped (also when the operation using
@@ -22,9 +25,7 @@ impl Lent {
     /// A buffer of `len` bytes, its contents what the last borrower left (zeros when
     /// new).
     pub(crate) fn of(len: usize) -> Lent {
-        let mut buf = FREE
-            .with(|free| free.borrow_mut().pop())
-            .unwrap_or_default();
+        let mut buf = FREE.with(FreeList::take).unwrap_or_default();
         buf.resize(len, 0);
         Lent(buf)
     }
@@ -34,12 +35,7 @@ impl Drop for Lent {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.0);
         // Not kept once the thread's pool is gone (a worker ending).
-        let _ = FREE.try_with(|free| {
-            let mut free = free.borrow_mut();
-            if free.len() < KEEP {
-                free.push(buf);
-            }
-        });
+        let _ = FREE.try_with(|free| free.give(buf));
     }
 }
 
@@ -57,6 +53,36 @@ impl DerefMut for Lent {
     }
 }
 
+/// What a request-head buffer starts with: a typical head and the start of a body.
+const HEAD_CAPACITY: usize = 4096;
+
+/// Room in `buf` for a connection's next request-head bytes: a spare buffer from the
+/// worker if `buf` has none, grown only when little room is left (a head in two segments
+/// is not reallocated for its second). A connection gives its buffer back
+/// ([`give_back_head`]) whenever it waits with nothing of a request read, so an idle one
+/// holds none, and taking one is a pop rather than a 4 KiB malloc and free per
+/// keep-alive request.
+pub(crate) fn lend_head(buf: &mut Vec<u8>) {
+    if buf.capacity() == 0 {
+        if let Some(spare) = HEADS.with(FreeList::take) {
+            *buf = spare;
+        }
+    }
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(HEAD_CAPACITY);
+    }
+}
+
+/// Takes an empty head buffer back from a connection about to wait; one that grew for a
+/// large head goes back to the allocator.
+pub(crate) fn give_back_head(buf: &mut Vec<u8>) {
+    debug_assert!(buf.is_empty());
+    let spare = std::mem::take(buf);
+    if (HEAD_CAPACITY..=2 * HEAD_CAPACITY).contains(&spare.capacity()) {
+        let _ = HEADS.try_with(|heads| heads.give(spare));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +97,27 @@ mod tests {
         drop(again);
         let many: Vec<Lent> = (0..KEEP + 8).map(|_| Lent::of(16)).collect();
         drop(many);
-        assert_eq!(FREE.with(|free| free.borrow().len()), KEEP);
+        assert_eq!(FREE.with(FreeList::len), KEEP);
+    }
+
+    #[test]
+    fn head_buffers_are_given_back_empty_and_lent_again() {
+        let mut buf = Vec::new();
+        lend_head(&mut buf);
+        assert!(buf.capacity() >= HEAD_CAPACITY);
+        let at = buf.as_ptr();
+        give_back_head(&mut buf);
+        assert_eq!(buf.capacity(), 0, "a waiting connection holds no buffer");
+        lend_head(&mut buf);
+        assert_eq!(buf.as_ptr(), at, "the spare is lent again");
+        buf.extend_from_slice(&[b'x'; 3 * HEAD_CAPACITY]);
+        buf.clear();
+        let before = HEADS.with(FreeList::len);
+        give_back_head(&mut buf);
+        assert_eq!(
+            HEADS.with(FreeList::len),
+            before,
+            "a grown buffer is not kept"
+        );
     }
 }

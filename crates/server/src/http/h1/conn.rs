@@ -18,7 +18,7 @@ use super::request_body::feed;
 use super::respond::{respond, Answering};
 use super::{ReadReady, Transport};
 use crate::http::body::{Body, Feed, RequestBody};
-use crate::http::{error_response, Responder};
+use crate::http::{buffers, error_response, Responder};
 use crate::site::Timeouts;
 use terminus_h1::{
     expects_continue, parse_request_head, request_framing, wants_keep_alive, Decoder, Framing,
@@ -349,14 +349,14 @@ async fn read_request<S: Transport + ReadReady>(
         // none kept when it said so and a read found nothing (readiness can be stale).
         let read = std::future::poll_fn(|cx| {
             if buf.is_empty() && io.poll_read_ready(cx)?.is_pending() {
-                head_buffers::give_back(buf);
+                buffers::give_back_head(buf);
                 return Poll::Pending;
             }
-            head_buffers::lend(buf);
+            buffers::lend_head(buf);
             // read_buf is cancel-safe: a pending one dropped has taken nothing.
             let polled = std::pin::pin!(io.read_buf(&mut *buf)).poll(cx);
             if polled.is_pending() && buf.is_empty() {
-                head_buffers::give_back(buf);
+                buffers::give_back_head(buf);
             }
             polled
         });
@@ -374,45 +374,6 @@ async fn read_request<S: Transport + ReadReady>(
                 return Next::Closed;
             }
             _ = shutdown.wait_for(|&stop| stop), if idle => return Next::Closed,
-        }
-    }
-}
-
-/// The worker's spare request-head buffers. A connection gives its buffer back whenever
-/// it waits with nothing of a request read (an idle connection holds none), and takes
-/// one when bytes come: from this list, a pop, rather than a 4 KiB malloc and free per
-/// keep-alive request.
-mod head_buffers {
-    use terminus_tls::pool::FreeList;
-
-    /// What a buffer starts with: a typical head and the start of a body.
-    const CAPACITY: usize = 4096;
-    /// Buffers kept per worker: what a burst took beyond that goes back to the allocator.
-    const KEPT: usize = 32;
-
-    thread_local! {
-        static SPARE: FreeList<Vec<u8>> = const { FreeList::new(KEPT) };
-    }
-
-    /// Room to read into: a spare buffer if `buf` has none; grown only when little room
-    /// is left (a head in two segments is not reallocated for its second).
-    pub(super) fn lend(buf: &mut Vec<u8>) {
-        if buf.capacity() == 0 {
-            if let Some(spare) = SPARE.with(FreeList::take) {
-                *buf = spare;
-            }
-        }
-        if buf.capacity() - buf.len() < 1024 {
-            buf.reserve(CAPACITY);
-        }
-    }
-
-    /// Gives an empty `buf` to the list (a grown one goes back to the allocator).
-    pub(super) fn give_back(buf: &mut Vec<u8>) {
-        debug_assert!(buf.is_empty());
-        let spare = std::mem::take(buf);
-        if (CAPACITY..=2 * CAPACITY).contains(&spare.capacity()) {
-            let _ = SPARE.try_with(|list| list.give(spare));
         }
     }
 }
