@@ -38,7 +38,9 @@ pub use splice::{splice_bidirectional, splice_plain, until_quiet};
 pub use stream::KtlsStream;
 
 use crate::handshake::Handshake;
-use crate::record::{whole_records, KernelKeys, Opened, RecordError, RecordLayer};
+use crate::record::{
+    plausible_header, whole_records, KernelKeys, Opened, RecordError, RecordLayer, HEADER_LEN,
+};
 use crate::stream::TrafficCounters;
 use sys::CryptoInfo;
 
@@ -360,40 +362,40 @@ async fn open_pending(
     if pending.is_empty() {
         return Ok(before);
     }
-    while whole_records(&pending) < pending.len() {
+    // The last record is completed from the socket (those before it came whole). A
+    // header no record has is not waited on: the layer refuses it below. (Waiting on it
+    // would never end: `whole_records` does not count it, so the loop would go round
+    // without reading, the worker spinning.)
+    loop {
         let at = whole_records(&pending);
-        let header: [u8; 5] = match pending.get(at..at + 5) {
-            Some(h) => h.try_into().expect("five bytes"),
-            None => {
-                let start = pending.len();
-                pending.resize(at + 5, 0);
-                socket.read_exact(&mut pending[start..]).await?;
-                continue;
-            }
+        let want = match pending.get(at..at + HEADER_LEN) {
+            _ if at == pending.len() => break,
+            None => HEADER_LEN,
+            Some(header) if !plausible_header(header) => break,
+            Some(header) => HEADER_LEN + u16::from_be_bytes([header[3], header[4]]) as usize,
         };
-        let len = u16::from_be_bytes([header[3], header[4]]) as usize;
         let start = pending.len();
-        pending.resize(at + 5 + len, 0);
+        pending.resize(at + want, 0);
         socket.read_exact(&mut pending[start..]).await?;
     }
     counters.add_in(pending.len());
     let mut rest = &mut pending[..];
     while !rest.is_empty() && !before.peer_closed {
-        let header: [u8; 5] = rest[..5].try_into().expect("whole records");
-        let opened = layer
-            .check_header(&header)
-            .and_then(|len| layer.open_in_place(&mut rest[..5 + len]).map(|o| (len, o)));
+        let opened = layer.open_next(rest);
         if let Some(answer) = layer.take_queued() {
             counters.add_out(answer.len());
             socket.write_all(&answer).await?;
         }
-        let (len, opened) = opened.map_err(OffloadError::Record)?;
+        // Every record is whole (completed above) or refused by its header.
+        let Some((len, opened)) = opened.map_err(OffloadError::Record)? else {
+            return Err(OffloadError::Io(io::ErrorKind::UnexpectedEof.into()));
+        };
         match opened {
             Opened::Data(range) => before.plaintext.extend_from_slice(&rest[range]),
             Opened::Control => {}
             Opened::Closed => before.peer_closed = true,
         }
-        rest = &mut rest[5 + len..];
+        rest = &mut rest[len..];
     }
     Ok(before)
 }
@@ -517,6 +519,69 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The records that came with the client's Finished are completed from the socket
+    /// before the hand-off; a header no record has, after a whole record, is refused at
+    /// once rather than waited on. The completing loop once went round for ever on such
+    /// a header whose announced body had come (never reading, its worker spinning) and
+    /// waited for the rest of one whose body had not.
+    #[test]
+    fn a_bad_header_after_a_whole_record_is_refused_not_waited_on() {
+        use rustls::AlertDescription as A;
+        for (header, alert) in [
+            // An unknown type, its two announced bytes there: the old spin.
+            (&[0x99, 3, 3, 0, 2, 1, 2][..], A::UnexpectedMessage),
+            // An unknown type announcing more than came.
+            (&[0x99, 3, 3, 0, 10, 1, 2][..], A::UnexpectedMessage),
+            // Longer than any record.
+            (&[23, 3, 3, 0xff, 0xff, 1, 2][..], A::RecordOverflow),
+            // Not TLS.
+            (&[23, 0xfe, 0xff, 0, 2, 1, 2][..], A::DecodeError),
+        ] {
+            assert_eq!(open_pending_with(header), alert, "{header:?}");
+        }
+    }
+
+    /// What `open_pending` refuses, given a whole application-data record from a real
+    /// client followed by `tail`.
+    fn open_pending_with(tail: &[u8]) -> rustls::AlertDescription {
+        use std::io::Write;
+
+        use crate::record::testing::{all_suites, handshake};
+
+        let (suite, version) = all_suites()[0];
+        let mut h = handshake(suite, version);
+        h.client.writer().write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let mut pending = Vec::new();
+        h.client.write_tls(&mut pending).unwrap();
+        pending.extend_from_slice(tail);
+        let mut layer = RecordLayer::for_kernel(h.secrets, h.kernel).unwrap();
+        let (done, result) = std::sync::mpsc::channel();
+        // Its own thread: a spinning future would never let a timeout fire.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let _client = TcpStream::connect(listener.local_addr().unwrap())
+                    .await
+                    .unwrap();
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let counters = TrafficCounters::default();
+                let opened = open_pending(&mut socket, &mut layer, pending, &counters).await;
+                let _ = done.send(opened.map(|b| b.plaintext));
+            });
+        });
+        let outcome = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("open_pending returned (it did not spin or wait)");
+        match outcome {
+            Err(OffloadError::Record(RecordError::Refused { alert, .. })) => alert,
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
         }
     }
 }

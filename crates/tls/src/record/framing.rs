@@ -5,6 +5,15 @@
 //! connection only at a record boundary, with the rest of the bytes still in terminus's
 //! hands.
 
+/// Whether a record header (five bytes) is one some TLS record could have: a known
+/// content type, version 3.x, no longer than any version allows. A reader that waits for
+/// the rest of a record must not wait on one that is not.
+pub fn plausible_header(header: &[u8]) -> bool {
+    const MAX_CIPHERTEXT: usize = 16384 + 2048;
+    let len = u16::from_be_bytes([header[3], header[4]]) as usize;
+    (20..=24).contains(&header[0]) && header[1] == 3 && len <= MAX_CIPHERTEXT
+}
+
 /// Length of the longest prefix of `buf` made of whole TLS records. A header that no
 /// valid record has (unknown type, not version 3.x, longer than any record) counts as
 /// whole when it comes first, so rustls sees it and rejects it at once instead of us
@@ -16,11 +25,10 @@ pub fn whole_records(buf: &[u8]) -> usize {
 /// [`whole_records`], stopping before the record that would take the prefix past `limit`
 /// bytes; the first record counts whatever its size.
 pub fn whole_records_within(buf: &[u8], limit: usize) -> usize {
-    const MAX_CIPHERTEXT: usize = 16384 + 2048;
     let mut at = 0;
     while let Some(header) = buf.get(at..at + 5) {
         let len = u16::from_be_bytes([header[3], header[4]]) as usize;
-        if !(20..=24).contains(&header[0]) || header[1] != 3 || len > MAX_CIPHERTEXT {
+        if !plausible_header(header) {
             // Handed on whole only when it comes first: the records before it are taken
             // on their own (the handshake's last may be among them, and nothing after
             // that record is rustls's).

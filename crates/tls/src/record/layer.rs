@@ -364,6 +364,20 @@ impl<Data: Side> RecordLayer<Data> {
 
 /// Opening.
 impl<Data: Side> RecordLayer<Data> {
+    /// Opens the record at the start of `bytes` once it is whole: its length, header
+    /// included, and what it held (a data range within `bytes`); `None` while its header
+    /// or body is still arriving. A header is judged as soon as it has come.
+    pub fn open_next(&mut self, bytes: &mut [u8]) -> Result<Option<(usize, Opened)>, RecordError> {
+        let Some(header) = bytes.get(..HEADER_LEN) else {
+            return Ok(None);
+        };
+        let len = HEADER_LEN + self.check_header(header.try_into().expect("a header"))?;
+        let Some(record) = bytes.get_mut(..len) else {
+            return Ok(None);
+        };
+        Ok(Some((len, self.open_in_place(record)?)))
+    }
+
     /// Checks a record's header before its body is read: the length of its body, or a
     /// refusal (an unexpected content type, not TLS, longer than the protocol allows).
     pub fn check_header(&mut self, header: &[u8; HEADER_LEN]) -> Result<usize, RecordError> {
@@ -407,6 +421,8 @@ impl<Data: Side> RecordLayer<Data> {
         if record.len() != HEADER_LEN + len {
             return Err(RecordError::Unsupported("not exactly one record"));
         }
+        // Stricter than RFC 8446 5.3 by one record: 2^64 - 1 is refused too (after it the
+        // count would wrap), which no peer reaches: they change keys or close long before.
         if self.rx.seq == u64::MAX {
             return Err(self.refuse(
                 AlertDescription::InternalError,

@@ -28,7 +28,7 @@ use std::io;
 use rustls::AlertDescription;
 
 pub use cipher::{RecordCipher, Version, HEADER_LEN, MAX_PLAINTEXT, MAX_RECORD_LEN, TAG_LEN};
-pub use framing::{whole_records, whole_records_within};
+pub use framing::{plausible_header, whole_records, whole_records_within};
 pub use layer::{KernelKeys, Opened, RecordLayer, Side};
 
 /// Why the record layer stopped, or would not do what it was asked.

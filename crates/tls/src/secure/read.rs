@@ -13,7 +13,7 @@ use std::ops::{Deref, DerefMut, Range};
 use rustls::server::ServerConnectionData;
 
 use crate::pool::Buffer;
-use crate::record::{Opened, RecordError, RecordLayer, HEADER_LEN};
+use crate::record::{Opened, RecordError, RecordLayer};
 
 /// Where received bytes are: a pool buffer, or the bytes the handshake read past its end
 /// (opened where they lie, then dropped).
@@ -58,8 +58,9 @@ impl Inbound {
         let end = pending.len();
         Self {
             bytes: (end > 0).then_some(Bytes::Pending(pending)),
+            start: 0,
             end,
-            ..Self::default()
+            plain: 0..0,
         }
     }
 
@@ -96,15 +97,10 @@ impl Inbound {
         let Some(bytes) = &mut self.bytes else {
             return Ok(None);
         };
-        let Some(header) = bytes[self.start..self.end].get(..HEADER_LEN) else {
+        let at = self.start;
+        let Some((len, opened)) = layer.open_next(&mut bytes[at..self.end])? else {
             return Ok(None);
         };
-        let len = HEADER_LEN + layer.check_header(header.try_into().expect("a header"))?;
-        if self.end - self.start < len {
-            return Ok(None);
-        }
-        let at = self.start;
-        let opened = layer.open_in_place(&mut bytes[at..at + len])?;
         self.start += len;
         Ok(Some(match opened {
             Opened::Data(range) => {
@@ -155,12 +151,19 @@ impl Inbound {
     /// Gives the buffer back once nothing in it is left: no plaintext, no record part.
     pub(super) fn release_if_done(&mut self) {
         if self.plain.is_empty() && self.start == self.end {
-            // A client's decrypted request (its cookies, its Authorization) does not
-            // stay in the pool's free buffers for whoever comes next.
-            if let Some(Bytes::Pooled(buffer)) = &mut self.bytes {
-                buffer[..self.end].fill(0);
-            }
+            // Dropped, the buffer goes back zeroed (see `Drop`).
             *self = Self::default();
+        }
+    }
+}
+
+impl Drop for Inbound {
+    /// A client's decrypted request (its cookies, its Authorization) does not stay in the
+    /// pool's free buffers for whoever comes next: the buffer goes back zeroed, also
+    /// from a connection that ends mid-record or with plaintext unread.
+    fn drop(&mut self) {
+        if let Some(Bytes::Pooled(buffer)) = &mut self.bytes {
+            buffer[..self.end].fill(0);
         }
     }
 }
