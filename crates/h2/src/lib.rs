@@ -1,0 +1,16 @@
+//! terminus's HTTP/2 server codec, without I/O (RFC 9113).
+//!
+//! nginx, HAProxy, h2o and Envoy each own their HTTP/2 codec, so that frames are read from
+//! the bytes where they landed and responses written into the buffer they are sent from;
+//! terminus does the same on its server side. This crate grows in layers, each with its
+//! own module, in the order the connection task needs them:
+//!
+//! - [`frame`]: the 9-byte frame header and every frame type's payload, parsed in place
+//!   from a buffer of plaintext (borrowing it) and encoded into one, with every check
+//!   RFC 9113 section 6 puts on a frame by itself, each failure a connection or stream
+//!   error with its code. What depends on the connection's state (stream states, header
+//!   block sequencing, flow control, SETTINGS in force) is the layers above.
+
+pub mod frame;
+
+pub use frame::{ErrorCode, Frame, FrameError, Head};
