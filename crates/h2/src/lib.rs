@@ -10,7 +10,8 @@
 //!   RFC 9113 section 6 puts on a frame by itself, each failure a connection or stream
 //!   error with its code. What depends on the connection's state (stream states, header
 //!   block sequencing, flow control, SETTINGS in force) is the layers above.
-//! - [`hpack`]: field compression (RFC 7541), in progress: integers and the static table.
+//! - [`hpack`]: field compression (RFC 7541): a decoder of the client's blocks that
+//!   hands out fields where they lie, an encoder of responses that keeps no table.
 
 pub mod frame;
 pub mod hpack;
