@@ -15,5 +15,6 @@
 
 pub mod frame;
 pub mod hpack;
+pub mod server;
 
 pub use frame::{ErrorCode, Frame, FrameError, Head};
