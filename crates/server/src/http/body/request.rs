@@ -9,7 +9,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::body::{Body as _, Frame, SizeHint};
 use tokio::sync::mpsc;
 
 /// What the HTTP/1.1 connection hands over: a frame, the end, or why there is no end.
@@ -35,7 +35,7 @@ enum Kind {
         hint: SizeHint,
         ended: bool,
     },
-    H2(Incoming),
+    H2(crate::http::h2::RequestStream),
 }
 
 impl RequestBody {
@@ -56,7 +56,7 @@ impl RequestBody {
         (tx, RequestBody(body))
     }
 
-    pub(crate) fn h2(body: Incoming) -> Self {
+    pub(crate) fn h2(body: crate::http::h2::RequestStream) -> Self {
         RequestBody(Kind::H2(body))
     }
 
@@ -122,9 +122,7 @@ impl hyper::body::Body for RequestBody {
                     )))
                 }
             }),
-            Kind::H2(body) => Pin::new(body)
-                .poll_frame(cx)
-                .map_err(|e| io::Error::new(io::ErrorKind::ConnectionAborted, e)),
+            Kind::H2(body) => body.poll_frame(cx),
         }
     }
 

@@ -1,0 +1,304 @@
+//! What passes between the connection task and one stream's handler: the request body
+//! the connection receives and the handler reads ([`Inbound`]), and for a stream turned
+//! into a tunnel (an RFC 8441 WebSocket), the bytes the handler writes back
+//! ([`Outbound`]). Both are shared on the worker's thread (`Rc<RefCell>`): the handler
+//! runs in the connection's task, or a task of the same worker.
+//!
+//! Flow control is the back-pressure: the connection gives a stream's window back only
+//! for bytes the handler took ([`Shared::take_released`]), so a handler that stops
+//! reading stops the client within one window.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes};
+use hyper::body::{Frame, SizeHint};
+use hyper::HeaderMap;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// How a request body ended, if it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Still coming.
+    No,
+    /// Whole (END_STREAM, or trailers).
+    Whole,
+    /// The stream was reset or the connection lost: never taken for a whole body.
+    Aborted,
+}
+
+/// One stream's request body between the connection and the handler.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    chunks: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+    end: End,
+    /// Bytes the handler took that the connection has not yet given back to the
+    /// stream's window.
+    released: usize,
+    /// What is left of a declared content-length.
+    remaining: Option<u64>,
+    /// The handler dropped its end: what still comes is thrown away.
+    reader_gone: bool,
+    reader: Option<Waker>,
+    /// The connection task, woken when there is window to give back.
+    conn: Option<Waker>,
+}
+
+/// The connection's end of a stream's request body.
+pub(crate) type Inbound = Rc<RefCell<Shared>>;
+
+/// A request body for a stream whose HEADERS did not end it: the connection's end and
+/// the handler's.
+pub(crate) fn request_body(content_length: Option<u64>) -> (Inbound, RequestStream) {
+    let shared = Rc::new(RefCell::new(Shared {
+        chunks: VecDeque::new(),
+        trailers: None,
+        end: End::No,
+        released: 0,
+        remaining: content_length,
+        reader_gone: false,
+        reader: None,
+        conn: None,
+    }));
+    (shared.clone(), RequestStream(shared))
+}
+
+impl Shared {
+    /// Body bytes arrived (copied out of the connection's read buffer). Returns false
+    /// when the handler is gone, and the caller gives their window back at once.
+    pub(crate) fn push(&mut self, data: &[u8], end: bool) -> bool {
+        if end {
+            self.end = End::Whole;
+        }
+        if self.reader_gone {
+            return false;
+        }
+        if !data.is_empty() {
+            self.chunks.push_back(Bytes::copy_from_slice(data));
+        }
+        self.wake_reader();
+        true
+    }
+
+    /// The trailers, which end the body.
+    pub(crate) fn trailers(&mut self, trailers: HeaderMap) {
+        self.trailers = Some(trailers);
+        self.end = End::Whole;
+        self.wake_reader();
+    }
+
+    /// The stream was reset, or the connection is going: the body will never end.
+    pub(crate) fn abort(&mut self) {
+        if self.end == End::No {
+            self.end = End::Aborted;
+        }
+        self.chunks.clear();
+        self.wake_reader();
+    }
+
+    /// Bytes the handler took since last asked, for the stream's window; `conn` is the
+    /// task to wake when more are taken.
+    pub(crate) fn take_released(&mut self, conn: &Waker) -> usize {
+        if !self.conn.as_ref().is_some_and(|w| w.will_wake(conn)) {
+            self.conn = Some(conn.clone());
+        }
+        std::mem::take(&mut self.released)
+    }
+
+    /// Whether the client sent the whole body.
+    pub(crate) fn ended(&self) -> bool {
+        self.end == End::Whole
+    }
+
+    fn wake_reader(&mut self) {
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+
+    fn taken(&mut self, n: usize) {
+        self.released += n;
+        if let Some(remaining) = &mut self.remaining {
+            *remaining = remaining.saturating_sub(n as u64);
+        }
+        if let Some(w) = &self.conn {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// The handler's end of a request body (a `RequestBody` variant).
+#[derive(Debug)]
+pub(crate) struct RequestStream(Inbound);
+
+impl RequestStream {
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let mut shared = self.0.borrow_mut();
+        if let Some(chunk) = shared.chunks.pop_front() {
+            shared.taken(chunk.len());
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        if let Some(trailers) = shared.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        match shared.end {
+            End::Whole => Poll::Ready(None),
+            End::Aborted => Poll::Ready(Some(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the HTTP/2 stream was reset before its body ended",
+            )))),
+            End::No => {
+                shared.reader = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        let shared = self.0.borrow();
+        shared.end == End::Whole && shared.chunks.is_empty() && shared.trailers.is_none()
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        match self.0.borrow().remaining {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::new(),
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        let mut shared = self.0.borrow_mut();
+        shared.reader_gone = true;
+        // What was received but not read is given back to the window as well.
+        let unread: usize = shared.chunks.drain(..).map(|c| c.len()).sum();
+        shared.released += unread;
+        if let Some(w) = &shared.conn {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// What a tunnel's handler writes to the client: bytes the connection sends as DATA
+/// when the stream's window allows, and the end.
+#[derive(Debug, Default)]
+pub(crate) struct Outbound {
+    bytes: Vec<u8>,
+    ended: bool,
+    writer: Option<Waker>,
+    conn: Option<Waker>,
+}
+
+/// How much a tunnel's handler may write ahead of the connection sending it.
+const OUTBOUND_LIMIT: usize = 64 << 10;
+
+impl Outbound {
+    /// The bytes waiting to be sent, and whether the handler ended its side; `conn` is
+    /// the task to wake when more come.
+    pub(crate) fn pending(&mut self, conn: &Waker) -> (&[u8], bool) {
+        if !self.conn.as_ref().is_some_and(|w| w.will_wake(conn)) {
+            self.conn = Some(conn.clone());
+        }
+        (&self.bytes, self.ended)
+    }
+
+    /// `n` bytes were sent.
+    pub(crate) fn sent(&mut self, n: usize) {
+        self.bytes.drain(..n);
+        if n > 0 {
+            if let Some(w) = self.writer.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// The stream is gone: the handler's writes fail from now on.
+    pub(crate) fn abort(&mut self) {
+        self.ended = true;
+        self.bytes = Vec::new();
+        if let Some(w) = self.writer.take() {
+            w.wake();
+        }
+    }
+
+    fn wake_conn(&self) {
+        if let Some(w) = &self.conn {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// A stream as a byte stream, for a tunnel: reads the request body, writes DATA.
+pub(crate) struct TunnelIo {
+    pub(crate) inbound: RequestStream,
+    pub(crate) outbound: Rc<RefCell<Outbound>>,
+    /// A chunk read but not yet all copied out.
+    pub(crate) unread: Bytes,
+}
+
+impl AsyncRead for TunnelIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        while self.unread.is_empty() {
+            match self.inbound.poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.unread = data;
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let n = self.unread.len().min(buf.remaining());
+        buf.put_slice(&self.unread[..n]);
+        self.unread.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for TunnelIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let mut out = self.outbound.borrow_mut();
+        if out.ended {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let room = OUTBOUND_LIMIT.saturating_sub(out.bytes.len());
+        if room == 0 {
+            out.writer = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let n = room.min(buf.len());
+        out.bytes.extend_from_slice(&buf[..n]);
+        out.wake_conn();
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut out = self.outbound.borrow_mut();
+        out.ended = true;
+        out.wake_conn();
+        Poll::Ready(Ok(()))
+    }
+}

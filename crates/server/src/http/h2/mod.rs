@@ -1,0 +1,591 @@
+//! HTTP/2 on terminus's own codec (`terminus-h2`), one task per connection and none per
+//! stream: the task reads the client's frames into the codec, polls each stream's
+//! handler (the responder's future, then its response body) itself, and writes what
+//! every stream produced in one pass in one write, so that a read's worth of requests
+//! leaves in as few records as fit.
+//!
+//! A stream's request body goes to its handler through [`inbound`]; flow control is the
+//! back-pressure (a window is given back only for bytes the handler took). An RFC 8441
+//! WebSocket the proxy accepted upstream turns its stream into a tunnel, run as a task
+//! of the worker with the stream as its byte stream.
+//!
+//! Between requests the connection holds the codec's state (the client's HPACK table,
+//! the settings, the windows) and no buffer: the read buffer is lent by the worker when
+//! bytes arrive and the write buffer while there is output, both given back when the
+//! connection goes quiet. It closes with GOAWAY after `timeouts.keepalive` without
+//! traffic, or on shutdown (streams in flight finish), and is dropped when idle twice
+//! in a row (a client that ignores GOAWAY).
+
+mod inbound;
+mod request;
+mod response;
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use hyper::body::Body as _;
+use hyper::{Method, Response, StatusCode, Version};
+use terminus_h2::frame::ErrorCode;
+use terminus_h2::server::{Config, Connection, Event};
+use tokio::io::{AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+
+pub(crate) use inbound::RequestStream;
+use inbound::{Inbound, Outbound, TunnelIo};
+
+use super::body::{Body, RequestBody};
+use super::buffers::Lent;
+use super::h1::ReadReady;
+use super::Responder;
+
+/// The read buffer: a TLS record's plaintext, and room for the largest frame we accept
+/// (SETTINGS_MAX_FRAME_SIZE's default, 16 KiB, and its 9-byte head), which a frame cut
+/// across reads must find whole at the buffer's start.
+const READ_SIZE: usize = 16 * 1024 + 16;
+
+/// Output waiting past this, the connection stops reading and stops polling bodies
+/// until the client takes what was written: a client that does not read cannot make
+/// the server buffer for it (PING and SETTINGS floods included).
+const HIGH_WATER: usize = 64 * 1024;
+
+/// A response's future, boxed: a stream's handler, polled by the connection task.
+type Handler = Pin<Box<dyn Future<Output = Response<Body>>>>;
+
+/// One stream the connection is answering.
+struct Stream {
+    id: u32,
+    method: Method,
+    uri: hyper::Uri,
+    phase: Phase,
+    /// Its request body's connection end, while the body is coming.
+    inbound: Option<Inbound>,
+    /// An extended CONNECT's body, kept for the tunnel the responder may accept.
+    tunnel: Option<RequestStream>,
+}
+
+enum Phase {
+    /// The responder is working on it.
+    Responding(Handler),
+    /// Its body is being sent; `chunk` is what flow control has not let out yet.
+    Sending { body: Body, chunk: Bytes },
+    /// A WebSocket: what its tunnel task writes goes out as DATA.
+    Tunnel(Rc<RefCell<Outbound>>),
+}
+
+/// Serves HTTP/2 on `io` until the client is done, the connection idles out, or
+/// `shutdown` fires (then in-flight streams finish and the connection closes).
+pub(crate) async fn serve<S, R>(
+    io: S,
+    responder: Rc<R>,
+    keepalive: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: ReadReady + AsyncWrite + Unpin,
+    R: Responder + 'static,
+{
+    let mut conn = H2 {
+        io,
+        responder,
+        out: Vec::new(),
+        written: 0,
+        codec: None,
+        input: None,
+        streams: Vec::new(),
+        last_activity: Instant::now(),
+        eof: false,
+    };
+    let mut out = Vec::new();
+    conn.codec = Some(Connection::new(config(), &mut out));
+    conn.out = out;
+    let mut closing = false;
+    let mut shutdown_seen = false;
+    loop {
+        if !shutdown_seen && *shutdown.borrow() {
+            shutdown_seen = true;
+            closing = true;
+            conn.go_away();
+        }
+        let idle_deadline = conn.last_activity + keepalive;
+        enum Woke {
+            Done,
+            Shutdown,
+            Idle,
+        }
+        let woke = tokio::select! {
+            () = std::future::poll_fn(|cx| conn.poll(cx)) => Woke::Done,
+            changed = shutdown.changed(), if !shutdown_seen => {
+                // A dropped sender means the process is going away: shutdown too.
+                if changed.is_err() {
+                    shutdown_seen = true;
+                }
+                Woke::Shutdown
+            }
+            () = tokio::time::sleep_until(idle_deadline.into()) => Woke::Idle,
+        };
+        match woke {
+            Woke::Done => break,
+            Woke::Shutdown => {}
+            Woke::Idle => {
+                let now = Instant::now();
+                if conn.last_activity + keepalive > now {
+                    continue;
+                }
+                if closing {
+                    break;
+                }
+                conn.go_away();
+                closing = true;
+                conn.last_activity = now;
+            }
+        }
+    }
+    conn.finish().await;
+}
+
+/// The settings terminus announces (nginx's defaults where it has them: 128 streams, a
+/// 64 KiB preread window per stream; its 32 KiB of request fields, the limit HTTP/3
+/// keeps here too).
+fn config() -> Config {
+    Config {
+        max_concurrent_streams: 128,
+        initial_window_size: 65_536,
+        max_header_list_size: 32 << 10,
+        connect_protocol: true,
+        ..Config::default()
+    }
+}
+
+struct H2<S, R> {
+    io: S,
+    responder: Rc<R>,
+    /// Frames to send; `out[..written]` already went.
+    out: Vec<u8>,
+    written: usize,
+    /// The codec (an `Option` only so that it can be built with the first output).
+    codec: Option<Connection>,
+    /// The read buffer while a frame is incomplete or bytes are arriving, and how much
+    /// of it is filled.
+    input: Option<(Lent, usize)>,
+    streams: Vec<Stream>,
+    last_activity: Instant,
+    eof: bool,
+}
+
+impl<S, R> H2<S, R>
+where
+    S: ReadReady + AsyncWrite + Unpin,
+    R: Responder + 'static,
+{
+    fn codec(&mut self) -> &mut Connection {
+        self.codec.as_mut().expect("built in serve")
+    }
+
+    fn go_away(&mut self) {
+        let codec = self.codec.as_mut().expect("built in serve");
+        codec.go_away(&mut self.out);
+    }
+
+    /// Runs the connection until it is over: Ready when the client has gone, the
+    /// connection failed, or it is done after a GOAWAY.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let mut progress = false;
+            match self.poll_write(cx) {
+                Poll::Ready(Ok(wrote)) => progress |= wrote,
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => {}
+            }
+            let backlog = self.out.len() - self.written;
+            if backlog == 0 && (self.eof || self.codec().is_done()) {
+                return Poll::Ready(());
+            }
+            if !self.eof && backlog < HIGH_WATER {
+                match self.poll_read(cx) {
+                    Poll::Ready(Ok(())) => progress = true,
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => {}
+                }
+            }
+            progress |= self.poll_streams(cx);
+            if !progress {
+                if self.out.is_empty() && self.codec().is_idle() {
+                    // Quiet: the buffers go back to the worker.
+                    self.out = Vec::new();
+                    self.codec().release_buffers();
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Writes what is waiting and flushes it; Ready(true) when bytes went.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        let mut wrote = false;
+        while self.written < self.out.len() {
+            let n = match Pin::new(&mut self.io).poll_write(cx, &self.out[self.written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending if wrote => return Poll::Ready(Ok(true)),
+                Poll::Pending => return Poll::Pending,
+            };
+            self.written += n;
+            wrote = true;
+            self.last_activity = Instant::now();
+        }
+        if wrote || !self.out.is_empty() {
+            self.out.clear();
+            self.written = 0;
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) | Poll::Pending => {}
+            }
+        }
+        Poll::Ready(Ok(wrote))
+    }
+
+    /// Reads what the client sent and hands it to the codec; Ready(Ok) when something
+    /// was read (or the client ended).
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.input.is_none() {
+            // No buffer until there is something to read into it.
+            std::task::ready!(self.io.poll_read_ready(cx))?;
+        }
+        let (buf, filled) = self.input.get_or_insert_with(|| (Lent::of(READ_SIZE), 0));
+        if *filled == buf.len() {
+            // A frame larger than the buffer (up to 16 KiB and its head).
+            return Poll::Ready(Err(io::Error::other("a frame larger than the read buffer")));
+        }
+        let mut room = ReadBuf::new(&mut buf[*filled..]);
+        std::task::ready!(Pin::new(&mut self.io).poll_read(cx, &mut room))?;
+        let n = room.filled().len();
+        if n == 0 {
+            self.eof = true;
+            return Poll::Ready(Ok(()));
+        }
+        *filled += n;
+        self.last_activity = Instant::now();
+        self.receive(cx);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Hands the read buffer's whole frames to the codec and acts on what they meant.
+    fn receive(&mut self, cx: &mut Context<'_>) {
+        let Some((buf, filled)) = self.input.as_mut() else {
+            return;
+        };
+        let codec = self.codec.as_mut().expect("built in serve");
+        let streams = &mut self.streams;
+        let responder = &self.responder;
+        let mut refused: Vec<u32> = Vec::new();
+        let mut give_back: Vec<(u32, usize)> = Vec::new();
+        let result = codec.receive(&buf[..*filled], &mut self.out, &mut |event| match event {
+            Event::Request {
+                stream,
+                head,
+                end_stream,
+            } => {
+                let connect = head.method() == b"CONNECT";
+                let (inbound, body, tunnel) = if end_stream {
+                    (None, RequestBody::empty(), None)
+                } else if connect {
+                    let (inbound, body) = inbound::request_body(None);
+                    (Some(inbound), RequestBody::empty(), Some(body))
+                } else {
+                    let (inbound, body) = inbound::request_body(head.content_length());
+                    (Some(inbound), RequestBody::h2(body), None)
+                };
+                let Some(req) = request::build(head, body) else {
+                    refused.push(stream);
+                    return;
+                };
+                let (method, uri) = (req.method().clone(), req.uri().clone());
+                let responder = responder.clone();
+                let handler: Handler = Box::pin(async move { responder.respond(req, None).await });
+                streams.push(Stream {
+                    id: stream,
+                    method,
+                    uri,
+                    phase: Phase::Responding(handler),
+                    inbound,
+                    tunnel,
+                });
+            }
+            Event::Data {
+                stream,
+                data,
+                end_stream,
+            } => {
+                let taken = streams
+                    .iter()
+                    .find(|s| s.id == stream)
+                    .and_then(|s| s.inbound.as_ref())
+                    .is_some_and(|i| i.borrow_mut().push(data, end_stream));
+                if !taken {
+                    give_back.push((stream, data.len()));
+                }
+            }
+            Event::Trailers { stream, fields } => {
+                if let Some(inbound) = streams
+                    .iter()
+                    .find(|s| s.id == stream)
+                    .and_then(|s| s.inbound.as_ref())
+                {
+                    inbound
+                        .borrow_mut()
+                        .trailers(response::trailers_map(fields));
+                }
+            }
+            Event::Reset { stream, .. } => {
+                if let Some(i) = streams.iter().position(|s| s.id == stream) {
+                    abort(&streams.swap_remove(i));
+                }
+            }
+            Event::Refused { stream, why, .. } => {
+                tracing::debug!("h2: stream {stream} refused: {why}");
+            }
+            Event::WindowOpened | Event::GoAway { .. } => {}
+        });
+        match result {
+            Ok(n) => {
+                buf.copy_within(n..*filled, 0);
+                *filled -= n;
+            }
+            Err(e) => {
+                tracing::debug!("h2: {e}");
+                *filled = 0;
+                self.eof = true;
+            }
+        }
+        for id in refused {
+            codec.cancel(id, ErrorCode::ProtocolError, &mut self.out);
+        }
+        for (id, n) in give_back {
+            codec.release(id, n, &mut self.out);
+        }
+        for stream in &self.streams {
+            if let Some(inbound) = &stream.inbound {
+                let n = inbound.borrow_mut().take_released(cx.waker());
+                if n > 0 {
+                    codec.release(stream.id, n, &mut self.out);
+                }
+            }
+        }
+        if *filled == 0 {
+            // Between frames: the buffer goes back to the worker.
+            self.input = None;
+        }
+    }
+
+    /// Polls every stream's handler and body as far as flow control and the output
+    /// backlog allow; true when one moved.
+    fn poll_streams(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut progress = false;
+        let mut i = 0;
+        while i < self.streams.len() {
+            if self.out.len() - self.written >= HIGH_WATER {
+                break;
+            }
+            let codec = self.codec.as_mut().expect("built in serve");
+            let stream = &mut self.streams[i];
+            // Window taken back from a handler that read its body.
+            if let Some(inbound) = &stream.inbound {
+                let n = inbound.borrow_mut().take_released(cx.waker());
+                if n > 0 {
+                    codec.release(stream.id, n, &mut self.out);
+                    progress = true;
+                }
+            }
+            let step = step(stream, codec, &*self.responder, &mut self.out, cx);
+            progress |= step.moved;
+            if step.done {
+                let stream = self.streams.swap_remove(i);
+                // Answered whole while its body still comes: no more of it is wanted
+                // (RFC 9113 section 8.1, what hyper and nginx do). A tunnel's client
+                // ends its own side, as a WebSocket's closing handshake has it.
+                let tunnel = matches!(stream.phase, Phase::Tunnel(_));
+                let unread =
+                    !tunnel && stream.inbound.as_ref().is_some_and(|b| !b.borrow().ended());
+                let codec = self.codec.as_mut().expect("built in serve");
+                if unread {
+                    codec.cancel(stream.id, ErrorCode::NoError, &mut self.out);
+                }
+                abort(&stream);
+                progress = true;
+            } else {
+                i += 1;
+            }
+        }
+        progress
+    }
+
+    /// Sends what is left and closes the TLS session, within a second.
+    async fn finish(mut self) {
+        for stream in self.streams.drain(..) {
+            abort(&stream);
+        }
+        let flush = std::future::poll_fn(|cx| loop {
+            match self.poll_write(cx) {
+                Poll::Ready(Ok(true)) => continue,
+                Poll::Ready(Ok(false)) => return Pin::new(&mut self.io).poll_shutdown(cx),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        });
+        let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+    }
+}
+
+/// What one poll of a stream did.
+struct Step {
+    moved: bool,
+    done: bool,
+}
+
+/// Moves one stream on: its handler polled, its head written, its body sent as far as
+/// its window allows.
+fn step<R: Responder>(
+    stream: &mut Stream,
+    codec: &mut Connection,
+    responder: &R,
+    out: &mut Vec<u8>,
+    cx: &mut Context<'_>,
+) -> Step {
+    let mut moved = false;
+    if let Phase::Responding(handler) = &mut stream.phase {
+        let Poll::Ready(resp) = handler.as_mut().poll(cx) else {
+            return Step { moved, done: false };
+        };
+        moved = true;
+        let path = stream.uri.path_and_query().map_or("/", |p| p.as_str());
+        responder.record(&stream.method, path, Version::HTTP_2, &resp);
+        let (parts, body) = resp.into_parts();
+        let upgrade = match stream.tunnel.take() {
+            Some(body) if parts.status.is_success() => parts
+                .extensions
+                .get::<terminus_proxy::Upgrade>()
+                .cloned()
+                .map(|u| (u, body)),
+            _ => None,
+        };
+        let bodiless = stream.method == Method::HEAD
+            || parts.status == StatusCode::NO_CONTENT
+            || parts.status == StatusCode::NOT_MODIFIED
+            || (upgrade.is_none() && body.is_end_stream());
+        let no_length = stream.method == Method::HEAD || upgrade.is_some();
+        let sent = codec.send_head(stream.id, bodiless, out, |b| {
+            response::encode_head(&parts, &body, no_length, b)
+        });
+        if !sent || bodiless {
+            return Step { moved, done: true };
+        }
+        stream.phase = match upgrade {
+            Some((upgrade, body)) => {
+                let outbound = Rc::new(RefCell::new(Outbound::default()));
+                let io = TunnelIo {
+                    inbound: body,
+                    outbound: outbound.clone(),
+                    unread: Bytes::new(),
+                };
+                tokio::task::spawn_local(tunnel(upgrade, io));
+                Phase::Tunnel(outbound)
+            }
+            None => Phase::Sending {
+                body,
+                chunk: Bytes::new(),
+            },
+        };
+    }
+    match &mut stream.phase {
+        Phase::Responding(_) => Step { moved, done: false },
+        Phase::Sending { body, chunk } => loop {
+            if !chunk.is_empty() {
+                let last = body.is_end_stream();
+                let n = codec.send_data(stream.id, chunk, last, out);
+                chunk.advance(n);
+                moved |= n > 0;
+                if !chunk.is_empty() {
+                    // Waiting for the client's window.
+                    return Step { moved, done: false };
+                }
+                if last {
+                    return Step { moved, done: true };
+                }
+            }
+            if codec.send_window(stream.id) == 0 || out.len() >= HIGH_WATER {
+                return Step { moved, done: false };
+            }
+            match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending => return Step { moved, done: false },
+                Poll::Ready(None) => {
+                    codec.send_data(stream.id, &[], true, out);
+                    return Step {
+                        moved: true,
+                        done: true,
+                    };
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    // A body that fails mid-way is never passed off as whole.
+                    tracing::debug!("h2: stream {} body failed: {e}", stream.id);
+                    codec.cancel(stream.id, ErrorCode::InternalError, out);
+                    return Step {
+                        moved: true,
+                        done: true,
+                    };
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    moved = true;
+                    match frame.into_data() {
+                        Ok(data) => *chunk = data,
+                        Err(frame) => {
+                            if let Ok(trailers) = frame.into_trailers() {
+                                codec.send_head(stream.id, true, out, |b| {
+                                    response::encode_trailers(&trailers, b)
+                                });
+                            }
+                            return Step { moved, done: true };
+                        }
+                    }
+                }
+            }
+        },
+        Phase::Tunnel(outbound) => {
+            let mut outbound = outbound.borrow_mut();
+            let (bytes, ended) = outbound.pending(cx.waker());
+            if bytes.is_empty() && !ended {
+                return Step { moved, done: false };
+            }
+            let len = bytes.len();
+            let n = codec.send_data(stream.id, bytes, ended, out);
+            outbound.sent(n);
+            Step {
+                moved: moved || n > 0 || (ended && len == 0),
+                done: ended && n == len,
+            }
+        }
+    }
+}
+
+/// A stream gone: its body's reader and its tunnel told.
+fn abort(stream: &Stream) {
+    if let Some(inbound) = &stream.inbound {
+        inbound.borrow_mut().abort();
+    }
+    if let Phase::Tunnel(outbound) = &stream.phase {
+        outbound.borrow_mut().abort();
+    }
+}
+
+/// Carries a WebSocket stream the proxy accepted upstream, to and from the upstream.
+async fn tunnel(upgrade: terminus_proxy::Upgrade, mut io: TunnelIo) {
+    if let Err(e) = upgrade.tunnel(&mut io, &[]).await {
+        tracing::debug!("HTTP/2 WebSocket stream ended: {e}");
+    }
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
+}
