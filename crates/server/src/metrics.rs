@@ -118,6 +118,55 @@ impl WorkerSeries {
     }
 }
 
+/// What an HTTP/2 client did that its connection refused or ended on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Http2Trouble {
+    /// The connection ended with this error code in its GOAWAY.
+    Connection(terminus_h2::ErrorCode),
+    /// A request refused by the codec itself.
+    Refused(terminus_h2::server::Refusal),
+    /// A stream reset for a rule it broke (flow control, content-length, state).
+    StreamReset,
+    /// A stream the client reset.
+    ClientReset,
+}
+
+impl Http2Trouble {
+    const NAMES: [&'static str; 12] = [
+        "goaway_protocol_error",
+        "goaway_flow_control_error",
+        "goaway_frame_size_error",
+        "goaway_compression_error",
+        "goaway_enhance_your_calm",
+        "goaway_stream_closed",
+        "goaway_other",
+        "stream_malformed",
+        "stream_refused",
+        "stream_too_large",
+        "stream_reset",
+        "client_reset",
+    ];
+
+    fn index(self) -> usize {
+        use terminus_h2::server::Refusal;
+        use terminus_h2::ErrorCode;
+        match self {
+            Self::Connection(ErrorCode::ProtocolError) => 0,
+            Self::Connection(ErrorCode::FlowControlError) => 1,
+            Self::Connection(ErrorCode::FrameSizeError) => 2,
+            Self::Connection(ErrorCode::CompressionError) => 3,
+            Self::Connection(ErrorCode::EnhanceYourCalm) => 4,
+            Self::Connection(ErrorCode::StreamClosed) => 5,
+            Self::Connection(_) => 6,
+            Self::Refused(Refusal::Malformed) => 7,
+            Self::Refused(Refusal::TooManyStreams) => 8,
+            Self::Refused(Refusal::TooLarge) => 9,
+            Self::StreamReset => 10,
+            Self::ClientReset => 11,
+        }
+    }
+}
+
 /// Every worker's series, in worker order.
 #[derive(Debug, Default)]
 struct Workers(Mutex<Vec<Arc<WorkerSeries>>>);
@@ -171,6 +220,7 @@ pub struct Metrics {
     ktls_fallbacks: Labelled<{ FallbackCause::ALL.len() }>,
     ktls_refused: Counter,
     handshakes_refused: Labelled<{ Refusal::ALL.len() }>,
+    http2_trouble: Labelled<{ Http2Trouble::NAMES.len() }>,
     /// Shared with every connection's record layer.
     pub traffic: Arc<TrafficCounters>,
     /// Shared with every worker's engine.
@@ -267,6 +317,11 @@ impl Metrics {
                 "Connections turned away by admission control (limits.handshake_queue): reset at accept, or refused with an alert after the ClientHello; and handshakes refused by their tenant's quota (tenant_quota).",
                 label_values("cause", Refusal::ALL.map(Refusal::name), ""),
             ),
+            http2_trouble: Labelled::counter(
+                "terminus_http2_trouble_total",
+                "HTTP/2 clients' trouble by cause: connections ended with an error code (goaway_*: goaway_enhance_your_calm is a flood the glitch count stopped, rapid reset among them), requests refused (stream_malformed, stream_refused past 128 streams, stream_too_large answered 431), streams reset for a broken rule (stream_reset), and streams the client reset (client_reset).",
+                label_values("cause", Http2Trouble::NAMES, ""),
+            ),
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
@@ -335,6 +390,11 @@ impl Metrics {
         self.handshakes_refused.inc(why as usize);
     }
 
+    /// HTTP/2 trouble on a connection (see [`Http2Trouble`]).
+    pub(crate) fn http2_trouble(&self, what: Http2Trouble) {
+        self.http2_trouble.inc(what.index());
+    }
+
     /// A response of `status` over HTTP `version`.
     pub fn response(&self, status: u16, version: hyper::Version) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
@@ -354,7 +414,7 @@ impl Metrics {
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = Exposition::new();
-        let own: [&dyn Render; 12] = [
+        let own: [&dyn Render; 13] = [
             &self.connections_open,
             &self.connections_total,
             &self.accept_errors,
@@ -366,6 +426,7 @@ impl Metrics {
             &self.ktls_fallbacks,
             &self.ktls_refused,
             &self.handshakes_refused,
+            &self.http2_trouble,
             &self.workers,
         ];
         for series in own {

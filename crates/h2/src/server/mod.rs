@@ -31,6 +31,10 @@ use crate::hpack::decoder::{Decoded, Decoder};
 use crate::hpack::encoder::{self, Encoder};
 use crate::hpack::HpackError;
 
+/// The mark in [`Connection::recently_closed`] of a stream this end closed (stream ids
+/// are 31 bits).
+const OURS: u32 = 1 << 31;
+
 /// What a client sends first (section 3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -111,15 +115,18 @@ pub enum Event<'a> {
         stream: u32,
         /// The code sent or received.
         code: ErrorCode,
+        /// The client sent the RST_STREAM (else the connection did).
+        by_client: bool,
     },
-    /// A request the connection answered itself, for the caller's log: a malformed one
-    /// (RST_STREAM PROTOCOL_ERROR), one over the limits (431 or REFUSED_STREAM).
+    /// A request the connection answered itself, for the caller's log and metrics: a
+    /// malformed one (RST_STREAM PROTOCOL_ERROR), one over the limits (431 or
+    /// REFUSED_STREAM).
     Refused {
         /// The stream.
         stream: u32,
-        /// The status answered, when it was an HTTP answer.
-        status: Option<u16>,
-        /// Why.
+        /// Which refusal.
+        reason: Refusal,
+        /// Why, for the log.
         why: &'static str,
     },
     /// Send windows grew: streams waiting on flow control may send again.
@@ -131,6 +138,17 @@ pub enum Event<'a> {
         /// Why.
         code: ErrorCode,
     },
+}
+
+/// Why the connection answered a request itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Malformed (RFC 9113 section 8.1.1): RST_STREAM PROTOCOL_ERROR.
+    Malformed,
+    /// Past SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM.
+    TooManyStreams,
+    /// Fields past SETTINGS_MAX_HEADER_LIST_SIZE: 431.
+    TooLarge,
 }
 
 /// A connection error: the GOAWAY saying so is in the output; send it and close.
@@ -212,10 +230,16 @@ pub struct Connection {
     streams: Vec<Stream>,
     /// The highest stream id the client has used.
     last_stream: u32,
-    /// The last few streams closed, to answer a HEADERS on one with STREAM_CLOSED
-    /// rather than as a stream id going backwards.
-    recently_closed: [u32; 8],
+    /// The highest stream handed to the caller: what GOAWAY says was processed.
+    last_accepted: u32,
+    /// The last few streams closed, each marked ([`OURS`]) when this end reset, refused
+    /// or ignored it: frames still in flight on those are dropped without a word
+    /// (section 5.1), and a HEADERS on another one is STREAM_CLOSED rather than a
+    /// stream id going backwards.
+    recently_closed: [u32; 32],
     recently_closed_next: usize,
+    /// Streams answered: the glitch limit grows with them (see [`Connection::glitch`]).
+    answered: u32,
     send_window: i64,
     recv_window: i64,
     /// The peer's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
@@ -275,8 +299,10 @@ impl Connection {
             encoder: Encoder::default(),
             streams: Vec::new(),
             last_stream: 0,
-            recently_closed: [0; 8],
+            last_accepted: 0,
+            recently_closed: [0; 32],
             recently_closed_next: 0,
+            answered: 0,
             send_window: i64::from(DEFAULT_WINDOW),
             recv_window: i64::from(config.connection_window.max(DEFAULT_WINDOW)),
             peer_initial_window: DEFAULT_WINDOW,
@@ -333,10 +359,25 @@ impl Connection {
                 break;
             };
             pos = start + head.len as usize;
-            match self.frame(head, payload, out, on) {
-                Ok(()) => {}
-                Err(FrameError::Stream(stream, code, _)) => self.reset(stream, code, out, on),
-                Err(FrameError::Connection(code, why)) => return Err(self.fail(code, why, out)),
+            let result = match self.frame(head, payload, out, on) {
+                // Section 5.1: on an idle stream only HEADERS and PRIORITY may come.
+                Err(FrameError::Stream(stream, _, _))
+                    if stream > self.last_stream && head.kind != kind::PRIORITY =>
+                {
+                    Err(FrameError::Connection(
+                        ErrorCode::ProtocolError,
+                        "a frame on an idle stream",
+                    ))
+                }
+                Err(FrameError::Stream(stream, code, why)) => {
+                    self.reset(stream, code, out, on);
+                    self.glitch()
+                        .map_err(|_| FrameError::Connection(ErrorCode::EnhanceYourCalm, why))
+                }
+                other => other,
+            };
+            if let Err(FrameError::Connection(code, why)) = result {
+                return Err(self.fail(code, why, out));
             }
         }
         Ok(pos)
@@ -464,6 +505,10 @@ impl Connection {
                     "DATA on an idle stream",
                 ));
             }
+            if self.closed_by_us(id) {
+                // In flight when we reset it: dropped (its window was counted above).
+                return Ok(());
+            }
             self.glitch()?;
             return Err(FrameError::Stream(
                 id,
@@ -491,6 +536,10 @@ impl Connection {
         // WINDOW_UPDATE.
         stream.unacked += flow_len - data.len() as u32;
         stream.received += data.len() as u64;
+        if flow_len as usize > data.len() {
+            self.give_window_back(i, out);
+        }
+        let stream = &mut self.streams[i];
         if let Some(expected) = stream.content_length {
             if stream.received > expected || (end_stream && stream.received != expected) {
                 return Err(FrameError::Stream(
@@ -533,6 +582,8 @@ impl Connection {
                 BlockFor::Closed(ErrorCode::StreamClosed, "HEADERS after END_STREAM")
             }
             Some(_) => BlockFor::Trailers,
+            // Trailers in flight when we reset the stream: decoded, dropped.
+            None if id <= self.last_stream && self.closed_by_us(id) => BlockFor::Ignored,
             None if id <= self.last_stream => {
                 return Err(FrameError::Connection(
                     if self.recently_closed.contains(&id) {
@@ -645,15 +696,20 @@ impl Connection {
             FrameError::Connection(code, "a field block that does not decode")
         })?;
         match what {
-            BlockFor::Ignored => Ok(()),
+            BlockFor::Ignored => {
+                if self.find(id).is_none() {
+                    self.closed(id | OURS);
+                }
+                Ok(())
+            }
             BlockFor::Closed(code, why) => Err(FrameError::Stream(id, code, why)),
             BlockFor::Refused => {
                 self.glitch()?;
                 write::rst_stream(out, id, ErrorCode::RefusedStream);
-                self.closed(id);
+                self.closed(id | OURS);
                 on(Event::Refused {
                     stream: id,
-                    status: None,
+                    reason: Refusal::TooManyStreams,
                     why: "more streams than SETTINGS_MAX_CONCURRENT_STREAMS",
                 });
                 Ok(())
@@ -715,10 +771,10 @@ impl Connection {
             if !end_stream {
                 write::rst_stream(out, id, ErrorCode::NoError);
             }
-            self.closed(id);
+            self.closed(id | OURS);
             on(Event::Refused {
                 stream: id,
-                status: Some(431),
+                reason: Refusal::TooLarge,
                 why: "a request's fields over SETTINGS_MAX_HEADER_LIST_SIZE",
             });
             return Ok(());
@@ -733,13 +789,14 @@ impl Connection {
         }
         if let Some(why) = malformed {
             write::rst_stream(out, id, ErrorCode::ProtocolError);
-            self.closed(id);
+            self.closed(id | OURS);
             on(Event::Refused {
                 stream: id,
-                status: None,
+                reason: Refusal::Malformed,
                 why,
             });
-            return Ok(());
+            // Each is a stream started for nothing, as a rapid reset's are.
+            return self.glitch();
         }
         let recv_window = if self.settings_acked {
             self.config.initial_window_size
@@ -757,6 +814,7 @@ impl Connection {
             content_length,
             received: 0,
         });
+        self.last_accepted = id;
         on(Event::Request {
             stream: id,
             head: &self.fields,
@@ -781,7 +839,11 @@ impl Connection {
         let answered = self.streams[i].head_sent;
         self.streams.swap_remove(i);
         self.closed(id);
-        on(Event::Reset { stream: id, code });
+        on(Event::Reset {
+            stream: id,
+            code,
+            by_client: true,
+        });
         if !answered {
             // A request cancelled before its answer cost us its start for nothing:
             // rapid reset, CVE-2023-44487.
@@ -799,30 +861,33 @@ impl Connection {
     where
         F: FnMut(Event<'_>),
     {
-        let mut opened = false;
+        let mut initial_window = None;
         for s in settings {
             match s.id {
                 setting::HEADER_TABLE_SIZE => self.encoder.peer_table_size(s.value),
                 setting::MAX_FRAME_SIZE => self.peer_max_frame_size = s.value,
-                setting::INITIAL_WINDOW_SIZE => {
-                    // Section 6.9.2: every open stream's window moves by the change.
-                    let delta = i64::from(s.value) - i64::from(self.peer_initial_window);
-                    self.peer_initial_window = s.value;
-                    for stream in &mut self.streams {
-                        stream.send_window += delta;
-                        if stream.send_window > i64::from(frame::MAX_WINDOW) {
-                            return Err(FrameError::Connection(
-                                ErrorCode::FlowControlError,
-                                "SETTINGS_INITIAL_WINDOW_SIZE taking a window past 2^31 - 1",
-                            ));
-                        }
-                    }
-                    opened |= delta > 0;
-                }
+                setting::INITIAL_WINDOW_SIZE => initial_window = Some(s.value),
                 // A server never pushes, never opens streams and sends fields within
                 // any sane limit; the rest is not for a server.
                 _ => {}
             }
+        }
+        // Section 6.9.2: every open stream's window moves by the change, applied once
+        // for the frame's last value (a frame of thousands costs one pass).
+        let mut opened = false;
+        if let Some(value) = initial_window {
+            let delta = i64::from(value) - i64::from(self.peer_initial_window);
+            self.peer_initial_window = value;
+            for stream in &mut self.streams {
+                stream.send_window += delta;
+                if stream.send_window > i64::from(frame::MAX_WINDOW) {
+                    return Err(FrameError::Connection(
+                        ErrorCode::FlowControlError,
+                        "SETTINGS_INITIAL_WINDOW_SIZE taking a window past 2^31 - 1",
+                    ));
+                }
+            }
+            opened = delta > 0;
         }
         write::settings_ack(out);
         if opened {
@@ -863,10 +928,13 @@ impl Connection {
         Ok(())
     }
 
-    /// Counts a costly oddity; past the limit, the connection ends.
+    /// Counts a costly oddity; past the limit, the connection ends. The limit grows by
+    /// one for every two streams answered, so that a long-lived connection whose client
+    /// cancels some of what it asks for (a browser navigating away, gRPC deadlines)
+    /// is not ended for it, while one that is answered nothing (rapid reset) is.
     fn glitch(&mut self) -> Result<(), FrameError> {
         self.glitches += 1;
-        if self.glitches > self.config.max_glitches {
+        if self.glitches > self.config.max_glitches.saturating_add(self.answered / 2) {
             return Err(FrameError::Connection(
                 ErrorCode::EnhanceYourCalm,
                 "too many resets, refused streams or empty frames",
@@ -879,9 +947,29 @@ impl Connection {
         self.streams.iter().position(|s| s.id == id)
     }
 
+    /// Remembers a closed stream (`id | OURS` when this end closed it by a reset,
+    /// refusal or by ignoring it).
     fn closed(&mut self, id: u32) {
         self.recently_closed[self.recently_closed_next] = id;
         self.recently_closed_next = (self.recently_closed_next + 1) % self.recently_closed.len();
+    }
+
+    /// Whether `id` is one of the recent streams this end reset, refused or ignored.
+    fn closed_by_us(&self, id: u32) -> bool {
+        self.recently_closed.contains(&(id | OURS))
+    }
+
+    /// Sends the stream at `i` a WINDOW_UPDATE for what was taken of its window, once
+    /// that is half of it (one update per half window, not one per frame).
+    fn give_window_back(&mut self, i: usize, out: &mut Vec<u8>) {
+        let half = self.config.initial_window_size / 2;
+        let stream = &mut self.streams[i];
+        if stream.remote_closed || stream.unacked < half.max(1) {
+            return;
+        }
+        write::window_update(out, stream.id, stream.unacked);
+        stream.recv_window += i64::from(stream.unacked);
+        stream.unacked = 0;
     }
 
     /// Forgets the stream at `i` once both ends have closed it.
@@ -902,15 +990,19 @@ impl Connection {
         write::rst_stream(out, id, code);
         if let Some(i) = self.find(id) {
             self.streams.swap_remove(i);
-            self.closed(id);
-            on(Event::Reset { stream: id, code });
+            self.closed(id | OURS);
+            on(Event::Reset {
+                stream: id,
+                code,
+                by_client: false,
+            });
         }
     }
 
     /// A connection error: GOAWAY naming the last stream we took, and every later
     /// call refused.
     fn fail(&mut self, code: ErrorCode, why: &'static str, out: &mut Vec<u8>) -> ConnectionError {
-        write::goaway(out, self.last_stream, code, why.as_bytes());
+        write::goaway(out, self.last_accepted, code, why.as_bytes());
         let e = ConnectionError { code, why };
         self.state = State::Failed(e);
         e
@@ -966,6 +1058,9 @@ impl Connection {
             }
         }
         let stream = &mut self.streams[i];
+        if !stream.head_sent {
+            self.answered = self.answered.saturating_add(1);
+        }
         stream.head_sent = true;
         stream.local_closed = end_stream;
         self.forget_if_done(i);
@@ -1024,6 +1119,51 @@ impl Connection {
         take
     }
 
+    /// Appends one DATA frame of as much of `len` bytes as flow control and the client's
+    /// frame size allow, its payload written by `fill` straight into `out` (a file read
+    /// into the buffer it is sent from, with no copy between); END_STREAM when
+    /// `end_stream` and the frame takes all of `len`. Returns how much it took (0 when
+    /// the windows are closed), or `None`, with nothing appended, when `fill` failed.
+    pub fn send_data_from(
+        &mut self,
+        id: u32,
+        len: usize,
+        end_stream: bool,
+        out: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Option<usize> {
+        let Some(i) = self.find(id).filter(|&i| !self.streams[i].local_closed) else {
+            return Some(0);
+        };
+        let window = self.streams[i].send_window.min(self.send_window).max(0) as usize;
+        let n = len.min(window).min(self.peer_max_frame_size as usize);
+        let ends = end_stream && n == len;
+        if n == 0 && !ends {
+            return Some(0);
+        }
+        let start = out.len();
+        let head = Head {
+            len: n as u32,
+            kind: kind::DATA,
+            flags: if ends { flags::END_STREAM } else { 0 },
+            stream: id,
+        };
+        out.extend_from_slice(&head.encode());
+        out.resize(start + frame::HEADER_LEN + n, 0);
+        if !fill(&mut out[start + frame::HEADER_LEN..]) {
+            out.truncate(start);
+            return None;
+        }
+        self.send_window -= n as i64;
+        let stream = &mut self.streams[i];
+        stream.send_window -= n as i64;
+        if ends {
+            stream.local_closed = true;
+            self.forget_if_done(i);
+        }
+        Some(n)
+    }
+
     /// The caller took `n` bytes of `stream`'s body: once half its window is taken, the
     /// client may send that much more (one WINDOW_UPDATE, not one per frame).
     pub fn release(&mut self, id: u32, n: usize, out: &mut Vec<u8>) {
@@ -1031,13 +1171,13 @@ impl Connection {
             return;
         };
         let stream = &mut self.streams[i];
-        stream.unacked += n as u32;
-        if stream.remote_closed || stream.unacked < self.config.initial_window_size / 2 {
-            return;
-        }
-        write::window_update(out, id, stream.unacked);
-        stream.recv_window += i64::from(stream.unacked);
-        stream.unacked = 0;
+        // Never more than the window the client had: a caller's miscount cannot
+        // overflow it.
+        stream.unacked = stream
+            .unacked
+            .saturating_add(u32::try_from(n).unwrap_or(u32::MAX))
+            .min(frame::MAX_WINDOW);
+        self.give_window_back(i, out);
     }
 
     /// Ends `stream` from our side (RST_STREAM with `code`): the caller gave up on it,
@@ -1046,7 +1186,7 @@ impl Connection {
         if let Some(i) = self.find(id) {
             write::rst_stream(out, id, code);
             self.streams.swap_remove(i);
-            self.closed(id);
+            self.closed(id | OURS);
         }
     }
 
@@ -1054,8 +1194,8 @@ impl Connection {
     /// taken; streams already open finish, new ones are ignored.
     pub fn go_away(&mut self, out: &mut Vec<u8>) {
         if self.going_away.is_none() && !matches!(self.state, State::Failed(_)) {
-            write::goaway(out, self.last_stream, ErrorCode::NoError, b"");
-            self.going_away = Some(self.last_stream);
+            write::goaway(out, self.last_accepted, ErrorCode::NoError, b"");
+            self.going_away = Some(self.last_accepted);
         }
     }
 

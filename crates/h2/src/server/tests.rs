@@ -167,8 +167,8 @@ fn describe(e: &Event<'_>) -> String {
         Event::Trailers { stream, fields } => {
             format!("trailers {stream} {}", fields.fields().count())
         }
-        Event::Reset { stream, code } => format!("reset {stream} {code:?}"),
-        Event::Refused { stream, status, .. } => format!("refused {stream} {status:?}"),
+        Event::Reset { stream, code, .. } => format!("reset {stream} {code:?}"),
+        Event::Refused { stream, reason, .. } => format!("refused {stream} {reason:?}"),
         Event::WindowOpened => "window".into(),
         Event::GoAway { last_stream, code } => format!("goaway {last_stream} {code:?}"),
     }
@@ -347,7 +347,11 @@ fn malformed_requests_are_reset_and_the_connection_goes_on() {
         let mut fields = GET.to_vec();
         fields.extend(extra);
         c.request(id, &fields, end_stream);
-        assert_eq!(c.take_events(), [format!("refused {id} None")], "{why}");
+        assert_eq!(
+            c.take_events(),
+            [format!("refused {id} Malformed")],
+            "{why}"
+        );
         assert_eq!(c.resets(), [(id, ErrorCode::ProtocolError)], "{why}");
         id += 2;
     }
@@ -399,7 +403,11 @@ fn malformed_requests_are_reset_and_the_connection_goes_on() {
         ),
     ] {
         c.request(id, &fields, true);
-        assert_eq!(c.take_events(), [format!("refused {id} None")], "{why}");
+        assert_eq!(
+            c.take_events(),
+            [format!("refused {id} Malformed")],
+            "{why}"
+        );
         assert_eq!(c.resets(), [(id, ErrorCode::ProtocolError)], "{why}");
         id += 2;
     }
@@ -660,7 +668,7 @@ fn streams_past_the_limit_are_refused() {
     c.request(3, &GET, false);
     c.request(5, &GET, false);
     assert_eq!(c.resets(), [(5, ErrorCode::RefusedStream)]);
-    assert_eq!(c.take_events()[2], "refused 5 None");
+    assert_eq!(c.take_events()[2], "refused 5 TooManyStreams");
     // The block was decoded all the same: the next request's indexed fields resolve.
     c.send(&raw_frame(kind::RST_STREAM, 0, 1, &[0, 0, 0, 8]));
     c.request(7, &GET, true);
@@ -683,7 +691,7 @@ fn an_oversized_request_is_answered_431() {
     let mut fields = GET.to_vec();
     fields.push(("cookie", &big));
     c.request(1, &fields, true);
-    assert_eq!(c.take_events(), ["refused 1 Some(431)"]);
+    assert_eq!(c.take_events(), ["refused 1 TooLarge"]);
     let frames = c.frames();
     let fields = loona_hpack::Decoder::new().decode(&frames[0].1).unwrap();
     assert_eq!(fields[0], (b":status".to_vec(), b"431".to_vec()));
@@ -855,4 +863,78 @@ fn a_large_response_head_is_cut_into_continuations() {
     let block: Vec<u8> = frames.iter().flat_map(|(_, p)| p.clone()).collect();
     let fields = loona_hpack::Decoder::new().decode(&block).unwrap();
     assert_eq!(fields[1].1.len(), 40_000);
+}
+
+/// Section 5.1: frames in flight on a stream this end reset are dropped, not errors:
+/// DATA (its window still counted) and trailers (its block still decoded).
+#[test]
+fn frames_after_our_reset_are_dropped_quietly() {
+    let mut c = Client::with(Config {
+        max_glitches: 10,
+        ..Config::default()
+    });
+    let mut fields = GET.to_vec();
+    fields[0] = (":method", "POST");
+    c.request(1, &fields, false);
+    let mut out = Vec::new();
+    c.conn
+        .send_head(1, true, &mut out, |b| encoder::status(200, b));
+    c.conn.cancel(1, ErrorCode::NoError, &mut out);
+    c.frames();
+    let mut bytes = Vec::new();
+    for _ in 0..100 {
+        write::data(&mut bytes, 1, b"x", false);
+    }
+    let block = c.block(&[("x-trailer", "1")]);
+    write::headers(&mut bytes, 1, &block, true);
+    c.send(&bytes);
+    assert!(c.error.is_none(), "{:?}", c.error);
+    assert!(
+        c.resets().is_empty(),
+        "no RST_STREAM for what was in flight"
+    );
+    // The tables are in step: the next request's indexed fields resolve.
+    c.request(3, &GET, true);
+    assert_eq!(
+        c.take_events().last().unwrap(),
+        "request 3 GET / example.com end"
+    );
+}
+
+/// The glitch limit grows with the streams answered: a client that cancels some of
+/// many requests is served on.
+#[test]
+fn the_glitch_limit_grows_with_streams_answered() {
+    let mut c = Client::with(Config {
+        max_glitches: 5,
+        ..Config::default()
+    });
+    let mut id = 1;
+    for round in 0..50 {
+        for _ in 0..4 {
+            c.get(id);
+            let mut out = Vec::new();
+            c.conn
+                .send_head(id, true, &mut out, |b| encoder::status(200, b));
+            id += 2;
+        }
+        // One cancelled before its answer for every four answered.
+        c.request(id, &GET, false);
+        c.send(&raw_frame(kind::RST_STREAM, 0, id, &[0, 0, 0, 8]));
+        id += 2;
+        assert!(c.error.is_none(), "round {round}");
+    }
+}
+
+#[test]
+fn stream_errors_on_idle_streams_end_the_connection_and_goaway_names_the_last_request() {
+    let mut c = Client::new();
+    c.get(1);
+    c.frames();
+    // A zero WINDOW_UPDATE is a stream error, but stream 9 is idle.
+    c.send(&raw_frame(kind::WINDOW_UPDATE, 0, 9, &[0, 0, 0, 0]));
+    assert_eq!(c.error.map(|e| e.code), Some(ErrorCode::ProtocolError));
+    let frames = c.frames();
+    let (_, payload) = frames.iter().find(|(h, _)| h.kind == kind::GOAWAY).unwrap();
+    assert_eq!(u32::from_be_bytes(payload[..4].try_into().unwrap()), 1);
 }

@@ -15,6 +15,34 @@ thread_local! {
     static FREE: FreeList<Vec<u8>> = const { FreeList::new(KEEP) };
     /// A worker's spare HTTP/1.1 request-head buffers (see [`lend_head`]).
     static HEADS: FreeList<Vec<u8>> = const { FreeList::new(KEEP) };
+    /// A worker's spare HTTP/2 output buffers (see [`lend_output`]).
+    static OUTPUT: FreeList<Vec<u8>> = const { FreeList::new(KEEP) };
+}
+
+/// What an HTTP/2 output buffer starts with: a pass's frames for a few streams.
+const OUTPUT_CAPACITY: usize = 32 * 1024;
+
+/// An output buffer for an HTTP/2 connection with frames to write, empty: a spare from
+/// the worker if `buf` has none, so that a connection going quiet after each request
+/// does not grow a new one from nothing each time.
+pub(crate) fn lend_output(buf: &mut Vec<u8>) {
+    if buf.capacity() == 0 {
+        *buf = OUTPUT
+            .try_with(FreeList::take)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Vec::with_capacity(OUTPUT_CAPACITY));
+    }
+}
+
+/// Takes back an HTTP/2 connection's emptied output buffer as it goes quiet (one that
+/// grew past twice its size goes back to the allocator).
+pub(crate) fn give_back_output(buf: &mut Vec<u8>) {
+    debug_assert!(buf.is_empty());
+    let spare = std::mem::take(buf);
+    if (OUTPUT_CAPACITY..=2 * OUTPUT_CAPACITY).contains(&spare.capacity()) {
+        let _ = OUTPUT.try_with(|out| out.give(spare));
+    }
 }
 
 /// A buffer lent by the worker, given back when dropped (also when the operation using

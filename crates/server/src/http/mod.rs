@@ -178,7 +178,8 @@ pub(crate) async fn serve<S>(
 {
     let timeouts = info.site.timeouts;
     if h2 {
-        h2::serve(stream, Rc::new(info), timeouts.keepalive, shutdown).await
+        let metrics = info.metrics.clone();
+        h2::serve(stream, Rc::new(info), metrics, timeouts.keepalive, shutdown).await
     } else {
         h1::serve(stream, &info, timeouts, &mut shutdown).await
     }

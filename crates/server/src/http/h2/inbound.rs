@@ -15,10 +15,13 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 use hyper::body::{Frame, SizeHint};
 use hyper::HeaderMap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Frames smaller than this are joined to the ones before them.
+const SMALL_FRAME: usize = 4096;
 
 /// How a request body ended, if it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +38,9 @@ enum End {
 #[derive(Debug)]
 pub(crate) struct Shared {
     chunks: VecDeque<Bytes>,
+    /// Small frames joined, after `chunks`: a body sent a byte a frame costs a byte a
+    /// byte here, not a chunk's bookkeeping a byte (what the window bounds is bytes).
+    tail: BytesMut,
     trailers: Option<HeaderMap>,
     end: End,
     /// Bytes the handler took that the connection has not yet given back to the
@@ -57,6 +63,7 @@ pub(crate) type Inbound = Rc<RefCell<Shared>>;
 pub(crate) fn request_body(content_length: Option<u64>) -> (Inbound, RequestStream) {
     let shared = Rc::new(RefCell::new(Shared {
         chunks: VecDeque::new(),
+        tail: BytesMut::new(),
         trailers: None,
         end: End::No,
         released: 0,
@@ -78,7 +85,13 @@ impl Shared {
         if self.reader_gone {
             return false;
         }
-        if !data.is_empty() {
+        if data.len() < SMALL_FRAME {
+            self.tail.extend_from_slice(data);
+        } else {
+            if !self.tail.is_empty() {
+                let joined = self.tail.split().freeze();
+                self.chunks.push_back(joined);
+            }
             self.chunks.push_back(Bytes::copy_from_slice(data));
         }
         self.wake_reader();
@@ -98,6 +111,7 @@ impl Shared {
             self.end = End::Aborted;
         }
         self.chunks.clear();
+        self.tail = BytesMut::new();
         self.wake_reader();
     }
 
@@ -108,6 +122,11 @@ impl Shared {
             self.conn = Some(conn.clone());
         }
         std::mem::take(&mut self.released)
+    }
+
+    /// Whether the handler has dropped the body (a tunnel that stopped reading).
+    pub(crate) fn reader_gone(&self) -> bool {
+        self.reader_gone
     }
 
     /// Whether the client sent the whole body.
@@ -142,7 +161,12 @@ impl RequestStream {
         cx: &mut Context<'_>,
     ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         let mut shared = self.0.borrow_mut();
-        if let Some(chunk) = shared.chunks.pop_front() {
+        let chunk = match shared.chunks.pop_front() {
+            Some(chunk) => Some(chunk),
+            None if !shared.tail.is_empty() => Some(shared.tail.split().freeze()),
+            None => None,
+        };
+        if let Some(chunk) = chunk {
             shared.taken(chunk.len());
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
@@ -164,7 +188,10 @@ impl RequestStream {
 
     pub(crate) fn is_end_stream(&self) -> bool {
         let shared = self.0.borrow();
-        shared.end == End::Whole && shared.chunks.is_empty() && shared.trailers.is_none()
+        shared.end == End::Whole
+            && shared.chunks.is_empty()
+            && shared.tail.is_empty()
+            && shared.trailers.is_none()
     }
 
     pub(crate) fn size_hint(&self) -> SizeHint {
@@ -180,7 +207,8 @@ impl Drop for RequestStream {
         let mut shared = self.0.borrow_mut();
         shared.reader_gone = true;
         // What was received but not read is given back to the window as well.
-        let unread: usize = shared.chunks.drain(..).map(|c| c.len()).sum();
+        let unread = shared.chunks.drain(..).map(|c| c.len()).sum::<usize>() + shared.tail.len();
+        shared.tail = BytesMut::new();
         shared.released += unread;
         if let Some(w) = &shared.conn {
             w.wake_by_ref();

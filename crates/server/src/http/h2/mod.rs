@@ -25,6 +25,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -40,14 +41,19 @@ pub(crate) use inbound::RequestStream;
 use inbound::{Inbound, Outbound, TunnelIo};
 
 use super::body::{Body, RequestBody};
-use super::buffers::Lent;
+use super::buffers::{self, Lent};
 use super::h1::ReadReady;
 use super::Responder;
+use crate::metrics::{Http2Trouble, Metrics};
 
 /// The read buffer: a TLS record's plaintext, and room for the largest frame we accept
 /// (SETTINGS_MAX_FRAME_SIZE's default, 16 KiB, and its 9-byte head), which a frame cut
 /// across reads must find whole at the buffer's start.
 const READ_SIZE: usize = 16 * 1024 + 16;
+
+/// What one stream's body may add to a pass's output while other bodies are sending
+/// too: a frame, so that the pass is shared.
+const FRAME_BUDGET: usize = 16 * 1024;
 
 /// Output waiting past this, the connection stops reading and stops polling bodies
 /// until the client takes what was written: a client that does not read cannot make
@@ -74,8 +80,12 @@ enum Phase {
     Responding(Handler),
     /// Its body is being sent; `chunk` is what flow control has not let out yet.
     Sending { body: Body, chunk: Bytes },
-    /// A WebSocket: what its tunnel task writes goes out as DATA.
-    Tunnel(Rc<RefCell<Outbound>>),
+    /// A WebSocket: what its tunnel task writes goes out as DATA; `end_sent` once its
+    /// upstream side ended (END_STREAM sent), while the client's may still be open.
+    Tunnel {
+        outbound: Rc<RefCell<Outbound>>,
+        end_sent: bool,
+    },
 }
 
 /// Serves HTTP/2 on `io` until the client is done, the connection idles out, or
@@ -83,6 +93,7 @@ enum Phase {
 pub(crate) async fn serve<S, R>(
     io: S,
     responder: Rc<R>,
+    metrics: Arc<Metrics>,
     keepalive: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) where
@@ -92,8 +103,10 @@ pub(crate) async fn serve<S, R>(
     let mut conn = H2 {
         io,
         responder,
+        metrics,
         out: Vec::new(),
-        written: 0,
+        flush_pending: false,
+        next_turn: 0,
         codec: None,
         input: None,
         streams: Vec::new(),
@@ -130,7 +143,13 @@ pub(crate) async fn serve<S, R>(
         };
         match woke {
             Woke::Done => break,
-            Woke::Shutdown => {}
+            Woke::Shutdown => {
+                // The sender dropped (the process going away): close as for shutdown.
+                if shutdown_seen && !closing {
+                    closing = true;
+                    conn.go_away();
+                }
+            }
             Woke::Idle => {
                 let now = Instant::now();
                 if conn.last_activity + keepalive > now {
@@ -164,9 +183,13 @@ fn config() -> Config {
 struct H2<S, R> {
     io: S,
     responder: Rc<R>,
-    /// Frames to send; `out[..written]` already went.
+    metrics: Arc<Metrics>,
+    /// Frames to send (all of it unsent: what went is drained).
     out: Vec<u8>,
-    written: usize,
+    /// The record layer holds what we wrote but has not sent it all: flush again.
+    flush_pending: bool,
+    /// Where the next pass over the streams starts, so that each gets its turn first.
+    next_turn: usize,
     /// The codec (an `Option` only so that it can be built with the first output).
     codec: Option<Connection>,
     /// The read buffer while a frame is incomplete or bytes are arriving, and how much
@@ -187,6 +210,7 @@ where
     }
 
     fn go_away(&mut self) {
+        buffers::lend_output(&mut self.out);
         let codec = self.codec.as_mut().expect("built in serve");
         codec.go_away(&mut self.out);
     }
@@ -196,13 +220,14 @@ where
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             let mut progress = false;
+            buffers::lend_output(&mut self.out);
             match self.poll_write(cx) {
                 Poll::Ready(Ok(wrote)) => progress |= wrote,
                 Poll::Ready(Err(_)) => return Poll::Ready(()),
                 Poll::Pending => {}
             }
-            let backlog = self.out.len() - self.written;
-            if backlog == 0 && (self.eof || self.codec().is_done()) {
+            let backlog = self.out.len();
+            if backlog == 0 && !self.flush_pending && (self.eof || self.codec().is_done()) {
                 return Poll::Ready(());
             }
             if !self.eof && backlog < HIGH_WATER {
@@ -214,9 +239,9 @@ where
             }
             progress |= self.poll_streams(cx);
             if !progress {
-                if self.out.is_empty() && self.codec().is_idle() {
+                if self.out.is_empty() && !self.flush_pending && self.codec().is_idle() {
                     // Quiet: the buffers go back to the worker.
-                    self.out = Vec::new();
+                    buffers::give_back_output(&mut self.out);
                     self.codec().release_buffers();
                 }
                 return Poll::Pending;
@@ -224,30 +249,37 @@ where
         }
     }
 
-    /// Writes what is waiting and flushes it; Ready(true) when bytes went.
+    /// Writes what is waiting and flushes it: Ready(true) when bytes went, Ready(false)
+    /// when nothing is left to write or flush, Pending when the client is not taking
+    /// them. What went is drained at once, so the buffer only ever holds the backlog.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
-        let mut wrote = false;
-        while self.written < self.out.len() {
-            let n = match Pin::new(&mut self.io).poll_write(cx, &self.out[self.written..]) {
+        let mut written = 0;
+        while written < self.out.len() {
+            match Pin::new(&mut self.io).poll_write(cx, &self.out[written..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Ok(n)) => written += n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending if wrote => return Poll::Ready(Ok(true)),
-                Poll::Pending => return Poll::Pending,
-            };
-            self.written += n;
-            wrote = true;
-            self.last_activity = Instant::now();
-        }
-        if wrote || !self.out.is_empty() {
-            self.out.clear();
-            self.written = 0;
-            match Pin::new(&mut self.io).poll_flush(cx) {
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) | Poll::Pending => {}
+                Poll::Pending => break,
             }
         }
-        Poll::Ready(Ok(wrote))
+        if written > 0 {
+            self.out.drain(..written);
+            self.last_activity = Instant::now();
+        }
+        if written > 0 || self.flush_pending {
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => self.flush_pending = false,
+                Poll::Pending => self.flush_pending = true,
+            }
+        }
+        if written > 0 {
+            Poll::Ready(Ok(true))
+        } else if self.out.is_empty() && !self.flush_pending {
+            Poll::Ready(Ok(false))
+        } else {
+            Poll::Pending
+        }
     }
 
     /// Reads what the client sent and hands it to the codec; Ready(Ok) when something
@@ -283,6 +315,7 @@ where
         let codec = self.codec.as_mut().expect("built in serve");
         let streams = &mut self.streams;
         let responder = &self.responder;
+        let metrics = &self.metrics;
         let mut refused: Vec<u32> = Vec::new();
         let mut give_back: Vec<(u32, usize)> = Vec::new();
         let result = codec.receive(&buf[..*filled], &mut self.out, &mut |event| match event {
@@ -342,12 +375,23 @@ where
                         .trailers(response::trailers_map(fields));
                 }
             }
-            Event::Reset { stream, .. } => {
+            Event::Reset {
+                stream, by_client, ..
+            } => {
+                metrics.http2_trouble(match by_client {
+                    true => Http2Trouble::ClientReset,
+                    false => Http2Trouble::StreamReset,
+                });
                 if let Some(i) = streams.iter().position(|s| s.id == stream) {
                     abort(&streams.swap_remove(i));
                 }
             }
-            Event::Refused { stream, why, .. } => {
+            Event::Refused {
+                stream,
+                reason,
+                why,
+            } => {
+                metrics.http2_trouble(Http2Trouble::Refused(reason));
                 tracing::debug!("h2: stream {stream} refused: {why}");
             }
             Event::WindowOpened | Event::GoAway { .. } => {}
@@ -358,6 +402,7 @@ where
                 *filled -= n;
             }
             Err(e) => {
+                self.metrics.http2_trouble(Http2Trouble::Connection(e.code));
                 tracing::debug!("h2: {e}");
                 *filled = 0;
                 self.eof = true;
@@ -383,15 +428,31 @@ where
         }
     }
 
-    /// Polls every stream's handler and body as far as flow control and the output
-    /// backlog allow; true when one moved.
+    /// Polls every stream's handler, and its body as far as flow control and the
+    /// output backlog allow, starting each pass one stream further so that none waits
+    /// behind another's large body; true when one moved.
     fn poll_streams(&mut self, cx: &mut Context<'_>) -> bool {
+        let count = self.streams.len();
+        if count == 0 {
+            return false;
+        }
+        let sending = self
+            .streams
+            .iter()
+            .filter(|s| !matches!(s.phase, Phase::Responding(_)))
+            .count();
+        // Several bodies share a pass a frame at a time; one alone may fill it.
+        let budget = if sending > 1 {
+            FRAME_BUDGET
+        } else {
+            HIGH_WATER
+        };
+        let first = self.next_turn % count;
+        self.next_turn = self.next_turn.wrapping_add(1);
         let mut progress = false;
-        let mut i = 0;
-        while i < self.streams.len() {
-            if self.out.len() - self.written >= HIGH_WATER {
-                break;
-            }
+        let mut done = Vec::new();
+        for k in 0..count {
+            let i = (first + k) % count;
             let codec = self.codec.as_mut().expect("built in serve");
             let stream = &mut self.streams[i];
             // Window taken back from a handler that read its body.
@@ -402,34 +463,40 @@ where
                     progress = true;
                 }
             }
-            let step = step(stream, codec, &*self.responder, &mut self.out, cx);
+            let step = step(stream, codec, &*self.responder, &mut self.out, budget, cx);
             progress |= step.moved;
             if step.done {
-                let stream = self.streams.swap_remove(i);
-                // Answered whole while its body still comes: no more of it is wanted
-                // (RFC 9113 section 8.1, what hyper and nginx do). A tunnel's client
-                // ends its own side, as a WebSocket's closing handshake has it.
-                let tunnel = matches!(stream.phase, Phase::Tunnel(_));
-                let unread =
-                    !tunnel && stream.inbound.as_ref().is_some_and(|b| !b.borrow().ended());
-                let codec = self.codec.as_mut().expect("built in serve");
-                if unread {
-                    codec.cancel(stream.id, ErrorCode::NoError, &mut self.out);
-                }
-                abort(&stream);
-                progress = true;
-            } else {
-                i += 1;
+                done.push(i);
             }
+        }
+        // Highest first, so that each swap_remove moves a stream already kept.
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        for i in done {
+            let stream = self.streams.swap_remove(i);
+            // Answered whole while its body still comes: no more of it is wanted
+            // (RFC 9113 section 8.1, what hyper and nginx do). A tunnel is done only
+            // once both sides ended.
+            let tunnel = matches!(stream.phase, Phase::Tunnel { .. });
+            let unread = !tunnel && stream.inbound.as_ref().is_some_and(|b| !b.borrow().ended());
+            let codec = self.codec.as_mut().expect("built in serve");
+            if unread {
+                codec.cancel(stream.id, ErrorCode::NoError, &mut self.out);
+            }
+            abort(&stream);
+            progress = true;
         }
         progress
     }
 
-    /// Sends what is left and closes the TLS session, within a second.
+    /// Sends what is left and closes the TLS session, within a second; then reads and
+    /// drops what the client still sends, for another second at most (nginx's lingering
+    /// close), so that closing on its unread bytes does not reset the connection and
+    /// destroy the GOAWAY before the client reads why.
     async fn finish(mut self) {
         for stream in self.streams.drain(..) {
             abort(&stream);
         }
+        self.input = None;
         let flush = std::future::poll_fn(|cx| loop {
             match self.poll_write(cx) {
                 Poll::Ready(Ok(true)) => continue,
@@ -438,7 +505,24 @@ where
                 Poll::Pending => return Poll::Pending,
             }
         });
-        let _ = tokio::time::timeout(Duration::from_secs(1), flush).await;
+        if !matches!(
+            tokio::time::timeout(Duration::from_secs(1), flush).await,
+            Ok(Ok(()))
+        ) || self.eof
+        {
+            return;
+        }
+        let linger = async {
+            let mut sink = Lent::of(READ_SIZE);
+            let mut left: usize = 1 << 20;
+            while left > 0 {
+                match tokio::io::AsyncReadExt::read(&mut self.io, &mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), linger).await;
     }
 }
 
@@ -449,12 +533,13 @@ struct Step {
 }
 
 /// Moves one stream on: its handler polled, its head written, its body sent as far as
-/// its window allows.
+/// its window, `budget` and the output backlog allow.
 fn step<R: Responder>(
     stream: &mut Stream,
     codec: &mut Connection,
     responder: &R,
     out: &mut Vec<u8>,
+    budget: usize,
     cx: &mut Context<'_>,
 ) -> Step {
     let mut moved = false;
@@ -494,7 +579,10 @@ fn step<R: Responder>(
                     unread: Bytes::new(),
                 };
                 tokio::task::spawn_local(tunnel(upgrade, io));
-                Phase::Tunnel(outbound)
+                Phase::Tunnel {
+                    outbound,
+                    end_sent: false,
+                }
             }
             None => Phase::Sending {
                 body,
@@ -502,71 +590,159 @@ fn step<R: Responder>(
             },
         };
     }
+    // What this step may add to the output.
+    let mut allowed = budget.min(HIGH_WATER.saturating_sub(out.len()));
     match &mut stream.phase {
         Phase::Responding(_) => Step { moved, done: false },
-        Phase::Sending { body, chunk } => loop {
-            if !chunk.is_empty() {
-                let last = body.is_end_stream();
-                let n = codec.send_data(stream.id, chunk, last, out);
-                chunk.advance(n);
-                moved |= n > 0;
+        Phase::Sending { body, chunk } => {
+            // Bodies that keep yielding empty frames get a bounded share of the pass.
+            for _ in 0..64 {
                 if !chunk.is_empty() {
-                    // Waiting for the client's window.
+                    let take = chunk.len().min(allowed);
+                    let last = take == chunk.len() && body.is_end_stream();
+                    let n = codec.send_data(stream.id, &chunk[..take], last, out);
+                    chunk.advance(n);
+                    allowed -= n;
+                    moved |= n > 0;
+                    if last && chunk.is_empty() {
+                        return Step { moved, done: true };
+                    }
+                    if !chunk.is_empty() {
+                        // Waiting for the client's window or for the next pass.
+                        return Step { moved, done: false };
+                    }
+                }
+                if allowed == 0 || codec.send_window(stream.id) == 0 {
                     return Step { moved, done: false };
                 }
-                if last {
-                    return Step { moved, done: true };
+                if let Body::File {
+                    file,
+                    offset,
+                    remaining,
+                } = body
+                {
+                    // Read straight into the frames it is sent in.
+                    return send_file(
+                        stream.id, file, offset, remaining, codec, out, allowed, moved,
+                    );
                 }
-            }
-            if codec.send_window(stream.id) == 0 || out.len() >= HIGH_WATER {
-                return Step { moved, done: false };
-            }
-            match Pin::new(&mut *body).poll_frame(cx) {
-                Poll::Pending => return Step { moved, done: false },
-                Poll::Ready(None) => {
-                    codec.send_data(stream.id, &[], true, out);
-                    return Step {
-                        moved: true,
-                        done: true,
-                    };
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    // A body that fails mid-way is never passed off as whole.
-                    tracing::debug!("h2: stream {} body failed: {e}", stream.id);
-                    codec.cancel(stream.id, ErrorCode::InternalError, out);
-                    return Step {
-                        moved: true,
-                        done: true,
-                    };
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    moved = true;
-                    match frame.into_data() {
-                        Ok(data) => *chunk = data,
-                        Err(frame) => {
-                            if let Ok(trailers) = frame.into_trailers() {
-                                codec.send_head(stream.id, true, out, |b| {
-                                    response::encode_trailers(&trailers, b)
-                                });
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Pending => return Step { moved, done: false },
+                    Poll::Ready(None) => {
+                        codec.send_data(stream.id, &[], true, out);
+                        return Step {
+                            moved: true,
+                            done: true,
+                        };
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        // A body that fails mid-way is never passed off as whole.
+                        tracing::debug!("h2: stream {} body failed: {e}", stream.id);
+                        codec.cancel(stream.id, ErrorCode::InternalError, out);
+                        return Step {
+                            moved: true,
+                            done: true,
+                        };
+                    }
+                    Poll::Ready(Some(Ok(frame))) => {
+                        moved = true;
+                        match frame.into_data() {
+                            Ok(data) => *chunk = data,
+                            Err(frame) => {
+                                match frame.into_trailers() {
+                                    Ok(trailers) => codec.send_head(stream.id, true, out, |b| {
+                                        response::encode_trailers(&trailers, b)
+                                    }),
+                                    // A frame of neither kind ends the body.
+                                    Err(_) => codec.send_data(stream.id, &[], true, out) == 0,
+                                };
+                                return Step { moved, done: true };
                             }
-                            return Step { moved, done: true };
                         }
                     }
                 }
             }
-        },
-        Phase::Tunnel(outbound) => {
-            let mut outbound = outbound.borrow_mut();
-            let (bytes, ended) = outbound.pending(cx.waker());
-            if bytes.is_empty() && !ended {
-                return Step { moved, done: false };
+            Step { moved, done: false }
+        }
+        Phase::Tunnel { outbound, end_sent } => {
+            if !*end_sent {
+                let mut outbound = outbound.borrow_mut();
+                let (bytes, ended) = outbound.pending(cx.waker());
+                let take = bytes.len().min(allowed);
+                let last = ended && take == bytes.len();
+                if take > 0 || last {
+                    let n = codec.send_data(stream.id, &bytes[..take], last, out);
+                    outbound.sent(n);
+                    moved |= n > 0;
+                    *end_sent = last && n == take;
+                    moved |= *end_sent;
+                }
             }
-            let len = bytes.len();
-            let n = codec.send_data(stream.id, bytes, ended, out);
-            outbound.sent(n);
+            // Done once the upstream's side has ended and the client's has too (or the
+            // tunnel stopped reading it).
+            let client_done = stream.inbound.as_ref().is_none_or(|i| {
+                let i = i.borrow();
+                i.ended() || i.reader_gone()
+            });
             Step {
-                moved: moved || n > 0 || (ended && len == 0),
-                done: ended && n == len,
+                moved,
+                done: *end_sent && client_done,
+            }
+        }
+    }
+}
+
+/// Sends a file range as DATA frames read into the output where they lie, as far as the
+/// window and the output backlog allow; done when the range is all sent (or the file
+/// fails, and the stream is reset: a short body is never passed off as whole).
+#[allow(clippy::too_many_arguments)]
+fn send_file(
+    id: u32,
+    file: &std::fs::File,
+    offset: &mut u64,
+    remaining: &mut u64,
+    codec: &mut Connection,
+    out: &mut Vec<u8>,
+    mut allowed: usize,
+    mut moved: bool,
+) -> Step {
+    use std::os::unix::fs::FileExt;
+    loop {
+        let whole = usize::try_from(*remaining).unwrap_or(usize::MAX);
+        let want = whole.min(allowed);
+        let at = *offset;
+        let sent = codec.send_data_from(id, want, want == whole, out, |buf| {
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read_at(&mut buf[filled..], at + filled as u64) {
+                    Ok(0) => return false,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+            true
+        });
+        match sent {
+            None => {
+                tracing::debug!("h2: stream {id}: file truncated or unreadable while sent");
+                codec.cancel(id, ErrorCode::InternalError, out);
+                return Step {
+                    moved: true,
+                    done: true,
+                };
+            }
+            Some(n) => {
+                *offset += n as u64;
+                *remaining -= n as u64;
+                allowed -= n;
+                moved |= n > 0;
+                if *remaining == 0 {
+                    return Step { moved, done: true };
+                }
+                if n == 0 || allowed == 0 {
+                    return Step { moved, done: false };
+                }
             }
         }
     }
@@ -577,7 +753,7 @@ fn abort(stream: &Stream) {
     if let Some(inbound) = &stream.inbound {
         inbound.borrow_mut().abort();
     }
-    if let Phase::Tunnel(outbound) = &stream.phase {
+    if let Phase::Tunnel { outbound, .. } = &stream.phase {
         outbound.borrow_mut().abort();
     }
 }

@@ -15,7 +15,11 @@ use crate::http::body::RequestBody;
 pub(super) fn build(head: &FieldList, body: RequestBody) -> Option<Request<RequestBody>> {
     let method = Method::from_bytes(head.method()).ok()?;
     let mut uri = hyper::http::uri::Parts::default();
-    if let Some(authority) = head.authority() {
+    if method == Method::CONNECT && head.protocol().is_none() {
+        // A plain CONNECT names an authority alone (RFC 9113 section 8.5): the
+        // authority form, for the responder to refuse as it does over HTTP/1.1.
+        uri.authority = Some(Authority::try_from(head.authority()?).ok()?);
+    } else if let Some(authority) = head.authority() {
         uri.authority = Some(Authority::try_from(authority).ok()?);
         uri.scheme = Some(match head.scheme() {
             Some(b"https") | None => Scheme::HTTPS,
@@ -29,8 +33,10 @@ pub(super) fn build(head: &FieldList, body: RequestBody) -> Option<Request<Reque
     let uri = Uri::from_parts(uri).ok()?;
     let mut headers = HeaderMap::with_capacity(head.fields().size_hint().0);
     let mut cookies: Option<Vec<u8>> = None;
+    let mut cookies_sensitive = false;
     for field in head.fields() {
         if field.name == b"cookie" {
+            cookies_sensitive |= field.sensitive;
             // RFC 9113 section 8.2.3: cookie crumbs sent as fields of their own are one
             // field again for HTTP/1.1 (which allows one) and for the routes.
             match &mut cookies {
@@ -48,7 +54,9 @@ pub(super) fn build(head: &FieldList, body: RequestBody) -> Option<Request<Reque
         headers.append(name, value);
     }
     if let Some(cookies) = cookies {
-        headers.insert(COOKIE, HeaderValue::from_bytes(&cookies).ok()?);
+        let mut value = HeaderValue::from_bytes(&cookies).ok()?;
+        value.set_sensitive(cookies_sensitive);
+        headers.insert(COOKIE, value);
     }
     let mut req = Request::new(body);
     *req.method_mut() = method;

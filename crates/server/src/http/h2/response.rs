@@ -27,10 +27,12 @@ fn connection_specific(name: &[u8]) -> bool {
 /// `no_length` (an answer to HEAD, a tunnel's 200: its DATA are no body of a length).
 pub(super) fn encode_head(parts: &Parts, body: &Body, no_length: bool, out: &mut Vec<u8>) {
     encoder::status(parts.status.as_u16(), out);
+    // RFC 9110 section 8.6: no content-length on a 204 (an upstream's may say one).
+    let no_content = parts.status == hyper::StatusCode::NO_CONTENT;
     let mut has_length = false;
     for (name, value) in &parts.headers {
         let name = name.as_str().as_bytes();
-        if connection_specific(name) {
+        if connection_specific(name) || (no_content && name == b"content-length") {
             continue;
         }
         has_length |= name == b"content-length";
@@ -41,7 +43,7 @@ pub(super) fn encode_head(parts: &Parts, body: &Body, no_length: bool, out: &mut
         for (name, value) in passed.fields() {
             lower.clear();
             lower.extend(name.iter().map(u8::to_ascii_lowercase));
-            if connection_specific(&lower) {
+            if connection_specific(&lower) || (no_content && lower == b"content-length") {
                 continue;
             }
             has_length |= lower == b"content-length";
