@@ -49,6 +49,13 @@ const STATIC_0B_ALLOCATIONS_PER_REQUEST: f64 = 19.5;
 /// Lower it when one is taken out.
 const PROXIED_0B_ALLOCATIONS_PER_REQUEST: f64 = 24.9;
 
+/// Allocations a worker makes for one GET of a 0-byte static file over HTTP/2, one
+/// stream at a time on a kept connection, userspace TLS: 16.0-16.1 (~4.9 KB) on
+/// terminus's own HTTP/2 (issue 51), against 19 for the same over HTTP/1.1 (hyper's
+/// HTTP/2 spawned a task a stream). The room above it as for
+/// [`STATIC_0B_ALLOCATIONS_PER_REQUEST`].
+const H2_STATIC_0B_ALLOCATIONS_PER_REQUEST: f64 = 16.5;
+
 /// Requests before counting: the connection's first requests fill the worker's caches
 /// (open-file cache, upstream pool, buffers lent per worker, TLS session tickets sent).
 const WARM_UP: usize = 50;
@@ -385,6 +392,105 @@ impl Client {
     }
 }
 
+/// One HTTP/2 connection (ALPN h2) driven by hand, a stream at a time: the frames a
+/// client sends for a GET, written here (a static-table HPACK block), so that the test
+/// measures the server's allocations and nothing of a client library's.
+struct H2Client {
+    tls: StreamOwned<ClientConnection, TcpStream>,
+    next_stream: u32,
+    read: Vec<u8>,
+}
+
+impl H2Client {
+    fn connect(addr: SocketAddr) -> H2Client {
+        let config = client_config(&TlsChoice {
+            trust: Trust::Insecure,
+            http: terminus_load::tls::Http::H2,
+            ..TlsChoice::default()
+        })
+        .unwrap();
+        let conn = ClientConnection::new(config, ServerName::try_from("localhost").unwrap())
+            .expect("a client connection");
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut tls = StreamOwned::new(conn, tcp);
+        while tls.conn.is_handshaking() {
+            tls.conn.complete_io(&mut tls.sock).unwrap();
+        }
+        assert_eq!(tls.conn.alpn_protocol(), Some(&b"h2"[..]), "h2 by ALPN");
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS, empty
+        tls.write_all(&hello).unwrap();
+        H2Client {
+            tls,
+            next_stream: 1,
+            read: Vec::new(),
+        }
+    }
+
+    /// GET `path` on a new stream, which must answer 200 with no body.
+    fn get_empty(&mut self, path: &str) {
+        let id = self.next_stream;
+        self.next_stream += 2;
+        // :method GET, :scheme https (indexed); :path and :authority literal, without
+        // indexing, names by static index.
+        let mut block = vec![0x82, 0x87, 0x04, path.len() as u8];
+        block.extend_from_slice(path.as_bytes());
+        block.extend_from_slice(&[0x01, 9]);
+        block.extend_from_slice(b"localhost");
+        let mut frame = (block.len() as u32).to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[0x1, 0x5]); // HEADERS, END_STREAM | END_HEADERS
+        frame.extend_from_slice(&id.to_be_bytes());
+        frame.extend_from_slice(&block);
+        self.tls.write_all(&frame).unwrap();
+        self.tls.flush().unwrap();
+        let mut status_ok = false;
+        loop {
+            while self.read.len() < 9 || self.read.len() < 9 + frame_len(&self.read) {
+                let mut chunk = [0u8; 4096];
+                let n = self
+                    .tls
+                    .read(&mut chunk)
+                    .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+                assert!(n > 0, "GET {path}: connection closed");
+                self.read.extend_from_slice(&chunk[..n]);
+            }
+            let len = frame_len(&self.read);
+            let (kind, flags) = (self.read[3], self.read[4]);
+            let stream = u32::from_be_bytes(self.read[5..9].try_into().unwrap()) & 0x7fff_ffff;
+            let payload = self.read[9..9 + len].to_vec();
+            self.read.drain(..9 + len);
+            match kind {
+                // The server's SETTINGS: acknowledged.
+                0x4 if flags & 0x1 == 0 => {
+                    self.tls.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).unwrap();
+                }
+                0x1 if stream == id => {
+                    status_ok = payload.first() == Some(&0x88); // :status 200, indexed
+                    assert!(status_ok, "GET {path}: not a 200: {payload:?}");
+                    if flags & 0x1 != 0 {
+                        return;
+                    }
+                }
+                0x0 if stream == id => {
+                    assert!(payload.is_empty(), "GET {path}: a body");
+                    if flags & 0x1 != 0 {
+                        assert!(status_ok);
+                        return;
+                    }
+                }
+                0x3 | 0x7 => panic!("GET {path}: reset or GOAWAY"),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn frame_len(bytes: &[u8]) -> usize {
+    u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) as usize
+}
+
 /// What a worker allocated per request over [`REQUESTS`] keep-alive GETs of `path` on
 /// one connection, after [`WARM_UP`] more.
 struct PerRequest {
@@ -398,8 +504,14 @@ struct PerRequest {
 
 fn per_request(server: &InProcess, path: &str) -> PerRequest {
     let mut client = Client::connect(server.addr);
+    counted(path, || client.get_empty(path))
+}
+
+/// What a worker allocated per request over [`REQUESTS`] calls of `get`, after
+/// [`WARM_UP`] more.
+fn counted(path: &str, mut get: impl FnMut()) -> PerRequest {
     for _ in 0..WARM_UP {
-        client.get_empty(path);
+        get();
     }
     // The fewest of a few rounds: how a request's bytes arrive (a head in one segment or
     // two, an answer ready or not when first looked for) depends on the machine's load,
@@ -409,7 +521,7 @@ fn per_request(server: &InProcess, path: &str) -> PerRequest {
         .map(|_| {
             let start = Counters::settled();
             for _ in 0..REQUESTS {
-                client.get_empty(path);
+                get();
             }
             let end = Counters::settled();
             let n = REQUESTS as f64;
@@ -462,6 +574,31 @@ fn a_keepalive_static_0b_request_allocates_no_more_than_stated() {
         measured.allocations,
         measured.bytes,
         STATIC_0B_ALLOCATIONS_PER_REQUEST
+    );
+}
+
+#[test]
+fn an_h2_static_0b_request_allocates_no_more_than_stated() {
+    let _one_at_a_time = exclusive();
+    let server = InProcess::start("allocations-h2", "", "");
+    let mut client = H2Client::connect(server.addr);
+    let measured = counted("/empty (h2)", || client.get_empty("/empty"));
+    let before = Counters::settled();
+    let mut idle = H2Client::connect(server.addr);
+    idle.get_empty("/empty");
+    let after = Counters::settled();
+    println!(
+        "an idle h2 connection after one GET holds {} blocks, {} bytes on the worker",
+        after.live_blocks - before.live_blocks,
+        after.live_bytes - before.live_bytes
+    );
+    assert!(
+        measured.allocations <= H2_STATIC_0B_ALLOCATIONS_PER_REQUEST,
+        "an h2 GET of a 0-byte file made {} allocations on the worker per request ({} bytes), \
+         more than H2_STATIC_0B_ALLOCATIONS_PER_REQUEST = {}",
+        measured.allocations,
+        measured.bytes,
+        H2_STATIC_0B_ALLOCATIONS_PER_REQUEST
     );
 }
 

@@ -205,3 +205,270 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
     assert!(trouble("stream_reset") >= 1.0);
     assert!(trouble("client_reset") >= 100.0, "the rapid resets");
 }
+
+/// Headless Chromium loads a page of 50 images over h2 through terminus: every image is
+/// answered 200 over HTTP/2 (the access log), on the one connection the page came by
+/// (one handshake in the metrics), and the screenshot shows each image where it goes
+/// (`browser/grid.py` reads its pixels).
+#[test]
+fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
+    let found = Command::new("chromium")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !terminus_testkit::runs_here(
+        terminus_testkit::Need::Chromium,
+        found,
+        "no `chromium` on the PATH",
+    ) {
+        return;
+    }
+    let dir = TestDir::new("h2-chromium");
+    let grid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/grid.py");
+    let made = Command::new("python3")
+        .arg(&grid)
+        .arg("make")
+        .arg(dir.path("www"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            r#"
+listen = ["127.0.0.1:0"]
+workers = 1
+[log]
+access = "{log}"
+[[server]]
+names = ["localhost"]
+root = "{www}"
+[[server.certificate]]
+cert = "{cert}"
+key = "{key}"
+"#,
+            log = dir.path("access.log").display(),
+            www = dir.path("www").display(),
+            cert = pair.cert.display(),
+            key = pair.key.display()
+        ),
+    );
+    let server = Server::start_with(
+        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
+        false,
+    );
+    let shot = dir.path("shot.png");
+    let out = common::run(
+        Command::new("timeout")
+            .args(["120", "chromium"])
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--ignore-certificate-errors",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--window-size=600,400",
+            ])
+            .arg(format!("--user-data-dir={}", dir.path("profile").display()))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("https://localhost:{}/grid.html", server.port())),
+    );
+    assert!(
+        out.status.success() && shot.exists(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checked = common::run(Command::new("python3").arg(&grid).arg("check").arg(&shot));
+    assert!(
+        checked.status.success(),
+        "the screenshot: {}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
+    // Log lines are written as answers end: give the last a moment to land.
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = std::fs::read_to_string(dir.path("access.log")).unwrap_or_default();
+        if log.matches(".png HTTP/2.0\" 200").count() >= 50 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..50 {
+        assert!(
+            log.contains(&format!("\"GET /img/{i}.png HTTP/2.0\" 200")),
+            "image {i} not answered 200 over h2: {log}"
+        );
+    }
+    assert!(log.contains("\"GET /grid.html HTTP/2.0\" 200"), "{log}");
+    // Each line starts with the client's address and port: one port, one connection.
+    // (Chromium may open a spare connection besides, which carries nothing.)
+    let peers: std::collections::BTreeSet<&str> = log
+        .lines()
+        .filter(|l| l.contains("/grid.html ") || l.contains("/img/"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        peers.len(),
+        1,
+        "the page and its images came on one connection: {log}"
+    );
+}
+
+/// Files across frame and window boundaries (16 KiB frames, 64 KiB windows) and one
+/// past every window, written with their sizes in their names.
+const SIZES: [usize; 8] = [0, 1, 16_383, 16_384, 16_385, 65_535, 65_536, 1 << 20];
+
+fn sized_files(dir: &TestDir) -> Vec<(String, Vec<u8>)> {
+    SIZES
+        .iter()
+        .map(|&n| {
+            let body: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+            let name = format!("f{n}.bin");
+            dir.write(&format!("www/{name}"), &body);
+            (name, body)
+        })
+        .collect()
+}
+
+const GO_H2_CLIENT: &str = r#"package main
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+)
+
+func main() {
+	base := os.Args[1]
+	transport := &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"},
+		ForceAttemptHTTP2: true,
+	}
+	client := &http.Client{Transport: transport}
+	paths := os.Args[2:]
+	lines := make([]string, len(paths))
+	var wg sync.WaitGroup
+	for i, path := range paths {
+		wg.Add(1)
+		go func(i int, path string) {
+			defer wg.Done()
+			resp, err := client.Get(base + path)
+			if err != nil {
+				lines[i] = fmt.Sprintf("%s error %v", path, err)
+				return
+			}
+			h := sha256.New()
+			n, err := io.Copy(h, resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				lines[i] = fmt.Sprintf("%s error %v", path, err)
+				return
+			}
+			lines[i] = fmt.Sprintf("%s %d %d %s %s", path, resp.StatusCode, n, hex.EncodeToString(h.Sum(nil)), resp.Proto)
+		}(i, path)
+	}
+	wg.Wait()
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}
+"#;
+
+/// Real clients each their own way: Go's net/http (every file at once, multiplexed on
+/// one connection), nghttp (the same files on one connection, checked by size) and
+/// h2load (2,000 requests, 20 in flight on each of 4 connections).
+#[test]
+fn go_nghttp_and_h2load_are_served_over_h2() {
+    let dir = TestDir::new("h2-clients");
+    let files = sized_files(&dir);
+    let server = server(&dir);
+    let base = format!("https://127.0.0.1:{}", server.port());
+    let go = Command::new("go").arg("version").output();
+    if terminus_testkit::runs_here(
+        terminus_testkit::Need::Go,
+        go.as_ref().is_ok_and(|o| o.status.success()),
+        "no Go toolchain (`go`) on the PATH",
+    ) {
+        let program = dir.write("client/main.go", GO_H2_CLIENT);
+        let out = common::run(
+            Command::new("go")
+                .arg("run")
+                .arg(&program)
+                .arg(&base)
+                .args(files.iter().map(|(n, _)| format!("/{n}")))
+                .current_dir(dir.path("client"))
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOTOOLCHAIN", "local")
+                .env("GOPROXY", "off"),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for ((name, body), line) in files.iter().zip(stdout.lines()) {
+            let want = format!(
+                "/{name} 200 {} {} HTTP/2.0",
+                body.len(),
+                common::openssl_sha256(body)
+            );
+            assert_eq!(line, want);
+        }
+    }
+    let nghttp = Command::new("nghttp").arg("--version").output();
+    if !terminus_testkit::runs_here(
+        terminus_testkit::Need::Nghttp2,
+        nghttp.as_ref().is_ok_and(|o| o.status.success()),
+        "no nghttp/h2load (apt install nghttp2-client)",
+    ) {
+        return;
+    }
+    let out = common::run(
+        Command::new("nghttp")
+            .args(["-n", "-s"])
+            .args(files.iter().map(|(n, _)| format!("{base}/{n}"))),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // nghttp -s: one line per response, with its status (its sizes are rounded; Go's
+    // client checked every byte above).
+    for (name, _) in &files {
+        let line = stdout
+            .lines()
+            .find(|l| l.ends_with(&format!(" /{name}")))
+            .unwrap_or_else(|| panic!("nghttp: no line for {name}: {stdout}"));
+        assert!(
+            line.split_whitespace().any(|w| w == "200"),
+            "nghttp {name}: {line}"
+        );
+    }
+    let out = common::run(Command::new("h2load").args([
+        "-n",
+        "2000",
+        "-c",
+        "4",
+        "-m",
+        "20",
+        &format!("{base}/f16385.bin"),
+    ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("2000 succeeded, 0 failed, 0 errored"),
+        "h2load: {stdout}"
+    );
+}

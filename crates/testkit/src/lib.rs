@@ -70,6 +70,9 @@ pub enum Need {
     /// Chromium (`chromium` on the PATH), a real browser on BoringSSL, run headless
     /// (`.ci/run` installs Debian's).
     Chromium,
+    /// nghttp2's clients, `nghttp` and `h2load` (`.ci/run` installs Debian's
+    /// nghttp2-client).
+    Nghttp2,
 }
 
 impl Need {
@@ -89,6 +92,7 @@ impl Need {
             Need::SpareCpu => "spare-cpu",
             Need::Go => "go",
             Need::Chromium => "chromium",
+            Need::Nghttp2 => "nghttp2",
         }
     }
 }

@@ -1215,7 +1215,11 @@ impl Connection {
         self.fields.release();
         self.scratch = Vec::new();
         self.block = Vec::new();
-        self.streams.shrink_to_fit();
+        // A few streams' room is kept (a few hundred bytes): one stream at a time is
+        // the common case, and its slot is not worth an allocation per request.
+        if self.streams.capacity() > 4 {
+            self.streams = Vec::new();
+        }
     }
 
     /// The heap this connection holds, for memory accounting.

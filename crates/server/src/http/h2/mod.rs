@@ -107,6 +107,7 @@ pub(crate) async fn serve<S, R>(
         out: Vec::new(),
         flush_pending: false,
         next_turn: 0,
+        done: Vec::new(),
         codec: None,
         input: None,
         streams: Vec::new(),
@@ -190,6 +191,8 @@ struct H2<S, R> {
     flush_pending: bool,
     /// Where the next pass over the streams starts, so that each gets its turn first.
     next_turn: usize,
+    /// The streams a pass finished (kept between passes: its room is a few words).
+    done: Vec<usize>,
     /// The codec (an `Option` only so that it can be built with the first output).
     codec: Option<Connection>,
     /// The read buffer while a frame is incomplete or bytes are arriving, and how much
@@ -450,7 +453,7 @@ where
         let first = self.next_turn % count;
         self.next_turn = self.next_turn.wrapping_add(1);
         let mut progress = false;
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.done);
         for k in 0..count {
             let i = (first + k) % count;
             let codec = self.codec.as_mut().expect("built in serve");
@@ -471,7 +474,7 @@ where
         }
         // Highest first, so that each swap_remove moves a stream already kept.
         done.sort_unstable_by(|a, b| b.cmp(a));
-        for i in done {
+        for &i in &done {
             let stream = self.streams.swap_remove(i);
             // Answered whole while its body still comes: no more of it is wanted
             // (RFC 9113 section 8.1, what hyper and nginx do). A tunnel is done only
@@ -485,6 +488,8 @@ where
             abort(&stream);
             progress = true;
         }
+        done.clear();
+        self.done = done;
         progress
     }
 

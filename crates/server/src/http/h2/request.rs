@@ -2,6 +2,7 @@
 //! fields the codec checked, its URI in absolute form when `:authority` came (as hyper
 //! built it, and as the routing expects), cookies joined into one field.
 
+use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, COOKIE};
 use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::{HeaderMap, Method, Request, Uri, Version};
@@ -15,20 +16,30 @@ use crate::http::body::RequestBody;
 pub(super) fn build(head: &FieldList, body: RequestBody) -> Option<Request<RequestBody>> {
     let method = Method::from_bytes(head.method()).ok()?;
     let mut uri = hyper::http::uri::Parts::default();
+    // The authority and the path share one allocation, sliced by each.
+    let authority = head.authority().unwrap_or_default();
+    let path = head.path().unwrap_or_default();
+    let mut both = Vec::with_capacity(authority.len() + path.len());
+    both.extend_from_slice(authority);
+    both.extend_from_slice(path);
+    let both = Bytes::from(both);
+    let authority = || Authority::from_maybe_shared(both.slice(..authority.len())).ok();
     if method == Method::CONNECT && head.protocol().is_none() {
         // A plain CONNECT names an authority alone (RFC 9113 section 8.5): the
         // authority form, for the responder to refuse as it does over HTTP/1.1.
-        uri.authority = Some(Authority::try_from(head.authority()?).ok()?);
-    } else if let Some(authority) = head.authority() {
-        uri.authority = Some(Authority::try_from(authority).ok()?);
+        head.authority()?;
+        uri.authority = Some(authority()?);
+    } else if head.authority().is_some() {
+        uri.authority = Some(authority()?);
         uri.scheme = Some(match head.scheme() {
             Some(b"https") | None => Scheme::HTTPS,
             Some(b"http") => Scheme::HTTP,
             Some(other) => std::str::from_utf8(other).ok()?.parse().ok()?,
         });
     }
-    if let Some(path) = head.path() {
-        uri.path_and_query = Some(PathAndQuery::try_from(path).ok()?);
+    if head.path().is_some() {
+        let at = both.len() - path.len();
+        uri.path_and_query = Some(PathAndQuery::from_maybe_shared(both.slice(at..)).ok()?);
     }
     let uri = Uri::from_parts(uri).ok()?;
     let mut headers = HeaderMap::with_capacity(head.fields().size_hint().0);
