@@ -89,6 +89,21 @@ pub fn field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
     literal(name, value, 0x00, out);
 }
 
+/// Appends a field as [`field`] does, its value as it is, never Huffman-coded: what a
+/// server's hot path writes (HAProxy's choice), where coding each response's `date`,
+/// `etag` and `content-type` costs more CPU than the few bytes it saves are worth.
+pub fn field_plain(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    match static_name_index(name) {
+        Some(index) => integer::encode(index, 4, 0x00, out),
+        None => {
+            out.push(0x00);
+            string(name, out);
+        }
+    }
+    integer::encode(value.len() as u32, 7, 0, out);
+    out.extend_from_slice(value);
+}
+
 /// Appends a field as never indexed (section 6.2.3): for values an intermediary must not
 /// put in a table either (credentials, cookies it was told are sensitive).
 pub fn sensitive_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {

@@ -803,6 +803,9 @@ impl Connection {
         } else {
             self.config.initial_window_size.max(DEFAULT_WINDOW)
         };
+        if self.streams.capacity() == 0 {
+            self.streams.reserve_exact(1);
+        }
         self.streams.push(Stream {
             id,
             send_window: i64::from(self.peer_initial_window),
@@ -1215,9 +1218,9 @@ impl Connection {
         self.fields.release();
         self.scratch = Vec::new();
         self.block = Vec::new();
-        // A few streams' room is kept (a few hundred bytes): one stream at a time is
-        // the common case, and its slot is not worth an allocation per request.
-        if self.streams.capacity() > 4 {
+        // One stream's room is kept: one stream at a time is the common case, and its
+        // slot is not worth an allocation per request.
+        if self.streams.capacity() > 1 {
             self.streams = Vec::new();
         }
     }

@@ -422,3 +422,23 @@ for line in sys.stdin:
     drop(stdin);
     child.wait().unwrap();
 }
+
+#[test]
+fn plain_fields_decode_the_same_in_loona_hpack() {
+    let mut block = Vec::new();
+    encoder::field_plain(b"date", b"Fri, 27 Nov 2026 23:14:14 GMT", &mut block);
+    encoder::field_plain(b"x-custom", b"value", &mut block);
+    let fields = loona_hpack::Decoder::new().decode(&block).unwrap();
+    assert_eq!(
+        fields,
+        [
+            (b"date".to_vec(), b"Fri, 27 Nov 2026 23:14:14 GMT".to_vec()),
+            (b"x-custom".to_vec(), b"value".to_vec())
+        ]
+    );
+    assert_eq!(
+        block[..2],
+        [0x0f, 33 - 15],
+        "date by static index 33, no indexing"
+    );
+}

@@ -111,21 +111,26 @@ pub(crate) async fn serve<S, R>(
         codec: None,
         input: None,
         streams: Vec::new(),
-        last_activity: Instant::now(),
+        moved: false,
         eof: false,
     };
     let mut out = Vec::new();
+    buffers::lend_output(&mut out);
     conn.codec = Some(Connection::new(config(), &mut out));
     conn.out = out;
     let mut closing = false;
     let mut shutdown_seen = false;
+    // The idle timer is checked, not reset, by traffic: at each expiry, bytes that moved
+    // since the last one re-arm it for a whole period (a clock read per keep-alive
+    // period rather than per read and write), so a connection idles out between one
+    // and two periods after its last bytes.
+    let mut idle_deadline = Instant::now() + keepalive;
     loop {
         if !shutdown_seen && *shutdown.borrow() {
             shutdown_seen = true;
             closing = true;
             conn.go_away();
         }
-        let idle_deadline = conn.last_activity + keepalive;
         enum Woke {
             Done,
             Shutdown,
@@ -152,8 +157,8 @@ pub(crate) async fn serve<S, R>(
                 }
             }
             Woke::Idle => {
-                let now = Instant::now();
-                if conn.last_activity + keepalive > now {
+                idle_deadline = Instant::now() + keepalive;
+                if std::mem::take(&mut conn.moved) {
                     continue;
                 }
                 if closing {
@@ -161,7 +166,6 @@ pub(crate) async fn serve<S, R>(
                 }
                 conn.go_away();
                 closing = true;
-                conn.last_activity = now;
             }
         }
     }
@@ -199,7 +203,8 @@ struct H2<S, R> {
     /// of it is filled.
     input: Option<(Lent, usize)>,
     streams: Vec<Stream>,
-    last_activity: Instant,
+    /// Bytes moved since the idle timer last looked.
+    moved: bool,
     eof: bool,
 }
 
@@ -246,6 +251,9 @@ where
                     // Quiet: the buffers go back to the worker.
                     buffers::give_back_output(&mut self.out);
                     self.codec().release_buffers();
+                    if self.streams.capacity() > 1 {
+                        self.streams = Vec::new();
+                    }
                 }
                 return Poll::Pending;
             }
@@ -267,7 +275,7 @@ where
         }
         if written > 0 {
             self.out.drain(..written);
-            self.last_activity = Instant::now();
+            self.moved = true;
         }
         if written > 0 || self.flush_pending {
             match Pin::new(&mut self.io).poll_flush(cx) {
@@ -305,7 +313,7 @@ where
             return Poll::Ready(Ok(()));
         }
         *filled += n;
-        self.last_activity = Instant::now();
+        self.moved = true;
         self.receive(cx);
         Poll::Ready(Ok(()))
     }
@@ -344,6 +352,11 @@ where
                 let (method, uri) = (req.method().clone(), req.uri().clone());
                 let responder = responder.clone();
                 let handler: Handler = Box::pin(async move { responder.respond(req, None).await });
+                if streams.capacity() == 0 {
+                    // One stream at a time is the common case: room for one, grown
+                    // when more come (an idle connection keeps this slot).
+                    streams.reserve_exact(1);
+                }
                 streams.push(Stream {
                     id: stream,
                     method,

@@ -84,11 +84,12 @@ pub(super) fn encode_trailers(trailers: &HeaderMap, out: &mut Vec<u8>) {
     }
 }
 
+/// Values go as they are (see [`encoder::field_plain`]).
 fn field(name: &[u8], value: &[u8], sensitive: bool, out: &mut Vec<u8>) {
     if sensitive {
         encoder::sensitive_field(name, value, out);
     } else {
-        encoder::field(name, value, out);
+        encoder::field_plain(name, value, out);
     }
 }
 
