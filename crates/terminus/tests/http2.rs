@@ -22,18 +22,23 @@ const REFUSED_STREAM: &str = "7";
 const ENHANCE_YOUR_CALM: u64 = 0xb;
 
 fn server(dir: &TestDir) -> Server {
-    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     std::fs::create_dir_all(dir.path("www")).unwrap();
     dir.write("www/index.html", "hello\n");
     dir.write("www/big", vec![b'b'; 1 << 20]);
+    start(dir, "[timeouts]\nkeepalive = \"2s\"")
+}
+
+/// terminus on one worker serving `dir/www` with an admin listener; `extra` goes before
+/// the server block.
+fn start(dir: &TestDir, extra: &str) -> Server {
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     let conf = dir.write(
         "terminus.toml",
         format!(
             r#"
 listen = ["127.0.0.1:0"]
 workers = 1
-[timeouts]
-keepalive = "2s"
+{extra}
 [[server]]
 names = ["localhost"]
 root = "{www}"
@@ -232,49 +237,12 @@ fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
         .status()
         .unwrap();
     assert!(made.success());
-    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 1
-[log]
-access = "{log}"
-[[server]]
-names = ["localhost"]
-root = "{www}"
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            log = dir.path("access.log").display(),
-            www = dir.path("www").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let log = format!("[log]\naccess = \"{}\"", dir.path("access.log").display());
+    let server = start(&dir, &log);
     let shot = dir.path("shot.png");
     let out = common::run(
-        Command::new("timeout")
-            .args(["120", "chromium"])
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--ignore-certificate-errors",
-                "--no-first-run",
-                "--hide-scrollbars",
-                "--window-size=600,400",
-            ])
-            .arg(format!("--user-data-dir={}", dir.path("profile").display()))
+        common::chromium(&dir.path("profile"))
+            .args(["--hide-scrollbars", "--window-size=600,400"])
             .arg(format!("--screenshot={}", shot.display()))
             .arg(format!("https://localhost:{}/grid.html", server.port())),
     );

@@ -907,20 +907,7 @@ fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
         (&["--disable-http2"][..], "HTTP/1.1"),
     ] {
         let profile = dir.path(&format!("profile{}", extra.len()));
-        // Bounded: a browser that hangs fails this test, not CI's whole run.
-        let out = run(Command::new("timeout")
-            .args(["120", "chromium"])
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--ignore-certificate-errors",
-                "--no-first-run",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
+        let out = run(common::chromium(&profile)
             .args(extra)
             .args(["--dump-dom", &url]));
         let dom = String::from_utf8_lossy(&out.stdout);

@@ -635,3 +635,23 @@ pub fn h3_server_on(dir: &TestDir, host: &str, c: H3Config<'_>) -> (Server, u16)
     );
     (server, port)
 }
+
+/// Headless Chromium as the browser tests run it: bounded by timeout(1) (a browser that
+/// hangs fails its test, not CI's whole run), a profile of its own in `profile`, the test
+/// certificates' errors ignored, nothing fetched in the background.
+pub fn chromium(profile: &Path) -> Command {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["120", "chromium"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--ignore-certificate-errors",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()));
+    cmd
+}
