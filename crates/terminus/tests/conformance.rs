@@ -33,24 +33,10 @@ fn tlsfuzzer_scripts_fail_only_as_listed() {
     assert!(out.status.success(), "{stdout}{stderr}");
 }
 
-/// h2spec's binary: `$TERMINUS_H2SPEC`, else `target/tools/h2spec` (where `.ci/run`
-/// installs it), else `h2spec` on the PATH.
-fn h2spec() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TERMINUS_H2SPEC") {
-        return Some(path.into());
-    }
-    let local = repo().join("target/tools/h2spec");
-    if local.exists() {
-        return Some(local);
-    }
-    let on_path = Command::new("h2spec").arg("--version").output();
-    on_path.is_ok().then(|| "h2spec".into())
-}
-
 /// Every h2spec test, strict mode included (146 with h2spec 2.2.1), over TLS with ALPN h2.
 #[test]
 fn h2spec_passes_every_test_in_strict_mode() {
-    let Some(h2spec) = h2spec() else {
+    let Some(h2spec) = terminus_testkit::h2spec() else {
         runs_here(
             Need::H2spec,
             false,
@@ -60,23 +46,8 @@ fn h2spec_passes_every_test_in_strict_mode() {
         return;
     };
     let server = Server::start(&["--workers", "1"]);
-    let out = Command::new(&h2spec)
-        .args(["-t", "-k", "-S", "-o", "5", "-h", "127.0.0.1", "-p"])
-        .arg(server.port().to_string())
-        .output()
-        .expect("h2spec runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary = stdout
-        .lines()
-        .rev()
-        .find(|l| l.contains(" tests, "))
-        .unwrap_or_default();
+    let summary = terminus_testkit::h2spec_passes(&h2spec, server.port(), true);
     println!("h2spec: {summary}");
-    assert!(
-        out.status.success() && summary.contains(" 0 skipped, 0 failed"),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The response headers an operator would set, as a `[[server]]` line.

@@ -213,19 +213,11 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
 
 /// Headless Chromium loads a page of 50 images over h2 through terminus: every image is
 /// answered 200 over HTTP/2 (the access log), on the one connection the page came by
-/// (one handshake in the metrics), and the screenshot shows each image where it goes
+/// (one client port in the log), and the screenshot shows each image where it goes
 /// (`browser/grid.py` reads its pixels).
 #[test]
 fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
-    let found = Command::new("chromium")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !terminus_testkit::runs_here(
-        terminus_testkit::Need::Chromium,
-        found,
-        "no `chromium` on the PATH",
-    ) {
+    if !common::chromium_runs_here() {
         return;
     }
     let dir = TestDir::new("h2-chromium");

@@ -877,15 +877,7 @@ fn a_10_gib_transfer_crosses_key_updates_both_ways_intact() {
 /// holds every line of the page, in order.
 #[test]
 fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
-    let found = Command::new("chromium")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !terminus_testkit::runs_here(
-        terminus_testkit::Need::Chromium,
-        found,
-        "no `chromium` on the PATH",
-    ) {
+    if !common::chromium_runs_here() {
         return;
     }
     let dir = TestDir::new("rl-chromium");

@@ -185,6 +185,47 @@ pub fn physical_cores() -> usize {
     cores.len()
 }
 
+/// h2spec's binary: `$TERMINUS_H2SPEC`, else `target/tools/h2spec` (where `.ci/run`
+/// installs it), else `h2spec` on the PATH; `None` when there is none.
+pub fn h2spec() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TERMINUS_H2SPEC") {
+        return Some(path.into());
+    }
+    let local = repo().join("target/tools/h2spec");
+    if local.exists() {
+        return Some(local);
+    }
+    let on_path = Command::new("h2spec").arg("--version").output();
+    on_path.is_ok().then(|| "h2spec".into())
+}
+
+/// Runs h2spec 2.2.1's every test (strict mode) against `port` on loopback, `tls` or in
+/// cleartext with prior knowledge, and asserts they all passed; returns its summary line.
+pub fn h2spec_passes(h2spec: &Path, port: u16, tls: bool) -> String {
+    let mut cmd = Command::new(h2spec);
+    if tls {
+        cmd.args(["-t", "-k"]);
+    }
+    let out = cmd
+        .args(["-S", "-o", "5", "-h", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .output()
+        .expect("h2spec runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains(" tests, "))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        out.status.success() && summary.contains(" 0 skipped, 0 failed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    summary
+}
+
 /// The repository's root directory.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

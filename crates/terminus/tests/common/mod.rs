@@ -636,6 +636,19 @@ pub fn h3_server_on(dir: &TestDir, host: &str, c: H3Config<'_>) -> (Server, u16)
     (server, port)
 }
 
+/// Whether `chromium` runs here; otherwise the skip is shown and counted.
+pub fn chromium_runs_here() -> bool {
+    let found = Command::new("chromium")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    terminus_testkit::runs_here(
+        terminus_testkit::Need::Chromium,
+        found,
+        "no `chromium` on the PATH",
+    )
+}
+
 /// Headless Chromium as the browser tests run it: bounded by timeout(1) (a browser that
 /// hangs fails its test, not CI's whole run), a profile of its own in `profile`, the test
 /// certificates' errors ignored, nothing fetched in the background.

@@ -100,24 +100,24 @@ pub(crate) async fn serve<S, R>(
     S: ReadReady + AsyncWrite + Unpin,
     R: Responder + 'static,
 {
+    // The codec's first SETTINGS go in a buffer the worker lends.
+    let mut out = Vec::new();
+    buffers::lend_output(&mut out);
+    let codec = Connection::new(config(), &mut out);
     let mut conn = H2 {
         io,
         responder,
         metrics,
-        out: Vec::new(),
+        out,
         flush_pending: false,
         next_turn: 0,
         done: Vec::new(),
-        codec: None,
+        codec,
         input: None,
         streams: Vec::new(),
         moved: false,
         eof: false,
     };
-    let mut out = Vec::new();
-    buffers::lend_output(&mut out);
-    conn.codec = Some(Connection::new(config(), &mut out));
-    conn.out = out;
     let mut closing = false;
     let mut shutdown_seen = false;
     // The idle timer is checked, not reset, by traffic: at each expiry, bytes that moved
@@ -172,14 +172,11 @@ pub(crate) async fn serve<S, R>(
     conn.finish().await;
 }
 
-/// The settings terminus announces (nginx's defaults where it has them: 128 streams, a
-/// 64 KiB preread window per stream; its 32 KiB of request fields, the limit HTTP/3
-/// keeps here too).
+/// The settings terminus announces: the codec's defaults (nginx's where it has them:
+/// 128 streams, a 64 KiB preread window per stream; 32 KiB of request fields, the limit
+/// HTTP/3 keeps here too), and RFC 8441's extended CONNECT for WebSockets.
 fn config() -> Config {
     Config {
-        max_concurrent_streams: 128,
-        initial_window_size: 65_536,
-        max_header_list_size: 32 << 10,
         connect_protocol: true,
         ..Config::default()
     }
@@ -197,8 +194,7 @@ struct H2<S, R> {
     next_turn: usize,
     /// The streams a pass finished (kept between passes: its room is a few words).
     done: Vec<usize>,
-    /// The codec (an `Option` only so that it can be built with the first output).
-    codec: Option<Connection>,
+    codec: Connection,
     /// The read buffer while a frame is incomplete or bytes are arriving, and how much
     /// of it is filled.
     input: Option<(Lent, usize)>,
@@ -213,14 +209,9 @@ where
     S: ReadReady + AsyncWrite + Unpin,
     R: Responder + 'static,
 {
-    fn codec(&mut self) -> &mut Connection {
-        self.codec.as_mut().expect("built in serve")
-    }
-
     fn go_away(&mut self) {
         buffers::lend_output(&mut self.out);
-        let codec = self.codec.as_mut().expect("built in serve");
-        codec.go_away(&mut self.out);
+        self.codec.go_away(&mut self.out);
     }
 
     /// Runs the connection until it is over: Ready when the client has gone, the
@@ -235,7 +226,7 @@ where
                 Poll::Pending => {}
             }
             let backlog = self.out.len();
-            if backlog == 0 && !self.flush_pending && (self.eof || self.codec().is_done()) {
+            if backlog == 0 && !self.flush_pending && (self.eof || self.codec.is_done()) {
                 return Poll::Ready(());
             }
             if !self.eof && backlog < HIGH_WATER {
@@ -247,10 +238,10 @@ where
             }
             progress |= self.poll_streams(cx);
             if !progress {
-                if self.out.is_empty() && !self.flush_pending && self.codec().is_idle() {
+                if self.out.is_empty() && !self.flush_pending && self.codec.is_idle() {
                     // Quiet: the buffers go back to the worker.
                     buffers::give_back_output(&mut self.out);
-                    self.codec().release_buffers();
+                    self.codec.release_buffers();
                     if self.streams.capacity() > 1 {
                         self.streams = Vec::new();
                     }
@@ -323,7 +314,7 @@ where
         let Some((buf, filled)) = self.input.as_mut() else {
             return;
         };
-        let codec = self.codec.as_mut().expect("built in serve");
+        let codec = &mut self.codec;
         let streams = &mut self.streams;
         let responder = &self.responder;
         let metrics = &self.metrics;
@@ -469,7 +460,7 @@ where
         let mut done = std::mem::take(&mut self.done);
         for k in 0..count {
             let i = (first + k) % count;
-            let codec = self.codec.as_mut().expect("built in serve");
+            let codec = &mut self.codec;
             let stream = &mut self.streams[i];
             // Window taken back from a handler that read its body.
             if let Some(inbound) = &stream.inbound {
@@ -494,7 +485,7 @@ where
             // once both sides ended.
             let tunnel = matches!(stream.phase, Phase::Tunnel { .. });
             let unread = !tunnel && stream.inbound.as_ref().is_some_and(|b| !b.borrow().ended());
-            let codec = self.codec.as_mut().expect("built in serve");
+            let codec = &mut self.codec;
             if unread {
                 codec.cancel(stream.id, ErrorCode::NoError, &mut self.out);
             }
@@ -667,13 +658,14 @@ fn step<R: Responder>(
                         match frame.into_data() {
                             Ok(data) => *chunk = data,
                             Err(frame) => {
-                                match frame.into_trailers() {
-                                    Ok(trailers) => codec.send_head(stream.id, true, out, |b| {
+                                if let Ok(trailers) = frame.into_trailers() {
+                                    codec.send_head(stream.id, true, out, |b| {
                                         response::encode_trailers(&trailers, b)
-                                    }),
+                                    });
+                                } else {
                                     // A frame of neither kind ends the body.
-                                    Err(_) => codec.send_data(stream.id, &[], true, out) == 0,
-                                };
+                                    codec.send_data(stream.id, &[], true, out);
+                                }
                                 return Step { moved, done: true };
                             }
                         }
