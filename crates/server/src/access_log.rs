@@ -4,7 +4,7 @@ use std::fs::OpenOptions;
 use std::io::{self, LineWriter, Write};
 use std::sync::{Arc, Mutex};
 
-use crate::config::AccessLogTarget;
+use terminus_config::AccessLogTarget;
 
 #[derive(Clone)]
 pub struct AccessLog(Arc<Mutex<Box<dyn Write + Send>>>);

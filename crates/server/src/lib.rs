@@ -8,7 +8,6 @@ mod access_log;
 mod admin;
 mod admission;
 mod capacity;
-mod config;
 mod connection;
 mod health_checks;
 mod http;
@@ -31,10 +30,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
 use capacity::Machine;
-pub use config::{parse_duration, Overrides};
-use config::{BackendChoice, Config, ConfigError, KtlsMode};
 use metrics::Metrics;
 use site::{Kept, Site, SiteHandle};
+pub use terminus_config::{parse_duration, Overrides};
+use terminus_config::{BackendChoice, Config, ConfigError, KtlsMode};
 
 /// How terminus was asked to run.
 #[derive(Debug, Clone, Default)]
@@ -130,7 +129,7 @@ pub struct Checked {
 pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
     let config = options.load_config()?;
     let self_signed = self_signed_for(&config)?;
-    let backend = resolve_backend(config.crypto_backend)?;
+    let backend = resolve_backend(config.crypto.backend)?;
     let machine = Machine::new(backend, placement::place(&config, backend, None)?);
     let site = Site::build(
         &config,
@@ -197,7 +196,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     terminus_engine::warm_up_csprng();
     let self_signed = self_signed_for(&config)?;
     let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
-    let backend = resolve_backend(config.crypto_backend)?;
+    let backend = resolve_backend(config.crypto.backend)?;
     let placed = placement::place(
         &config,
         backend,
@@ -233,11 +232,11 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     let engine_metrics = Arc::new(EngineMetrics::new(backend));
     let pool = match backend {
         BackendKind::Threads => Some(ThreadPool::start(
-            config.crypto_threads,
-            config.crypto_queue_capacity,
+            placement::crypto_threads(&config),
+            config.crypto.queue_capacity,
         )?),
         BackendKind::Scalar | BackendKind::Multibuffer => placed.start_pool(
-            config.crypto_queue_capacity,
+            config.crypto.queue_capacity,
             engine_metrics.clone(),
             machine.crossovers.clone(),
         )?,
@@ -315,7 +314,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         engine: EngineSpec {
             backend,
             policy: FlushPolicy {
-                max_batch_delay: config.max_batch_delay,
+                max_batch_delay: config.crypto.max_batch_delay,
             },
             crossovers: machine.crossovers.clone(),
             pool,
@@ -567,12 +566,12 @@ fn reload(
         ("workers", config.workers != started.workers),
         (
             "crypto.backend",
-            config.crypto_backend != started.crypto_backend,
+            config.crypto.backend != started.crypto.backend,
         ),
         (
             "crypto.simd or crypto.simd_cores",
-            config.crypto_simd != started.crypto_simd
-                || config.crypto_simd_cores != started.crypto_simd_cores,
+            config.crypto.simd != started.crypto.simd
+                || config.crypto.simd_cores != started.crypto.simd_cores,
         ),
         ("admin", config.admin != started.admin),
         (

@@ -3,6 +3,9 @@
 //! the allowed CPUs split between workers and crypto threads, and how many workers that
 //! leaves. The rule is [`terminus_engine::simd::decide`]; the crypto threads are
 //! [`terminus_engine::ThreadPool::dedicated`].
+//!
+//! The counts the configuration leaves to the machine are decided here too: a worker per
+//! CPU, a crypto core per eight CPUs, a crypto thread per CPU.
 
 use std::sync::Arc;
 
@@ -10,8 +13,8 @@ use terminus_engine::cost::{Crossovers, Operation, Workload};
 use terminus_engine::simd::{self, after_effect, cores, Decision, Inputs, Placement, Ratio};
 use terminus_engine::{BackendKind, EngineMetrics, ThreadPool};
 
-use crate::config::Config;
 use crate::StartError;
+use terminus_config::Config;
 
 /// What start-up measured of the after-effect, and what `auto` would choose from it.
 #[derive(Debug, Clone)]
@@ -38,13 +41,38 @@ pub(crate) struct Placed {
     pub(crate) measured: Option<Measured>,
 }
 
+/// The CPUs this machine has (as the standard library counts them: the affinity mask
+/// and cgroup quota included); 1 if it will not say.
+pub(crate) fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `workers`, or one per CPU.
+pub(crate) fn workers(config: &Config) -> usize {
+    config.workers.unwrap_or_else(cpu_count)
+}
+
+/// `crypto.threads` (the `threads` backend's pool), or one per CPU.
+pub(crate) fn crypto_threads(config: &Config) -> usize {
+    config.crypto.threads.unwrap_or_else(cpu_count)
+}
+
+/// `crypto.simd_cores`, or one crypto core per eight CPUs: a core of crypto_mb batches
+/// signs for several workers' handshakes (bench/README, issue 40).
+fn simd_cores(config: &Config) -> usize {
+    config
+        .crypto
+        .simd_cores
+        .unwrap_or_else(|| cpu_count().div_ceil(8))
+}
+
 impl Placed {
     /// Inline, as configured, nothing measured: for `terminus check`.
     pub(crate) fn unmeasured(config: &Config) -> Self {
         Self {
-            workers: config.workers,
+            workers: workers(config),
             dedicated: None,
-            crypto_cores: config.workers,
+            crypto_cores: workers(config),
             measured: None,
         }
     }
@@ -122,12 +150,12 @@ pub(crate) fn place(
         ..Placed::unmeasured(config)
     };
     if backend != BackendKind::Multibuffer {
-        if config.crypto_simd == Placement::Dedicated {
+        if config.crypto.simd == Placement::Dedicated {
             tracing::warn!(
                 "{}: crypto.simd = \"dedicated\" has nothing to place: the {} backend computes no crypto_mb batches{}",
                 config.source,
                 backend.name(),
-                if crate::config::BackendChoice::Auto == config.crypto_backend {
+                if terminus_config::BackendChoice::Auto == config.crypto.backend {
                     " (crypto_mb does not run on this CPU)"
                 } else {
                     ""
@@ -136,15 +164,12 @@ pub(crate) fn place(
         }
         return Ok(inline(None));
     }
-    let split = cores::split(
-        &allowed,
-        config.crypto_simd_cores,
-        terminus_sys::smt_siblings,
-    );
+    let crypto_cores = simd_cores(config);
+    let split = cores::split(&allowed, crypto_cores, terminus_sys::smt_siblings);
     // The workers as configured must fit beside the crypto cores.
-    let split = split.filter(|s| config.workers_auto || config.workers <= s.workers.len());
+    let split = split.filter(|s| config.workers.is_none_or(|w| w <= s.workers.len()));
     let measured = measure.and_then(|w| measure_after_effect(w, &allowed, split.is_some()));
-    let placement = match config.crypto_simd {
+    let placement = match config.crypto.simd {
         Placement::Auto => match &measured {
             Some(m) => m.auto.placement,
             None => Placement::Inline,
@@ -158,25 +183,19 @@ pub(crate) fn place(
         return Err(StartError::Placement(format!(
             "{}: crypto.simd = \"dedicated\" needs {} physical core(s) of its own beside the workers, and this process may use CPUs {allowed:?}{}",
             config.source,
-            config.crypto_simd_cores,
-            if config.workers_auto {
-                "; lower crypto.simd_cores, or use inline".to_owned()
-            } else {
-                format!(
-                    " with workers = {}; lower workers or crypto.simd_cores, or leave workers unset (then there is one per CPU left)",
-                    config.workers
-                )
+            crypto_cores,
+            match config.workers {
+                None => "; lower crypto.simd_cores, or use inline".to_owned(),
+                Some(workers) => format!(
+                    " with workers = {workers}; lower workers or crypto.simd_cores, or leave workers unset (then there is one per CPU left)"
+                ),
             }
         )));
     };
     Ok(Placed {
-        workers: if config.workers_auto {
-            split.workers.len()
-        } else {
-            config.workers
-        },
+        workers: config.workers.unwrap_or(split.workers.len()),
         dedicated: Some(split),
-        crypto_cores: config.crypto_simd_cores,
+        crypto_cores,
         measured,
     })
 }

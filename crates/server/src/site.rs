@@ -13,9 +13,10 @@ use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
-use crate::config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
-use crate::http::files::{CacheSettings, DocRoot};
+use crate::http::files::DocRoot;
 use crate::http::route::{Route, Routes};
+use terminus_config::CacheSettings;
+use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
 
 #[derive(Debug)]
 pub struct Host {
@@ -94,11 +95,8 @@ impl Site {
             tenants,
             tickets,
         } = *kept;
-        let err = |line: Option<usize>, message: String, hint: Option<&str>| ConfigError {
-            file: config.source.clone(),
-            line,
-            message,
-            hint: hint.map(str::to_owned),
+        let err = |line: Option<usize>, message: String, hint: Option<&str>| {
+            config.error_at(line, message, hint)
         };
         let mut resolver_hosts = Vec::new();
         let mut hosts = Vec::new();
@@ -205,7 +203,7 @@ impl Site {
         let mut stream_tls = (*tls).clone();
         stream_tls.alpn_protocols.clear();
         // A server's client-certificate policy: its configuration and revocations.
-        let policy_of = |server: &crate::config::ServerConfig| {
+        let policy_of = |server: &terminus_config::ServerConfig| {
             server.client_auth.as_ref().map(|policy| {
                 verifying
                     .iter()

@@ -13,11 +13,11 @@ use terminus_tls::{FallbackCause, KernelSupport};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::admission::Admission;
-use crate::config::Listen;
 use crate::http;
 use crate::listener::accept::{accept_loop, drain_before_batches, Acceptor};
 use crate::metrics::{Metrics, WorkerSeries};
 use crate::site::SiteHandle;
+use terminus_config::Listen;
 
 /// What every worker shares with the others and with the main thread.
 #[derive(Clone)]

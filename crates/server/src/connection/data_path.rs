@@ -15,10 +15,10 @@ use tokio::sync::watch;
 
 use super::pacing::Paced;
 use super::{Accepted, Closed, Established};
-use crate::config::KtlsMode;
 use crate::http::{self, ConnectionInfo};
 use crate::metrics::DataPath;
 use crate::worker::{OpenConnection, Worker};
+use terminus_config::KtlsMode;
 
 /// The record layer of an established connection.
 pub(super) enum Records {

@@ -22,8 +22,6 @@ mod proxy_header;
 pub(crate) mod quic;
 mod stream;
 
-pub use proxy_header::Cidr;
-
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -37,10 +35,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::admission::{Refusal, Ticket};
-use crate::config::Listen;
 use crate::metrics::HandshakeFailure;
 use crate::site::Site;
 use crate::worker::{OpenConnection, Worker};
+use terminus_config::Listen;
 
 use handshake::Established;
 use hello::{Hello, Route};

@@ -8,9 +8,9 @@ use std::rc::Rc;
 use tokio::net::TcpStream;
 
 use crate::admission::Ticket;
-use crate::config::Listen;
 use crate::http::redirect::Redirect;
 use crate::worker::{OpenConnection, Worker};
+use terminus_config::Listen;
 
 /// Serves one plain connection to its end.
 pub(super) async fn run(

@@ -4,9 +4,9 @@
 
 use std::rc::Rc;
 
-use crate::config::Listen;
 use crate::http::{self, ConnectionInfo};
 use crate::worker::{OpenConnection, Worker};
+use terminus_config::Listen;
 
 /// What this worker does with QUIC handshakes on `listen` (admits them as TCP ones,
 /// [`crate::admission::quic`]) and with each connection established: serves it.

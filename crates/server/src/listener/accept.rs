@@ -22,9 +22,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use crate::admission::{Refusal, Ticket};
-use crate::config::Listen;
 use crate::connection;
 use crate::worker::{OpenConnection, Worker};
+use terminus_config::Listen;
 
 /// How many connections one drain takes off a listen queue at most, so that a drain
 /// stays a short detour from the batch it runs before.

@@ -27,38 +27,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use hyper::header::HeaderValue;
-use serde::Deserialize;
 
 use super::docroot::DocRoot;
-use crate::config::ConfigDuration;
-
-/// The `[files]` section.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CacheSettings {
-    /// `files.cache`: off opens and stats every file on every request.
-    pub cache: bool,
-    /// `files.cache_entries`: per worker.
-    pub cache_entries: usize,
-    /// `files.cache_valid`: how long an entry is served before it is looked up again.
-    pub cache_valid: ConfigDuration,
-    /// `files.cache_inactive`: entries unused this long are dropped.
-    pub cache_inactive: ConfigDuration,
-    /// `files.cache_max_size`: files up to this many bytes are kept in memory.
-    pub cache_max_size: u64,
-}
-
-impl Default for CacheSettings {
-    fn default() -> Self {
-        Self {
-            cache: true,
-            cache_entries: 1024,
-            cache_valid: ConfigDuration(Duration::from_secs(1)),
-            cache_inactive: ConfigDuration(Duration::from_secs(60)),
-            cache_max_size: 16 * 1024,
-        }
-    }
-}
+use terminus_config::CacheSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

@@ -15,9 +15,10 @@ use hyper::{Method, Response, StatusCode};
 use super::body::Body;
 use super::mime::content_type;
 use super::{error_response, with_common_headers};
-pub use cache::{CacheSettings, FileCache};
+pub use cache::FileCache;
 use cache::{Content, Kind, Opened};
 pub use docroot::DocRoot;
+use terminus_config::CacheSettings;
 
 /// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `root`.
 pub fn serve(

@@ -45,8 +45,11 @@ pub struct CapacitySection {
 /// A tenant with its quota, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TenantConfig {
+    /// Its `name` (a server's own `capacity` makes one named after the server).
     pub name: String,
+    /// Its share of the machine's handshake capacity.
     pub quota: Quota,
+    /// The line it is declared on.
     pub line: Option<usize>,
 }
 

@@ -2,8 +2,6 @@
 //! depth = 2 }`: client certificates (mutual TLS), as nginx's `ssl_verify_client`,
 //! `ssl_client_certificate`, `ssl_crl` and `ssl_verify_depth`.
 
-use std::path::PathBuf;
-
 use serde::Deserialize;
 use terminus_tls::{ClientAuthMode, ClientAuthPolicy};
 use toml::Spanned;
@@ -25,7 +23,6 @@ pub struct ClientAuthSection {
 /// a reload re-reads the CRLs).
 pub fn resolve(
     section: &Spanned<ClientAuthSection>,
-    resolve_path: &dyn Fn(&str) -> PathBuf,
     ctx: &Ctx<'_>,
 ) -> Result<ClientAuthPolicy, ConfigError> {
     let at = Some(section.span());
@@ -60,8 +57,8 @@ pub fn resolve(
     }
     Ok(ClientAuthPolicy {
         mode,
-        ca: resolve_path(ca),
-        crls: c.crl.iter().map(|p| resolve_path(p)).collect(),
+        ca: ctx.path(ca),
+        crls: c.crl.iter().map(|p| ctx.path(p)).collect(),
         depth: c.depth,
     })
 }

@@ -5,15 +5,13 @@
 //! and `key` are shown to servers that ask for a client certificate (nginx's
 //! `proxy_ssl_certificate`).
 
-use std::path::PathBuf;
-
 use serde::Deserialize;
 use terminus_proxy::connect::UpstreamTls;
 use terminus_proxy::spec::Protocol;
 use terminus_tls::client::{load_identity, Trust};
 use toml::Spanned;
 
-use crate::config::{ConfigError, Ctx};
+use crate::{ConfigError, Ctx};
 
 /// `tls = { server_name = "app.internal", ca = "ca.pem", verify = true }` as written.
 #[derive(Debug, Deserialize)]
@@ -31,7 +29,6 @@ pub(super) fn resolve(
     tls: &Spanned<TlsSection>,
     upstream: &str,
     protocol: Protocol,
-    resolve_path: &dyn Fn(&str) -> PathBuf,
     ctx: &Ctx<'_>,
 ) -> Result<UpstreamTls, ConfigError> {
     let section = tls.get_ref();
@@ -54,7 +51,7 @@ pub(super) fn resolve(
                 Some("keep ca and verify = true (recommended), or drop ca".to_owned()),
             ))
         }
-        (Some(ca), true) => Trust::CaFile(resolve_path(ca.get_ref())),
+        (Some(ca), true) => Trust::CaFile(ctx.path(ca.get_ref())),
         (None, true) => Trust::System,
         (None, false) => {
             tracing::warn!(
@@ -67,7 +64,7 @@ pub(super) fn resolve(
     let identity = match (&section.cert, &section.key) {
         (None, None) => None,
         (Some(cert), Some(key)) => Some(
-            load_identity(&resolve_path(cert.get_ref()), &resolve_path(key.get_ref())).map_err(
+            load_identity(&ctx.path(cert.get_ref()), &ctx.path(key.get_ref())).map_err(
                 |e| {
                     ctx.err(
                         Some(cert.span()),

@@ -6,7 +6,6 @@ mod tls;
 use std::collections::HashSet;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -92,7 +91,6 @@ const MAX_WEIGHT: u32 = 1000;
 
 pub(super) fn resolve_upstreams(
     raw: &[UpstreamSection],
-    resolve_path: &dyn Fn(&str) -> PathBuf,
     ctx: &Ctx<'_>,
 ) -> Result<Vec<UpstreamSpec>, ConfigError> {
     let mut names = HashSet::new();
@@ -106,16 +104,56 @@ pub(super) fn resolve_upstreams(
                     Some("give each [[upstream]] its own name".to_owned()),
                 ));
             }
-            resolve_upstream(u, resolve_path, ctx)
+            resolve_upstream(u, ctx)
         })
         .collect()
 }
 
-fn resolve_upstream(
-    u: &UpstreamSection,
-    resolve_path: &dyn Fn(&str) -> PathBuf,
-    ctx: &Ctx<'_>,
-) -> Result<UpstreamSpec, ConfigError> {
+fn resolve_upstream(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<UpstreamSpec, ConfigError> {
+    // In the order written in the section's reference, so that the first of two
+    // mistakes is the one reported.
+    let servers = servers(u, ctx)?;
+    let balance = balance(u, ctx)?;
+    let protocol = protocol(u, ctx)?;
+    let (keepalive, timeouts) = keepalive_and_timeouts(u, ctx)?;
+    let health = health(u, ctx)?;
+    let proxy_protocol = proxy_protocol(u, protocol, ctx)?;
+    let tls = u
+        .tls
+        .as_ref()
+        .map(|t| tls::resolve(t, u.name.get_ref(), protocol, ctx))
+        .transpose()?;
+    let upgrades = upgrades(u, ctx)?;
+    let client_cert = match u.client_cert.as_ref().map(|c| (c.get_ref().as_str(), c.span())) {
+        None | Some(("rfc9440", _)) => terminus_proxy::spec::ClientCertHeader::Rfc9440,
+        Some(("xfcc", _)) => terminus_proxy::spec::ClientCertHeader::Xfcc,
+        Some((other, span)) => {
+            return Err(ctx.err(
+                Some(span),
+                format!("client_cert = {other:?} is not a header format"),
+                Some("\"rfc9440\" (Client-Cert, Client-Cert-Chain) or \"xfcc\" (Envoy's X-Forwarded-Client-Cert)".to_owned()),
+            ))
+        }
+    };
+    Ok(UpstreamSpec {
+        tls,
+        upgrades,
+        client_cert,
+        retry_non_idempotent: u.retry_non_idempotent,
+        name: u.name.get_ref().clone(),
+        servers,
+        balance,
+        protocol,
+        proxy_protocol,
+        keepalive,
+        timeouts,
+        health,
+    })
+}
+
+/// `servers`: each address (a name resolves to all its addresses), primaries first, each
+/// group in the order written.
+fn servers(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<Vec<ServerSpec>, ConfigError> {
     let mut servers = Vec::new();
     for entry in u.servers.get_ref() {
         let (address, weight, backup) = match entry.get_ref() {
@@ -155,6 +193,11 @@ fn resolve_upstream(
     // Primaries first, each group in the order written.
     servers.sort_by_key(|s| s.backup);
 
+    Ok(servers)
+}
+
+/// `balance` and `hash_key`.
+fn balance(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<Balance, ConfigError> {
     let balance = match u.balance.as_ref().map(|b| (b.get_ref().as_str(), b.span())) {
         None | Some(("round_robin", _)) => Balance::RoundRobin,
         Some(("least_conn", _)) => Balance::LeastConn,
@@ -174,6 +217,11 @@ fn resolve_upstream(
             None,
         ));
     }
+    Ok(balance)
+}
+
+/// `protocol`, which must agree with `tls`.
+fn protocol(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<Protocol, ConfigError> {
     let protocol = match u.protocol.as_ref().map(|p| (p.get_ref().as_str(), p.span())) {
         None | Some(("http1", _)) => Protocol::Http1,
         Some(("h2", span)) if u.tls.is_none() => {
@@ -200,6 +248,14 @@ fn resolve_upstream(
             ))
         }
     };
+    Ok(protocol)
+}
+
+/// `keepalive` and `timeouts` (each above zero).
+fn keepalive_and_timeouts(
+    u: &UpstreamSection,
+    ctx: &Ctx<'_>,
+) -> Result<(Keepalive, Timeouts), ConfigError> {
     let d = |v: &Option<ConfigDuration>, default| v.map_or(default, |d| d.0);
     let keepalive = u.keepalive.as_ref().map_or_else(Keepalive::default, |k| {
         let default = Keepalive::default();
@@ -229,7 +285,13 @@ fn resolve_upstream(
             None,
         ));
     }
-    let health = match &u.health {
+    Ok((keepalive, timeouts))
+}
+
+/// `health`: passive always, active with a `path`.
+fn health(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<Health, ConfigError> {
+    let d = |v: &Option<ConfigDuration>, default| v.map_or(default, |d| d.0);
+    Ok(match &u.health {
         None => Health::default(),
         Some(h) => {
             let default = Health::default();
@@ -261,7 +323,15 @@ fn resolve_upstream(
                 check,
             }
         }
-    };
+    })
+}
+
+/// `proxy_protocol`: for HTTP/1.1 upstreams only.
+fn proxy_protocol(
+    u: &UpstreamSection,
+    protocol: Protocol,
+    ctx: &Ctx<'_>,
+) -> Result<Option<ProxyProtocolVersion>, ConfigError> {
     let proxy_protocol = match u
         .proxy_protocol
         .as_ref()
@@ -285,37 +355,7 @@ fn resolve_upstream(
             Some("an HTTP/2 connection carries many clients' requests; one PROXY header cannot name them all".to_owned()),
         ));
     }
-    let tls = u
-        .tls
-        .as_ref()
-        .map(|t| tls::resolve(t, u.name.get_ref(), protocol, resolve_path, ctx))
-        .transpose()?;
-    let upgrades = upgrades(u, ctx)?;
-    let client_cert = match u.client_cert.as_ref().map(|c| (c.get_ref().as_str(), c.span())) {
-        None | Some(("rfc9440", _)) => terminus_proxy::spec::ClientCertHeader::Rfc9440,
-        Some(("xfcc", _)) => terminus_proxy::spec::ClientCertHeader::Xfcc,
-        Some((other, span)) => {
-            return Err(ctx.err(
-                Some(span),
-                format!("client_cert = {other:?} is not a header format"),
-                Some("\"rfc9440\" (Client-Cert, Client-Cert-Chain) or \"xfcc\" (Envoy's X-Forwarded-Client-Cert)".to_owned()),
-            ))
-        }
-    };
-    Ok(UpstreamSpec {
-        tls,
-        upgrades,
-        client_cert,
-        retry_non_idempotent: u.retry_non_idempotent,
-        name: u.name.get_ref().clone(),
-        servers,
-        balance,
-        protocol,
-        proxy_protocol,
-        keepalive,
-        timeouts,
-        health,
-    })
+    Ok(proxy_protocol)
 }
 
 /// The Upgrade tokens a client may switch to through this upstream: `websocket` and
@@ -358,7 +398,7 @@ fn hash_key(u: &UpstreamSection, ctx: &Ctx<'_>) -> Result<HashKey, ConfigError> 
         "client_ip" => Ok(HashKey::ClientIp),
         "uri" => Ok(HashKey::Uri),
         other => match other.strip_prefix("header:") {
-            Some(name) if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_ok() => {
+            Some(name) if http::header::HeaderName::from_bytes(name.as_bytes()).is_ok() => {
                 Ok(HashKey::Header(name.to_ascii_lowercase()))
             }
             _ => Err(ctx.err(
@@ -402,7 +442,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{Config, Overrides};
+    use crate::{Config, Overrides};
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, "t.toml", &Overrides::default())

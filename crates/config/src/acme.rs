@@ -11,8 +11,6 @@
 //! # eab = { kid = "...", hmac_key_file = "eab.key" }
 //! ```
 
-use std::path::PathBuf;
-
 use serde::Deserialize;
 use terminus_acme::{AcmeSettings, ChallengeKind, Eab};
 use toml::Spanned;
@@ -44,10 +42,9 @@ pub struct EabSection {
 
 /// `[acme]` resolved; `None` without the section. Which servers use it is checked by
 /// [`check_servers`].
-pub fn resolve(
+pub(crate) fn resolve(
     raw: &ConfigFile,
     listen: &[Listen],
-    resolve_path: &dyn Fn(&str) -> PathBuf,
     ctx: &Ctx<'_>,
 ) -> Result<Option<AcmeSettings>, ConfigError> {
     let Some(section) = &raw.acme else {
@@ -85,7 +82,7 @@ pub fn resolve(
             "state_dir = \"/var/lib/terminus/acme\" (kept across restarts: a restart with valid certificates orders nothing)",
         ));
     };
-    let ca = a.ca.as_deref().map(resolve_path);
+    let ca = a.ca.as_deref().map(|p| ctx.path(p));
     if let Some(ca) = &ca {
         let pem = std::fs::read(ca).map_err(|e| {
             err(
@@ -100,63 +97,15 @@ pub fn resolve(
             ));
         }
     }
-    let eab = match &a.eab {
-        None => None,
-        Some(e) => {
-            let path = resolve_path(&e.hmac_key_file);
-            let text = std::fs::read_to_string(&path).map_err(|io| {
-                err(
-                    format!("[acme] eab hmac_key_file {}: {io}", path.display()),
-                    "the MAC key the CA gave, base64url, in a file of its own",
-                )
-            })?;
-            let hmac_key = base64url(text.trim()).ok_or_else(|| {
-                err(
-                    format!(
-                        "[acme] eab hmac_key_file {} is not base64url",
-                        path.display()
-                    ),
-                    "the MAC key exactly as the CA gave it",
-                )
-            })?;
-            Some(Eab {
-                kid: e.kid.clone(),
-                hmac_key,
-            })
-        }
-    };
-    let plain = listen.iter().any(|l| l.plain.is_some());
-    let challenge = match a.challenge.as_deref() {
-        None if plain => ChallengeKind::Http01,
-        None => ChallengeKind::TlsAlpn01,
-        Some("http-01") if plain => ChallengeKind::Http01,
-        Some("http-01") => {
-            return Err(err(
-                "[acme] challenge = \"http-01\" needs a plain-HTTP listener to answer it".into(),
-                "add listen = [{ address = \"0.0.0.0:80\", plain = \"redirect\" }], or use challenge = \"tls-alpn-01\"",
-            ))
-        }
-        Some("tls-alpn-01") => ChallengeKind::TlsAlpn01,
-        Some("dns-01") => {
-            return Err(err(
-                "[acme] challenge = \"dns-01\" is not built".into(),
-                "use \"http-01\" or \"tls-alpn-01\"",
-            ))
-        }
-        Some(other) => {
-            return Err(err(
-                format!("[acme] challenge = {other:?} is not a challenge type"),
-                "use \"http-01\" or \"tls-alpn-01\"",
-            ))
-        }
-    };
+    let eab = a.eab.as_ref().map(|e| eab(e, &err, ctx)).transpose()?;
+    let challenge = challenge(a, listen, &err)?;
     Ok(Some(AcmeSettings {
         directory,
         contact: a.contact.clone(),
         ca,
         eab,
         profile: a.profile.clone(),
-        state_dir: resolve_path(state_dir),
+        state_dir: ctx.path(state_dir),
         challenge,
     }))
 }
@@ -241,4 +190,65 @@ fn base64url(text: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(text.trim_end_matches('='))
         .ok()
+}
+
+/// `eab`: the CA's key id and the MAC key, read from its file now.
+fn eab(
+    e: &EabSection,
+    err: &dyn Fn(String, &str) -> ConfigError,
+    ctx: &Ctx<'_>,
+) -> Result<Eab, ConfigError> {
+    let path = ctx.path(&e.hmac_key_file);
+    let text = std::fs::read_to_string(&path).map_err(|io| {
+        err(
+            format!("[acme] eab hmac_key_file {}: {io}", path.display()),
+            "the MAC key the CA gave, base64url, in a file of its own",
+        )
+    })?;
+    let hmac_key = base64url(text.trim()).ok_or_else(|| {
+        err(
+            format!(
+                "[acme] eab hmac_key_file {} is not base64url",
+                path.display()
+            ),
+            "the MAC key exactly as the CA gave it",
+        )
+    })?;
+    Ok(Eab {
+        kid: e.kid.clone(),
+        hmac_key,
+    })
+}
+
+/// `challenge`: http-01 where a plain listener can answer it, else tls-alpn-01.
+fn challenge(
+    a: &AcmeSection,
+    listen: &[Listen],
+    err: &dyn Fn(String, &str) -> ConfigError,
+) -> Result<ChallengeKind, ConfigError> {
+    let plain = listen.iter().any(|l| l.plain.is_some());
+    Ok(match a.challenge.as_deref() {
+        None if plain => ChallengeKind::Http01,
+        None => ChallengeKind::TlsAlpn01,
+        Some("http-01") if plain => ChallengeKind::Http01,
+        Some("http-01") => {
+            return Err(err(
+                "[acme] challenge = \"http-01\" needs a plain-HTTP listener to answer it".into(),
+                "add listen = [{ address = \"0.0.0.0:80\", plain = \"redirect\" }], or use challenge = \"tls-alpn-01\"",
+            ))
+        }
+        Some("tls-alpn-01") => ChallengeKind::TlsAlpn01,
+        Some("dns-01") => {
+            return Err(err(
+                "[acme] challenge = \"dns-01\" is not built".into(),
+                "use \"http-01\" or \"tls-alpn-01\"",
+            ))
+        }
+        Some(other) => {
+            return Err(err(
+                format!("[acme] challenge = {other:?} is not a challenge type"),
+                "use \"http-01\" or \"tls-alpn-01\"",
+            ))
+        }
+    })
 }

@@ -1,9 +1,16 @@
-//! The TOML configuration file: [`schema`] (the file as written), [`resolve`] (to typed
-//! values, with defaults), [`upstream`] (the reverse proxy's sections) and [`overrides`]
-//! (command-line flags).
+//! The TOML configuration file, from text to a typed [`Config`] with every default filled
+//! in. Each section has its own module and resolving function: `listen`, `servers`
+//! (`[[server]]`, `[[stream]]`, their routes, certificates and headers), `tls`, `crypto`,
+//! `tenant`, `upstream`, `acme`, `fleet` and `http3`; `resolve` puts them together with
+//! the small sections (timeouts, limits, log, admin, files), and [`Overrides`] applies the
+//! command line's flags last. `schema` is the file as written (serde), `Ctx` the file
+//! being read (its lines, its folder).
 //!
-//! Every error names the file, the line and what to change. Unknown keys are errors, so a
-//! typo never silently falls back to a default.
+//! Every error names the file, the line and what to change, and is made here: nothing
+//! later checks a setting without its line. Unknown keys are errors, so a typo never
+//! silently falls back to a default. What depends on the machine (how many CPUs there
+//! are, so how many workers and crypto cores) is not decided here: a setting left out
+//! stays `None` for the server's placement to decide at start.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -11,37 +18,51 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use terminus_engine::simd::Placement;
-use terminus_engine::BackendKind;
 use terminus_tls::TlsSettings;
-
-use crate::http::files::CacheSettings;
+use toml::Spanned;
 
 mod acme;
+mod cidr;
 mod client_auth;
+mod crypto;
+mod files;
+mod fleet;
 mod headers;
+mod http3;
+mod listen;
 mod overrides;
 mod resolve;
 mod route;
 mod schema;
+mod servers;
 mod stream;
 mod tenant;
+mod tls;
 mod upstream;
 
+pub use cidr::Cidr;
+pub use crypto::{BackendChoice, Crypto};
+pub use files::CacheSettings;
+pub use listen::{KtlsMode, Listen, Plain};
 pub use overrides::Overrides;
 pub use route::{RouteConfig, RouteTarget};
-pub use schema::{parse_duration, ConfigDuration, ConfigFile};
+pub use schema::{parse_duration, ConfigDuration};
+pub use servers::{CertPaths, ServerConfig};
 pub use stream::StreamTarget;
 pub use tenant::{TenantConfig, DEFAULT_TENANT};
 
-pub use crate::connection::Cidr;
+use schema::ConfigFile;
 
 /// A configuration problem: where it is and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The config file, or `<embedded default>`.
     pub file: String,
+    /// The line the problem is on, where one line is to blame.
     pub line: Option<usize>,
+    /// What is wrong.
     pub message: String,
+    /// What to write instead.
     pub hint: Option<String>,
 }
 
@@ -60,111 +81,14 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Where a certificate pair comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertPaths {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// Line of the `[[server.certificate]]` entry, for errors.
-    pub line: Option<usize>,
-}
-
-/// One virtual host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerConfig {
-    pub names: Vec<String>,
-    pub default: bool,
-    /// Longest prefix first once built; none: the built-in page.
-    pub routes: Vec<RouteConfig>,
-    /// Empty: the self-signed default certificates (or, with `acme`, until ACME's are
-    /// stored).
-    pub certificates: Vec<CertPaths>,
-    /// `certificates = "acme"`: RSA-2048 and ECDSA P-256 certificates from the issuer.
-    pub acme: bool,
-    /// `client_auth`: the client certificates its handshakes ask for.
-    pub client_auth: Option<terminus_tls::ClientAuthPolicy>,
-    pub line: Option<usize>,
-    /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
-    pub stream: Option<StreamTarget>,
-    /// Headers added to every answer (`headers`).
-    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
-    /// The tenant whose capacity its handshakes use; None: the default tenant.
-    pub tenant: Option<String>,
-}
-
-/// Whether a listener hands connections to kernel TLS after the handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KtlsMode {
-    /// Kernel TLS where the kernel takes the connection, userspace TLS otherwise.
-    Auto,
-    /// Always userspace TLS.
-    Off,
-    /// Kernel TLS or no connection.
-    Required,
-}
-
-impl KtlsMode {
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "auto" => Some(Self::Auto),
-            "off" => Some(Self::Off),
-            "required" => Some(Self::Required),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Off => "off",
-            Self::Required => "required",
-        }
-    }
-}
-
-const KTLS_HINT: &str =
-    "use \"auto\" (kernel TLS where the kernel has it), \"off\" or \"required\"";
-
-/// One listening address and how its connections are carried after the handshake.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listen {
-    pub addr: SocketAddr,
-    pub ktls: KtlsMode,
-    /// `proxy_protocol = true`: connections from these networks begin with a PROXY
-    /// protocol header, which says who the client is.
-    pub proxy_protocol: Option<std::sync::Arc<[Cidr]>>,
-    /// `forwarded_from`: only clients in these networks have their own X-Forwarded-For
-    /// and Forwarded passed on (appended to); others' are replaced. `None`: everyone's
-    /// are kept, as nginx's `$proxy_add_x_forwarded_for`.
-    pub forwarded_from: Option<std::sync::Arc<[Cidr]>>,
-    /// `plain = "redirect"`: HTTP/1.1 without TLS. `None`: TLS.
-    pub plain: Option<Plain>,
-    /// `http3 = true`: QUIC (UDP) on the same address too.
-    pub http3: bool,
-}
-
-/// What a plain-HTTP listener does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plain {
-    /// Answers ACME HTTP-01 challenges, and sends every other request to the same host
-    /// and path over HTTPS (308).
-    Redirect,
-}
-
-impl Listen {
-    /// Whether `client`'s own forwarding fields are passed on upstream.
-    pub fn keeps_forwarded(&self, client: std::net::IpAddr) -> bool {
-        self.forwarded_from
-            .as_ref()
-            .is_none_or(|nets| nets.iter().any(|n| n.contains(client)))
-    }
-}
-
 /// Where the access log goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessLogTarget {
+    /// No access log.
     Off,
+    /// A line per request on standard output.
     Stdout,
+    /// A line per request appended to this file.
     File(PathBuf),
 }
 
@@ -173,10 +97,11 @@ pub enum AccessLogTarget {
 pub struct Config {
     /// The file it came from, or `<embedded default>`.
     pub source: String,
-    pub workers: usize,
-    /// Neither the file nor `--workers` set `workers`: one per CPU left to them.
-    pub workers_auto: bool,
+    /// `workers`: worker threads; `None`: one per CPU left to them, decided at start.
+    pub workers: Option<usize>,
+    /// `pin`: each worker on a CPU of its own.
     pub pin: bool,
+    /// `listen`: the addresses served, at least one.
     pub listen: Vec<Listen>,
     /// `[tls]`, as rustls values.
     pub tls: TlsSettings,
@@ -188,25 +113,29 @@ pub struct Config {
     pub http3: terminus_quic::Limits,
     /// `[http3] early_data`: 0-RTT taken (with the session cache).
     pub http3_early_data: bool,
-    pub crypto_backend: BackendChoice,
-    pub crypto_threads: usize,
-    pub crypto_queue_capacity: usize,
-    /// `crypto.simd`: where crypto_mb batches run.
-    pub crypto_simd: Placement,
-    /// `crypto.simd_cores`: physical cores given to crypto threads when dedicated.
-    pub crypto_simd_cores: usize,
-    pub max_batch_delay: Duration,
+    /// `[crypto]`: the engine computing handshake crypto.
+    pub crypto: Crypto,
+    /// `timeouts.handshake`: a TLS handshake's whole time.
     pub handshake_timeout: Duration,
+    /// `timeouts.request_header`: a request head's arrival.
     pub request_header_timeout: Duration,
+    /// `timeouts.keepalive`: an idle connection's life between requests.
     pub keepalive_timeout: Duration,
+    /// `timeouts.shutdown_grace`: how long a drain waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// `limits.max_connections`: open connections, all workers together.
     pub max_connections: usize,
     /// Admission control's bound on a worker's handshake work (zero: off).
     pub handshake_queue: Duration,
+    /// `log.access`.
     pub access_log: AccessLogTarget,
+    /// `log.level`.
     pub log_level: tracing::Level,
+    /// `admin.listen`: where `/metrics` and `/capacity` are served.
     pub admin: Option<SocketAddr>,
+    /// `[files]`.
     pub files: CacheSettings,
+    /// `[[server]]`s, then `[[stream]]`s: at least one.
     pub servers: Vec<ServerConfig>,
     /// `[[upstream]]`s, which routes name.
     pub upstreams: Vec<terminus_proxy::UpstreamSpec>,
@@ -216,35 +145,28 @@ pub struct Config {
     pub acme: Option<terminus_acme::AcmeSettings>,
 }
 
-/// What `crypto.backend` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// multibuffer where crypto_mb runs on this CPU, else scalar: decided at start.
-    Auto,
-    Use(BackendKind),
-}
-
-impl BackendChoice {
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "auto" => Some(Self::Auto),
-            other => BackendKind::from_name(other).map(Self::Use),
-        }
-    }
-}
-
-const BACKEND_HINT: &str = "use \"auto\", \"multibuffer\", \"scalar\" or \"threads\"";
-const SIMD_HINT: &str = "use \"auto\" (measured at start-up), \"inline\" (batches on the workers) or \"dedicated\" (on cores of their own)";
-
+/// The address served when the file names none.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8443";
+/// The name errors give the embedded default configuration.
 pub const EMBEDDED: &str = "<embedded default>";
 
+/// The file being resolved: its name and text (for errors' lines) and its folder (for
+/// relative paths).
 struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
+    base: Option<PathBuf>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(file: &'a str, text: &'a str) -> Self {
+        let base = Path::new(file)
+            .parent()
+            .filter(|_| file != EMBEDDED)
+            .map(Path::to_path_buf);
+        Self { file, text, base }
+    }
+
     fn line_of(&self, span: Range<usize>) -> Option<usize> {
         if self.text.is_empty() {
             return None;
@@ -265,6 +187,45 @@ impl Ctx<'_> {
             message: message.into(),
             hint: hint.into(),
         }
+    }
+
+    /// A path as written, relative to the config file's folder.
+    fn path(&self, written: &str) -> PathBuf {
+        let p = PathBuf::from(written);
+        match (&self.base, p.is_relative()) {
+            (Some(b), true) => b.join(p),
+            _ => p,
+        }
+    }
+
+    /// A duration setting (`"10s"`, `"500ms"`, `"2m"`), `default` where it is left out.
+    fn duration(
+        &self,
+        v: &Option<Spanned<String>>,
+        name: &str,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) => parse_duration(s.get_ref()).ok_or_else(|| {
+                self.err(
+                    Some(s.span()),
+                    format!("{name} = {:?} is not a duration", s.get_ref()),
+                    Some("write it like \"10s\", \"500ms\" or \"2m\"".to_owned()),
+                )
+            }),
+        }
+    }
+
+    /// An `IP:PORT` setting.
+    fn addr(&self, s: &Spanned<String>, what: &str) -> Result<SocketAddr, ConfigError> {
+        s.get_ref().parse().map_err(|_| {
+            self.err(
+                Some(s.span()),
+                format!("{what} address {:?} is not IP:PORT", s.get_ref()),
+                Some("e.g. \"0.0.0.0:443\", \"127.0.0.1:8443\" or \"[::]:443\"".to_owned()),
+            )
+        })
     }
 }
 
@@ -288,7 +249,7 @@ impl Config {
 
     /// Parses config text; `file` names it in errors (relative paths resolve from its folder).
     pub fn parse(text: &str, file: &str, overrides: &Overrides) -> Result<Self, ConfigError> {
-        let ctx = Ctx { file, text };
+        let ctx = Ctx::new(file, text);
         let raw: ConfigFile = toml::from_str(text).map_err(|e| {
             ctx.err(
                 e.span(),
@@ -305,11 +266,30 @@ impl Config {
     pub fn default_server_index(&self) -> usize {
         self.servers.iter().position(|s| s.default).unwrap_or(0)
     }
+
+    /// An error found when the configuration's files are loaded (a certificate that does
+    /// not parse, a CA file that is missing): named by this configuration's file and
+    /// `line`, the line of the setting that names the file.
+    pub fn error_at(
+        &self,
+        line: Option<usize>,
+        message: impl Into<String>,
+        hint: Option<&str>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.source.clone(),
+            line,
+            message: message.into(),
+            hint: hint.map(str::to_owned),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use terminus_engine::simd::Placement;
+    use terminus_engine::BackendKind;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, "t.toml", &Overrides::default())
@@ -321,7 +301,7 @@ mod tests {
         assert_eq!(c.listen[0].addr, DEFAULT_LISTEN.parse().unwrap());
         assert_eq!(c.listen[0].ktls, KtlsMode::Auto);
         assert_eq!(c.servers.len(), 1);
-        assert_eq!(c.crypto_backend, BackendChoice::Auto);
+        assert_eq!(c.crypto.backend, BackendChoice::Auto);
         assert!(c.tls.session_tickets);
     }
 
@@ -360,6 +340,46 @@ mod tests {
         }
     }
 
+    /// What `terminus check` prints for a bad file (the binary prints the error as it
+    /// is): `FILE:LINE: what`, then the hint on its own line.
+    #[test]
+    fn every_error_gives_file_line_what_and_hint() {
+        let cases: [(&str, &str, &[&str]); 10] = [
+            ("workers = 2\nlisten = [\"127.0.0.1:1\"\n", "3", &["expected `]`", "\n  hint: "]),
+            ("workers = 2\n\n[tls]\nversion = [\"1.3\"]\n", "4", &["unknown field `version`", "versions"]),
+            ("[timeouts]\nhandshake = \"soon\"\n", "2", &["not a duration", "\n  hint: ", "\"10s\""]),
+            ("listen = [\"localhost\"]\n", "1", &["not IP:PORT", "\n  hint: "]),
+            ("\n[crypto]\nbackend = \"quantum\"\n", "3", &["unknown crypto backend", "\n  hint: ", "scalar"]),
+            ("[tls]\nversions = [\"1.1\"]\n", "2", &["unknown TLS version", "\n  hint: "]),
+            ("[tls]\ncipher_suites = [\"RC4\"]\n", "2", &["unknown cipher suite", "TLS13_AES_128_GCM_SHA256"]),
+            ("[[server]]\nnames = [\"a\"]\ndefault = true\n[[server]]\nnames = [\"b\"]\ndefault = true\n", "5", &["more than one"]),
+            ("workers = 0\n", "1", &["between 1 and 1024"]),
+            ("[[upstream]]\nname = \"u\"\nservers = [\"127.0.0.1:1\"]\nupgrades = [\"h2c\"]\n", "4", &["\"h2c\" cannot be allowed", "protocol = \"h2c\""]),
+        ];
+        for (text, line, says) in cases {
+            let shown = Config::parse(text, "/etc/terminus/t.toml", &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                shown.starts_with(&format!("/etc/terminus/t.toml:{line}: ")),
+                "{text:?}: {shown}"
+            );
+            for s in says {
+                assert!(shown.contains(s), "{text:?} lacks {s:?}: {shown}");
+            }
+        }
+        let e = Config::load(
+            Path::new("/nonexistent/terminus.toml"),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/terminus.toml: cannot read the config file"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn errors_name_the_line() {
         let e = parse("workers = 2\n\n[timeouts]\nhandshake = \"ten\"\n").unwrap_err();
@@ -377,15 +397,14 @@ mod tests {
     #[test]
     fn crypto_simd_is_a_placement_of_crypto_mb_batches() {
         let c = parse("").unwrap();
-        assert_eq!(c.crypto_simd, Placement::Auto);
-        assert!(c.workers_auto);
-        assert!(c.crypto_simd_cores >= 1);
+        assert_eq!(c.crypto.simd, Placement::Auto);
+        // How many workers and crypto cores a machine has is placement's to decide.
+        assert_eq!((c.workers, c.crypto.simd_cores), (None, None));
         let c = parse("workers = 1\n[crypto]\nsimd = \"dedicated\"\nsimd_cores = 2\n").unwrap();
         assert_eq!(
-            (c.crypto_simd, c.crypto_simd_cores),
-            (Placement::Dedicated, 2)
+            (c.crypto.simd, c.crypto.simd_cores, c.workers),
+            (Placement::Dedicated, Some(2), Some(1))
         );
-        assert!(!c.workers_auto);
         let e = parse("[crypto]\nsimd = \"sideways\"\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
         assert!(e.to_string().contains("dedicated"), "{e}");
@@ -443,11 +462,11 @@ mod tests {
             ..Default::default()
         };
         let c = Config::parse("workers = 1\nlisten = [\"0.0.0.0:1\"]\n", "t.toml", &o).unwrap();
-        assert_eq!(c.workers, 3);
+        assert_eq!(c.workers, Some(3));
         assert_eq!(c.listen.len(), 1);
         assert_eq!(c.listen[0].addr, "127.0.0.1:9999".parse().unwrap());
         assert!(!c.tls.session_tickets && c.tls.session_cache == 0);
-        assert_eq!(c.crypto_backend, BackendChoice::Use(BackendKind::Threads));
+        assert_eq!(c.crypto.backend, BackendChoice::Use(BackendKind::Threads));
     }
 
     #[test]

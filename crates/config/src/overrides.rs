@@ -2,9 +2,10 @@
 
 use std::path::PathBuf;
 
-use super::{
+use crate::crypto::BACKEND_HINT;
+use crate::listen::KTLS_HINT;
+use crate::{
     BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen, RouteConfig, RouteTarget,
-    KTLS_HINT,
 };
 
 /// Command-line flags that override the file.
@@ -77,16 +78,15 @@ impl Config {
                     "use 1 to 1024",
                 ));
             }
-            self.workers = w;
-            self.workers_auto = false;
+            self.workers = Some(w);
         }
         self.pin |= o.pin;
         if let Some(b) = &o.crypto_backend {
-            self.crypto_backend = BackendChoice::from_name(b).ok_or_else(|| {
+            self.crypto.backend = BackendChoice::from_name(b).ok_or_else(|| {
                 flag_err(
                     "--crypto-backend",
                     format!("unknown backend {b:?}"),
-                    "use auto, multibuffer, scalar or threads",
+                    BACKEND_HINT,
                 )
             })?;
         }

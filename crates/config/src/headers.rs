@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use hyper::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use toml::Spanned;
 
 use super::{ConfigError, Ctx};

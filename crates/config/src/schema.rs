@@ -10,7 +10,7 @@ use super::route::RouteSection;
 use super::stream::StreamSection;
 use super::tenant::{CapacitySection, TenantSection};
 use super::upstream::UpstreamSection;
-use crate::http::files::CacheSettings;
+use crate::CacheSettings;
 
 /// The config file as written (all fields optional; defaults applied in [`Config::resolve`]).
 #[derive(Debug, Default, Deserialize)]

@@ -30,8 +30,11 @@ pub enum RouteTarget {
 /// One route of a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConfig {
+    /// The path prefix it answers under (`/` for all).
     pub path: String,
+    /// What answers.
     pub target: RouteTarget,
+    /// The line of its `path` (or of `root`), for errors found when it loads.
     pub line: Option<usize>,
 }
 
@@ -40,7 +43,6 @@ pub(super) fn resolve_routes(
     routes: &[RouteSection],
     root: Option<&Spanned<String>>,
     upstreams: &[UpstreamSpec],
-    resolve_path: &dyn Fn(&str) -> PathBuf,
     ctx: &Ctx<'_>,
 ) -> Result<Vec<RouteConfig>, ConfigError> {
     let mut out = Vec::new();
@@ -71,7 +73,7 @@ pub(super) fn resolve_routes(
                 }
                 RouteTarget::Upstream(u.get_ref().clone())
             }
-            (None, Some(root)) => RouteTarget::Root(resolve_path(root.get_ref())),
+            (None, Some(root)) => RouteTarget::Root(ctx.path(root.get_ref())),
             _ => {
                 return Err(ctx.err(
                     Some(r.path.span()),
@@ -96,7 +98,7 @@ pub(super) fn resolve_routes(
         }
         out.push(RouteConfig {
             path: "/".into(),
-            target: RouteTarget::Root(resolve_path(root.get_ref())),
+            target: RouteTarget::Root(ctx.path(root.get_ref())),
             line: ctx.line_of(root.span()),
         });
     }
@@ -106,7 +108,7 @@ pub(super) fn resolve_routes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, Overrides};
+    use crate::{Config, Overrides};
 
     #[test]
     fn routes_take_an_upstream_or_a_root_and_root_is_the_slash_route() {

@@ -28,6 +28,8 @@ pub struct StreamSection {
 pub struct StreamTarget {
     /// The `[[upstream]]`'s name.
     pub upstream: String,
+    /// Whether terminus terminates TLS (the upstream gets the plaintext) or passes the
+    /// connection through (the upstream answers the handshake).
     pub mode: StreamMode,
 }
 
@@ -79,7 +81,7 @@ pub(super) fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, Overrides};
+    use crate::{Config, Overrides};
 
     const UP: &str = "[[upstream]]\nname = \"db\"\nservers = [\"127.0.0.1:5432\"]\n";
 

@@ -1,0 +1,144 @@
+//! From the file as written to a [`Config`]: each section resolved by its own module, the
+//! small ones (timeouts, limits, log, admin, files) here, and the checks that span
+//! sections last. Every setting is resolved to its type while its line is known, so
+//! nothing is checked later without one.
+
+use std::time::Duration;
+
+use crate::schema::ConfigFile;
+use crate::{acme, crypto, fleet, http3, listen, servers, tenant, tls, upstream};
+use crate::{AccessLogTarget, Config, ConfigError, Ctx};
+
+pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
+    let workers = match &raw.workers {
+        Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
+            return Err(ctx.err(Some(w.span()), "workers must be between 1 and 1024", None))
+        }
+        w => w.as_ref().map(|w| *w.get_ref()),
+    };
+    let listen = listen::resolve(raw, ctx)?;
+    let upstreams = upstream::resolve_upstreams(&raw.upstream, ctx)?;
+    let timeouts = Timeouts::resolve(raw, ctx)?;
+    let (tenants, server_tenants) =
+        tenant::resolve(&raw.tenant, &raw.server, timeouts.handshake, ctx)?;
+    let acme = acme::resolve(raw, &listen, ctx)?;
+    let servers = servers::resolve(raw, &upstreams, acme.as_ref(), server_tenants, ctx)?;
+    let ticket_keys = tls::ticket_keys(raw, ctx)?;
+    let tls = tls::resolve(raw, ctx)?;
+    let config = Config {
+        source: ctx.file.to_owned(),
+        workers,
+        pin: raw.pin.unwrap_or(false),
+        listen,
+        http3_early_data: http3::early_data(raw, ctx, &tls)?,
+        tls,
+        ticket_keys,
+        fleet: fleet::resolve(raw, ctx, ticket_keys)?,
+        http3: http3::limits(raw, ctx)?,
+        acme,
+        crypto: crypto::resolve(raw, ctx)?,
+        handshake_timeout: timeouts.handshake,
+        request_header_timeout: timeouts.request_header,
+        keepalive_timeout: timeouts.keepalive,
+        shutdown_grace: timeouts.shutdown_grace,
+        max_connections: raw.limits.max_connections.unwrap_or(10_000).max(1),
+        handshake_queue: ctx.duration(
+            &raw.limits.handshake_queue,
+            "handshake_queue",
+            Duration::from_secs(1),
+        )?,
+        access_log: match raw.log.access.as_ref().map(|a| a.get_ref().as_str()) {
+            None | Some("off") => AccessLogTarget::Off,
+            Some("stdout") => AccessLogTarget::Stdout,
+            Some(p) => AccessLogTarget::File(ctx.path(p)),
+        },
+        log_level: log_level(raw, ctx)?,
+        admin: raw
+            .admin
+            .listen
+            .as_ref()
+            .map(|a| ctx.addr(a, "admin"))
+            .transpose()?,
+        files: raw.files.clone(),
+        servers,
+        upstreams,
+        tenants,
+    };
+    check_http3_client_auth(&config, ctx)?;
+    Ok(config)
+}
+
+/// `[timeouts]`: each above zero.
+struct Timeouts {
+    handshake: Duration,
+    request_header: Duration,
+    keepalive: Duration,
+    shutdown_grace: Duration,
+}
+
+impl Timeouts {
+    fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Self, ConfigError> {
+        let t = &raw.timeouts;
+        let timeouts = Self {
+            handshake: ctx.duration(&t.handshake, "handshake", Duration::from_secs(10))?,
+            request_header: ctx.duration(
+                &t.request_header,
+                "request_header",
+                Duration::from_secs(10),
+            )?,
+            keepalive: ctx.duration(&t.keepalive, "keepalive", Duration::from_secs(75))?,
+            shutdown_grace: ctx.duration(
+                &t.shutdown_grace,
+                "shutdown_grace",
+                Duration::from_secs(10),
+            )?,
+        };
+        for (name, d) in [
+            ("handshake", timeouts.handshake),
+            ("request_header", timeouts.request_header),
+            ("keepalive", timeouts.keepalive),
+        ] {
+            if d.is_zero() {
+                return Err(ctx.err(None, format!("timeouts.{name} must be above zero"), None));
+            }
+        }
+        Ok(timeouts)
+    }
+}
+
+/// `log.level`.
+fn log_level(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<tracing::Level, ConfigError> {
+    let Some(l) = &raw.log.level else {
+        return Ok(tracing::Level::INFO);
+    };
+    ["error", "warn", "info", "debug", "trace"]
+        .contains(&l.get_ref().as_str())
+        .then(|| l.get_ref().parse().ok())
+        .flatten()
+        .ok_or_else(|| {
+            ctx.err(
+                Some(l.span()),
+                format!("log level {:?} is not known", l.get_ref()),
+                Some("use error, warn, info, debug or trace".to_owned()),
+            )
+        })
+}
+
+/// QUIC has one TLS configuration for every host: a host's client certificates would not
+/// be asked for over it.
+fn check_http3_client_auth(config: &Config, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+    if !config.listen.iter().any(|l| l.http3) {
+        return Ok(());
+    }
+    let Some(server) = config.servers.iter().find(|s| s.client_auth.is_some()) else {
+        return Ok(());
+    };
+    Err(ctx.err(
+        None,
+        format!(
+            "http3 and client_auth (server {}) do not go together yet: HTTP/3 would serve that server without a client certificate",
+            server.names.first().map_or("", String::as_str)
+        ),
+        Some("take http3 off the listeners, or client_auth off the server".to_owned()),
+    ))
+}

@@ -1,0 +1,236 @@
+//! `[[server]]` (a virtual host: names, certificates, routes, client certificates,
+//! headers, tenant) and `[[stream]]` (names whose connections go to an upstream as bytes).
+//! SNI chooses between them, so no name belongs to two; with none, one `localhost` server
+//! serves the built-in page.
+
+use http::header::{HeaderName, HeaderValue};
+use terminus_acme::AcmeSettings;
+use terminus_proxy::UpstreamSpec;
+use toml::Spanned;
+
+use crate::schema::{CertificateSection, ConfigFile, ServerSection};
+use crate::{acme, client_auth, headers, route, stream};
+use crate::{ConfigError, Ctx, RouteConfig, StreamTarget};
+
+/// Where a certificate pair comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertPaths {
+    /// The PEM chain, leaf first.
+    pub cert: std::path::PathBuf,
+    /// Its private key, PEM.
+    pub key: std::path::PathBuf,
+    /// Line of the `[[server.certificate]]` entry, for errors.
+    pub line: Option<usize>,
+}
+
+/// One virtual host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// `names`: exact names or one leading wildcard label.
+    pub names: Vec<String>,
+    /// `default = true`: it answers unknown or missing SNI.
+    pub default: bool,
+    /// Longest prefix first once built; none: the built-in page.
+    pub routes: Vec<RouteConfig>,
+    /// Empty: the self-signed default certificates (or, with `acme`, until ACME's are
+    /// stored).
+    pub certificates: Vec<CertPaths>,
+    /// `certificates = "acme"`: RSA-2048 and ECDSA P-256 certificates from the issuer.
+    pub acme: bool,
+    /// `client_auth`: the client certificates its handshakes ask for.
+    pub client_auth: Option<terminus_tls::ClientAuthPolicy>,
+    /// The line of its `names`, for errors found when its files load.
+    pub line: Option<usize>,
+    /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
+    pub stream: Option<StreamTarget>,
+    /// Headers added to every answer (`headers`).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The tenant whose capacity its handshakes use; None: the default tenant.
+    pub tenant: Option<String>,
+}
+
+impl ServerConfig {
+    /// The server of a file with none: `localhost`, the built-in page.
+    fn builtin() -> Self {
+        Self {
+            names: vec!["localhost".into()],
+            default: true,
+            routes: Vec::new(),
+            certificates: Vec::new(),
+            acme: false,
+            client_auth: None,
+            line: None,
+            stream: None,
+            headers: Vec::new(),
+            tenant: None,
+        }
+    }
+}
+
+/// `[[server]]`s then `[[stream]]`s. `server_tenants` is each server's tenant, in order
+/// (from the tenants' resolution); `acme` the `[acme]` section, if any.
+pub(crate) fn resolve(
+    raw: &ConfigFile,
+    upstreams: &[UpstreamSpec],
+    acme: Option<&AcmeSettings>,
+    server_tenants: Vec<Option<String>>,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<ServerConfig>, ConfigError> {
+    let mut servers = raw
+        .server
+        .iter()
+        .zip(server_tenants)
+        .map(|(s, tenant)| resolve_server(s, tenant, upstreams, acme, ctx))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_acme_names(raw, &servers, ctx)?;
+    if servers.iter().filter(|s| s.default).count() > 1 {
+        let second = raw
+            .server
+            .iter()
+            .filter(|s| s.default)
+            .nth(1)
+            .map(|s| s.names.span());
+        return Err(ctx.err(second, "more than one [[server]] has default = true", None));
+    }
+    if servers.is_empty() {
+        servers.push(ServerConfig::builtin());
+    }
+    for s in &raw.stream {
+        let (line, certificates) =
+            names_and_certificates(&s.names, &s.certificate, "[[stream]]", ctx)?;
+        let taken = |n: &String| {
+            servers
+                .iter()
+                .any(|o: &ServerConfig| o.names.iter().any(|m| m.eq_ignore_ascii_case(n)))
+        };
+        if let Some(name) = s.names.get_ref().iter().find(|n| taken(n)) {
+            return Err(ctx.err(
+                Some(s.names.span()),
+                format!("{name:?} is already the name of a [[server]] or [[stream]]"),
+                Some("SNI chooses between them: give each name to one".to_owned()),
+            ));
+        }
+        servers.push(ServerConfig {
+            names: s.names.get_ref().clone(),
+            default: false,
+            certificates,
+            line,
+            stream: Some(stream::resolve(s, upstreams, ctx)?),
+            ..ServerConfig::builtin()
+        });
+    }
+    Ok(servers)
+}
+
+fn resolve_server(
+    s: &ServerSection,
+    tenant: Option<String>,
+    upstreams: &[UpstreamSpec],
+    acme: Option<&AcmeSettings>,
+    ctx: &Ctx<'_>,
+) -> Result<ServerConfig, ConfigError> {
+    let (line, certificates) = names_and_certificates(&s.names, &s.certificate, "[[server]]", ctx)?;
+    let uses_acme = acme::server_uses_acme(
+        s.certificates.as_ref(),
+        &s.names,
+        !certificates.is_empty(),
+        acme,
+        ctx,
+    )?;
+    Ok(ServerConfig {
+        names: s.names.get_ref().clone(),
+        default: s.default,
+        routes: route::resolve_routes(&s.route, s.root.as_ref(), upstreams, ctx)?,
+        certificates,
+        acme: uses_acme,
+        client_auth: s
+            .client_auth
+            .as_ref()
+            .map(|c| client_auth::resolve(c, ctx))
+            .transpose()?,
+        line,
+        stream: None,
+        headers: match &s.headers {
+            Some(table) => headers::resolve(table, ctx)?,
+            None => Vec::new(),
+        },
+        tenant,
+    })
+}
+
+/// Two ACME servers with one name would share its certificate file and each other's
+/// challenge answers.
+fn check_acme_names(
+    raw: &ConfigFile,
+    servers: &[ServerConfig],
+    ctx: &Ctx<'_>,
+) -> Result<(), ConfigError> {
+    let acme_names: Vec<String> = servers
+        .iter()
+        .filter(|s| s.acme)
+        .flat_map(|s| s.names.iter().map(|n| n.to_ascii_lowercase()))
+        .collect();
+    let repeated = (1..acme_names.len()).find(|&i| acme_names[..i].contains(&acme_names[i]));
+    let Some(name) = repeated.map(|i| &acme_names[i]) else {
+        return Ok(());
+    };
+    let at = raw
+        .server
+        .iter()
+        .filter(|s| {
+            s.names
+                .get_ref()
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(name))
+        })
+        .nth(1)
+        .map(|s| s.names.span());
+    Err(ctx.err(
+        at,
+        format!("{name:?} is named by two servers with certificates = \"acme\""),
+        Some("give each name to one server".to_owned()),
+    ))
+}
+
+/// A `[[server]]`'s or `[[stream]]`'s names (checked) and certificates; the line of its
+/// names.
+fn names_and_certificates(
+    names: &Spanned<Vec<String>>,
+    certificate: &[CertificateSection],
+    what: &str,
+    ctx: &Ctx<'_>,
+) -> Result<(Option<usize>, Vec<CertPaths>), ConfigError> {
+    if names.get_ref().is_empty() {
+        return Err(ctx.err(
+            Some(names.span()),
+            format!("a {what} needs at least one name"),
+            Some("names = [\"example.com\", \"*.example.com\"]".to_owned()),
+        ));
+    }
+    for name in names.get_ref() {
+        let bare = name.strip_prefix("*.").unwrap_or(name);
+        if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
+            return Err(ctx.err(
+                Some(names.span()),
+                format!("server name {name:?} is not valid"),
+                Some("use exact names or one leading wildcard label: \"*.example.com\"".to_owned()),
+            ));
+        }
+    }
+    let certificates = certificate
+        .iter()
+        .map(|c| CertPaths {
+            cert: ctx.path(c.cert.get_ref()),
+            key: ctx.path(c.key.get_ref()),
+            line: ctx.line_of(c.cert.span()),
+        })
+        .collect::<Vec<_>>();
+    if certificates.len() > 2 {
+        return Err(ctx.err(
+            Some(names.span()),
+            format!("a {what} takes at most two certificates (one RSA and one ECDSA)"),
+            None,
+        ));
+    }
+    Ok((ctx.line_of(names.span()), certificates))
+}
