@@ -125,8 +125,10 @@ impl Acme {
         })
     }
 
-    /// Starts the thread (once; later calls do nothing).
-    pub fn start(&self) -> std::io::Result<()> {
+    /// Keeps the certificates (ordering, renewing, mirroring the fleet's challenges)
+    /// until `stop` turns true, then returns with its orders and connections dropped. The
+    /// server runs it on a thread of its own; once: a second call returns at once.
+    pub fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
         let taken = self
             .ready
             .lock()
@@ -138,12 +140,14 @@ impl Acme {
             runtime,
         }) = taken
         else {
-            return Ok(());
+            return;
         };
-        std::thread::Builder::new()
-            .name("acme".into())
-            .spawn(move || runtime.block_on(run(shared, targets)))?;
-        Ok(())
+        runtime.block_on(async move {
+            tokio::select! {
+                () = run(shared, targets) => {}
+                _ = stop.wait_for(|&stop| stop) => {}
+            }
+        });
     }
 
     /// Its series, for `/metrics`.

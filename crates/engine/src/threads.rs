@@ -51,6 +51,8 @@ pub struct ThreadPool {
     computed: Arc<Counter>,
     kind: BackendKind,
     threads: usize,
+    /// The threads, joined by [`ThreadPool::stop`].
+    handles: std::sync::Mutex<Vec<thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for ThreadPool {
@@ -140,6 +142,7 @@ impl ThreadPool {
             )),
             kind,
             threads,
+            handles: std::sync::Mutex::default(),
         };
         (pool, rx)
     }
@@ -167,7 +170,7 @@ impl ThreadPool {
             // that ends without reporting (a panic) closes the channel once the others
             // have reported, instead of leaving start-up waiting.
             let report = Cell::new(Some(started_tx.clone()));
-            thread::Builder::new()
+            let handle = thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
                     let send = |result| {
@@ -179,6 +182,10 @@ impl ThreadPool {
                         send(Err(e));
                     }
                 })?;
+            pool.handles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(handle);
         }
         drop(started_tx);
         for _ in 0..n {
@@ -189,6 +196,25 @@ impl ThreadPool {
             }
         }
         Ok(pool)
+    }
+
+    /// Stops the crypto threads and waits for them: each computes what was queued before,
+    /// then ends. For shutdown, once the workers that queue operations are gone (an
+    /// operation queued after this waits for nothing and falls back to the worker).
+    pub fn stop(&self) {
+        let handles = std::mem::take(
+            &mut *self
+                .handles
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for _ in &handles {
+            // An empty batch is the stop message: dispatch never sends one.
+            let _ = self.tx.send(Vec::new());
+        }
+        for handle in handles {
+            let _ = handle.join();
+        }
     }
 
     /// Operations waiting for a crypto thread right now.
@@ -219,12 +245,17 @@ struct Queue {
 }
 
 impl Queue {
-    /// The next batch, waiting for one; `None` once the pool is gone.
+    /// The next batch, waiting for one; `None` once the pool is gone or stopped (the
+    /// empty batch [`ThreadPool::stop`] sends).
     fn recv(&self) -> Option<Vec<Job>> {
-        self.rx.recv().ok().map(|b| self.took(b))
+        self.rx
+            .recv()
+            .ok()
+            .filter(|b| !b.is_empty())
+            .map(|b| self.took(b))
     }
 
-    /// The next batch if one is queued.
+    /// The next batch if one is queued: `Some(empty)` is the stop message.
     fn try_recv(&self) -> Option<Vec<Job>> {
         self.rx.try_recv().ok().map(|b| self.took(b))
     }
@@ -244,10 +275,14 @@ fn serve_batches(queue: &Queue, merged: &Counter, mut compute: impl FnMut(Vec<Jo
         let Some(mut batch) = held.take().or_else(|| queue.recv()) else {
             return;
         };
+        if batch.is_empty() {
+            return; // the stop message, taken while merging
+        }
         let kind = batch.first().map(Job::kind);
         while batch.len() < crypto_mb_sys::LANES {
             let Some(more) = queue.try_recv() else { break };
-            if more.first().map(Job::kind) == kind
+            if !more.is_empty()
+                && more.first().map(Job::kind) == kind
                 && batch.len() + more.len() <= crypto_mb_sys::LANES
             {
                 merged.inc();
@@ -411,5 +446,37 @@ mod tests {
         assert_eq!(merged.get(), 1);
         assert_eq!(queue.queued.load(Ordering::Relaxed), 0);
         assert_eq!(queue.computed.get(), 23);
+    }
+
+    /// Stopping the pool ends and joins every crypto thread, and what was queued before
+    /// the stop is computed first (none is dropped unanswered).
+    #[test]
+    fn stop_computes_what_was_queued_and_joins_the_threads() {
+        let pool = ThreadPool::start(2, 64).unwrap();
+        let mut answers = Vec::new();
+        for _ in 0..10 {
+            let (job, answer) = Job::new(CryptoOp::KxGenerate {
+                group: KxGroup::X25519,
+            });
+            pool.queued.fetch_add(1, Ordering::Relaxed);
+            pool.tx.send(vec![job]).unwrap();
+            answers.push(answer);
+        }
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let stopping = pool.clone();
+        std::thread::spawn(move || {
+            stopping.stop();
+            let _ = done_tx.send(());
+        });
+        done.recv_timeout(Duration::from_secs(20))
+            .expect("stop is still waiting for the crypto threads");
+        assert!(pool.handles.lock().unwrap().is_empty());
+        for mut answer in answers {
+            assert!(
+                matches!(answer.try_recv(), Ok(Ok(_))),
+                "an operation queued before the stop was not computed"
+            );
+        }
+        assert_eq!(pool.queued(), 0);
     }
 }

@@ -9,7 +9,8 @@
 //!   keys in step with it.
 //! - [`shares`]: tenants' quotas as the fleet's, each instance enforcing its share.
 //! - [`Fleet`]: an instance's membership, started once per process and kept across
-//!   reloads.
+//!   reloads; [`StoreSync`], the store's side of it, which the server runs on a thread of
+//!   its own until shutdown.
 
 pub mod shares;
 pub mod store;
@@ -35,8 +36,42 @@ pub struct Fleet {
     ticketer: Arc<Ticketer>,
     store: Option<Arc<StoreMetrics>>,
     shares: Option<ShareMetrics>,
-    /// Dropping it stops the store's thread.
-    _stop: Option<watch::Sender<bool>>,
+    /// The store's rounds, until the server takes them to run ([`Fleet::store_sync`]).
+    sync: std::sync::Mutex<Option<StoreSync>>,
+}
+
+/// Keeps this instance's ticket keys (and quota shares) in step with the store: what
+/// [`StoreSync::run`] does on the thread the server gives it, until told to stop.
+pub struct StoreSync {
+    sync: KeySync,
+    client: redis::Client,
+    poll: std::time::Duration,
+    shares: Option<ShareSync>,
+    runtime: tokio::runtime::Runtime,
+    metrics: Arc<StoreMetrics>,
+}
+
+impl StoreSync {
+    /// Keeps the keys in step until `stop` changes; then the store's connection is
+    /// closed and this returns. A panic in a round is caught and logged: this instance
+    /// goes on with the keys it holds.
+    pub fn run(self, stop: watch::Receiver<bool>) {
+        let StoreSync {
+            sync,
+            client,
+            poll,
+            shares,
+            runtime,
+            metrics,
+        } = self;
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(sync.run(client, poll, shares, stop))
+        }));
+        if ran.is_err() {
+            metrics.stopped();
+            tracing::error!("fleet: the store's thread stopped after a panic; ticket keys and quota shares are no longer kept in step (restart this instance)");
+        }
+    }
 }
 
 impl std::fmt::Debug for Fleet {
@@ -49,9 +84,9 @@ impl std::fmt::Debug for Fleet {
 
 impl Fleet {
     /// Ticket keys rotated as `rotation` says: this instance's own, or with `store`
-    /// shared through it by a thread started here (`fleet-store`). Fails only on
-    /// settings that cannot work (unreadable files, a bad URL); an unreachable store is
-    /// retried in the background.
+    /// shared through it once [`Fleet::store_sync`]'s rounds run. Fails only on settings
+    /// that cannot work (unreadable files, a bad URL); an unreachable store is retried
+    /// by the rounds.
     pub fn start(
         rotation: Rotation,
         store: Option<&StoreSettings>,
@@ -65,7 +100,7 @@ impl Fleet {
                 ticketer,
                 store: None,
                 shares: None,
-                _stop: None,
+                sync: std::sync::Mutex::default(),
             });
         };
         let (client, kek) = settings.open()?;
@@ -79,25 +114,18 @@ impl Fleet {
         let metrics = sync.metrics();
         let shares = quotas.map(|q| ShareSync::new(instance_id(), &settings.prefix, q, kek));
         let view = shares.as_ref().map(ShareSync::metrics);
-        let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("the fleet's runtime: {e}"))?;
-        let poll = settings.poll;
-        let watch = metrics.clone();
-        std::thread::Builder::new()
-            .name("fleet-store".into())
-            .spawn(move || {
-                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    runtime.block_on(sync.run(client, poll, shares, stopped))
-                }));
-                if ran.is_err() {
-                    watch.stopped();
-                    tracing::error!("fleet: the store's thread stopped after a panic; ticket keys and quota shares are no longer kept in step (restart this instance)");
-                }
-            })
-            .map_err(|e| format!("the fleet's thread: {e}"))?;
+        let sync = StoreSync {
+            sync,
+            client,
+            poll: settings.poll,
+            shares,
+            runtime,
+            metrics: metrics.clone(),
+        };
         tracing::info!(
             "fleet: ticket keys shared through {} (prefix {:?})",
             settings.shown(),
@@ -107,7 +135,7 @@ impl Fleet {
             ticketer,
             store: Some(metrics),
             shares: view,
-            _stop: Some(stop),
+            sync: std::sync::Mutex::new(Some(sync)),
         })
     }
 
@@ -116,6 +144,15 @@ impl Fleet {
     pub fn shares(&self) -> Option<BTreeMap<String, TenantView>> {
         let metrics = self.shares.as_ref()?;
         Some(metrics.view().lock().expect("fleet view lock").clone())
+    }
+
+    /// The store's rounds, to be run on a thread of their own (once: later calls, and an
+    /// instance without a store, get `None`).
+    pub fn store_sync(&self) -> Option<StoreSync> {
+        self.sync
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// The ticketer every TLS configuration of this process seals tickets with.

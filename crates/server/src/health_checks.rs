@@ -7,8 +7,9 @@ use std::io;
 use std::sync::{Arc, Weak};
 
 use terminus_proxy::Upstream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
+use crate::service::Thread;
 use crate::site::Site;
 
 /// Where new configurations' upstreams are sent to be checked.
@@ -17,33 +18,31 @@ pub struct HealthChecks {
 }
 
 impl HealthChecks {
-    /// Starts the thread; it ends when `shutdown` turns true.
-    pub fn start(mut shutdown: watch::Receiver<bool>) -> io::Result<Self> {
+    /// Starts the thread, which runs until it is stopped as a service.
+    pub fn start() -> io::Result<(Self, Thread)> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<Weak<Upstream>>>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        std::thread::Builder::new()
-            .name("health-checks".into())
-            .spawn(move || {
-                let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, async move {
-                    loop {
-                        tokio::select! {
-                            upstreams = rx.recv() => match upstreams {
-                                Some(upstreams) => {
-                                    for upstream in upstreams {
-                                        tokio::task::spawn_local(terminus_proxy::checks::run(upstream));
-                                    }
+        let thread = Thread::spawn("health-checks", move |mut stop| {
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                loop {
+                    tokio::select! {
+                        upstreams = rx.recv() => match upstreams {
+                            Some(upstreams) => {
+                                for upstream in upstreams {
+                                    tokio::task::spawn_local(terminus_proxy::checks::run(upstream));
                                 }
-                                None => return,
-                            },
-                            _ = shutdown.wait_for(|&stop| stop) => return,
-                        }
+                            }
+                            None => return,
+                        },
+                        _ = stop.wait_for(|&stop| stop) => return,
                     }
-                });
-            })?;
-        Ok(HealthChecks { tx })
+                }
+            });
+        })?;
+        Ok((HealthChecks { tx }, thread))
     }
 
     /// Checks `site`'s upstreams (those with `health.path`) from now on.

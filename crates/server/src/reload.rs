@@ -1,0 +1,185 @@
+//! Serving until told to stop: the signals terminus answers (SIGTERM and SIGINT drain and
+//! stop, SIGHUP reloads) and the ACME manager's word that it stored a certificate, which
+//! rebuilds the site. A reload builds a new [`Site`] from the file and its certificates
+//! and swaps it in; a broken configuration is logged and the running one kept; settings
+//! only a restart changes are named in a warning.
+
+use std::sync::Arc;
+
+use terminus_config::Config;
+use terminus_tls::LoadedCert;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::capacity::Machine;
+use crate::health_checks::HealthChecks;
+use crate::site::{Kept, Site, SiteHandle};
+use crate::ServerOptions;
+
+/// What a reload needs: the file to read again, the configuration started with and the
+/// one in force, and what a new site keeps from the old.
+pub(crate) struct Reloader {
+    pub(crate) options: ServerOptions,
+    /// The configuration terminus started with: what only a restart changes is compared
+    /// with it.
+    pub(crate) started: Config,
+    /// The configuration in force: the file's as last loaded without error.
+    pub(crate) live: Config,
+    pub(crate) self_signed: Vec<LoadedCert>,
+    pub(crate) proxy_metrics: Arc<terminus_proxy::ProxyMetrics>,
+    pub(crate) fleet: Arc<terminus_fleet::Fleet>,
+    pub(crate) machine: Arc<Machine>,
+    pub(crate) handle: SiteHandle,
+    pub(crate) checks: HealthChecks,
+    /// A certificate the ACME manager stored.
+    pub(crate) issued: mpsc::UnboundedReceiver<()>,
+}
+
+/// The signals, listened for before any worker accepts (a flood arriving with the first
+/// accept must not leave terminus without the descriptors for them).
+pub(crate) struct Signals {
+    runtime: tokio::runtime::Runtime,
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    pub(crate) fn listen() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (term, int, hup) = {
+            let _enter = runtime.enter();
+            (
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::hangup())?,
+            )
+        };
+        Ok(Self {
+            runtime,
+            term,
+            int,
+            hup,
+        })
+    }
+}
+
+impl Reloader {
+    /// Answers SIGHUP and new certificates until SIGTERM or SIGINT.
+    pub(crate) fn serve(mut self, signals: Signals) {
+        let Signals {
+            runtime,
+            mut term,
+            mut int,
+            mut hup,
+        } = signals;
+        runtime.block_on(async {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => break,
+                    _ = int.recv() => break,
+                    _ = hup.recv() => self.reload(),
+                    Some(()) = self.issued.recv() => {
+                        // Several certificates stored at once: one rebuild takes them all.
+                        while self.issued.try_recv().is_ok() {}
+                        if self.rebuild(&self.live) {
+                            tracing::info!("acme: new certificates in force");
+                        }
+                    }
+                }
+            }
+        });
+        tracing::info!(
+            "shutting down: no new connections; in-flight requests get {:?}",
+            self.started.shutdown_grace
+        );
+    }
+
+    /// SIGHUP: the file read again and its site swapped in, then made the live
+    /// configuration.
+    fn reload(&mut self) {
+        let config = match self.options.load_config() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("reload failed, keeping the running configuration: {e}");
+                return;
+            }
+        };
+        if !self.rebuild(&config) {
+            return;
+        }
+        for what in needs_restart(&self.started, &config) {
+            tracing::warn!("reload: {what} changed; it takes effect after a restart");
+        }
+        tracing::info!("configuration reloaded from {}", config.source);
+        self.live = config;
+    }
+
+    /// Builds the [`Site`] of `config` again (certificates and files re-read) and swaps
+    /// it in: a reload's second half, and all of what a new ACME certificate needs (the
+    /// file is not read again for it: an edit half made is not put live by a renewal).
+    fn rebuild(&self, config: &Config) -> bool {
+        let kept = Kept {
+            self_signed: &self.self_signed,
+            proxy_metrics: &self.proxy_metrics,
+            tenants: &self.machine.tenants,
+            tickets: self.fleet.ticketer(),
+        };
+        match Site::build(config, &kept) {
+            Ok(site) => {
+                self.machine.measure(&site);
+                self.checks.watch(&site);
+                self.handle.replace(site);
+                true
+            }
+            Err(e) => {
+                tracing::error!("reload failed, keeping the running configuration: {e}");
+                false
+            }
+        }
+    }
+}
+
+/// The settings `config` changes from `started` that only a restart puts in force.
+fn needs_restart(started: &Config, config: &Config) -> Vec<&'static str> {
+    let acme_servers = |c: &Config| -> Vec<Vec<String>> {
+        c.servers
+            .iter()
+            .filter(|s| s.acme)
+            .map(|s| s.names.clone())
+            .collect()
+    };
+    [
+        ("listen", config.listen != started.listen),
+        ("workers", config.workers != started.workers),
+        (
+            "crypto.backend",
+            config.crypto.backend != started.crypto.backend,
+        ),
+        (
+            "crypto.simd or crypto.simd_cores",
+            config.crypto.simd != started.crypto.simd
+                || config.crypto.simd_cores != started.crypto.simd_cores,
+        ),
+        ("admin", config.admin != started.admin),
+        (
+            "limits.max_connections",
+            config.max_connections != started.max_connections,
+        ),
+        (
+            "limits.handshake_queue",
+            config.handshake_queue != started.handshake_queue,
+        ),
+        ("tls.ticket_keys", config.ticket_keys != started.ticket_keys),
+        ("[fleet]", config.fleet != started.fleet),
+        (
+            "[acme] or the servers with certificates = \"acme\"",
+            config.acme != started.acme || acme_servers(config) != acme_servers(started),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(what, changed)| changed.then_some(what))
+    .collect()
+}

@@ -1,0 +1,523 @@
+//! Start-up, step by step: the crypto backend and its placement, the fleet, the site, the
+//! crypto threads, the listeners, the workers, and the services beside them. Every step
+//! that starts a thread adds it to the [`Services`], so that a start-up failing half-way
+//! stops what it had started, and shutdown stops everything in reverse.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread::JoinHandle;
+
+use terminus_config::{BackendChoice, Config, KtlsMode};
+use terminus_engine::{BackendKind, EngineMetrics, EngineSpec, FlushPolicy, ThreadPool};
+use terminus_fleet::Fleet;
+use terminus_tls::{selfsigned, KernelSupport, LoadedCert};
+use tokio::sync::{mpsc as async_mpsc, watch, Semaphore};
+
+use crate::capacity::{self, Machine};
+use crate::health_checks::HealthChecks;
+use crate::metrics::Metrics;
+use crate::placement::{self, Placed};
+use crate::reload::Reloader;
+use crate::service::{CryptoThreads, Service, Services, Thread};
+use crate::site::{self, Kept, Site, SiteHandle};
+use crate::{admin, listener, memory, worker, ServerOptions, StartError};
+
+/// What start-up built before anything is bound: the crypto engine's setting, the
+/// machine's measure, the fleet, the first site and the metrics.
+pub(crate) struct Core {
+    pub(crate) backend: BackendKind,
+    pub(crate) placed: Placed,
+    pub(crate) machine: Arc<Machine>,
+    pub(crate) fleet: Arc<Fleet>,
+    pub(crate) self_signed: Vec<LoadedCert>,
+    pub(crate) proxy_metrics: Arc<terminus_proxy::ProxyMetrics>,
+    pub(crate) pool: Option<Arc<ThreadPool>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) challenges: Arc<terminus_acme::Challenges>,
+    pub(crate) acme: Option<terminus_acme::Acme>,
+    pub(crate) issued: async_mpsc::UnboundedReceiver<()>,
+}
+
+impl Core {
+    /// Builds the core of `config` and its first site, starting the fleet's store rounds
+    /// and the crypto threads (the ACME manager waits for the listeners:
+    /// [`Core::start_acme`]).
+    pub(crate) fn build(
+        config: &Config,
+        services: &mut Services,
+    ) -> Result<(Self, Site), StartError> {
+        let self_signed = self_signed_for(config)?;
+        let proxy_metrics = Arc::new(terminus_proxy::ProxyMetrics::default());
+        let backend = resolve_backend(config.crypto.backend)?;
+        let placed = placement::place(
+            config,
+            backend,
+            (backend == BackendKind::Multibuffer).then(capacity::unit),
+        )?;
+        let machine = Arc::new(Machine::new(backend, placed.clone()));
+        let fleet = Arc::new(
+            Fleet::start(
+                config.ticket_keys,
+                config.fleet.as_ref(),
+                Some(Arc::new(capacity::FleetQuotas(machine.tenants.clone()))),
+            )
+            .map_err(StartError::Fleet)?,
+        );
+        if let Some(sync) = fleet.store_sync() {
+            services.add(Thread::spawn("fleet-store", move |stop| sync.run(stop))?);
+        }
+        let kept = Kept {
+            self_signed: &self_signed,
+            proxy_metrics: &proxy_metrics,
+            tenants: &machine.tenants,
+            tickets: fleet.ticketer(),
+        };
+        let site = Site::build(config, &kept)?;
+        machine.measure(&site);
+        let engine_metrics = Arc::new(EngineMetrics::new(backend));
+        let pool = match backend {
+            BackendKind::Threads => Some(ThreadPool::start(
+                placement::crypto_threads(config),
+                config.crypto.queue_capacity,
+            )?),
+            BackendKind::Scalar | BackendKind::Multibuffer => placed.start_pool(
+                config.crypto.queue_capacity,
+                engine_metrics.clone(),
+                machine.crossovers.clone(),
+            )?,
+        };
+        if let Some(pool) = &pool {
+            services.add(CryptoThreads(pool.clone()));
+        }
+        let challenges = Arc::new(terminus_acme::Challenges::default());
+        let (issued_tx, issued) = async_mpsc::unbounded_channel::<()>();
+        let acme = acme(config, &challenges, issued_tx)?;
+        let metrics = Arc::new(Metrics::new(
+            engine_metrics,
+            pool.clone(),
+            machine.clone(),
+            proxy_metrics.clone(),
+            fleet.clone(),
+            acme.as_ref().map(terminus_acme::Acme::metrics),
+        ));
+        let core = Self {
+            backend,
+            placed,
+            machine,
+            fleet,
+            self_signed,
+            proxy_metrics,
+            pool,
+            metrics,
+            challenges,
+            acme,
+            issued,
+        };
+        Ok((core, site))
+    }
+
+    /// `site`'s certificates, on standard output (the self-signed ones' fingerprints are
+    /// what a client pins).
+    pub(crate) fn print_certificates(&self, site: &Site) {
+        let origin = if self.self_signed.is_empty() {
+            ""
+        } else {
+            " (self-signed)"
+        };
+        for (names, key, fp) in &site.certificates {
+            println!("certificate {names} {key}{origin} SHA256 Fingerprint={fp}");
+        }
+    }
+
+    /// What the workers share, for `config`'s `bound` listeners serving `handle`'s site.
+    pub(crate) fn shared(
+        &self,
+        config: &Config,
+        bound: &Bound,
+        handle: &SiteHandle,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<worker::Shared, StartError> {
+        let quic = match bound.http3.is_empty() {
+            true => None,
+            false => Some(quic_config(config, handle)?),
+        };
+        Ok(worker::Shared {
+            site: handle.clone(),
+            metrics: self.metrics.clone(),
+            connection_limit: Arc::new(Semaphore::new(config.max_connections)),
+            shutdown,
+            shutdown_grace: config.shutdown_grace,
+            handshake_queue: config.handshake_queue,
+            engine: EngineSpec {
+                backend: self.backend,
+                policy: FlushPolicy {
+                    max_batch_delay: config.crypto.max_batch_delay,
+                },
+                crossovers: self.machine.crossovers.clone(),
+                pool: self.pool.clone(),
+            },
+            kernel_tls: Arc::new(probe_kernel_tls(config)),
+            challenges: self.challenges.clone(),
+            quic,
+            https_port: bound
+                .addrs
+                .iter()
+                .zip(&config.listen)
+                .find(|(_, l)| l.plain.is_none())
+                .map(|(addr, _)| addr.port())
+                .filter(|&port| port != 443),
+        })
+    }
+
+    /// Starts the ACME manager, if a server takes its certificates from `[acme]`: once the
+    /// listeners accept, so that its challenges can be answered.
+    pub(crate) fn start_acme(&mut self, services: &mut Services) -> std::io::Result<()> {
+        if let Some(acme) = self.acme.take() {
+            services.add(Thread::spawn("acme", move |stop| acme.run(stop))?);
+        }
+        Ok(())
+    }
+
+    /// What a reload needs, once the workers serve `handle`'s site.
+    pub(crate) fn reloader(
+        self,
+        options: &ServerOptions,
+        config: Config,
+        handle: SiteHandle,
+        checks: HealthChecks,
+    ) -> Reloader {
+        Reloader {
+            options: options.clone(),
+            live: config.clone(),
+            started: config,
+            self_signed: self.self_signed,
+            proxy_metrics: self.proxy_metrics,
+            fleet: self.fleet,
+            machine: self.machine,
+            handle,
+            checks,
+            issued: self.issued,
+        }
+    }
+}
+
+/// The sockets of `config`'s listeners, bound before any worker starts.
+pub(crate) struct Bound {
+    /// Each worker's TCP listeners (SO_REUSEPORT), in `config.listen`'s order.
+    pub(crate) per_worker: Vec<Vec<TcpListener>>,
+    /// Each listener's address (the port chosen, for port 0).
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// The listeners with `http3`.
+    pub(crate) http3: Vec<SocketAddr>,
+    /// Each worker's QUIC sockets with its place among their workers.
+    pub(crate) quic_per_worker: Vec<Vec<(UdpSocket, terminus_quic::Member)>>,
+    /// The admin listener.
+    pub(crate) admin: Option<TcpListener>,
+}
+
+impl Bound {
+    pub(crate) fn bind(config: &Config, workers: usize) -> Result<Self, StartError> {
+        let listen = |(addr, source)| StartError::Listen { addr, source };
+        let listener::Bound { per_worker, addrs } = listener::bind_all(
+            &config.listen.iter().map(|l| l.addr).collect::<Vec<_>>(),
+            workers,
+        )
+        .map_err(listen)?;
+        let http3: Vec<SocketAddr> = addrs
+            .iter()
+            .zip(&config.listen)
+            .filter(|(_, l)| l.http3)
+            .map(|(addr, _)| *addr)
+            .collect();
+        let quic_per_worker =
+            quic_endpoints(listener::bind_udp_all(&http3, workers).map_err(listen)?);
+        let admin = config
+            .admin
+            .map(|addr| TcpListener::bind(addr).map_err(|source| listen((addr, source))))
+            .transpose()?;
+        Ok(Self {
+            per_worker,
+            addrs,
+            http3,
+            quic_per_worker,
+            admin,
+        })
+    }
+
+    /// The listening addresses on standard output, and what started in the log.
+    pub(crate) fn announce(&self, config: &Config, core: &Core) {
+        for (addr, l) in self.addrs.iter().zip(&config.listen) {
+            if l.plain.is_some() {
+                println!(
+                    "listening on http://{addr}/ (plain: ACME challenges, redirects to https)"
+                );
+                continue;
+            }
+            println!("listening on https://{addr}/");
+            tracing::info!("listener {addr}: ktls {}", l.ktls.name());
+        }
+        tracing::info!(
+            "terminus started: {} workers{}, crypto backend {}{}, config {}",
+            core.placed.workers,
+            if config.pin { " pinned" } else { "" },
+            core.backend.name(),
+            if core.backend == BackendKind::Multibuffer {
+                format!(" ({})", core.placed.describe())
+            } else {
+                String::new()
+            },
+            config.source
+        );
+    }
+}
+
+/// The workers: one thread each, all told to drain by one signal.
+pub(crate) struct Workers {
+    shutdown: watch::Sender<bool>,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Workers {
+    /// Starts a worker per `bound.per_worker` entry. Each reports whether its event loop
+    /// could be built; only when all could does any accept (they wait at one barrier with
+    /// the caller, released by [`Workers::release`]).
+    pub(crate) fn start(
+        config: &Config,
+        placed: &Placed,
+        bound: &mut Bound,
+        shared: worker::Shared,
+        shutdown: watch::Sender<bool>,
+    ) -> Result<(Self, Arc<Barrier>), StartError> {
+        let per_worker = std::mem::take(&mut bound.per_worker);
+        let mut quic = std::mem::take(&mut bound.quic_per_worker).into_iter();
+        let start = Arc::new(Barrier::new(per_worker.len() + 1));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut workers = Workers {
+            shutdown,
+            threads: Vec::new(),
+        };
+        for (id, listeners) in per_worker.into_iter().enumerate() {
+            let listeners = listeners.into_iter().zip(config.listen.iter().cloned());
+            let listeners = listeners.collect();
+            let quic_sockets = quic.next().unwrap_or_default();
+            let (shared, cpus) = (shared.clone(), placed.cpus_of_worker(id, config.pin));
+            let (start, ready) = (start.clone(), ready_tx.clone());
+            workers.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("worker-{id}"))
+                    .spawn(move || {
+                        worker::run(id, listeners, quic_sockets, cpus, shared, ready, start)
+                    })?,
+            );
+        }
+        let not_ready = (0..workers.threads.len())
+            .filter_map(|_| ready_rx.recv().ok().and_then(Result::err))
+            .next();
+        if let Some(e) = not_ready {
+            workers.stop();
+            start.wait();
+            Box::new(workers).join();
+            return Err(StartError::Io(e));
+        }
+        Ok((workers, start))
+    }
+}
+
+impl Service for Workers {
+    fn name(&self) -> &str {
+        "workers"
+    }
+
+    fn stop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    fn join(self: Box<Self>) {
+        for t in self.threads {
+            match t.join() {
+                Ok(Err(e)) => tracing::error!("worker failed: {e}"),
+                Err(_) => tracing::error!("worker panicked"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
+
+/// The admin listener's thread, serving `/metrics` and `/capacity`.
+pub(crate) fn start_admin(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    services: &mut Services,
+) -> Result<(), StartError> {
+    let addr = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    services.add(Thread::spawn("admin", move |stop| {
+        if let Err(e) = admin::run(runtime, listener, metrics, stop) {
+            tracing::error!("admin listener failed: {e}");
+        }
+    })?);
+    println!("admin on http://{addr}/metrics");
+    Ok(())
+}
+
+/// The health checks' and memory housekeeping's threads.
+pub(crate) fn start_background(services: &mut Services) -> Result<HealthChecks, StartError> {
+    let (checks, thread) = HealthChecks::start()?;
+    services.add(thread);
+    services.add(Thread::spawn("housekeeping", memory::housekeeping)?);
+    Ok(checks)
+}
+
+/// Self-signed certificates for the hosts that name none (the embedded default).
+pub(crate) fn self_signed_for(config: &Config) -> Result<Vec<LoadedCert>, StartError> {
+    let mut names: Vec<String> = config
+        .servers
+        .iter()
+        .filter(|s| s.certificates.is_empty())
+        .flat_map(|s| s.names.iter().cloned())
+        .collect();
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    names.dedup();
+    Ok(selfsigned::generate(&names)?)
+}
+
+/// QUIC's TLS configuration, built once for the endpoints' life: its certificates follow
+/// the current site (reloads, ACME renewals).
+fn quic_config(
+    config: &Config,
+    handle: &SiteHandle,
+) -> Result<(Arc<terminus_quic::ServerConfig>, terminus_quic::Limits), StartError> {
+    let mut tls = (*handle.current().tls).clone();
+    tls.cert_resolver = Arc::new(site::LiveCertificates(handle.clone()));
+    Ok((
+        terminus_quic::server_config(
+            &Arc::new(tls),
+            config.http3_early_data.then_some(config.tls.session_cache),
+        )
+        .map_err(StartError::Http3)?,
+        terminus_quic::Limits {
+            handshake_timeout: config.handshake_timeout,
+            ..config.http3
+        },
+    ))
+}
+
+/// The ACME manager, if a server takes its certificates from `[acme]`: it tells the
+/// server through `issued` when it stored one, and the server rebuilds its site.
+fn acme(
+    config: &Config,
+    challenges: &Arc<terminus_acme::Challenges>,
+    issued: async_mpsc::UnboundedSender<()>,
+) -> Result<Option<terminus_acme::Acme>, StartError> {
+    let Some(settings) = &config.acme else {
+        return Ok(None);
+    };
+    let targets: Vec<terminus_acme::Target> = config
+        .servers
+        .iter()
+        .filter(|s| s.acme)
+        .map(|s| terminus_acme::Target {
+            names: s.names.clone(),
+        })
+        .collect();
+    if targets.is_empty() {
+        tracing::warn!("[acme] is configured but no server has certificates = \"acme\"");
+        return Ok(None);
+    }
+    let acme = terminus_acme::Acme::new(
+        settings.clone(),
+        targets,
+        config.fleet.as_ref(),
+        challenges.clone(),
+        Arc::new(move || {
+            let _ = issued.send(());
+        }),
+    )?;
+    tracing::info!(
+        "acme: certificates from {} ({}), kept in {}{}",
+        settings.directory,
+        settings.challenge.name(),
+        settings.state_dir.display(),
+        if config.fleet.is_some() {
+            " and in the fleet's store"
+        } else {
+            ""
+        }
+    );
+    Ok(Some(acme))
+}
+
+/// Probes what the kernel's TLS can take, unless no listener wants it, and says so once.
+fn probe_kernel_tls(config: &Config) -> KernelSupport {
+    if config.listen.iter().all(|l| l.ktls == KtlsMode::Off) {
+        return KernelSupport::none("ktls = \"off\" on every listener");
+    }
+    let support = KernelSupport::probe();
+    tracing::info!("kernel TLS {}", support.summary());
+    if !support.any() {
+        for l in config
+            .listen
+            .iter()
+            .filter(|l| l.ktls == KtlsMode::Required)
+        {
+            tracing::warn!("listener {} has ktls = \"required\" but this kernel has no usable kernel TLS: its connections will be refused after the handshake", l.addr);
+        }
+    }
+    support
+}
+
+/// The backend `crypto.backend` chose, with `auto` decided by the CPU's features.
+pub(crate) fn resolve_backend(choice: BackendChoice) -> Result<BackendKind, StartError> {
+    match choice {
+        BackendChoice::Auto => {
+            let kind = BackendKind::auto();
+            if kind == BackendKind::Scalar {
+                tracing::info!("crypto backend auto: crypto_mb cannot run on this CPU (no AVX-512 IFMA), computing handshake crypto scalar");
+            }
+            Ok(kind)
+        }
+        BackendChoice::Use(BackendKind::Multibuffer)
+            if BackendKind::auto() != BackendKind::Multibuffer =>
+        {
+            Err(StartError::MultibufferUnavailable)
+        }
+        BackendChoice::Use(kind) => Ok(kind),
+    }
+}
+
+/// Each worker's QUIC sockets (one per http3 listener) with its place among that
+/// listener's workers, which hand each other datagrams for their connections.
+fn quic_endpoints(per_worker: Vec<Vec<UdpSocket>>) -> Vec<Vec<(UdpSocket, terminus_quic::Member)>> {
+    let listeners = per_worker.first().map_or(0, Vec::len);
+    let mut members: Vec<_> = (0..listeners)
+        .map(|_| terminus_quic::members(per_worker.len()).into_iter())
+        .collect();
+    per_worker
+        .into_iter()
+        .map(|sockets| {
+            sockets
+                .into_iter()
+                .zip(members.iter_mut().map_while(Iterator::next))
+                .collect()
+        })
+        .collect()
+}
+
+/// Every client connection takes a descriptor: as HAProxy does, the soft limit is raised
+/// toward `max_connections` and some room besides (upstreams, files, listeners), up to
+/// the hard limit, which only privilege raises. Below that, accept fails and backs off
+/// (with a warning then).
+pub(crate) fn raise_open_file_limit(max_connections: usize) {
+    let wanted = max_connections as u64 + 1024;
+    match terminus_sys::raise_open_file_limit(wanted) {
+        Ok(limit) if limit < wanted => tracing::warn!(
+            "open-file limit {limit} is below the {wanted} limits.max_connections = {max_connections} may need (raise the hard limit: ulimit -Hn, LimitNOFILE=)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
+}
