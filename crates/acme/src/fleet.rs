@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client};
+use redis::Client;
 use terminus_fleet::store::StoreSettings;
 use terminus_fleet::tickets::key::{hex, Kek};
 use zeroize::Zeroizing;
@@ -134,12 +134,7 @@ impl FleetStore {
         if let Some(conn) = held.as_ref() {
             return Ok(conn.clone());
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)));
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
+        let conn = terminus_fleet::store::connect(&self.client)
             .await
             .map_err(|e| format!("the fleet's store: {e}"))?;
         *held = Some(conn.clone());

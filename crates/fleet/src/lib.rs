@@ -212,16 +212,10 @@ pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<Strin
         .map_err(|e| StoreProblem::Wrong(e.to_string()))?;
     let entries = KeyEntries::new(&settings.prefix, rotation);
     runtime.block_on(async {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
-            .set_response_timeout(Some(std::time::Duration::from_secs(2)));
         let fail = |e: redis::RedisError| {
             StoreProblem::Unreachable(format!("store {}: {e}", settings.shown()))
         };
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(fail)?;
+        let mut conn = store::connect(&client).await.map_err(fail)?;
         let now = rotation.epoch_at((system_clock())());
         let found = entries.fetch(&mut conn, now).await.map_err(fail)?;
         let mut keys = 0;

@@ -6,7 +6,6 @@
 //! that is safe. Every failure ends as the status an nginx operator expects (502, 503,
 //! 504) with the upstream, the server and the cause, in the log and the metrics.
 
-use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -21,6 +20,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::balance::hash;
 use crate::connect::connect;
+use crate::error::{ProxyError, ProxyErrorKind};
 use crate::headers::{
     add_client_cert, add_forwarding, clean_trailers, remove_hop_by_hop, remove_underscored, Origin,
 };
@@ -38,31 +38,6 @@ use crate::upstream::{InProgress, Upstream};
 use crate::websocket::{connect_kind, Connect, Opening};
 use terminus_h1::{has_token, RawHead};
 use tokio::io::AsyncWriteExt;
-
-/// A request the proxy could not pass on, or whose response it could not get.
-#[derive(Debug)]
-pub struct ProxyError {
-    /// The status to answer the client with.
-    pub status: StatusCode,
-    /// The upstream's name.
-    pub upstream: String,
-    /// The server last tried, if one was.
-    pub server: Option<SocketAddr>,
-    /// What went wrong, for the log.
-    pub cause: String,
-}
-
-impl fmt::Display for ProxyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "upstream {:?}", self.upstream)?;
-        if let Some(s) = self.server {
-            write!(f, " server {s}")?;
-        }
-        write!(f, ": {} ({})", self.cause, self.status.as_u16())
-    }
-}
-
-impl std::error::Error for ProxyError {}
 
 /// What every attempt at a request shares, whichever server and protocol it goes to.
 pub(crate) struct Attempt {
@@ -94,11 +69,12 @@ where
     };
     let (mut parts, body) = req.into_parts();
     let body = body.map_frame(clean_trailer_frame as fn(Frame<Bytes>) -> Frame<Bytes>);
-    let error = |status, server: Option<usize>, cause: String| ProxyError {
+    let error = |kind, status, server: Option<usize>, detail: String| ProxyError {
+        kind,
         status,
         upstream: upstream.spec.name.clone(),
         server: server.map(|i| upstream.servers[i].spec.address),
-        cause,
+        detail,
     };
     let key = hash_key(&upstream.spec.balance, &parts, origin);
     let framing = body_framing(&body);
@@ -120,10 +96,12 @@ where
         }
         Connect::WebSocket => {
             let cause = "a WebSocket over HTTP/2 goes only to an http1 upstream";
-            return Err(error(StatusCode::NOT_IMPLEMENTED, None, cause.into()));
+            let kind = ProxyErrorKind::WebSocketUpstream;
+            return Err(error(kind, StatusCode::NOT_IMPLEMENTED, None, cause.into()));
         }
         Connect::Refused(status) => {
-            return Err(error(status, None, "CONNECT for no WebSocket".into()))
+            let kind = ProxyErrorKind::NotAWebSocket;
+            return Err(error(kind, status, None, "CONNECT for no WebSocket".into()));
         }
     };
     // An HTTP/1.1 client's head goes to an HTTP/1.1 upstream from its bytes, and the
@@ -175,11 +153,13 @@ where
         else {
             return Err(match excluded {
                 Some(i) => error(
+                    ProxyErrorKind::NoOtherServer,
                     StatusCode::BAD_GATEWAY,
                     Some(i),
                     "no other server to retry on".into(),
                 ),
                 None => error(
+                    ProxyErrorKind::NoServerUp,
                     StatusCode::SERVICE_UNAVAILABLE,
                     None,
                     "no server is up".into(),
@@ -221,9 +201,10 @@ where
         let failed = match (outcome, &opening) {
             (Ok(resp), None) => return Ok(resp),
             (Ok(resp), Some(opening)) => {
-                return opening
-                    .answer(resp)
-                    .map_err(|cause| error(StatusCode::BAD_GATEWAY, Some(i), cause.into()));
+                return opening.answer(resp).map_err(|cause| {
+                    let kind = ProxyErrorKind::BadUpgrade;
+                    error(kind, StatusCode::BAD_GATEWAY, Some(i), cause.into())
+                });
             }
             (Err(failed), _) => failed,
         };
@@ -248,11 +229,13 @@ where
             }
             log_failure(upstream, server.spec.address, &failed.detail);
             let detail = format!("{} on a reused connection, not sent again", failed.detail);
-            return Err(error(StatusCode::BAD_GATEWAY, Some(i), detail));
+            let kind = ProxyErrorKind::StaleReused;
+            return Err(error(kind, StatusCode::BAD_GATEWAY, Some(i), detail));
         }
         let Some(failure) = failed.failure else {
             // The client's body failed: nobody is waiting for this answer.
-            return Err(error(StatusCode::BAD_REQUEST, Some(i), failed.detail));
+            let kind = ProxyErrorKind::ClientBody;
+            return Err(error(kind, StatusCode::BAD_REQUEST, Some(i), failed.detail));
         };
         upstream.failed(i, failure);
         log_failure(upstream, server.spec.address, &failed.detail);
@@ -274,7 +257,8 @@ where
             server.metrics.retry();
             continue;
         }
-        return Err(error(status_of(failure), Some(i), failed.detail));
+        let kind = ProxyErrorKind::Failed(failure);
+        return Err(error(kind, status_of(failure), Some(i), failed.detail));
     }
 }
 

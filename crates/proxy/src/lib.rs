@@ -25,6 +25,7 @@
 pub mod balance;
 pub mod checks;
 pub mod connect;
+mod error;
 pub mod forward;
 mod h2;
 pub mod headers;
@@ -43,7 +44,8 @@ pub mod tunnel;
 pub mod upstream;
 mod websocket;
 
-pub use forward::{forward, ProxyError};
+pub use error::{ProxyError, ProxyErrorKind};
+pub use forward::forward;
 pub use headers::Origin;
 pub use http1::Upstreamed;
 pub use metrics::ProxyMetrics;

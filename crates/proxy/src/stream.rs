@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 use crate::balance::hash;
 use crate::connect::tcp;
-use crate::forward::ProxyError;
+use crate::error::{ProxyError, ProxyErrorKind};
 use crate::health::now_ms;
 use crate::metrics::{Failure, Phase};
 use crate::spec::{Balance, HashKey};
@@ -59,11 +59,14 @@ pub async fn open(
         Balance::Hash(HashKey::ClientIp) => Some(hash(&client.ip())),
         _ => None,
     };
-    let error = |status, server: Option<usize>, cause: String| ProxyError {
-        status,
+    let error = |kind, server: Option<usize>, detail: String| ProxyError {
+        kind,
+        // A stream has no status to answer with: 502 in its log line, as nginx's stream
+        // module's $status.
+        status: StatusCode::BAD_GATEWAY,
         upstream: upstream.spec.name.clone(),
         server: server.map(|i| upstream.servers[i].spec.address),
-        cause,
+        detail,
     };
     let mut excluded = None;
     loop {
@@ -71,11 +74,11 @@ pub async fn open(
             .balancer
             .choose(&upstream.servers, key, excluded, now_ms())
         else {
-            let cause = match excluded {
-                Some(_) => "no other server to retry on",
-                None => "no server is up",
+            let (kind, cause) = match excluded {
+                Some(_) => (ProxyErrorKind::NoOtherServer, "no other server to retry on"),
+                None => (ProxyErrorKind::NoServerUp, "no server is up"),
             };
-            return Err(error(StatusCode::BAD_GATEWAY, excluded, cause.into()));
+            return Err(error(kind, excluded, cause.into()));
         };
         let server = &upstream.servers[i];
         let progress = InProgress::new(upstream.clone(), i);
@@ -109,7 +112,7 @@ pub async fn open(
                 upstream.failed(i, failure);
                 tracing::warn!(upstream = %upstream.spec.name, server = %server.spec.address, "stream connect failed: {detail}");
                 if excluded.is_some() {
-                    return Err(error(StatusCode::BAD_GATEWAY, Some(i), detail));
+                    return Err(error(ProxyErrorKind::Failed(failure), Some(i), detail));
                 }
                 server.metrics.retry();
                 excluded = Some(i);

@@ -81,6 +81,33 @@ pub enum StartError {
     Io(#[from] std::io::Error),
 }
 
+impl terminus_error::Classify for StartError {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Config(_) => "config",
+            Self::SelfSigned(_) => "self_signed",
+            Self::MultibufferUnavailable => "multibuffer_unavailable",
+            Self::Acme(_) => "acme",
+            Self::Http3(_) => "http3",
+            Self::Fleet(_) => "fleet",
+            Self::Listen { .. } => "listen",
+            Self::Placement(_) => "placement",
+            Self::Io(_) => "io",
+        }
+    }
+
+    /// What the operator changes: the configuration, except where the machine refused
+    /// (a port taken, a resource short) or terminus failed itself.
+    fn source(&self) -> terminus_error::Source {
+        match self {
+            Self::SelfSigned(_) | Self::Listen { .. } | Self::Io(_) => {
+                terminus_error::Source::Internal
+            }
+            _ => terminus_error::Source::Config,
+        }
+    }
+}
+
 impl ServerOptions {
     /// The configured log level; info when the configuration does not load (`run`
     /// reports why).

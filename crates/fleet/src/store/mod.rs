@@ -11,7 +11,8 @@ pub mod sync;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use redis::{Client, IntoConnectionInfo, TlsCertificates};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, RedisResult, TlsCertificates};
 use zeroize::Zeroizing;
 
 use crate::tickets::key::Kek;
@@ -115,6 +116,24 @@ impl StoreSettings {
         .map_err(|e| format!("store {:?}: {e}", self.shown()))?;
         Ok((client, kek))
     }
+}
+
+/// How long a connection to the store may take to open, and a command to be answered:
+/// one bound for every user of the store (the key rounds, the share rounds, the ACME
+/// manager, `terminus check`). A store on the LAN answers in well under a millisecond; a
+/// second without an answer is a store that is down, and the key rounds must not wait
+/// longer than that to fall back on the keys they hold.
+pub const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A connection to the store (`client` from [`StoreSettings::open`]), opened and answering
+/// within [`TIMEOUT`].
+pub async fn connect(client: &Client) -> RedisResult<MultiplexedConnection> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(TIMEOUT))
+        .set_response_timeout(Some(TIMEOUT));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisResult};
+use redis::{Client, RedisResult};
 use terminus_metrics::{Counter, Exposition, Gauge, Render};
 use tokio::sync::watch;
 
@@ -282,13 +282,8 @@ impl KeySync {
         poll: Duration,
         shares: Option<&mut ShareSync>,
     ) -> RedisResult<()> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(1)));
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let subscribed = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut conn = super::connect(client).await?;
+        let subscribed = tokio::time::timeout(super::TIMEOUT, async {
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(self.entries.channel()).await?;
             Ok::<_, redis::RedisError>(pubsub)
@@ -330,7 +325,7 @@ impl KeySync {
             None => keys.await,
             Some(shares) => tokio::select! {
                 ended = keys => ended,
-                never = self.share_rounds(client, &config, shares) => match never {},
+                never = self.share_rounds(client, shares) => match never {},
             },
         }
     }
@@ -344,7 +339,6 @@ impl KeySync {
     async fn share_rounds(
         &self,
         client: &Client,
-        config: &AsyncConnectionConfig,
         shares: &mut ShareSync,
     ) -> std::convert::Infallible {
         let mut conn = None;
@@ -356,11 +350,7 @@ impl KeySync {
             let round = async {
                 let conn = match &mut conn {
                     Some(conn) => conn,
-                    None => conn.insert(
-                        client
-                            .get_multiplexed_async_connection_with_config(config)
-                            .await?,
-                    ),
+                    None => conn.insert(super::connect(client).await?),
                 };
                 shares.round(conn).await
             };
