@@ -2,11 +2,9 @@
 //! histograms add up, agree with the engine's own timing, carry their labels, and reach
 //! the access log.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::harness::*;
 
 /// One label set's histograms, read from `/metrics`.
 struct Set {

@@ -5,11 +5,9 @@
 //! and go on serving afterwards. How
 //! fast and how much is bench/overload's to measure.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::harness::*;
 
 /// How many offered handshakes a second a flood at `rate` is.
 enum Rate {

@@ -3,12 +3,10 @@
 //! skipped exactly, path traversal, and clients that stop reading. Bytes are written by a
 //! rustls client exactly as the test spells them (see common/raw.rs).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::raw::{statuses, Ended, Raw};
-use common::*;
+use crate::harness::raw::{statuses, Ended, Raw};
+use crate::harness::*;
 
 /// A server whose timeouts are `request_header`, `keepalive` (also the stall timeout of
 /// a response) and a long handshake timeout, with a few files; `/smuggled.txt` must never

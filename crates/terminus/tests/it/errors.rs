@@ -2,12 +2,10 @@
 //! file, which line and why; `terminus check` says the same and exits non-zero. Logs are
 //! plain text unless stderr is a terminal.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// Runs `terminus check` and `terminus serve` on `config`; both must fail with every
 /// fragment of `expected` in their error output.

@@ -6,8 +6,6 @@
 //! server here has `ktls = "off"`: the userspace record layer is what is tested, on every
 //! kernel.
 
-mod common;
-
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -20,7 +18,7 @@ use rustls::{AlertDescription, ClientConfig, ClientConnection, StreamOwned};
 use sha2::{Digest, Sha256};
 use terminus_load::{tls::client_config, TlsChoice, Trust};
 
-use common::*;
+use crate::harness::*;
 
 /// The three TLS 1.3 suites, by their OpenSSL (IANA) names.
 const TLS13_SUITES: [&str; 3] = [
@@ -877,7 +875,7 @@ fn a_10_gib_transfer_crosses_key_updates_both_ways_intact() {
 /// holds every line of the page, in order.
 #[test]
 fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
-    if !common::chromium_runs_here() {
+    if !crate::harness::chromium_runs_here() {
         return;
     }
     let dir = TestDir::new("rl-chromium");
@@ -899,7 +897,7 @@ fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
         (&["--disable-http2"][..], "HTTP/1.1"),
     ] {
         let profile = dir.path(&format!("profile{}", extra.len()));
-        let out = run(common::chromium(&profile)
+        let out = run(crate::harness::chromium(&profile)
             .args(extra)
             .args(["--dump-dom", &url]));
         let dom = String::from_utf8_lossy(&out.stdout);

@@ -1,14 +1,12 @@
 //! Signals and limits: graceful shutdown, SIGHUP reload, slow clients, max connections.
 
-mod common;
-
 use std::io::Read;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 
 #[test]
 fn sigterm_finishes_in_flight_request_then_exits_zero() {

@@ -1,18 +1,17 @@
 //! Shared harness for the integration tests: a spawned `terminus` on a loopback port,
 //! certificates made with the openssl CLI, and helpers to run real clients.
-#![allow(dead_code)]
 
+use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 pub mod raw;
 pub mod replay;
 
-#[allow(unused_imports)] // each test binary uses some of them
 pub use terminus_testkit::{eventually, openssl, run, TestDir};
 
 /// True when crypto_mb runs on this CPU; otherwise the skip is shown and counted (or
@@ -21,11 +20,50 @@ pub fn ifma() -> bool {
     terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable())
 }
 
-/// Held by the tests of one binary that measure rates or time, or that saturate a CPU:
-/// they run one at a time, so that no test's load can fail another's measurement.
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The lock [`exclusive`] takes for writing and every test that starts a server for
+/// reading.
+static SUITE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// The read side of [`SUITE`] a test thread took when it started its first server,
+    /// held until the thread (the test) ends.
+    static ALONGSIDE: RefCell<Option<RwLockReadGuard<'static, ()>>> = const { RefCell::new(None) };
+    /// Whether this thread's test holds [`exclusive`].
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Held by the tests that measure rates or time, or that saturate a CPU: while one holds
+/// it, no other test of the binary runs a server (one that has started one finishes
+/// first; one that starts one waits), so that no test's load can fail another's
+/// measurement. Every area shares this process, so the lock spans them all, as the
+/// separate binaries of before ran one after another. Take it first, before starting a
+/// server.
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    assert!(
+        ALONGSIDE.with(|held| held.borrow().is_none()),
+        "exclusive() must be taken before the test starts a server"
+    );
+    ALONE.with(|alone| alone.set(true));
+    SUITE.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Called when a server starts: unless this test holds [`exclusive`], waits for any
+/// test that does to finish and keeps those that will from starting until this test
+/// ends. Only libtest's threads, named after their test (`area::test`), take it; a thread
+/// a test spawned has no such name and goes on under its test's hold.
+fn alongside_others() {
+    let test_thread = std::thread::current()
+        .name()
+        .is_some_and(|name| name.contains("::"));
+    if !test_thread || ALONE.with(Cell::get) {
+        return;
+    }
+    ALONGSIDE.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.is_none() {
+            *held = Some(SUITE.read().unwrap_or_else(PoisonError::into_inner));
+        }
+    });
 }
 
 /// A self-signed certificate and key made by the openssl CLI.
@@ -220,6 +258,7 @@ impl Server {
     }
 
     fn launch(args: &[&str], listen_flag: bool, fd_limit: Option<u32>) -> Server {
+        alongside_others();
         let logs = TestDir::new("logs");
         let stderr_path = logs.path("stderr.log");
         let mut cmd = match fd_limit {

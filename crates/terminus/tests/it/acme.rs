@@ -8,14 +8,12 @@
 //! listener and the 400 for plain HTTP on a TLS port, and the `[acme]` config errors,
 //! need no CA.
 
-mod common;
-
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::*;
+use crate::harness::*;
 use terminus_testkit::Redis;
 use terminus_testkit::{repo, runs_here, Need};
 

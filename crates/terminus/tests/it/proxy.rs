@@ -2,13 +2,11 @@
 //! and real clients (curl over HTTP/1.1 and h2): headers both ways, bodies streamed with
 //! their checksums, every failure mapped to its status, balancing, and connection reuse.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 
 /// terminus with "/" from files and "/app/" and "/plain/" ... as `routes` says, behind the
 /// `upstreams` given as TOML.
@@ -506,7 +504,7 @@ fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
 /// pooled an upstream connection (its GET), 150 ms later: on a stale one when the
 /// upstream closes idle connections after 100 ms. The start of the answer.
 fn post_on_a_stale_connection(server: &Server, extra: &str) -> String {
-    use common::raw::Raw;
+    use crate::harness::raw::Raw;
     let mut raw = Raw::connect(server);
     raw.send(b"GET /app/whoami HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
@@ -622,7 +620,7 @@ fn an_http2_body_that_disagrees_with_its_content_length_is_reset_and_smuggles_no
 /// reading the upload at the response head (half duplex, nginx's way) would stall it.
 #[test]
 fn an_upload_goes_on_streaming_after_the_upstreams_answer_has_begun() {
-    use common::raw::{Ended, Raw};
+    use crate::harness::raw::{Ended, Raw};
     let (_app, _dir, server) = one_app("proxy-duplex");
     let mut raw = Raw::connect(&server);
     let head = "POST /app/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -833,7 +831,7 @@ fn websocket_upgrades_become_a_two_way_stream() {
     assert_eq!(seen["in_order"], true, "{seen}");
     assert_eq!(seen["closed"], 1000, "a clean close went through: {seen}");
     // A tunnel nobody uses ends at the upstream's idle timeout.
-    let mut raw = common::raw::Raw::connect(&server);
+    let mut raw = crate::harness::raw::Raw::connect(&server);
     raw.send(b"GET /ws/echo HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").unwrap();
     let started = Instant::now();
     let reply = raw.read_to_close(Duration::from_secs(10));
@@ -1420,7 +1418,7 @@ fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
 /// One request written by hand over TLS (SNI localhost); the whole reply, the connection
 /// closed after it.
 fn raw_request(server: &Server, request: &str) -> String {
-    let mut raw = common::raw::Raw::connect(server);
+    let mut raw = crate::harness::raw::Raw::connect(server);
     raw.send(request.as_bytes()).unwrap();
     String::from_utf8_lossy(&raw.read_to_close(Duration::from_secs(10))).into_owned()
 }

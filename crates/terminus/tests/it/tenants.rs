@@ -4,12 +4,10 @@
 //! tenant to its peak, a tenant within its quota untouched. Exact accounting and the
 //! meters' arithmetic are unit-tested in `terminus_engine::capacity`.
 
-mod common;
-
 use std::process::{Command, Output};
 use std::thread;
 
-use common::*;
+use crate::harness::*;
 
 /// Two hosts on one RSA-2048 certificate: a.test is tenant "a", b.test tenant "b".
 fn two_tenants(dir: &TestDir, a: &str, b: &str) -> std::path::PathBuf {

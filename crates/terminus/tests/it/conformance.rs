@@ -6,12 +6,10 @@
 //! fetch; h2spec comes from Go's module proxy and testssl.sh from Debian, and `.ci/run`
 //! installs both.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{openssl, Server, TestDir};
+use crate::harness::{openssl, Server, TestDir};
 use terminus_testkit::{repo, runs_here, Need};
 
 const SKIP_MARKER: &str = "SKIPPED: tlsfuzzer conformance";
@@ -20,7 +18,7 @@ const SKIP_MARKER: &str = "SKIPPED: tlsfuzzer conformance";
 fn tlsfuzzer_scripts_fail_only_as_listed() {
     let out = Command::new("python3")
         .arg(repo().join("tests/conformance/run"))
-        .args(["--terminus", common::terminus_bin()])
+        .args(["--terminus", crate::harness::terminus_bin()])
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -5,15 +5,13 @@
 //! bounded. The codec's own tests (terminus-h2) check each limit exactly; these check
 //! that the server, end to end, holds under them.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{make_cert, python_imports, status, KeyKind, Server, TestDir};
+use crate::harness::{make_cert, python_imports, status, KeyKind, Server, TestDir};
 
 /// HTTP/2 error codes (RFC 9113 section 7).
 const NO_ERROR: u64 = 0x0;
@@ -191,7 +189,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
     // Each defence at work is counted.
     let metrics = server.metrics();
     let trouble = |cause: &str| {
-        common::metric_sum(
+        crate::harness::metric_sum(
             &metrics,
             "terminus_http2_trouble_total",
             &[&format!("cause=\"{cause}\"")],
@@ -217,7 +215,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
 /// (`browser/grid.py` reads its pixels).
 #[test]
 fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
-    if !common::chromium_runs_here() {
+    if !crate::harness::chromium_runs_here() {
         return;
     }
     let dir = TestDir::new("h2-chromium");
@@ -232,8 +230,8 @@ fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
     let log = format!("[log]\naccess = \"{}\"", dir.path("access.log").display());
     let server = start(&dir, &log);
     let shot = dir.path("shot.png");
-    let out = common::run(
-        common::chromium(&dir.path("profile"))
+    let out = crate::harness::run(
+        crate::harness::chromium(&dir.path("profile"))
             .args(["--hide-scrollbars", "--window-size=600,400"])
             .arg(format!("--screenshot={}", shot.display()))
             .arg(format!("https://localhost:{}/grid.html", server.port())),
@@ -243,7 +241,7 @@ fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
         "chromium: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let checked = common::run(Command::new("python3").arg(&grid).arg("check").arg(&shot));
+    let checked = crate::harness::run(Command::new("python3").arg(&grid).arg("check").arg(&shot));
     assert!(
         checked.status.success(),
         "the screenshot: {}",
@@ -360,7 +358,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
         "no Go toolchain (`go`) on the PATH",
     ) {
         let program = dir.write("client/main.go", GO_H2_CLIENT);
-        let out = common::run(
+        let out = crate::harness::run(
             Command::new("go")
                 .arg("run")
                 .arg(&program)
@@ -381,7 +379,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
             let want = format!(
                 "/{name} 200 {} {} HTTP/2.0",
                 body.len(),
-                common::openssl_sha256(body)
+                crate::harness::openssl_sha256(body)
             );
             assert_eq!(line, want);
         }
@@ -394,7 +392,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
     ) {
         return;
     }
-    let out = common::run(
+    let out = crate::harness::run(
         Command::new("nghttp")
             .args(["-n", "-s"])
             .args(files.iter().map(|(n, _)| format!("{base}/{n}"))),
@@ -417,7 +415,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
             "nghttp {name}: {line}"
         );
     }
-    let out = common::run(Command::new("h2load").args([
+    let out = crate::harness::run(Command::new("h2load").args([
         "-n",
         "2000",
         "-c",

@@ -1,12 +1,10 @@
 //! Real TLS clients against a spawned terminus: curl (HTTP/1.1 and HTTP/2), openssl
 //! s_client (TLS 1.2 and 1.3, RSA and ECDSA), Python's ssl module, SNI virtual hosts.
 
-mod common;
-
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::*;
+use crate::harness::*;
 
 struct Fixture {
     _dir: TestDir,
@@ -275,7 +273,7 @@ fn s_client_each_version_and_key_type() {
 
 #[test]
 fn s_client_each_version_and_key_type_multibuffer() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     each_version_and_key_type("multibuffer");

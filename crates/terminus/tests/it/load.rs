@@ -2,13 +2,11 @@
 //! latency under a stalled server, and the loopback guard. The tests run one at a time
 //! (`exclusive`): most measure rates or saturate a CPU.
 
-mod common;
-
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 
 /// Runs `terminus load ARGS --json` and returns the parsed report.
 fn load(args: &[&str]) -> serde_json::Value {

@@ -1,13 +1,11 @@
 //! HTTP/3 over QUIC, with a real client (aioquic): QUIC handshakes computed by the
 //! crypto engine on the coroutine bridge, as TCP ones are.
 
-mod common;
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// Whether aioquic is installed (`.ci/run` installs it); else the skip is shown.
 fn aioquic() -> bool {

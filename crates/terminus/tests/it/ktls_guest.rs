@@ -3,11 +3,9 @@
 //! counted as skipped, or fail where `TERMINUS_REQUIRE` names `ktls-guest` (see
 //! terminus_testkit).
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{curl, Server};
+use crate::harness::{curl, Server};
 
 /// `args` run inside the guest from the repository's root; None (a counted skip, or a
 /// failure where the guest is required) when no guest starts here.

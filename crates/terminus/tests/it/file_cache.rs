@@ -2,12 +2,10 @@
 //! notices (a changed file, a deleted one, a symlink swapped to leave the root), its
 //! bounds on open descriptors, and `cache = false`.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// One worker (one cache) serving `dir/www` with `[files]` set to `files`.
 fn start(dir: &TestDir, files: &str) -> Server {

@@ -3,13 +3,11 @@
 //! periods it is refused, as a full handshake), and instances sharing a store resume each
 //! other's sessions.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 use terminus_testkit::Redis;
 
 /// One server with an ECDSA certificate, `extra` before it (`[tls]`, `[fleet]`).

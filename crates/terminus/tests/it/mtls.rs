@@ -2,12 +2,10 @@
 //! openssl CLI, curl and openssl s_client as clients and Python's http.server
 //! (tests/upstream/app.py `/headers`) as the upstream that reports what it was told.
 
-mod common;
-
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// A CA (`NAME.pem`, `NAME.key`) in `dir`.
 fn ca(dir: &TestDir, name: &str) {

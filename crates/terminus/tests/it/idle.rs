@@ -3,13 +3,11 @@
 //! with `terminus load --idle` holding thousands), and that one woken after its idle
 //! time is served whole, whatever the size of its request and answer.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// The server's resident memory, in bytes.
 fn rss(server: &Server) -> f64 {

@@ -1,11 +1,9 @@
 //! Static file semantics with curl: headers, conditional requests, ranges, HEAD,
 //! directories, error statuses, and every traversal trick we know of.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 
-use common::*;
+use crate::harness::*;
 
 struct Site {
     dir: TestDir,

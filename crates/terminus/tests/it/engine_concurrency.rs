@@ -1,12 +1,10 @@
 //! The coroutine bridge under load: hundreds of concurrent full handshakes from a rustls
 //! client, every signature and key exchange counted by the engine.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 use rustls::pki_types::ServerName;
 use rustls::RootCertStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -245,7 +243,7 @@ fn five_hundred_concurrent_ecdsa_handshakes_through_threads_backend() {
 
 #[test]
 fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm("multibuffer", KeyKind::Rsa(2048), "rsa_sign", "x25519", 600);
@@ -305,7 +303,7 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
 
 #[test]
 fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm(
@@ -325,7 +323,7 @@ fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
 /// next test, and bench/rtt-latency).
 #[test]
 fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_are_batched() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm("multibuffer", KeyKind::EcdsaP384, "ecdsa_sign", "p256", 600);
@@ -343,7 +341,7 @@ fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_are_batched() {
 /// fails the lower mode against 4.
 #[test]
 fn six_hundred_concurrent_p384_handshakes_beside_keep_alive_traffic_batch_three_or_more() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm_beside(
@@ -371,7 +369,7 @@ fn assert_batched(m: &str, op: &str, least: f64) {
 /// the engine, the X25519 halves batched in the hybrid's own queue.
 #[test]
 fn six_hundred_concurrent_hybrid_key_exchanges_fill_multibuffer_batches() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm(
