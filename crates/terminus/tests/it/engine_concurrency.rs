@@ -126,7 +126,7 @@ fn run_storm_beside(
     let dir = TestDir::new("storm");
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/0kb.bin", "");
-    let server = Server::start(&[
+    let server = ServerBuilder::flags(&[
         "--cert",
         pair.cert.to_str().unwrap(),
         "--key",
@@ -138,9 +138,9 @@ fn run_storm_beside(
         "--no-resumption",
         "--workers",
         "2",
-        "--admin",
-        "127.0.0.1:0",
-    ]);
+    ])
+    .admin()
+    .start();
     let mut traffic = keep_alive.then(|| {
         std::process::Command::new(terminus_bin())
             .args([
@@ -158,7 +158,12 @@ fn run_storm_beside(
             .unwrap()
     });
     if traffic.is_some() {
-        std::thread::sleep(Duration::from_millis(500));
+        // Its 32 connections' handshakes done before the storm's are counted from here.
+        eventually(
+            Duration::from_secs(20),
+            "the keep-alive connections",
+            || server.metric("terminus_handshakes_total", &[]) >= 32.0,
+        );
     }
     // What the keep-alive client's own handshakes counted is not the storm's.
     let before = server.metrics();

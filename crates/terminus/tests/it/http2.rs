@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness::{make_cert, python_imports, status, KeyKind, Server, TestDir};
+use crate::harness::{
+    make_cert, python_imports, status, Config, KeyKind, Server, ServerBuilder, TestDir,
+};
 
 /// HTTP/2 error codes (RFC 9113 section 7).
 const NO_ERROR: u64 = 0x0;
@@ -30,29 +32,9 @@ fn server(dir: &TestDir) -> Server {
 /// the server block.
 fn start(dir: &TestDir, extra: &str) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 1
-{extra}
-[[server]]
-names = ["localhost"]
-root = "{www}"
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            www = dir.path("www").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    )
+    ServerBuilder::with(dir, &Config::new(dir, &pair).workers(1).before(extra))
+        .admin()
+        .start()
 }
 
 fn attack(server: &Server, dir: &TestDir, mode: &str) -> serde_json::Value {

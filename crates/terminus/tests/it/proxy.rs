@@ -18,33 +18,14 @@ fn proxy(dir: &TestDir, upstreams: &str, routes: &str) -> Server {
 fn proxy_listening(dir: &TestDir, listen: &str, upstreams: &str, routes: &str) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "from files\n");
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = [{listen}]
-workers = 2
-[log]
-access = "{log}"
-{upstreams}
-[[server]]
-names = ["localhost"]
-root = "{www}"
-{routes}
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            www = dir.path("www").display(),
-            log = dir.path("access.log").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    )
+    let config = Config::new(dir, &pair)
+        .listen(listen)
+        .before(&format!(
+            "[log]\naccess = \"{}\"\n{upstreams}",
+            dir.path("access.log").display()
+        ))
+        .in_server(routes);
+    ServerBuilder::with(dir, &config).admin().start()
 }
 
 fn one_upstream(app: &App, extra: &str) -> String {
@@ -408,10 +389,7 @@ fn keep_alive_requests_reuse_upstream_connections() {
     let (_app, _dir, server) = one_app("proxy-reuse");
     // 200 requests over one client connection (curl reuses it for repeated URLs).
     let urls: Vec<String> = (0..200).map(|_| server.url("/app/whoami")).collect();
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let out = run(Command::new("curl")
-        .args(["-sS", "-k", "--resolve", &resolve])
-        .args(&urls));
+    let out = run(curl_command(&server, "localhost").args(&urls));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(200));
     let (new, reused) = upstream_connections(&server);
     assert_eq!(new + reused, 200.0);
@@ -445,6 +423,8 @@ fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
         })
         .collect();
     for round in 0..6 {
+        // On purpose: past app.py's 100 ms keep-alive, so the pooled connections are
+        // stale when the round reuses them.
         std::thread::sleep(Duration::from_millis(150));
         std::thread::scope(|s| {
             for (i, (at, want)) in files.iter().enumerate() {
@@ -514,6 +494,7 @@ fn post_on_a_stale_connection(server: &Server, extra: &str) -> String {
         assert!(!more.is_empty(), "{}", String::from_utf8_lossy(&got));
         got.extend(more);
     }
+    // On purpose: the pooled upstream connection goes stale (app.py's keep-alive).
     std::thread::sleep(Duration::from_millis(150));
     let post = format!(
         "POST /app/sha256 HTTP/1.1\r\nHost: localhost\r\n{extra}Content-Length: 2\r\n\r\nhi"
@@ -683,14 +664,14 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
     let dir = TestDir::new("proxy-reload");
     let server = proxy(&dir, &one_upstream(&old, ""), APP_ROUTE);
     assert_eq!(body(&curl(&server, &[], "/app/whoami")), "old");
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let slow_url = server.url("/app/slow?ms=1500");
-    let in_flight = std::thread::spawn(move || {
-        run(Command::new("curl")
-            .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
-            .arg(slow_url))
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = curl_command(&server, "localhost");
+    slow.arg(server.url("/app/slow?ms=1500"));
+    let in_flight = std::thread::spawn(move || run(&mut slow));
+    eventually(
+        Duration::from_secs(10),
+        "the slow request at the upstream",
+        || server.metric("terminus_upstream_active_requests", &[]) >= 1.0,
+    );
     let conf = dir.path("terminus.toml");
     let text = std::fs::read_to_string(&conf).unwrap();
     std::fs::write(&conf, text.replace(&old.addr(), &new.addr())).unwrap();
@@ -929,11 +910,10 @@ fn upstream_connections_can_begin_with_a_proxy_protocol_header() {
         // Two client connections: each gets its own upstream connection and header,
         // and a connection is reused only for its own client's requests.
         let url = server.url(&format!("/{version}/x"));
-        let resolve = format!("localhost:{}:127.0.0.1", server.port());
         let mut clients = Vec::new();
         for _ in 0..2 {
-            let out = run(Command::new("curl")
-                .args(["-sS", "-k", "--resolve", &resolve, "-w", "\n"])
+            let out = run(curl_command(&server, "localhost")
+                .args(["-w", "\n"])
                 .args([&url, &url, &url]));
             let said: Vec<String> = String::from_utf8_lossy(&out.stdout)
                 .lines()
@@ -986,8 +966,7 @@ fn two_workers_keep_at_most_2048_idle_upstream_connections_for_2600_clients() {
         backend.addr()
     );
     let server = proxy(&dir, &upstreams, APP_ROUTE);
-    let out = run(Command::new(terminus_bin()).args([
-        "load",
+    let report = load(&[
         &server.url("/app/x"),
         "--rate",
         "650",
@@ -995,10 +974,7 @@ fn two_workers_keep_at_most_2048_idle_upstream_connections_for_2600_clients() {
         "4s",
         "--new-connection",
         "-k",
-        "--json",
-    ]));
-    assert!(out.status.success(), "{out:?}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ]);
     let answered = report["requests"].as_f64().unwrap();
     assert!(
         answered > 2200.0 && report["errors"].as_object().unwrap().is_empty(),
@@ -1046,12 +1022,9 @@ fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
     );
     drop(server);
     std::fs::write(&conf, text).unwrap();
-    let mut child = Command::new(terminus_bin())
-        .args(["serve", "--config", conf.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Both listeners on the ports chosen: the server prints the first; the second is
+    // waited for.
+    let _server = ServerBuilder::config(&conf).start();
     eventually(Duration::from_secs(10), "the listeners", || {
         std::net::TcpStream::connect(("127.0.0.1", p2)).is_ok()
     });
@@ -1089,21 +1062,19 @@ fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
         reply.contains("[\"x-forwarded-for\", \"127.0.0.1\"]"),
         "{reply}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
 fn sigterm_lets_a_proxied_request_finish() {
     let (_app, _dir, mut server) = one_app("proxy-term");
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let slow_url = server.url("/app/slow?ms=1500");
-    let in_flight = std::thread::spawn(move || {
-        run(Command::new("curl")
-            .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
-            .arg(slow_url))
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = curl_command(&server, "localhost");
+    slow.arg(server.url("/app/slow?ms=1500"));
+    let in_flight = std::thread::spawn(move || run(&mut slow));
+    eventually(
+        Duration::from_secs(10),
+        "the slow request at the upstream",
+        || server.metric("terminus_upstream_active_requests", &[]) >= 1.0,
+    );
     server.signal("TERM");
     let slow = in_flight.join().unwrap();
     assert_eq!(body(&slow), "slow\n", "the request in flight finished");
@@ -1148,10 +1119,7 @@ fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
     assert_eq!(body(&curl(&server, &["--http1.1"], "/app/whoami")), "a");
     // Keep-alive requests share the TLS connections.
     let urls: Vec<String> = (0..50).map(|_| server.url("/app/whoami")).collect();
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let out = run(Command::new("curl")
-        .args(["-sS", "-k", "--resolve", &resolve])
-        .args(&urls));
+    let out = run(curl_command(&server, "localhost").args(&urls));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(50));
     let app_label = "upstream=\"app\"";
     let metrics = server.metrics();
@@ -1211,7 +1179,7 @@ fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
     assert!(log.contains("not verified (verify = false)"), "{log}");
 
     // The active checks went over TLS too: a plaintext probe would have failed and taken
-    // the server out.
+    // the server out. A sleep on purpose: time for probes, of which none may fail.
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(
         server.metric(
@@ -1367,28 +1335,8 @@ fn streams_terminate_or_pass_through_by_sni() {
 fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
     let dir = TestDir::new("proxy-tls-mtls");
     // The identity terminus shows: a self-signed client certificate, which the app trusts.
-    let (client_cert, client_key) = (dir.path("client.pem"), dir.path("client.key"));
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        client_key.to_str().unwrap(),
-        "-out",
-        client_cert.to_str().unwrap(),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=terminus-proxy",
-        "-addext",
-        "extendedKeyUsage=clientAuth",
-        "-addext",
-        "basicConstraints=critical,CA:FALSE",
-    ]);
+    let identity = ca::self_signed(&dir.0, "client", &Leaf::client("terminus-proxy"));
+    let (client_cert, client_key) = (identity.cert, identity.key);
     let (backend, app) = tls_backend(
         &dir,
         "backend.internal",

@@ -42,42 +42,19 @@ const BOUNDARY_SIZES: [usize; 6] = [0, 1, 16383, 16384, 16385, 1 << 20];
 /// (app.py).
 fn start(dir: &TestDir, upstream: Option<&App>) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let (upstreams, route) = match upstream {
-        Some(app) => (
-            format!(
-                "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
+    let mut config = Config::new(dir, &pair).before(&format!(
+        "[log]\naccess = \"{}\"\n[tls]\nktls = \"off\"",
+        dir.path("access.log").display()
+    ));
+    if let Some(app) = upstream {
+        config = config
+            .before(&format!(
+                "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]",
                 app.addr()
-            ),
-            "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n".to_owned(),
-        ),
-        None => (String::new(), String::new()),
-    };
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 2
-[log]
-access = "{log}"
-[tls]
-ktls = "off"
-{upstreams}
-[[server]]
-names = ["localhost"]
-root = "{www}"
-{route}
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            www = dir.path("www").display(),
-            log = dir.path("access.log").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    Server::start_with(&["--config", conf.to_str().unwrap()], false)
+            ))
+            .in_server("[[server.route]]\npath = \"/app/\"\nupstream = \"app\"");
+    }
+    ServerBuilder::with(dir, &config).start()
 }
 
 /// `n` bytes in which every 8-byte word holds its own index (xor `salt`): a record
