@@ -527,7 +527,7 @@ fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
     assert!(refused() > 0.0);
     // Every instance's view of the split: three instances, shares summing to one.
     let admin = fleet.instances[0].admin.unwrap().to_string();
-    let table = run(Command::new("curl").args(["-sS", &format!("http://{admin}/capacity")]));
+    let table = fleet.instances[0].admin_get("/capacity");
     let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
     assert_eq!(doc["fleet"]["instances"], 3, "{doc:#}");
     let split = doc["fleet"]["tenants"]["t"]["instances"]

@@ -109,13 +109,7 @@ impl Setup {
     /// or anonymous, with `extra` arguments.
     fn curl(&self, host: &str, who: Option<&str>, extra: &[&str]) -> Output {
         let port = self.server.port();
-        let mut cmd = Command::new("curl");
-        cmd.args([
-            "-sS",
-            "-k",
-            "--resolve",
-            &format!("{host}:{port}:127.0.0.1"),
-        ]);
+        let mut cmd = curl_command(&self.server, host);
         if let Some(who) = who {
             cmd.args([
                 "--cert",

@@ -68,8 +68,7 @@ fn held_to_its_peak(server: &Server, a: &serde_json::Value) -> serde_json::Value
         (270.0..=330.0).contains(&a_acu),
         "tenant a used {a_acu:.0} ACU in 10 s; its peak is 30 ACU/s: {a:#}"
     );
-    let admin = server.admin.unwrap().to_string();
-    let table = run(Command::new("curl").args(["-sS", &format!("http://{admin}/capacity")]));
+    let table = server.admin_get("/capacity");
     let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
     let cost = |op: &str| doc["acu_cost"][op]["acu"].as_f64().unwrap();
     let answered = a["requests"].as_f64().unwrap() * (cost("rsa2048") + cost("x25519"));

@@ -492,15 +492,21 @@ impl Server {
         fields[0] + fields[1]
     }
 
-    /// `GET /metrics` from the admin listener.
-    pub fn metrics(&self) -> String {
+    /// curl's `GET PATH` from the admin listener (`/metrics`, `/capacity`, `/healthz`),
+    /// bounded by `--max-time 10`.
+    pub fn admin_get(&self, path: &str) -> Output {
         let admin = self.admin.expect("server started without --admin");
-        let out = run(Command::new("curl").args([
+        run(Command::new("curl").args([
             "-sS",
             "--max-time",
             "10",
-            &format!("http://{admin}/metrics"),
-        ]));
+            &format!("http://{admin}{path}"),
+        ]))
+    }
+
+    /// `GET /metrics` from the admin listener.
+    pub fn metrics(&self) -> String {
+        let out = self.admin_get("/metrics");
         assert!(
             out.status.success(),
             "GET /metrics failed ({:?}): {}",
