@@ -55,15 +55,6 @@ fn attack(server: &Server, dir: &TestDir, mode: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 fn resets(report: &serde_json::Value, code: &str) -> u64 {
     report["resets"][code].as_u64().unwrap_or(0)
 }
@@ -77,7 +68,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
     let dir = TestDir::new("h2-attacks");
     let server = server(&dir);
     assert_eq!(status(&server, &["--http2"], "/"), 200);
-    let rss_before = rss_kib(server.pid());
+    let rss_before = server.memory_kib("VmRSS");
     // Another client, fetching over h2 on its own connections for the whole run.
     let stop = Arc::new(AtomicBool::new(false));
     let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -113,7 +104,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
         let report = attack(&server, &dir, mode);
         println!("{mode}: {report}");
         assert!(ok(&report), "{mode}: {report}\n{}", server.stderr());
-        peak = peak.max(rss_kib(server.pid()));
+        peak = peak.max(server.memory_kib("VmRSS"));
     };
     // CVE-2023-44487: streams cancelled before their answers are glitches; past the
     // limit, ENHANCE_YOUR_CALM.

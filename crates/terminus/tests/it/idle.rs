@@ -9,18 +9,6 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-/// The server's resident memory, in bytes.
-fn rss(server: &Server) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kib * 1024.0
-}
-
 /// One worker's resident memory per idle connection: `connections` TLS 1.3 connections
 /// (`http2` or HTTP/1.1), each idle after one 1 KiB GET; and the load's report, once
 /// every connection was woken with one more GET.
@@ -57,7 +45,7 @@ fn bytes_per_idle_connection(http2: bool, connections: usize) -> (f64, serde_jso
     // A settling pause before the baseline (frees after the warm-up's connections closed);
     // no counter says when the allocator is done.
     std::thread::sleep(Duration::from_millis(300));
-    let before = rss(&server);
+    let before = server.memory_kib("VmRSS") as f64 * 1024.0;
     let n = connections.to_string();
     let mut holding = load(&["-c", &n, "--idle", "-d", "3s", "--timeout", "30s"])
         .stdout(Stdio::piped())
@@ -76,7 +64,7 @@ fn bytes_per_idle_connection(http2: bool, connections: usize) -> (f64, serde_jso
     );
     // Idle for a while on purpose: what an idle connection holds once it is idle.
     std::thread::sleep(Duration::from_millis(1000));
-    let during = rss(&server);
+    let during = server.memory_kib("VmRSS") as f64 * 1024.0;
     let out = holding.wait_with_output().unwrap();
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -63,11 +63,6 @@ fn body(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    format!("{:x}", sha2::Sha256::digest(data))
-}
-
 #[test]
 fn requests_reach_the_upstream_with_forwarding_headers_and_without_hop_by_hop_ones() {
     let (app, dir, server) = one_app("proxy-headers");
@@ -210,7 +205,7 @@ fn bodies_stream_both_ways_in_every_framing() {
 #[test]
 fn a_hundred_megabytes_stream_through_in_bounded_memory() {
     let (_app, dir, server) = one_app("proxy-big");
-    let rss_before = rss_kib(&server);
+    let rss_before = server.memory_kib("VmHWM");
     const N: usize = 100 << 20;
     let download = dir.path("down.bin");
     let out = curl(
@@ -235,17 +230,8 @@ fn a_hundred_megabytes_stream_through_in_bounded_memory() {
         "/app/sha256",
     );
     assert_eq!(body(&out), format!("{} {N}\n", sha256_hex(&expected)));
-    let grown = rss_kib(&server).saturating_sub(rss_before);
+    let grown = server.memory_kib("VmHWM").saturating_sub(rss_before);
     assert!(grown < 64 * 1024, "RSS grew by {grown} KiB moving 200 MB");
-}
-
-fn rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 #[test]

@@ -83,10 +83,6 @@ fn text(n: usize, tag: &str) -> Vec<u8> {
     out
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
-}
-
 /// The bodies of the HTTP/1.1 responses in `out`, in order, with their status codes
 /// (each framed by its content-length; what lies between responses is skipped).
 fn responses(out: &[u8]) -> Vec<(u16, Vec<u8>)> {

@@ -477,6 +477,17 @@ impl Server {
         }
     }
 
+    /// A memory figure of the server process from `/proc/PID/status` (`VmRSS`, its
+    /// resident memory now; `VmHWM`, the most it has had), in KiB.
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc/{}/status", self.pid()))
+    }
+
     /// utime+stime of the server process so far, in clock ticks.
     pub fn cpu_ticks(&self) -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
@@ -732,6 +743,12 @@ pub fn python_imports(imports: &str, install: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     terminus_testkit::runs_here(terminus_testkit::Need::PythonPackages, found, install)
+}
+
+/// The SHA-256 of `bytes`, hex (sha2's).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(bytes))
 }
 
 /// The SHA-256 of `bytes`, hex, by `openssl dgst` (an implementation apart from the
