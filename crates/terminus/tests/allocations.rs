@@ -8,29 +8,36 @@
 //! a change that adds one fails here, and one that takes some out should lower the
 //! figure with it.
 //!
-//! This file is its own test binary, so its `#[global_allocator]` changes nothing for
-//! the other suites. Only the server's worker threads (`worker-N`, named in
-//! `terminus_server::run`) are counted: the client, the upstream and the test harness
-//! allocate on threads of their own.
+//! Only the server's worker threads (`worker-N`, named in `terminus_server::run`) are
+//! counted: the client, the upstream and the test harness allocate on threads of their
+//! own.
+//!
+//! This file is a test binary of its own, not a module of `tests/it`: its
+//! `#[global_allocator]` would be the allocator of every test there (a thread-local look
+//! and a scan of the worker table on every allocation of every test); its servers run
+//! in this process until it ends (`terminus_server::run` returns on a signal only),
+//! worker threads and all; and its figures are the fewest allocations of a quiet
+//! machine, which the other areas' tests, running in parallel in that binary, would
+//! not leave it. Here its three tests run one at a time and nothing else runs beside
+//! them (cargo runs test binaries one after another).
 
 // The counting allocator below is an `unsafe impl GlobalAlloc`; unsafe code is denied
 // workspace-wide, and allowed here for it alone (it forwards every call to `System`) and
 // for `gettid`, which it calls to know a worker's allocation from another thread's.
 #![allow(unsafe_code)]
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::{exclusive, make_cert, KeyKind, TestDir};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, StreamOwned};
 use terminus_load::{tls::client_config, TlsChoice, Trust};
+use terminus_testkit::TestDir;
 
 /// Allocations a worker makes for one keep-alive HTTP/1.1 GET of a 0-byte static file
 /// over userspace TLS (the open-file cache warm): 25 under rustls's buffered connection
@@ -65,6 +72,12 @@ const REQUESTS: usize = 200;
 
 /// Rounds counted; the fewest allocations of them is the figure (see `per_request`).
 const ROUNDS: usize = 3;
+
+/// Held by each test: they count on a quiet machine, so they run one at a time.
+fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 // ---- The counting allocator ----------------------------------------------------------
 
@@ -259,7 +272,10 @@ struct InProcess {
 impl InProcess {
     fn start(name: &str, upstreams: &str, routes: &str) -> InProcess {
         let dir = TestDir::new(name);
-        let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+        // A self-signed ECDSA P-256 certificate for localhost (rcgen's default key).
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let cert_path = dir.write("k.pem", cert.cert.pem());
+        let key_path = dir.write("k.key", cert.key_pair.serialize_pem());
         dir.write("www/empty", b"");
         let addr: SocketAddr = ([127, 0, 0, 1], terminus_testkit::free_port()).into();
         // `ktls = "off"` so that the figures mean userspace TLS on every kernel (kTLS moves
@@ -282,8 +298,8 @@ cert = "{cert}"
 key = "{key}"
 "#,
                 www = dir.path("www").display(),
-                cert = pair.cert.display(),
-                key = pair.key.display(),
+                cert = cert_path.display(),
+                key = key_path.display(),
             ),
         );
         // The workers of servers started before (by another test of this binary) are

@@ -2,13 +2,11 @@
 //! and real clients (curl over HTTP/1.1 and h2): headers both ways, bodies streamed with
 //! their checksums, every failure mapped to its status, balancing, and connection reuse.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 
 /// terminus with "/" from files and "/app/" and "/plain/" ... as `routes` says, behind the
 /// `upstreams` given as TOML.
@@ -20,33 +18,14 @@ fn proxy(dir: &TestDir, upstreams: &str, routes: &str) -> Server {
 fn proxy_listening(dir: &TestDir, listen: &str, upstreams: &str, routes: &str) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "from files\n");
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = [{listen}]
-workers = 2
-[log]
-access = "{log}"
-{upstreams}
-[[server]]
-names = ["localhost"]
-root = "{www}"
-{routes}
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            www = dir.path("www").display(),
-            log = dir.path("access.log").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    )
+    let config = Config::new(dir, &pair)
+        .listen(listen)
+        .before(&format!(
+            "[log]\naccess = \"{}\"\n{upstreams}",
+            dir.path("access.log").display()
+        ))
+        .in_server(routes);
+    ServerBuilder::with(dir, &config).admin().start()
 }
 
 fn one_upstream(app: &App, extra: &str) -> String {
@@ -82,11 +61,6 @@ const APP_ROUTE: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\
 fn body(out: &std::process::Output) -> String {
     assert!(out.status.success(), "curl failed: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn sha256_hex(data: &[u8]) -> String {
-    use sha2::Digest;
-    format!("{:x}", sha2::Sha256::digest(data))
 }
 
 #[test]
@@ -231,7 +205,7 @@ fn bodies_stream_both_ways_in_every_framing() {
 #[test]
 fn a_hundred_megabytes_stream_through_in_bounded_memory() {
     let (_app, dir, server) = one_app("proxy-big");
-    let rss_before = rss_kib(&server);
+    let rss_before = server.memory_kib("VmHWM");
     const N: usize = 100 << 20;
     let download = dir.path("down.bin");
     let out = curl(
@@ -256,17 +230,8 @@ fn a_hundred_megabytes_stream_through_in_bounded_memory() {
         "/app/sha256",
     );
     assert_eq!(body(&out), format!("{} {N}\n", sha256_hex(&expected)));
-    let grown = rss_kib(&server).saturating_sub(rss_before);
+    let grown = server.memory_kib("VmHWM").saturating_sub(rss_before);
     assert!(grown < 64 * 1024, "RSS grew by {grown} KiB moving 200 MB");
-}
-
-fn rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
 }
 
 #[test]
@@ -410,10 +375,7 @@ fn keep_alive_requests_reuse_upstream_connections() {
     let (_app, _dir, server) = one_app("proxy-reuse");
     // 200 requests over one client connection (curl reuses it for repeated URLs).
     let urls: Vec<String> = (0..200).map(|_| server.url("/app/whoami")).collect();
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let out = run(Command::new("curl")
-        .args(["-sS", "-k", "--resolve", &resolve])
-        .args(&urls));
+    let out = run(curl_command(&server, "localhost").args(&urls));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(200));
     let (new, reused) = upstream_connections(&server);
     assert_eq!(new + reused, 200.0);
@@ -447,6 +409,8 @@ fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
         })
         .collect();
     for round in 0..6 {
+        // On purpose: past app.py's 100 ms keep-alive, so the pooled connections are
+        // stale when the round reuses them.
         std::thread::sleep(Duration::from_millis(150));
         std::thread::scope(|s| {
             for (i, (at, want)) in files.iter().enumerate() {
@@ -506,7 +470,7 @@ fn requests_on_pooled_connections_the_server_closed_go_again_where_safe() {
 /// pooled an upstream connection (its GET), 150 ms later: on a stale one when the
 /// upstream closes idle connections after 100 ms. The start of the answer.
 fn post_on_a_stale_connection(server: &Server, extra: &str) -> String {
-    use common::raw::Raw;
+    use crate::harness::raw::Raw;
     let mut raw = Raw::connect(server);
     raw.send(b"GET /app/whoami HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
@@ -516,6 +480,7 @@ fn post_on_a_stale_connection(server: &Server, extra: &str) -> String {
         assert!(!more.is_empty(), "{}", String::from_utf8_lossy(&got));
         got.extend(more);
     }
+    // On purpose: the pooled upstream connection goes stale (app.py's keep-alive).
     std::thread::sleep(Duration::from_millis(150));
     let post = format!(
         "POST /app/sha256 HTTP/1.1\r\nHost: localhost\r\n{extra}Content-Length: 2\r\n\r\nhi"
@@ -622,7 +587,7 @@ fn an_http2_body_that_disagrees_with_its_content_length_is_reset_and_smuggles_no
 /// reading the upload at the response head (half duplex, nginx's way) would stall it.
 #[test]
 fn an_upload_goes_on_streaming_after_the_upstreams_answer_has_begun() {
-    use common::raw::{Ended, Raw};
+    use crate::harness::raw::{Ended, Raw};
     let (_app, _dir, server) = one_app("proxy-duplex");
     let mut raw = Raw::connect(&server);
     let head = "POST /app/echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -685,14 +650,14 @@ fn a_reload_swaps_upstreams_for_new_requests_and_lets_requests_in_flight_finish(
     let dir = TestDir::new("proxy-reload");
     let server = proxy(&dir, &one_upstream(&old, ""), APP_ROUTE);
     assert_eq!(body(&curl(&server, &[], "/app/whoami")), "old");
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let slow_url = server.url("/app/slow?ms=1500");
-    let in_flight = std::thread::spawn(move || {
-        run(Command::new("curl")
-            .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
-            .arg(slow_url))
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = curl_command(&server, "localhost");
+    slow.arg(server.url("/app/slow?ms=1500"));
+    let in_flight = std::thread::spawn(move || run(&mut slow));
+    eventually(
+        Duration::from_secs(10),
+        "the slow request at the upstream",
+        || server.metric("terminus_upstream_active_requests", &[]) >= 1.0,
+    );
     let conf = dir.path("terminus.toml");
     let text = std::fs::read_to_string(&conf).unwrap();
     std::fs::write(&conf, text.replace(&old.addr(), &new.addr())).unwrap();
@@ -833,7 +798,7 @@ fn websocket_upgrades_become_a_two_way_stream() {
     assert_eq!(seen["in_order"], true, "{seen}");
     assert_eq!(seen["closed"], 1000, "a clean close went through: {seen}");
     // A tunnel nobody uses ends at the upstream's idle timeout.
-    let mut raw = common::raw::Raw::connect(&server);
+    let mut raw = crate::harness::raw::Raw::connect(&server);
     raw.send(b"GET /ws/echo HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").unwrap();
     let started = Instant::now();
     let reply = raw.read_to_close(Duration::from_secs(10));
@@ -931,11 +896,10 @@ fn upstream_connections_can_begin_with_a_proxy_protocol_header() {
         // Two client connections: each gets its own upstream connection and header,
         // and a connection is reused only for its own client's requests.
         let url = server.url(&format!("/{version}/x"));
-        let resolve = format!("localhost:{}:127.0.0.1", server.port());
         let mut clients = Vec::new();
         for _ in 0..2 {
-            let out = run(Command::new("curl")
-                .args(["-sS", "-k", "--resolve", &resolve, "-w", "\n"])
+            let out = run(curl_command(&server, "localhost")
+                .args(["-w", "\n"])
                 .args([&url, &url, &url]));
             let said: Vec<String> = String::from_utf8_lossy(&out.stdout)
                 .lines()
@@ -988,8 +952,7 @@ fn two_workers_keep_at_most_2048_idle_upstream_connections_for_2600_clients() {
         backend.addr()
     );
     let server = proxy(&dir, &upstreams, APP_ROUTE);
-    let out = run(Command::new(terminus_bin()).args([
-        "load",
+    let report = load(&[
         &server.url("/app/x"),
         "--rate",
         "650",
@@ -997,10 +960,7 @@ fn two_workers_keep_at_most_2048_idle_upstream_connections_for_2600_clients() {
         "4s",
         "--new-connection",
         "-k",
-        "--json",
-    ]));
-    assert!(out.status.success(), "{out:?}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ]);
     let answered = report["requests"].as_f64().unwrap();
     assert!(
         answered > 2200.0 && report["errors"].as_object().unwrap().is_empty(),
@@ -1048,12 +1008,9 @@ fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
     );
     drop(server);
     std::fs::write(&conf, text).unwrap();
-    let mut child = Command::new(terminus_bin())
-        .args(["serve", "--config", conf.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Both listeners on the ports chosen: the server prints the first; the second is
+    // waited for.
+    let _server = ServerBuilder::config(&conf).start();
     eventually(Duration::from_secs(10), "the listeners", || {
         std::net::TcpStream::connect(("127.0.0.1", p2)).is_ok()
     });
@@ -1091,21 +1048,19 @@ fn listeners_take_the_client_address_from_a_trusted_proxy_header() {
         reply.contains("[\"x-forwarded-for\", \"127.0.0.1\"]"),
         "{reply}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
 fn sigterm_lets_a_proxied_request_finish() {
     let (_app, _dir, mut server) = one_app("proxy-term");
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let slow_url = server.url("/app/slow?ms=1500");
-    let in_flight = std::thread::spawn(move || {
-        run(Command::new("curl")
-            .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
-            .arg(slow_url))
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = curl_command(&server, "localhost");
+    slow.arg(server.url("/app/slow?ms=1500"));
+    let in_flight = std::thread::spawn(move || run(&mut slow));
+    eventually(
+        Duration::from_secs(10),
+        "the slow request at the upstream",
+        || server.metric("terminus_upstream_active_requests", &[]) >= 1.0,
+    );
     server.signal("TERM");
     let slow = in_flight.join().unwrap();
     assert_eq!(body(&slow), "slow\n", "the request in flight finished");
@@ -1150,10 +1105,7 @@ fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
     assert_eq!(body(&curl(&server, &["--http1.1"], "/app/whoami")), "a");
     // Keep-alive requests share the TLS connections.
     let urls: Vec<String> = (0..50).map(|_| server.url("/app/whoami")).collect();
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let out = run(Command::new("curl")
-        .args(["-sS", "-k", "--resolve", &resolve])
-        .args(&urls));
+    let out = run(curl_command(&server, "localhost").args(&urls));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a".repeat(50));
     let app_label = "upstream=\"app\"";
     let metrics = server.metrics();
@@ -1213,7 +1165,7 @@ fn http1_upstreams_over_tls_are_verified_reused_and_checked() {
     assert!(log.contains("not verified (verify = false)"), "{log}");
 
     // The active checks went over TLS too: a plaintext probe would have failed and taken
-    // the server out.
+    // the server out. A sleep on purpose: time for probes, of which none may fail.
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(
         server.metric(
@@ -1369,28 +1321,8 @@ fn streams_terminate_or_pass_through_by_sni() {
 fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
     let dir = TestDir::new("proxy-tls-mtls");
     // The identity terminus shows: a self-signed client certificate, which the app trusts.
-    let (client_cert, client_key) = (dir.path("client.pem"), dir.path("client.key"));
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        client_key.to_str().unwrap(),
-        "-out",
-        client_cert.to_str().unwrap(),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=terminus-proxy",
-        "-addext",
-        "extendedKeyUsage=clientAuth",
-        "-addext",
-        "basicConstraints=critical,CA:FALSE",
-    ]);
+    let identity = ca::self_signed(&dir.0, "client", &Leaf::client("terminus-proxy"));
+    let (client_cert, client_key) = (identity.cert, identity.key);
     let (backend, app) = tls_backend(
         &dir,
         "backend.internal",
@@ -1420,7 +1352,7 @@ fn a_client_certificate_is_shown_to_upstreams_that_ask_for_one() {
 /// One request written by hand over TLS (SNI localhost); the whole reply, the connection
 /// closed after it.
 fn raw_request(server: &Server, request: &str) -> String {
-    let mut raw = common::raw::Raw::connect(server);
+    let mut raw = crate::harness::raw::Raw::connect(server);
     raw.send(request.as_bytes()).unwrap();
     String::from_utf8_lossy(&raw.read_to_close(Duration::from_secs(10))).into_owned()
 }

@@ -1,14 +1,12 @@
 //! Signals and limits: graceful shutdown, SIGHUP reload, slow clients, max connections.
 
-mod common;
-
 use std::io::Read;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 
 #[test]
 fn sigterm_finishes_in_flight_request_then_exits_zero() {
@@ -16,8 +14,10 @@ fn sigterm_finishes_in_flight_request_then_exits_zero() {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     dir.write("www/big.bin", &big);
-    let conf = config(&dir, &pair, "[timeouts]\nshutdown_grace = \"30s\"\n");
-    let mut server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let conf = Config::new(&dir, &pair)
+        .before("[timeouts]\nshutdown_grace = \"30s\"\n")
+        .write(&dir);
+    let mut server = ServerBuilder::config(&conf).start();
     let out_file = dir.path("download.bin");
     // ~3 s at 1 MB/s: still running when the signal arrives.
     let download = slow_download(&server, &out_file);
@@ -53,8 +53,10 @@ fn shutdown_grace_cuts_off_a_request_that_outlives_it() {
     // kernel whole and finish behind the server's back.
     let big = vec![7u8; 50_000_000];
     dir.write("www/big.bin", &big);
-    let conf = config(&dir, &pair, "[timeouts]\nshutdown_grace = \"1s\"\n");
-    let mut server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let conf = Config::new(&dir, &pair)
+        .before("[timeouts]\nshutdown_grace = \"1s\"\n")
+        .write(&dir);
+    let mut server = ServerBuilder::config(&conf).start();
     // 50 s at 1 MB/s: far longer than the grace period.
     let out_file = dir.path("download.bin");
     let download = slow_download(&server, &out_file);
@@ -92,8 +94,8 @@ fn sighup_swaps_certificate_and_rejects_broken_config() {
     let second = make_cert(&dir.0, "second", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
     let live = live_pair(&dir, &first);
-    let conf = config(&dir, &live, "");
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let conf = Config::new(&dir, &live).write(&dir);
+    let server = ServerBuilder::config(&conf).start();
     let served = |server: &Server| served_fingerprint(server, &[]);
     assert_eq!(served(&server), fingerprint(&first.cert));
 
@@ -181,11 +183,10 @@ fn slow_clients_are_cut_off_without_hurting_others() {
     let dir = TestDir::new("slowloris");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let conf = config(&dir, &pair, "[timeouts]\nhandshake = \"1s\"\n");
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let conf = Config::new(&dir, &pair)
+        .before("[timeouts]\nhandshake = \"1s\"\n")
+        .write(&dir);
+    let server = ServerBuilder::config(&conf).admin().start();
 
     // Twenty connections that never send a ClientHello.
     let idle: Vec<TcpStream> = (0..20)
@@ -212,15 +213,10 @@ fn at_max_connections_new_clients_wait_instead_of_spinning() {
     let dir = TestDir::new("maxconn");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let conf = config(
-        &dir,
-        &pair,
-        "[limits]\nmax_connections = 2\n[timeouts]\nhandshake = \"30s\"\n",
-    );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let conf = Config::new(&dir, &pair)
+        .before("[limits]\nmax_connections = 2\n[timeouts]\nhandshake = \"30s\"\n")
+        .write(&dir);
+    let server = ServerBuilder::config(&conf).admin().start();
     // Four silent clients: two are served, the others wait (accepted or in the backlog).
     let clients: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.addr).unwrap())
@@ -252,15 +248,15 @@ fn out_of_file_descriptors_backs_off_and_recovers() {
     let dir = TestDir::new("emfile");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let conf = config(&dir, &pair, "[timeouts]\nhandshake = \"30s\"\n");
+    let conf = Config::new(&dir, &pair)
+        .before("[timeouts]\nhandshake = \"30s\"\n")
+        .write(&dir);
     // 64 descriptors for the whole process: the flood below exhausts them.
-    let server = Server::start_with_fd_limit(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        64,
-    );
+    let server = ServerBuilder::config(&conf).admin().fd_limit(64).start();
     let flood: Vec<TcpStream> = (0..100)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
+    // On purpose: the flood settled into the limit, then a window of CPU time measured.
     std::thread::sleep(Duration::from_millis(500));
     let before = server.cpu_ticks();
     std::thread::sleep(Duration::from_millis(1500));
@@ -312,11 +308,10 @@ fn the_after_effect_of_batches_is_measured_at_start_up_only_with_multibuffer() {
     let cert = make_cert(&dir.0, "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
     let start = |backend: &str| {
-        let conf = config(&dir, &cert, &format!("[crypto]\nbackend = \"{backend}\"\n"));
-        Server::start_with(
-            &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-            false,
-        )
+        let conf = Config::new(&dir, &cert)
+            .before(&format!("[crypto]\nbackend = \"{backend}\"\n"))
+            .write(&dir);
+        ServerBuilder::config(&conf).admin().start()
     };
     let scalar = start("scalar");
     assert!(
@@ -365,7 +360,7 @@ fn dedicated_config(name: &str, crypto: &str, workers: Option<usize>) -> (TestDi
     let cert = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/index.html", "hi\n");
     let extra = format!("[crypto]\nbackend = \"multibuffer\"\nsimd = \"dedicated\"\n{crypto}");
-    let conf = config(&dir, &cert, &extra);
+    let conf = Config::new(&dir, &cert).before(&extra).write(&dir);
     let workers = workers.map_or(String::new(), |n| format!("workers = {n}\n"));
     let text = std::fs::read_to_string(&conf).unwrap();
     std::fs::write(&conf, text.replace("workers = 2\n", &workers)).unwrap();
@@ -384,10 +379,7 @@ fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
     let _serial = exclusive();
     // Workers left to it: one per CPU the crypto core leaves.
     let (_dir, conf) = dedicated_config("dedicated", "simd_cores = 1\n", None);
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let server = ServerBuilder::config(&conf).admin().start();
     let threads = terminus_testkit::thread_cpus(server.pid());
     let of = |prefix: &str| -> Vec<&(String, Vec<usize>)> {
         threads
@@ -420,13 +412,9 @@ fn dedicated_simd_signs_on_a_core_no_worker_runs_on() {
     );
 
     let url = format!("https://localhost:{}/", server.port());
-    let out = rate_load(url, "127.0.0.1".into(), 400, 2).join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = load_in_background(full_handshakes(&url, "127.0.0.1", 400, 2))
+        .join()
+        .unwrap();
     let ok = report["handshakes"].as_f64().unwrap_or(0.0);
     assert!(
         ok > 100.0 && report["errors"].as_object().unwrap().is_empty(),
@@ -482,11 +470,10 @@ fn reload_measures_the_crossover_of_a_new_key_size() {
     let second = make_cert(&dir.0, "rsa3072", KeyKind::Rsa(3072), &["localhost"]);
     dir.write("www/index.html", "hi\n");
     let live = live_pair(&dir, &first);
-    let conf = config(&dir, &live, "[crypto]\nbackend = \"multibuffer\"\n");
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let conf = Config::new(&dir, &live)
+        .before("[crypto]\nbackend = \"multibuffer\"\n")
+        .write(&dir);
+    let server = ServerBuilder::config(&conf).admin().start();
     let measured = |op: &str| {
         let m = server.metrics();
         m.contains(&format!(

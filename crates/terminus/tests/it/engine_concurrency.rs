@@ -1,12 +1,10 @@
 //! The coroutine bridge under load: hundreds of concurrent full handshakes from a rustls
 //! client, every signature and key exchange counted by the engine.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 use rustls::pki_types::ServerName;
 use rustls::RootCertStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -128,7 +126,7 @@ fn run_storm_beside(
     let dir = TestDir::new("storm");
     let pair = make_cert(&dir.0, "k", key, &["localhost"]);
     dir.write("www/0kb.bin", "");
-    let server = Server::start(&[
+    let server = ServerBuilder::flags(&[
         "--cert",
         pair.cert.to_str().unwrap(),
         "--key",
@@ -140,9 +138,9 @@ fn run_storm_beside(
         "--no-resumption",
         "--workers",
         "2",
-        "--admin",
-        "127.0.0.1:0",
-    ]);
+    ])
+    .admin()
+    .start();
     let mut traffic = keep_alive.then(|| {
         std::process::Command::new(terminus_bin())
             .args([
@@ -160,7 +158,12 @@ fn run_storm_beside(
             .unwrap()
     });
     if traffic.is_some() {
-        std::thread::sleep(Duration::from_millis(500));
+        // Its 32 connections' handshakes done before the storm's are counted from here.
+        eventually(
+            Duration::from_secs(20),
+            "the keep-alive connections",
+            || server.metric("terminus_handshakes_total", &[]) >= 32.0,
+        );
     }
     // What the keep-alive client's own handshakes counted is not the storm's.
     let before = server.metrics();
@@ -245,7 +248,7 @@ fn five_hundred_concurrent_ecdsa_handshakes_through_threads_backend() {
 
 #[test]
 fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm("multibuffer", KeyKind::Rsa(2048), "rsa_sign", "x25519", 600);
@@ -305,7 +308,7 @@ fn six_hundred_concurrent_rsa_handshakes_fill_multibuffer_batches() {
 
 #[test]
 fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm(
@@ -325,7 +328,7 @@ fn six_hundred_concurrent_ecdsa_handshakes_fill_multibuffer_batches() {
 /// next test, and bench/rtt-latency).
 #[test]
 fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_are_batched() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm("multibuffer", KeyKind::EcdsaP384, "ecdsa_sign", "p256", 600);
@@ -343,7 +346,7 @@ fn six_hundred_concurrent_p384_handshakes_with_p256_key_exchange_are_batched() {
 /// fails the lower mode against 4.
 #[test]
 fn six_hundred_concurrent_p384_handshakes_beside_keep_alive_traffic_batch_three_or_more() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm_beside(
@@ -371,7 +374,7 @@ fn assert_batched(m: &str, op: &str, least: f64) {
 /// the engine, the X25519 halves batched in the hybrid's own queue.
 #[test]
 fn six_hundred_concurrent_hybrid_key_exchanges_fill_multibuffer_batches() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     let m = run_storm(

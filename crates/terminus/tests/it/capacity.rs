@@ -1,11 +1,9 @@
 //! `terminus capacity`: ACU per core and for the machine, each operation's cost in ACU
 //! with RSA-2048 as the unit, SCU per cipher, and clear errors.
 
-mod common;
-
 use std::process::Command;
 
-use common::{run, terminus_bin};
+use crate::harness::{run, terminus_bin};
 
 fn capacity(args: &[&str]) -> (bool, String, String) {
     let out = run(Command::new(terminus_bin()).arg("capacity").args(args));

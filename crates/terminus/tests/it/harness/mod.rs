@@ -1,18 +1,23 @@
-//! Shared harness for the integration tests: a spawned `terminus` on a loopback port,
-//! certificates made with the openssl CLI, and helpers to run real clients.
-#![allow(dead_code)]
+//! What the areas share: a spawned `terminus` ([`ServerBuilder`], [`Server`]) and its
+//! configuration ([`Config`]), certificates (self-signed by the openssl CLI,
+//! [`make_cert`]; a CA and what it signs, [`Ca`]), `terminus load` ([`load`]), real
+//! clients (curl, `openssl s_client`, Python upstreams, Chromium), and [`exclusive`] for
+//! the tests that must run alone.
 
+use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+pub mod ca;
 pub mod raw;
 pub mod replay;
 
-#[allow(unused_imports)] // each test binary uses some of them
+pub use ca::{Ca, Leaf};
+
 pub use terminus_testkit::{eventually, openssl, run, TestDir};
 
 /// True when crypto_mb runs on this CPU; otherwise the skip is shown and counted (or
@@ -21,11 +26,50 @@ pub fn ifma() -> bool {
     terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable())
 }
 
-/// Held by the tests of one binary that measure rates or time, or that saturate a CPU:
-/// they run one at a time, so that no test's load can fail another's measurement.
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The lock [`exclusive`] takes for writing and every test that starts a server for
+/// reading.
+static SUITE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// The read side of [`SUITE`] a test thread took when it started its first server,
+    /// held until the thread (the test) ends.
+    static ALONGSIDE: RefCell<Option<RwLockReadGuard<'static, ()>>> = const { RefCell::new(None) };
+    /// Whether this thread's test holds [`exclusive`].
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Held by the tests that measure rates or time, or that saturate a CPU: while one holds
+/// it, no other test of the binary runs a server (one that has started one finishes
+/// first; one that starts one waits), so that no test's load can fail another's
+/// measurement. Every area shares this process, so the lock spans them all, as the
+/// separate binaries of before ran one after another. Take it first, before starting a
+/// server.
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    assert!(
+        ALONGSIDE.with(|held| held.borrow().is_none()),
+        "exclusive() must be taken before the test starts a server"
+    );
+    ALONE.with(|alone| alone.set(true));
+    SUITE.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Called when a server starts: unless this test holds [`exclusive`], waits for any
+/// test that does to finish and keeps those that will from starting until this test
+/// ends. Only libtest's threads, named after their test (`area::test`), take it; a thread
+/// a test spawned has no such name and goes on under its test's hold.
+fn alongside_others() {
+    let test_thread = std::thread::current()
+        .name()
+        .is_some_and(|name| name.contains("::"));
+    if !test_thread || ALONE.with(Cell::get) {
+        return;
+    }
+    ALONGSIDE.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.is_none() {
+            *held = Some(SUITE.read().unwrap_or_else(PoisonError::into_inner));
+        }
+    });
 }
 
 /// A self-signed certificate and key made by the openssl CLI.
@@ -123,28 +167,86 @@ pub fn fingerprint(cert: &Path) -> String {
         .to_owned()
 }
 
-/// A config file for one server of `pair` on a loopback port, two workers, files from
-/// `dir/www`; `extra` goes before the server block (`[timeouts]`, `[tls]`...).
-pub fn config(dir: &TestDir, pair: &CertPair, extra: &str) -> PathBuf {
-    dir.write(
-        "terminus.toml",
+/// A `terminus.toml` for the common case: one listener on a loopback port (port 0: the
+/// server prints the one it got), two workers unless told, and one server, `localhost`,
+/// serving `dir/www` with `pair`'s certificate. What a test adds goes before the server
+/// block ([`Config::before`]: `[timeouts]`, `[tls]`, upstreams...) or inside it
+/// ([`Config::in_server`]: routes, headers). Anything else is a test's own text.
+pub struct Config {
+    listen: String,
+    www: PathBuf,
+    pair: CertPair,
+    workers: usize,
+    before: String,
+    in_server: String,
+}
+
+impl Config {
+    pub fn new(dir: &TestDir, pair: &CertPair) -> Config {
+        Config {
+            listen: "\"127.0.0.1:0\"".into(),
+            www: dir.path("www"),
+            pair: pair.clone(),
+            workers: 2,
+            before: String::new(),
+            in_server: String::new(),
+        }
+    }
+
+    /// The one entry of `listen`, as TOML (`"127.0.0.1:0"` unless set).
+    pub fn listen(mut self, entry: &str) -> Config {
+        self.listen = entry.to_owned();
+        self
+    }
+
+    /// `workers` (2 unless set).
+    pub fn workers(mut self, workers: usize) -> Config {
+        self.workers = workers;
+        self
+    }
+
+    /// TOML after the top-level keys and before the server block.
+    pub fn before(mut self, toml: &str) -> Config {
+        self.before.push_str(toml);
+        self.before.push('\n');
+        self
+    }
+
+    /// TOML inside the server block, before its certificate.
+    pub fn in_server(mut self, toml: &str) -> Config {
+        self.in_server.push_str(toml);
+        self.in_server.push('\n');
+        self
+    }
+
+    pub fn text(&self) -> String {
         format!(
             r#"
-listen = ["127.0.0.1:0"]
-workers = 2
-{extra}
+listen = [{listen}]
+workers = {workers}
+{before}
 [[server]]
 names = ["localhost"]
-root = "{}"
+root = "{www}"
+{in_server}
 [[server.certificate]]
-cert = "{}"
-key = "{}"
+cert = "{cert}"
+key = "{key}"
 "#,
-            dir.path("www").display(),
-            pair.cert.display(),
-            pair.key.display()
-        ),
-    )
+            listen = self.listen,
+            workers = self.workers,
+            before = self.before,
+            www = self.www.display(),
+            in_server = self.in_server,
+            cert = self.pair.cert.display(),
+            key = self.pair.key.display()
+        )
+    }
+
+    /// Writes the file as `dir/terminus.toml` and returns its path.
+    pub fn write(&self, dir: &TestDir) -> PathBuf {
+        dir.write("terminus.toml", self.text())
+    }
 }
 
 /// SHA-256 fingerprint of the certificate the server presents to `openssl s_client ARGS`.
@@ -172,7 +274,8 @@ pub fn served_pem(server: &Server, args: &[&str]) -> String {
     text[start..end].to_owned()
 }
 
-/// A running terminus, killed on drop if the test has not stopped it.
+/// A running terminus, killed (by its PID, SIGKILL) on drop if the test has not stopped
+/// it; started by [`ServerBuilder`].
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
@@ -186,40 +289,79 @@ pub fn terminus_bin() -> &'static str {
     env!("CARGO_BIN_EXE_terminus")
 }
 
-impl Server {
-    /// Starts `terminus serve ARGS --listen 127.0.0.1:0` and waits for its address.
-    pub fn start(args: &[&str]) -> Server {
-        Self::start_with(args, true)
+/// How to start a `terminus serve` for a test: from flags alone ([`ServerBuilder::flags`],
+/// a loopback port given with `--listen`) or from a configuration file
+/// ([`ServerBuilder::config`], [`ServerBuilder::with`]), plus options. [`Self::start`]
+/// returns once the server accepts connections.
+#[must_use = "a builder starts nothing until `start`"]
+pub struct ServerBuilder {
+    args: Vec<String>,
+    listen_flag: bool,
+    fd_limit: Option<u32>,
+}
+
+impl ServerBuilder {
+    /// `terminus serve ARGS --listen 127.0.0.1:0` (a self-signed certificate of its own
+    /// unless ARGS name one).
+    pub fn flags(args: &[&str]) -> ServerBuilder {
+        ServerBuilder {
+            args: args.iter().map(|&a| a.to_owned()).collect(),
+            listen_flag: true,
+            fd_limit: None,
+        }
+    }
+
+    /// `terminus serve --config PATH`: the file's listeners, which must be port 0 on
+    /// loopback for the test to learn its port (or a port the test chose).
+    pub fn config(path: &Path) -> ServerBuilder {
+        ServerBuilder {
+            args: vec!["--config".into(), path.to_str().unwrap().into()],
+            listen_flag: false,
+            fd_limit: None,
+        }
+    }
+
+    /// [`ServerBuilder::config`] of `config`, written to `dir/terminus.toml`.
+    pub fn with(dir: &TestDir, config: &Config) -> ServerBuilder {
+        Self::config(&config.write(dir))
+    }
+
+    /// More command-line arguments.
+    pub fn args(mut self, args: &[&str]) -> ServerBuilder {
+        self.args.extend(args.iter().map(|&a| a.to_owned()));
+        self
+    }
+
+    /// The admin listener on a loopback port ([`Server::admin`], [`Server::metrics`]).
+    pub fn admin(self) -> ServerBuilder {
+        self.args(&["--admin", "127.0.0.1:0"])
     }
 
     /// One worker on the scalar backend (what a test pins where it asserts what a worker
-    /// computes: `auto` picks multibuffer where crypto_mb runs), with the admin listener:
-    /// [`Server::start_with`] `ARGS --workers 1 --crypto-backend scalar --admin 127.0.0.1:0`.
-    pub fn one_scalar_worker(args: &[&str], listen_flag: bool) -> Server {
-        let mut all = args.to_vec();
-        all.extend([
-            "--workers",
-            "1",
-            "--crypto-backend",
-            "scalar",
-            "--admin",
-            "127.0.0.1:0",
-        ]);
-        Self::start_with(&all, listen_flag)
+    /// computes: `auto` picks multibuffer where crypto_mb runs), with the admin listener.
+    pub fn one_scalar_worker(self) -> ServerBuilder {
+        self.args(&["--workers", "1", "--crypto-backend", "scalar"])
+            .admin()
     }
 
-    /// Like [`Server::start`]; with `listen_flag` false the config's listen is used
-    /// (it must then be port 0 on loopback for the test to learn the port).
-    pub fn start_with(args: &[&str], listen_flag: bool) -> Server {
-        Self::launch(args, listen_flag, None)
+    /// Under a limit of `n` open files (`ulimit -n`).
+    pub fn fd_limit(mut self, n: u32) -> ServerBuilder {
+        self.fd_limit = Some(n);
+        self
     }
 
-    /// Like [`Server::start_with`], under a limit of `fd_limit` open files (`ulimit -n`).
-    pub fn start_with_fd_limit(args: &[&str], fd_limit: u32) -> Server {
-        Self::launch(args, false, Some(fd_limit))
+    /// Starts the server and returns once it accepts connections: terminus prints
+    /// `listening on` after its listener is bound and listening, when the kernel queues
+    /// any connection to it. (No connection probes it: one would show in the server's
+    /// connection and handshake counts, which tests read.)
+    pub fn start(self) -> Server {
+        Server::launch(&self.args, self.listen_flag, self.fd_limit)
     }
+}
 
-    fn launch(args: &[&str], listen_flag: bool, fd_limit: Option<u32>) -> Server {
+impl Server {
+    fn launch(args: &[String], listen_flag: bool, fd_limit: Option<u32>) -> Server {
+        alongside_others();
         let logs = TestDir::new("logs");
         let stderr_path = logs.path("stderr.log");
         let mut cmd = match fd_limit {
@@ -335,6 +477,17 @@ impl Server {
         }
     }
 
+    /// A memory figure of the server process from `/proc/PID/status` (`VmRSS`, its
+    /// resident memory now; `VmHWM`, the most it has had), in KiB.
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc/{}/status", self.pid()))
+    }
+
     /// utime+stime of the server process so far, in clock ticks.
     pub fn cpu_ticks(&self) -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
@@ -350,15 +503,21 @@ impl Server {
         fields[0] + fields[1]
     }
 
-    /// `GET /metrics` from the admin listener.
-    pub fn metrics(&self) -> String {
+    /// curl's `GET PATH` from the admin listener (`/metrics`, `/capacity`, `/healthz`),
+    /// bounded by `--max-time 10`.
+    pub fn admin_get(&self, path: &str) -> Output {
         let admin = self.admin.expect("server started without --admin");
-        let out = run(Command::new("curl").args([
+        run(Command::new("curl").args([
             "-sS",
             "--max-time",
             "10",
-            &format!("http://{admin}/metrics"),
-        ]));
+            &format!("http://{admin}{path}"),
+        ]))
+    }
+
+    /// `GET /metrics` from the admin listener.
+    pub fn metrics(&self) -> String {
+        let out = self.admin_get("/metrics");
         assert!(
             out.status.success(),
             "GET /metrics failed ({:?}): {}",
@@ -402,11 +561,17 @@ pub fn curl(server: &Server, extra: &[&str], path: &str) -> Output {
 
 pub fn curl_host(server: &Server, host: &str, extra: &[&str], path: &str) -> Output {
     let url = format!("https://{host}:{}{path}", server.port());
+    run(curl_command(server, host).args(extra).arg(url))
+}
+
+/// The curl that [`curl`] runs, without its URL: `host` resolved to the server's loopback
+/// address, the test certificate not checked, 20 s at most. For a test that gives it
+/// several URLs (one connection reused for them) or runs it on a thread of its own.
+pub fn curl_command(server: &Server, host: &str) -> Command {
     let resolve = format!("{host}:{}:127.0.0.1", server.port());
-    run(Command::new("curl")
-        .args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve])
-        .args(extra)
-        .arg(url))
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "-k", "--max-time", "20", "--resolve", &resolve]);
+    cmd
 }
 
 /// HTTP status code of a request (curl's `%{http_code}`), body discarded.
@@ -456,44 +621,46 @@ pub fn header_value(head: &str, name: &str) -> Option<String> {
     })
 }
 
-/// `terminus load URL --address ADDRESS --rate RATE -d SECONDS --new-connection -k --tls
-/// 1.3 --json` on a thread of its own: full handshakes at a fixed rate, one request each.
-pub fn rate_load(
-    url: String,
-    address: String,
-    rate: u32,
-    seconds: u32,
-) -> std::thread::JoinHandle<Output> {
-    rate_load_with(url, address, rate, seconds, &[])
+/// `terminus load ARGS --json`, run to its end: the report it printed. Fails the test
+/// when the load fails or prints no report.
+pub fn load(args: &[&str]) -> serde_json::Value {
+    let out = run(Command::new(terminus_bin())
+        .arg("load")
+        .args(args)
+        .arg("--json"));
+    assert!(
+        out.status.success(),
+        "terminus load {args:?} failed ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-/// [`rate_load`] with `extra` arguments (`--http3`).
-pub fn rate_load_with(
-    url: String,
-    address: String,
-    rate: u32,
-    seconds: u32,
-    extra: &'static [&'static str],
-) -> std::thread::JoinHandle<Output> {
-    std::thread::spawn(move || {
-        run(Command::new(terminus_bin())
-            .args([
-                "load",
-                &url,
-                "--address",
-                &address,
-                "--rate",
-                &rate.to_string(),
-                "-d",
-                &format!("{seconds}s"),
-                "--new-connection",
-                "-k",
-                "--tls",
-                "1.3",
-                "--json",
-            ])
-            .args(extra))
-    })
+/// [`load`] on a thread of its own, for a test that watches the server meanwhile.
+pub fn load_in_background(args: Vec<String>) -> std::thread::JoinHandle<serde_json::Value> {
+    std::thread::spawn(move || load(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
+/// [`load`]'s arguments for full TLS 1.3 handshakes to `url` from `address` at `rate` a
+/// second for `seconds`, each on a new connection with one request.
+pub fn full_handshakes(url: &str, address: &str, rate: u32, seconds: u32) -> Vec<String> {
+    [
+        url,
+        "--address",
+        address,
+        "--rate",
+        &rate.to_string(),
+        "-d",
+        &format!("{seconds}s"),
+        "--new-connection",
+        "-k",
+        "--tls",
+        "1.3",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// A running app.py, killed on drop.
@@ -578,6 +745,12 @@ pub fn python_imports(imports: &str, install: &str) -> bool {
     terminus_testkit::runs_here(terminus_testkit::Need::PythonPackages, found, install)
 }
 
+/// The SHA-256 of `bytes`, hex (sha2's).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
 /// The SHA-256 of `bytes`, hex, by `openssl dgst` (an implementation apart from the
 /// client's).
 pub fn openssl_sha256(bytes: &[u8]) -> String {
@@ -629,11 +802,7 @@ pub fn h3_server_on(dir: &TestDir, host: &str, c: H3Config<'_>) -> (Server, u16)
             c.more
         ),
     );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
-    (server, port)
+    (ServerBuilder::config(&conf).admin().start(), port)
 }
 
 /// Whether `chromium` runs here; otherwise the skip is shown and counted.

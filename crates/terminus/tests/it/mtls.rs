@@ -1,82 +1,22 @@
-//! Client certificates (mutual TLS) per server, with a CA, clients and CRLs made by the
-//! openssl CLI, curl and openssl s_client as clients and Python's http.server
-//! (tests/upstream/app.py `/headers`) as the upstream that reports what it was told.
-
-mod common;
+//! Client certificates (mutual TLS) per server, with CAs and client certificates made by
+//! the harness's CA (rcgen) and CRLs by `openssl ca`, curl and openssl s_client as
+//! clients and Python's http.server (tests/upstream/app.py `/headers`) as the upstream
+//! that reports what it was told.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
-/// A CA (`NAME.pem`, `NAME.key`) in `dir`.
-fn ca(dir: &TestDir, name: &str) {
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        dir.path(&format!("{name}.key")).to_str().unwrap(),
-        "-out",
-        dir.path(&format!("{name}.pem")).to_str().unwrap(),
-        "-days",
-        "2",
-        "-subj",
-        &format!("/CN={name}"),
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-}
-
-/// A client certificate for `name` (CN, and a SPIFFE URI) signed by `ca`.
-fn client(dir: &TestDir, name: &str, ca: &str) {
-    let p = |ext: &str| {
-        dir.path(&format!("{name}.{ext}"))
-            .to_str()
-            .unwrap()
-            .to_owned()
+/// A client certificate for `name` (O=Tests, CN, and a SPIFFE URI) signed by `ca`,
+/// as `dir/NAME.pem` and `dir/NAME.key`.
+fn client(dir: &TestDir, name: &str, ca: &Ca) {
+    let leaf = Leaf {
+        organization: Some("Tests".into()),
+        uris: vec![format!("spiffe://tests/{name}")],
+        ..Leaf::client(name)
     };
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &p("key"),
-        "-out",
-        &p("csr"),
-        "-subj",
-        &format!("/O=Tests/CN={name}"),
-    ]);
-    let ext = dir.write(
-        &format!("{name}.ext"),
-        format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\nsubjectAltName=URI:spiffe://tests/{name}\n"),
-    );
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &p("csr"),
-        "-CA",
-        dir.path(&format!("{ca}.pem")).to_str().unwrap(),
-        "-CAkey",
-        dir.path(&format!("{ca}.key")).to_str().unwrap(),
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-out",
-        &p("pem"),
-        "-extfile",
-        ext.to_str().unwrap(),
-    ]);
+    ca.issue(&dir.0, name, &leaf);
 }
 
 /// `openssl ca`'s bookkeeping for CRLs of the `clients` CA.
@@ -125,13 +65,9 @@ struct Setup {
 /// asks for one (upstream told by XFCC), plain.test asks for none; all proxy to app.py.
 fn setup(test: &str) -> Setup {
     let dir = TestDir::new(test);
-    ca(&dir, "clients");
-    ca(&dir, "other");
-    for (name, by) in [
-        ("alice", "clients"),
-        ("bob", "clients"),
-        ("mallory", "other"),
-    ] {
+    let clients = Ca::new(&dir.0, "clients", "clients", 2);
+    let other = Ca::new(&dir.0, "other", "other", 2);
+    for (name, by) in [("alice", &clients), ("bob", &clients), ("mallory", &other)] {
         client(&dir, name, by);
     }
     ca_config(&dir);
@@ -160,7 +96,7 @@ fn setup(test: &str) -> Setup {
             a = app.addr(),
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     Setup {
         dir,
         server,
@@ -173,13 +109,7 @@ impl Setup {
     /// or anonymous, with `extra` arguments.
     fn curl(&self, host: &str, who: Option<&str>, extra: &[&str]) -> Output {
         let port = self.server.port();
-        let mut cmd = Command::new("curl");
-        cmd.args([
-            "-sS",
-            "-k",
-            "--resolve",
-            &format!("{host}:{port}:127.0.0.1"),
-        ]);
+        let mut cmd = curl_command(&self.server, host);
         if let Some(who) = who {
             cmd.args([
                 "--cert",

@@ -2,23 +2,18 @@
 //! notices (a changed file, a deleted one, a symlink swapped to leave the root), its
 //! bounds on open descriptors, and `cache = false`.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// One worker (one cache) serving `dir/www` with `[files]` set to `files`.
 fn start(dir: &TestDir, files: &str) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let conf = config(dir, &pair, &format!("workers = 1\n[files]\n{files}\n"));
-    // `config` writes `workers = 2` before `extra`: the later key would be a duplicate.
-    let text = std::fs::read_to_string(&conf)
-        .unwrap()
-        .replacen("workers = 2\n", "", 1);
-    std::fs::write(&conf, text).unwrap();
-    Server::start_with(&["--config", conf.to_str().unwrap()], false)
+    let config = Config::new(dir, &pair)
+        .workers(1)
+        .before(&format!("[files]\n{files}"));
+    ServerBuilder::with(dir, &config).start()
 }
 
 fn etag_and_body(server: &Server, path: &str) -> (u16, Option<String>, Vec<u8>) {
@@ -140,7 +135,9 @@ fn cache_off_sees_every_change_and_holds_nothing() {
 fn bad_cache_settings_name_the_line() {
     let dir = TestDir::new("cache-config");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let conf = config(&dir, &pair, "[files]\ncache_valid = \"soon\"\n");
+    let conf = Config::new(&dir, &pair)
+        .before("[files]\ncache_valid = \"soon\"\n")
+        .write(&dir);
     let out = run(std::process::Command::new(terminus_bin())
         .args(["check", "--config"])
         .arg(&conf));

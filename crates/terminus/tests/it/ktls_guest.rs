@@ -3,11 +3,9 @@
 //! counted as skipped, or fail where `TERMINUS_REQUIRE` names `ktls-guest` (see
 //! terminus_testkit).
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{curl, Server};
+use crate::harness::{curl, ServerBuilder};
 
 /// `args` run inside the guest from the repository's root; None (a counted skip, or a
 /// failure where the guest is required) when no guest starts here.
@@ -124,7 +122,9 @@ fn assert_stream_checks_passed(out: &Output) {
 /// handshake, counted and logged. (Where the kernel can, it is served on kernel TLS.)
 #[test]
 fn required_refuses_connections_the_kernel_cannot_take() {
-    let server = Server::start(&["--ktls", "required", "--admin", "127.0.0.1:0"]);
+    let server = ServerBuilder::flags(&["--ktls", "required"])
+        .admin()
+        .start();
     let kernel_has_tls = server.stderr().contains("kernel TLS available");
     let out = curl(&server, &[], "/");
     if kernel_has_tls {

@@ -3,25 +3,11 @@
 //! with `terminus load --idle` holding thousands), and that one woken after its idle
 //! time is served whole, whatever the size of its request and answer.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
-
-/// The server's resident memory, in bytes.
-fn rss(server: &Server) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kib * 1024.0
-}
+use crate::harness::*;
 
 /// One worker's resident memory per idle connection: `connections` TLS 1.3 connections
 /// (`http2` or HTTP/1.1), each idle after one 1 KiB GET; and the load's report, once
@@ -31,12 +17,10 @@ fn bytes_per_idle_connection(http2: bool, connections: usize) -> (f64, serde_jso
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/1k.bin", vec![7u8; 1024]);
     // Userspace TLS on every kernel, so that the test measures one path everywhere.
-    let conf = config(
-        &dir,
-        &pair,
-        "[limits]\nmax_connections = 20000\n[tls]\nktls = \"off\"\n",
-    );
-    let server = Server::one_scalar_worker(&["--config", conf.to_str().unwrap()], false);
+    let conf = Config::new(&dir, &pair)
+        .before("[limits]\nmax_connections = 20000\n[tls]\nktls = \"off\"\n")
+        .write(&dir);
+    let server = ServerBuilder::config(&conf).one_scalar_worker().start();
     let load = |args: &[&str]| {
         let mut cmd = Command::new(terminus_bin());
         cmd.args([
@@ -58,8 +42,10 @@ fn bytes_per_idle_connection(http2: bool, connections: usize) -> (f64, serde_jso
         "{}",
         String::from_utf8_lossy(&warm.stderr)
     );
+    // A settling pause before the baseline (frees after the warm-up's connections closed);
+    // no counter says when the allocator is done.
     std::thread::sleep(Duration::from_millis(300));
-    let before = rss(&server);
+    let before = server.memory_kib("VmRSS") as f64 * 1024.0;
     let n = connections.to_string();
     let mut holding = load(&["-c", &n, "--idle", "-d", "3s", "--timeout", "30s"])
         .stdout(Stdio::piped())
@@ -76,8 +62,9 @@ fn bytes_per_idle_connection(http2: bool, connections: usize) -> (f64, serde_jso
         "{}",
         server.stderr()
     );
+    // Idle for a while on purpose: what an idle connection holds once it is idle.
     std::thread::sleep(Duration::from_millis(1000));
-    let during = rss(&server);
+    let during = server.memory_kib("VmRSS") as f64 * 1024.0;
     let out = holding.wait_with_output().unwrap();
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -132,19 +119,17 @@ fn a_connection_woken_after_idle_is_served_requests_and_answers_of_any_size_whol
     dir.write("www/big.bin", &big);
     dir.write("www/small.txt", "small\n");
     let app = App::start("app");
-    let conf = config(
-        &dir,
-        &pair,
-        &format!(
+    let conf = Config::new(&dir, &pair)
+        .before(&format!(
             "[tls]\nktls = \"off\"\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
             app.addr()
-        ),
-    );
+        ))
+        .write(&dir);
     // The route after the server's root: config() ends with the server's certificate.
     let text = std::fs::read_to_string(&conf).unwrap()
         + "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n";
     std::fs::write(&conf, text).unwrap();
-    let server = Server::one_scalar_worker(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).one_scalar_worker().start();
     let script = dir.write(
         "wake.py",
         r#"

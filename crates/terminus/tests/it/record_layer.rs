@@ -6,8 +6,6 @@
 //! server here has `ktls = "off"`: the userspace record layer is what is tested, on every
 //! kernel.
 
-mod common;
-
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -20,7 +18,7 @@ use rustls::{AlertDescription, ClientConfig, ClientConnection, StreamOwned};
 use sha2::{Digest, Sha256};
 use terminus_load::{tls::client_config, TlsChoice, Trust};
 
-use common::*;
+use crate::harness::*;
 
 /// The three TLS 1.3 suites, by their OpenSSL (IANA) names.
 const TLS13_SUITES: [&str; 3] = [
@@ -44,42 +42,19 @@ const BOUNDARY_SIZES: [usize; 6] = [0, 1, 16383, 16384, 16385, 1 << 20];
 /// (app.py).
 fn start(dir: &TestDir, upstream: Option<&App>) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let (upstreams, route) = match upstream {
-        Some(app) => (
-            format!(
-                "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
+    let mut config = Config::new(dir, &pair).before(&format!(
+        "[log]\naccess = \"{}\"\n[tls]\nktls = \"off\"",
+        dir.path("access.log").display()
+    ));
+    if let Some(app) = upstream {
+        config = config
+            .before(&format!(
+                "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]",
                 app.addr()
-            ),
-            "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n".to_owned(),
-        ),
-        None => (String::new(), String::new()),
-    };
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 2
-[log]
-access = "{log}"
-[tls]
-ktls = "off"
-{upstreams}
-[[server]]
-names = ["localhost"]
-root = "{www}"
-{route}
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            www = dir.path("www").display(),
-            log = dir.path("access.log").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    Server::start_with(&["--config", conf.to_str().unwrap()], false)
+            ))
+            .in_server("[[server.route]]\npath = \"/app/\"\nupstream = \"app\"");
+    }
+    ServerBuilder::with(dir, &config).start()
 }
 
 /// `n` bytes in which every 8-byte word holds its own index (xor `salt`): a record
@@ -106,10 +81,6 @@ fn text(n: usize, tag: &str) -> Vec<u8> {
     }
     out.truncate(n);
     out
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// The bodies of the HTTP/1.1 responses in `out`, in order, with their status codes
@@ -877,7 +848,7 @@ fn a_10_gib_transfer_crosses_key_updates_both_ways_intact() {
 /// holds every line of the page, in order.
 #[test]
 fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
-    if !common::chromium_runs_here() {
+    if !crate::harness::chromium_runs_here() {
         return;
     }
     let dir = TestDir::new("rl-chromium");
@@ -899,7 +870,7 @@ fn chromium_loads_a_page_of_many_records_by_h2_and_http11() {
         (&["--disable-http2"][..], "HTTP/1.1"),
     ] {
         let profile = dir.path(&format!("profile{}", extra.len()));
-        let out = run(common::chromium(&profile)
+        let out = run(crate::harness::chromium(&profile)
             .args(extra)
             .args(["--dump-dom", &url]));
         let dom = String::from_utf8_lossy(&out.stdout);

@@ -2,29 +2,11 @@
 //! latency under a stalled server, and the loopback guard. The tests run one at a time
 //! (`exclusive`): most measure rates or saturate a CPU.
 
-mod common;
-
 use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
-
-/// Runs `terminus load ARGS --json` and returns the parsed report.
-fn load(args: &[&str]) -> serde_json::Value {
-    let out = run(Command::new(terminus_bin())
-        .arg("load")
-        .args(args)
-        .arg("--json"));
-    assert!(
-        out.status.success(),
-        "terminus load {args:?} failed ({:?}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
+use crate::harness::*;
 
 fn n(report: &serde_json::Value, key: &str) -> f64 {
     report[key]
@@ -43,7 +25,7 @@ fn url(server: &Server, path: &str) -> String {
 #[test]
 fn open_loop_rate_is_honoured_and_every_phase_is_timed() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--no-resumption"]);
+    let server = ServerBuilder::flags(&["--workers", "1", "--no-resumption"]).start();
     // New connection per request: every request is a full handshake.
     let r = load(&[
         &url(&server, "/"),
@@ -100,7 +82,7 @@ fn open_loop_rate_is_honoured_and_every_phase_is_timed() {
 #[test]
 fn closed_loop_keeps_its_connections_busy() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).admin().start();
     // Two threads pinned to CPU 0 (every machine has one), two connections each.
     let r = load(&[
         &url(&server, "/"),
@@ -173,7 +155,7 @@ fn errors_are_classified_by_kind() {
     assert!(failed["p50"].as_f64().unwrap() >= 500.0, "{failed}");
     drop(silent);
 
-    let server = Server::start(&["--workers", "1"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).start();
     // 404 is an answered request, counted as an error by its status.
     let r = load(&[
         &url(&server, "/no-such-file"),
@@ -208,7 +190,7 @@ fn errors_are_classified_by_kind() {
         "tls13.toml",
         "listen = [\"127.0.0.1:0\"]\n[tls]\nversions = [\"1.3\"]\n[[server]]\nnames = [\"localhost\"]\n",
     );
-    let server13 = Server::start_with(&["--config", cfg.to_str().unwrap()], false);
+    let server13 = ServerBuilder::config(&cfg).start();
     let r = load(&[
         &url(&server13, "/"),
         "--rate",
@@ -230,86 +212,19 @@ fn errors_are_classified_by_kind() {
 fn verifies_a_chain_from_its_ca() {
     let _alone = exclusive();
     let dir = TestDir::new("load-chain");
-    let ca_key = dir.path("ca.key");
-    let ca = dir.path("ca.pem");
-    let leaf_key = dir.path("leaf.key");
-    let csr = dir.path("leaf.csr");
-    let leaf = dir.path("leaf.pem");
-    let ext = dir.write(
-        "leaf.ext",
-        "subjectAltName=DNS:localhost\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    );
+    let ca = Ca::new(&dir.0, "ca", "terminus load test CA", 2);
+    let leaf = ca.issue(&dir.0, "leaf", &Leaf::server("localhost"));
+    let (ca, leaf_key, leaf) = (ca.pair.cert, leaf.key, leaf.cert);
     let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &s(&ca_key),
-    ]);
-    openssl(&[
-        "req",
-        "-x509",
-        "-new",
-        "-key",
-        &s(&ca_key),
-        "-out",
-        &s(&ca),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=terminus load test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign",
-    ]);
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &s(&leaf_key),
-    ]);
-    openssl(&[
-        "req",
-        "-new",
-        "-key",
-        &s(&leaf_key),
-        "-out",
-        &s(&csr),
-        "-subj",
-        "/CN=localhost",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &s(&csr),
-        "-CA",
-        &s(&ca),
-        "-CAkey",
-        &s(&ca_key),
-        "-CAcreateserial",
-        "-out",
-        &s(&leaf),
-        "-days",
-        "2",
-        "-extfile",
-        &s(&ext),
-    ]);
-    let server = Server::start(&[
+    let server = ServerBuilder::flags(&[
         "--workers",
         "1",
         "--cert",
         &s(&leaf),
         "--key",
         &s(&leaf_key),
-    ]);
+    ])
+    .start();
     let r = load(&[
         &url(&server, "/"),
         "--rate",
@@ -337,7 +252,7 @@ fn verifies_a_chain_from_its_ca() {
 #[test]
 fn tls_choices_reach_the_server() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).admin().start();
     let base = url(&server, "/");
     // --sigalg picks the certificate: the server counts handshakes by key type.
     for (sigalg, key_type) in [
@@ -430,7 +345,7 @@ fn tls_choices_reach_the_server() {
 #[test]
 fn resume_offers_a_ticket_on_99_percent_of_connections_after_the_first_100() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--crypto-backend", "scalar"]);
+    let server = ServerBuilder::flags(&["--workers", "1", "--crypto-backend", "scalar"]).start();
     for tls in ["1.3", "1.2"] {
         let r = load(&[
             &url(&server, "/"),
@@ -457,7 +372,7 @@ fn resume_offers_a_ticket_on_99_percent_of_connections_after_the_first_100() {
 #[test]
 fn batch_kx_computes_the_clients_key_exchanges_in_the_engine() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--no-resumption"]);
+    let server = ServerBuilder::flags(&["--workers", "1", "--no-resumption"]).start();
     let backend = if terminus_engine::multibuffer::applicable() {
         "multibuffer"
     } else {
@@ -518,9 +433,10 @@ fn open_loop_counts_a_stalled_server_as_latency() {
     // The server is frozen (SIGSTOP) for 700 ms in the middle of a 100 req/s run. An
     // open-loop generator keeps to its schedule: every request is still issued, and the
     // ones scheduled during the stall wait for it, so the tail latency shows the stall.
-    let server = Server::start(&["--workers", "1"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).start();
     let target = url(&server, "/");
     let pid = server.child.id().to_string();
+    // The stall's timing is the test: sleeps on purpose.
     let freezer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(800));
         run(Command::new("kill").args(["-STOP", &pid]));
@@ -671,7 +587,7 @@ fn http_targets_load_a_plain_server_for_baselines() {
 #[test]
 fn a_simulated_round_trip_delays_each_answer_and_stays_out_of_the_times() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--no-resumption"]);
+    let server = ServerBuilder::flags(&["--workers", "1", "--no-resumption"]).start();
     // TLS 1.3: the Finished and request answer the server's flight (one round trip per
     // request); TLS 1.2 also waits one before its key exchange (two).
     for (tls, round_trips) in [("1.3", 1.0), ("1.2", 2.0)] {

@@ -2,12 +2,10 @@
 //! file, which line and why; `terminus check` says the same and exits non-zero. Logs are
 //! plain text unless stderr is a terminal.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// Runs `terminus check` and `terminus serve` on `config`; both must fail with every
 /// fragment of `expected` in their error output.
@@ -236,7 +234,9 @@ fn example_config_in_the_repo_is_valid() {
 #[test]
 fn multibuffer_backend_starts_exactly_where_crypto_mb_runs() {
     if terminus_engine::multibuffer::applicable() {
-        let server = Server::start(&["--crypto-backend", "multibuffer", "--admin", "127.0.0.1:0"]);
+        let server = ServerBuilder::flags(&["--crypto-backend", "multibuffer"])
+            .admin()
+            .start();
         let out = curl(
             &server,
             &["-k", "-o", "/dev/null", "-w", "%{http_code}"],
@@ -276,7 +276,7 @@ fn a_port_already_in_use_is_refused_at_start() {
     // port without a word: whoever holds it, a plain listener or another terminus,
     // terminus must refuse to start and say where.
     let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let running = Server::start(&[]);
+    let running = ServerBuilder::flags(&[]).start();
     for taken in [plain.local_addr().unwrap(), running.addr] {
         // A server that wrongly starts would serve forever: `timeout` turns that into
         // exit status 124 and a failure instead of a hung test.
@@ -298,7 +298,7 @@ fn a_port_already_in_use_is_refused_at_start() {
 #[test]
 fn log_colours_only_on_a_terminal() {
     // To a file (journald and log shippers see the same): plain text.
-    let server = Server::start(&[]);
+    let server = ServerBuilder::flags(&[]).start();
     eventually(Duration::from_secs(10), "a log line", || {
         server.stderr().contains("INFO")
     });

@@ -2,11 +2,9 @@
 //! histograms add up, agree with the engine's own timing, carry their labels, and reach
 //! the access log.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::harness::*;
 
 /// One label set's histograms, read from `/metrics`.
 struct Set {
@@ -64,18 +62,6 @@ fn sets(text: &str) -> Vec<Set> {
         .collect()
 }
 
-fn load(server: &Server, args: &[&str]) {
-    let url = format!("https://localhost:{}/", server.port());
-    let out = run(Command::new(terminus_bin())
-        .args(["load", &url, "--new-connection", "-k", "-d", "1s"])
-        .args(args));
-    assert!(
-        out.status.success(),
-        "terminus load {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn handshake_phases_add_up_and_agree_with_the_engine() {
     let _alone = exclusive();
@@ -88,22 +74,41 @@ fn handshake_phases_add_up_and_agree_with_the_engine() {
             log.display()
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     // Full TLS 1.3 (ECDSA: the client offers it first), full TLS 1.2 with RSA, resumed
     // TLS 1.3: 100 handshakes each, one request on each connection.
-    load(&server, &["--rate", "100"]);
-    load(
-        &server,
-        &[
-            "--rate",
-            "100",
-            "--tls",
-            "1.2",
-            "--sigalg",
-            "rsa_pss_rsae_sha256",
-        ],
-    );
-    load(&server, &["--rate", "100", "--resume"]);
+    load(&[
+        &server.url("/"),
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "100",
+    ]);
+    load(&[
+        &server.url("/"),
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "100",
+        "--tls",
+        "1.2",
+        "--sigalg",
+        "rsa_pss_rsae_sha256",
+    ]);
+    load(&[
+        &server.url("/"),
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "100",
+        "--resume",
+    ]);
     let text = server.metrics();
     let sets = sets(&text);
     let labels: Vec<&str> = sets.iter().map(|s| s.labels.as_str()).collect();
@@ -271,11 +276,30 @@ fn the_bpftrace_scripts_count_what_the_server_counts() {
         }
     }
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).admin().start();
     let latency = Tracer::attach("terminus-ssllatency.bt");
     let snoop = Tracer::attach("terminus-sslsnoop.bt");
-    load(&server, &["--rate", "100"]);
-    load(&server, &["--rate", "50", "--resume", "--tls", "1.2"]);
+    load(&[
+        &server.url("/"),
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "100",
+    ]);
+    load(&[
+        &server.url("/"),
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "50",
+        "--resume",
+        "--tls",
+        "1.2",
+    ]);
     let text = server.metrics();
     let latency = latency.finish();
     let snoop = snoop.finish();
@@ -321,8 +345,7 @@ fn quic_handshakes_reach_the_bpftrace_scripts_as_tcp_ones() {
     let (server, port) = h3_server_on(&dir, "127.0.0.1", config);
     let latency = Tracer::attach("terminus-ssllatency.bt");
     let snoop = Tracer::attach("terminus-sslsnoop.bt");
-    let out = run(Command::new(terminus_bin()).args([
-        "load",
+    load(&[
         &format!("https://localhost:{port}/index.html"),
         "--http3",
         "--new-connection",
@@ -331,12 +354,7 @@ fn quic_handshakes_reach_the_bpftrace_scripts_as_tcp_ones() {
         "1s",
         "--rate",
         "50",
-    ]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ]);
     let handshakes = server.metric("terminus_quic_handshakes_total", &[]);
     let latency = latency.finish();
     let snoop = snoop.finish();
@@ -360,7 +378,7 @@ fn quic_handshakes_reach_the_bpftrace_scripts_as_tcp_ones() {
 fn top_shows_a_loaded_server_once_as_json_and_as_text() {
     let _alone = exclusive();
     // Pinned to scalar (one request a batch, asserted below) on every CPU.
-    let server = Server::one_scalar_worker(&[], true);
+    let server = ServerBuilder::flags(&[]).one_scalar_worker().start();
     let admin = server.admin.unwrap().to_string();
     let url = format!("https://localhost:{}/", server.port());
     // 4 s of 100 full handshakes/s; top's second begins once the load is under way.
@@ -378,7 +396,11 @@ fn top_shows_a_loaded_server_once_as_json_and_as_text() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    eventually(
+        std::time::Duration::from_secs(10),
+        "the load under way",
+        || server.metric("terminus_handshakes_total", &[]) > 0.0,
+    );
     let top = |extra: &[&str]| {
         let out = run(Command::new(terminus_bin())
             .args(["top", "--admin", &admin, "--once", "--interval", "1.5"])
@@ -434,10 +456,20 @@ fn top_names_an_admin_listener_it_cannot_read() {
 #[test]
 fn a_clients_round_trip_lands_in_the_client_phase() {
     let _alone = exclusive();
-    let server = Server::start(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).admin().start();
     // The client's Finished and its request leave 30 ms after the server's flight they
     // answer: a round trip the server waits out once, in the handshake.
-    load(&server, &["--rate", "20", "--rtt", "30ms"]);
+    load(&[
+        &server.url("/"),
+        "--new-connection",
+        "-k",
+        "-d",
+        "1s",
+        "--rate",
+        "20",
+        "--rtt",
+        "30ms",
+    ]);
     let text = server.metrics();
     let sets = sets(&text);
     assert_eq!(sets.len(), 1, "{}", sets.len());

@@ -1,10 +1,8 @@
 //! `terminus speed`: a row of positive figures per operation asked for, and clear errors.
 
-mod common;
-
 use std::process::Command;
 
-use common::terminus_bin;
+use crate::harness::terminus_bin;
 
 fn speed(args: &[&str]) -> std::process::Output {
     Command::new(terminus_bin())

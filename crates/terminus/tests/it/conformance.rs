@@ -6,12 +6,10 @@
 //! fetch; h2spec comes from Go's module proxy and testssl.sh from Debian, and `.ci/run`
 //! installs both.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{openssl, Server, TestDir};
+use crate::harness::{Ca, KeyKind, Leaf, ServerBuilder, TestDir};
 use terminus_testkit::{repo, runs_here, Need};
 
 const SKIP_MARKER: &str = "SKIPPED: tlsfuzzer conformance";
@@ -20,7 +18,7 @@ const SKIP_MARKER: &str = "SKIPPED: tlsfuzzer conformance";
 fn tlsfuzzer_scripts_fail_only_as_listed() {
     let out = Command::new("python3")
         .arg(repo().join("tests/conformance/run"))
-        .args(["--terminus", common::terminus_bin()])
+        .args(["--terminus", crate::harness::terminus_bin()])
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -45,7 +43,7 @@ fn h2spec_passes_every_test_in_strict_mode() {
         );
         return;
     };
-    let server = Server::start(&["--workers", "1"]);
+    let server = ServerBuilder::flags(&["--workers", "1"]).start();
     let summary = terminus_testkit::h2spec_passes(&h2spec, server.port(), true);
     println!("h2spec: {summary}");
 }
@@ -76,7 +74,7 @@ fn testssl_finds_nothing_above_info_but_the_self_signed_certificate() {
             "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[server]]\nnames = [\"localhost\"]\n{HEADERS}\n"
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     let findings = testssl(
         Command::new("testssl"),
         &dir,
@@ -108,57 +106,13 @@ fn testssl_grades_terminus_a_plus_with_a_trusted_certificate() {
     }
     let dir = TestDir::new("testssl-grade");
     let path = |name: &str| dir.path(name).to_str().unwrap().to_owned();
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &path("ca.key"),
-        "-out",
-        &path("ca.pem"),
-        "-days",
-        "3650",
-        "-subj",
-        "/CN=terminus test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &path("leaf.key"),
-        "-out",
-        &path("leaf.csr"),
-        "-subj",
-        "/CN=localhost",
-    ]);
-    dir.write(
-        "leaf.cnf",
-        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature,keyEncipherment\n",
-    );
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &path("leaf.csr"),
-        "-CA",
-        &path("ca.pem"),
-        "-CAkey",
-        &path("ca.key"),
-        "-CAcreateserial",
-        "-days",
-        "397",
-        "-extfile",
-        &path("leaf.cnf"),
-        "-out",
-        &path("leaf.pem"),
-    ]);
+    let ca = Ca::new(&dir.0, "ca", "terminus test CA", 3650);
+    let leaf = Leaf {
+        key: KeyKind::Rsa(2048),
+        days: 397,
+        ..Leaf::server("localhost")
+    };
+    ca.issue(&dir.0, "leaf", &leaf);
     let chain = [
         std::fs::read(path("leaf.pem")).unwrap(),
         std::fs::read(path("ca.pem")).unwrap(),
@@ -174,7 +128,7 @@ fn testssl_grades_terminus_a_plus_with_a_trusted_certificate() {
             path("leaf.key")
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     let mut command = Command::new(&program);
     command.args(["--add-ca", &path("ca.pem"), "--ip", "127.0.0.1"]);
     let findings = testssl(command, &dir, &format!("localhost:{}", server.port()));

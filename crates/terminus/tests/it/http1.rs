@@ -1,14 +1,12 @@
 //! terminus's own HTTP/1.1 parser against hostile clients: headers dribbled a byte at a
 //! time, request smuggling, pipelining behind refused requests, bodies that must be
 //! skipped exactly, path traversal, and clients that stop reading. Bytes are written by a
-//! rustls client exactly as the test spells them (see common/raw.rs).
-
-mod common;
+//! rustls client exactly as the test spells them (see harness/raw.rs).
 
 use std::time::{Duration, Instant};
 
-use common::raw::{statuses, Ended, Raw};
-use common::*;
+use crate::harness::raw::{statuses, Ended, Raw};
+use crate::harness::*;
 
 /// A server whose timeouts are `request_header`, `keepalive` (also the stall timeout of
 /// a response) and a long handshake timeout, with a few files; `/smuggled.txt` must never
@@ -21,17 +19,10 @@ fn start(request_header: &str, keepalive: &str) -> (TestDir, Server) {
     dir.write("www/smuggled.txt", "SMUGGLED\n");
     let big: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
     dir.write("www/big.bin", big);
-    let conf = config(
-        &dir,
-        &pair,
-        &format!(
+    let conf = Config::new(&dir, &pair).before(&format!(
             "[timeouts]\nhandshake = \"30s\"\nrequest_header = \"{request_header}\"\nkeepalive = \"{keepalive}\"\n"
-        ),
-    );
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+        )).write(&dir);
+    let server = ServerBuilder::config(&conf).admin().start();
     (dir, server)
 }
 
@@ -145,6 +136,8 @@ fn a_skipped_body_lines_up_with_the_next_request() {
         let mut c = Raw::connect(&server);
         if split {
             c.send(post.as_bytes()).unwrap();
+            // On purpose: the head alone first, so that the body is read from the
+            // connection, not from the header buffer.
             std::thread::sleep(Duration::from_millis(100));
             c.send(&body.as_bytes()[..10]).unwrap();
             c.send(format!("{}{get}", &body[10..]).as_bytes()).unwrap();
@@ -166,6 +159,7 @@ fn a_skipped_body_lines_up_with_the_next_request() {
     for cut in [0, 7, chunked.len() - 3] {
         let mut c = Raw::connect(&server);
         c.send(&chunked.as_bytes()[..cut.max(1)]).unwrap();
+        // On purpose: the rest arrives apart, cut where the test says.
         std::thread::sleep(Duration::from_millis(50));
         c.send(format!("{}{get}", &chunked[cut.max(1)..]).as_bytes())
             .unwrap();

@@ -1,12 +1,10 @@
 //! Real TLS clients against a spawned terminus: curl (HTTP/1.1 and HTTP/2), openssl
 //! s_client (TLS 1.2 and 1.3, RSA and ECDSA), Python's ssl module, SNI virtual hosts.
 
-mod common;
-
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::*;
+use crate::harness::*;
 
 struct Fixture {
     _dir: TestDir,
@@ -52,12 +50,12 @@ fn both_certs_server(extra: &[&str]) -> Server {
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    Server::start(&args)
+    ServerBuilder::flags(&args).start()
 }
 
 #[test]
 fn embedded_default_serves_builtin_page_with_self_signed_certs() {
-    let server = Server::start(&[]);
+    let server = ServerBuilder::flags(&[]).start();
     let fps: Vec<&String> = server
         .stdout_lines
         .iter()
@@ -115,11 +113,7 @@ fn curl_http1_and_http2() {
     }
     // Keep-alive: several requests on one connection.
     let url = server.url("/index.html");
-    let resolve = format!("localhost:{}:127.0.0.1", server.port());
-    let out = run(Command::new("curl").args([
-        "-sk",
-        "--resolve",
-        &resolve,
+    let out = run(curl_command(&server, "localhost").args([
         "-o",
         "/dev/null",
         "-o",
@@ -275,7 +269,7 @@ fn s_client_each_version_and_key_type() {
 
 #[test]
 fn s_client_each_version_and_key_type_multibuffer() {
-    if !common::ifma() {
+    if !crate::harness::ifma() {
         return;
     }
     each_version_and_key_type("multibuffer");
@@ -419,7 +413,7 @@ key = "{}"
             fallback.key.display()
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     for (sni, cn) in [
         (Some("a.test"), "CN = a.test"),
         (Some("www.example.com"), "CN = *.example.com"),
@@ -708,14 +702,14 @@ fn tls_versions_can_be_restricted() {
     let f = fixture();
     let dir = TestDir::new("versions");
     dir.write("www/index.html", "hi\n");
-    let conf = config(
-        &dir,
-        &f.ecdsa,
-        r#"[tls]
+    let conf = Config::new(&dir, &f.ecdsa)
+        .before(
+            r#"[tls]
 versions = ["1.3"]
 "#,
-    );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+        )
+        .write(&dir);
+    let server = ServerBuilder::config(&conf).start();
     assert!(s_client(&server, &["-tls1_3"]).contains("Protocol version: TLSv1.3"));
     let text = s_client(&server, &["-tls1_2"]);
     assert!(
@@ -730,14 +724,14 @@ fn cipher_suites_can_be_restricted() {
     let f = fixture();
     let dir = TestDir::new("suites");
     dir.write("www/index.html", "hi\n");
-    let conf = config(
-        &dir,
-        &f.ecdsa,
-        r#"[tls]
+    let conf = Config::new(&dir, &f.ecdsa)
+        .before(
+            r#"[tls]
 cipher_suites = ["TLS13_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]
 "#,
-    );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+        )
+        .write(&dir);
+    let server = ServerBuilder::config(&conf).start();
     // (client options, suite the server must choose or None to refuse)
     let cases: [(&[&str], Option<&str>); 6] = [
         (&["-tls1_3"], Some("TLS_AES_256_GCM_SHA384")),
@@ -802,8 +796,10 @@ fn the_server_chooses_the_suite_unless_told_otherwise() {
     for (setting, server_order) in [("", true), ("prefer_server_ciphers = false\n", false)] {
         let dir = TestDir::new("order");
         dir.write("www/index.html", "hi\n");
-        let conf = config(&dir, &f.ecdsa, &format!("[tls]\n{setting}"));
-        let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+        let conf = Config::new(&dir, &f.ecdsa)
+            .before(&format!("[tls]\n{setting}"))
+            .write(&dir);
+        let server = ServerBuilder::config(&conf).start();
         for (args, ours, theirs) in client_prefers_256 {
             let text = s_client(&server, args);
             let expect = if server_order { ours } else { theirs };
@@ -830,7 +826,7 @@ fn access_log_records_requests() {
             f.ecdsa.key.display()
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     assert_eq!(status(&server, &[], "/index.html"), 200);
     assert_eq!(status(&server, &[], "/nope"), 404);
     let text = std::fs::read_to_string(&log).unwrap();

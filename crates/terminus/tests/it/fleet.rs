@@ -3,24 +3,19 @@
 //! periods it is refused, as a full handshake), and instances sharing a store resume each
 //! other's sessions.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::harness::*;
 use terminus_testkit::Redis;
 
 /// One server with an ECDSA certificate, `extra` before it (`[tls]`, `[fleet]`).
 fn server(dir: &TestDir, extra: &str) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
     dir.write("www/index.html", "hi\n");
-    let conf = config(dir, &pair, extra);
-    Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    )
+    let conf = Config::new(dir, &pair).before(extra).write(dir);
+    ServerBuilder::config(&conf).admin().start()
 }
 
 /// `openssl s_client` to `server` with `args`, stdin held open `linger` and then closed
@@ -132,7 +127,9 @@ fn bad_ticket_key_settings_name_their_line() {
         ("{ rotate = \"1500ms\" }", "whole number of seconds"),
     ] {
         let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-        let conf = config(&dir, &pair, &format!("[tls]\nticket_keys = {setting}\n"));
+        let conf = Config::new(&dir, &pair)
+            .before(&format!("[tls]\nticket_keys = {setting}\n"))
+            .write(&dir);
         let out =
             run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
         let text = String::from_utf8_lossy(&out.stderr);
@@ -179,10 +176,7 @@ impl Fleet {
                         pair.key.display()
                     ),
                 );
-                Server::start_with(
-                    &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-                    false,
-                )
+                ServerBuilder::config(&conf).admin().start()
             })
             .collect();
         let fleet = Fleet {
@@ -219,8 +213,7 @@ impl Fleet {
 /// `terminus load` over 127.0.0.1, .2 and .3 at `port` in turn, new connections
 /// resuming sessions.
 fn resume_load(port: u16, connections: u32, seconds: u32, tls: &str) -> serde_json::Value {
-    let out = run(Command::new(terminus_bin()).args([
-        "load",
+    load(&[
         &format!("https://localhost:{port}/index.html"),
         "--address",
         "127.0.0.1",
@@ -237,10 +230,7 @@ fn resume_load(port: u16, connections: u32, seconds: u32, tls: &str) -> serde_js
         "-k",
         "--tls",
         tls,
-        "--json",
-    ]));
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
+    ])
 }
 
 /// A saved session's ticket key name from instance `i`.
@@ -375,7 +365,17 @@ fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns
         let port = fleet.port;
         std::thread::spawn(move || resume_load(port, 10, 5, "1.3"))
     };
-    std::thread::sleep(Duration::from_secs(1));
+    // Under way, on every instance, before the store goes.
+    eventually(
+        Duration::from_secs(10),
+        "the load on every instance",
+        || {
+            fleet
+                .instances
+                .iter()
+                .all(|s| s.metric("terminus_handshakes_total", &[]) > 0.0)
+        },
+    );
     // Killed by its PID mid-load.
     redis.kill();
     eventually(
@@ -388,6 +388,7 @@ fn with_the_store_gone_the_fleet_keeps_resuming_and_agrees_again_when_it_returns
                 .all(|s| s.metric("terminus_fleet_store_up", &[]) == 0.0)
         },
     );
+    // On purpose: a second of the load with the store gone.
     std::thread::sleep(Duration::from_secs(1));
     let r = load.join().unwrap();
     let (handshakes, resumed) = (
@@ -428,14 +429,12 @@ fn check_reaches_the_store_and_names_a_key_file_that_does_not_open_its_keys() {
     dir.write("www/index.html", "hi\n");
     let check = |url: &str, kek: &str| {
         let key = dir.write("other.key", kek);
-        let conf = config(
-            &dir,
-            &pair,
-            &format!(
+        let conf = Config::new(&dir, &pair)
+            .before(&format!(
                 "[fleet]\nstore = \"{url}\"\nkey_file = \"{}\"\n",
                 key.display()
-            ),
-        );
+            ))
+            .write(&dir);
         let out =
             run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
         (
@@ -468,18 +467,19 @@ fn offer(
     seconds: u32,
 ) -> std::thread::JoinHandle<serde_json::Value> {
     let url = format!("https://localhost:{}/index.html", fleet.port);
-    let load = rate_load(url, format!("127.0.0.{}", i + 1), rate, seconds);
-    std::thread::spawn(move || {
-        let out = load.join().unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).unwrap()
-    })
+    load_in_background(full_handshakes(
+        &url,
+        &format!("127.0.0.{}", i + 1),
+        rate,
+        seconds,
+    ))
 }
 
 /// Offers `rates` (handshakes/s) to the three instances for `seconds`; returns the ACU
 /// the fleet charged tenant t from `skip` seconds in to `skip + window`.
 fn charged_over(fleet: &Fleet, rates: [u32; 3], seconds: u32, skip: f64, window: f64) -> f64 {
     let loads: Vec<_> = (0..3).map(|i| offer(fleet, i, rates[i], seconds)).collect();
+    // The measurement's window, in time on purpose.
     std::thread::sleep(Duration::from_secs_f64(skip));
     let before = fleet.sum("terminus_tenant_acu_total", &["tenant=\"t\""]);
     std::thread::sleep(Duration::from_secs_f64(window));
@@ -527,7 +527,7 @@ fn a_tenants_quota_holds_for_the_whole_fleet_and_follows_its_load() {
     assert!(refused() > 0.0);
     // Every instance's view of the split: three instances, shares summing to one.
     let admin = fleet.instances[0].admin.unwrap().to_string();
-    let table = run(Command::new("curl").args(["-sS", &format!("http://{admin}/capacity")]));
+    let table = fleet.instances[0].admin_get("/capacity");
     let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
     assert_eq!(doc["fleet"]["instances"], 3, "{doc:#}");
     let split = doc["fleet"]["tenants"]["t"]["instances"]

@@ -5,11 +5,9 @@
 //! and go on serving afterwards. How
 //! fast and how much is bench/overload's to measure.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::harness::*;
 
 /// How many offered handshakes a second a flood at `rate` is.
 enum Rate {
@@ -26,16 +24,17 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
     let dir = TestDir::new(name);
     let pair = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/index.html", "ok");
-    let conf = config(&dir, &pair, "[limits]\nhandshake_queue = \"20ms\"\n");
-    let server = Server::one_scalar_worker(
-        &["--config", conf.to_str().unwrap(), "--no-resumption"],
-        false,
-    );
+    let conf = Config::new(&dir, &pair)
+        .before("[limits]\nhandshake_queue = \"20ms\"\n")
+        .write(&dir);
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .one_scalar_worker()
+        .start();
     let rate = match rate {
         Rate::Fixed(rate) => rate,
         Rate::TimesCapacity(times) => {
-            let out = run(Command::new(terminus_bin()).args([
-                "load",
+            let r = load(&[
                 &server.url("/index.html"),
                 "-c",
                 "32",
@@ -45,15 +44,12 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
                 "-k",
                 "--tls",
                 "1.3",
-                "--json",
-            ]));
-            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            ]);
             let per_s = r["requests"].as_f64().unwrap() / r["duration_s"].as_f64().unwrap();
             (per_s * times) as u32
         }
     };
-    let out = run(Command::new(terminus_bin()).args([
-        "load",
+    let report = load(&[
         &server.url("/index.html"),
         "--rate",
         &rate.to_string(),
@@ -65,14 +61,7 @@ fn flood(name: &str, rate: Rate) -> (TestDir, Server, serde_json::Value) {
         "1.3",
         "--timeout",
         "5s",
-        "--json",
-    ]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = serde_json::from_slice(&out.stdout).unwrap();
+    ]);
     (dir, server, report)
 }
 
@@ -153,19 +142,6 @@ fn without_resumption_the_excess_over_capacity_is_reset_at_accept() {
     );
 }
 
-/// `terminus load` against `server`'s 1 KiB file with `args`; its JSON report.
-fn load(server: &Server, args: &[&str]) -> serde_json::Value {
-    let out = run(Command::new(terminus_bin())
-        .args(["load", &server.url("/1k.bin"), "-k", "--json"])
-        .args(args));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// Admission weighs a handshake by what handshakes cost, not by what the worker spent on
 /// requests over established connections. After 3 s of HTTP/2 keep-alive traffic on 50
 /// connections, the next 50 connections' RSA handshakes are all admitted (charged with
@@ -178,14 +154,15 @@ fn keep_alive_work_does_not_make_admission_refuse_handshakes() {
     let dir = TestDir::new("overload-keepalive");
     let pair = make_cert(&dir.0, "rsa", KeyKind::Rsa(2048), &["localhost"]);
     dir.write("www/1k.bin", vec![b'x'; 1024]);
-    let conf = config(&dir, &pair, "");
-    let server = Server::one_scalar_worker(&["--config", conf.to_str().unwrap()], false);
+    let conf = Config::new(&dir, &pair).write(&dir);
+    let server = ServerBuilder::config(&conf).one_scalar_worker().start();
     let keep_alive = |h2: bool| {
-        let mut args = vec!["-c", "50", "-d", "3s", "--tls", "1.3"];
+        let url = server.url("/1k.bin");
+        let mut args = vec![url.as_str(), "-k", "-c", "50", "-d", "3s", "--tls", "1.3"];
         if h2 {
             args.push("--http2");
         }
-        load(&server, &args)
+        load(&args)
     };
     let h1 = keep_alive(false);
     let h2 = keep_alive(true);
@@ -194,11 +171,17 @@ fn keep_alive_work_does_not_make_admission_refuse_handshakes() {
     // Still is: a burst in the middle of HTTP/2 keep-alive traffic.
     let (busy, during) = std::thread::scope(|s| {
         let traffic = s.spawn(|| keep_alive(true));
+        // On purpose: the burst lands in the middle of the 3 s of keep-alive traffic.
         std::thread::sleep(std::time::Duration::from_millis(1500));
-        let busy = load(
-            &server,
-            &["--new-connection", "--rate", "500", "-d", "100ms"],
-        );
+        let busy = load(&[
+            &server.url("/1k.bin"),
+            "-k",
+            "--new-connection",
+            "--rate",
+            "500",
+            "-d",
+            "100ms",
+        ]);
         (busy, traffic.join().unwrap())
     });
     assert_eq!(busy["requests"].as_f64(), Some(50.0), "{busy:#}");
@@ -219,7 +202,9 @@ fn keep_alive_work_does_not_make_admission_refuse_handshakes() {
 fn a_bad_handshake_queue_names_the_line() {
     let dir = TestDir::new("overload-config");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let conf = config(&dir, &pair, "[limits]\nhandshake_queue = \"soon\"\n");
+    let conf = Config::new(&dir, &pair)
+        .before("[limits]\nhandshake_queue = \"soon\"\n")
+        .write(&dir);
     let out = run(Command::new(terminus_bin())
         .args(["check", "--config"])
         .arg(&conf));

@@ -1,11 +1,9 @@
 //! Static file semantics with curl: headers, conditional requests, ranges, HEAD,
 //! directories, error statuses, and every traversal trick we know of.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 
-use common::*;
+use crate::harness::*;
 
 struct Site {
     dir: TestDir,
@@ -25,12 +23,13 @@ fn site() -> Site {
     symlink(dir.path("secret.txt"), dir.path("www/escape.txt")).unwrap();
     symlink("/etc", dir.path("www/etc-link")).unwrap();
     symlink("digits.txt", dir.path("www/inside-link.txt")).unwrap();
-    let server = Server::start(&[
+    let server = ServerBuilder::flags(&[
         "--root",
         dir.path("www").to_str().unwrap(),
         "--workers",
         "1",
-    ]);
+    ])
+    .start();
     Site { dir, server }
 }
 
@@ -257,7 +256,7 @@ fn a_files_route_is_not_left_through_encoded_slashes_backslashes_or_parameters()
             pair.key.display()
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     for protocol in ["--http1.1", "--http2"] {
         let (code, _, body) = headers(&server, &[protocol], "/static/ok.txt");
         assert_eq!(
@@ -324,7 +323,7 @@ key = "{key}"
             key = pair.key.display()
         ),
     );
-    let server = Server::start_with(&["--config", conf.to_str().unwrap()], false);
+    let server = ServerBuilder::config(&conf).start();
     for http in ["--http1.1", "--http2"] {
         for (path, status) in [("/", 200), ("/missing", 404)] {
             let (code, head, _) = headers(&server, &[http], path);
@@ -340,22 +339,12 @@ key = "{key}"
                 "{http} {path}: {head}"
             );
         }
-        let resolve = format!("plain.test:{}:127.0.0.1", server.port());
-        let url = format!("https://plain.test:{}/", server.port());
-        let out = std::process::Command::new("curl")
-            .args([
-                "-sk",
-                "-D",
-                "-",
-                "-o",
-                "/dev/null",
-                http,
-                "--resolve",
-                &resolve,
-                &url,
-            ])
-            .output()
-            .unwrap();
+        let out = curl_host(
+            &server,
+            "plain.test",
+            &["-D", "-", "-o", "/dev/null", http],
+            "/",
+        );
         let head = String::from_utf8_lossy(&out.stdout);
         assert!(head.contains(" 200"), "{head}");
         assert_eq!(

@@ -1,13 +1,11 @@
 //! HTTP/3 over QUIC, with a real client (aioquic): QUIC handshakes computed by the
 //! crypto engine on the coroutine bridge, as TCP ones are.
 
-mod common;
-
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::harness::*;
 
 /// Whether aioquic is installed (`.ci/run` installs it); else the skip is shown.
 fn aioquic() -> bool {
@@ -380,7 +378,7 @@ fn tcp_responses_on_an_http3_listener_carry_alt_svc_and_their_protocol_s_count_a
         assert_eq!(counted, 1.0, "{protocol}");
     }
     drop(server);
-    let plain = Server::start(&[]);
+    let plain = ServerBuilder::flags(&[]).start();
     let head = headers(plain.port(), "--http1.1");
     assert!(
         head.starts_with("http/1.1 ") && !head.contains("alt-svc"),
@@ -576,7 +574,12 @@ fn a_flood_of_initials_above_the_limit_is_refused_and_an_established_connection_
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    // Established before the flood: its handshake counted.
+    eventually(
+        Duration::from_secs(10),
+        "the established connection",
+        || server.metric("terminus_quic_handshakes_total", &[]) >= 1.0,
+    );
     let done = quic_storm(port, 256);
     let refused = server.metric("terminus_quic_refused_total", &[]);
     let out = established.wait_with_output().unwrap();
@@ -1039,18 +1042,16 @@ fn terminus_load_over_http3_makes_the_handshakes_and_requests_it_reports() {
     let dir = TestDir::new("h3-load");
     let (server, port) = h3_server(&dir, KeyKind::EcdsaP256, "scalar");
     let url = format!("https://localhost:{port}/index.html");
-    let load = |extra: &[&str]| -> serde_json::Value {
-        let out = run(Command::new(terminus_bin())
-            .args(["load", &url, "-k", "--http3", "-d", "1s", "--json"])
-            .args(extra));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
-    let fresh = load(&["-c", "2", "--new-connection"]);
+    let fresh = load(&[
+        &url,
+        "-k",
+        "--http3",
+        "-d",
+        "1s",
+        "-c",
+        "2",
+        "--new-connection",
+    ]);
     let requests = fresh["requests"].as_u64().unwrap();
     assert!(requests > 20, "{fresh:#}");
     assert_eq!(fresh["errors_total"].as_u64(), Some(0), "{fresh:#}");
@@ -1060,7 +1061,7 @@ fn terminus_load_over_http3_makes_the_handshakes_and_requests_it_reports() {
         server.metric("terminus_quic_handshakes_total", &[]),
         requests as f64
     );
-    let kept = load(&["-c", "2"]);
+    let kept = load(&[&url, "-k", "--http3", "-d", "1s", "-c", "2"]);
     assert!(kept["requests"].as_u64().unwrap() > 100, "{kept:#}");
     assert_eq!(kept["handshakes"].as_u64(), Some(2), "{kept:#}");
     assert_eq!(
@@ -1316,8 +1317,7 @@ fn a_wildcard_listener_answers_from_the_address_each_client_reached() {
         workers: 1,
     };
     let (server, port) = h3_server_on(&dir, "0.0.0.0", config);
-    let out = run(Command::new(terminus_bin()).args([
-        "load",
+    let report = load(&[
         &format!("https://localhost:{port}/index.html"),
         "--address",
         "127.0.0.2",
@@ -1329,9 +1329,7 @@ fn a_wildcard_listener_answers_from_the_address_each_client_reached() {
         "1s",
         "--timeout",
         "3s",
-        "--json",
-    ]));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ]);
     assert!(
         report["requests"].as_u64().unwrap() > 100 && report["errors_total"] == 0,
         "{report:#}\n{}",

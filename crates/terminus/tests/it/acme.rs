@@ -8,14 +8,12 @@
 //! listener and the 400 for plain HTTP on a TLS port, and the `[acme]` config errors,
 //! need no CA.
 
-mod common;
-
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::*;
+use crate::harness::*;
 use terminus_testkit::Redis;
 use terminus_testkit::{repo, runs_here, Need};
 
@@ -315,13 +313,6 @@ fn fleet_settings(dir: &TestDir, redis: &Redis, poll: &str) -> String {
     )
 }
 
-fn start(conf: &Path) -> Server {
-    Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    )
-}
-
 fn orders(server: &Server, result: &str) -> f64 {
     server.metric(
         "terminus_acme_orders_total",
@@ -426,7 +417,7 @@ fn http01_issues_an_rsa_and_an_ecdsa_certificate_served_and_kept_0600() {
     };
     let dir = TestDir::new("acme-http01");
     let conf = acme_site(&dir, &pebble, tls_port, Some(http_port), "");
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf).admin().start();
     // Before the orders complete, the self-signed pair serves (and says so).
     eventually(
         Duration::from_secs(5),
@@ -481,7 +472,7 @@ fn tls_alpn01_issues_with_no_plain_listener_and_a_restart_with_valid_certificate
     };
     let dir = TestDir::new("acme-alpn");
     let conf = acme_site(&dir, &pebble, tls_port, None, "");
-    let mut server = start(&conf);
+    let mut server = ServerBuilder::config(&conf).admin().start();
     issued(&server, 2.0);
     let root = pebble.issuing_root(&dir);
     let before: Vec<String> = ["RSA-PSS+SHA256", "ECDSA+SHA256"]
@@ -523,7 +514,9 @@ fn tls_alpn01_issues_with_no_plain_listener_and_a_restart_with_valid_certificate
     };
     let placed = new_orders();
     assert!(placed >= 2, "Pebble's log counts the orders: {placed}");
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf).admin().start();
+    // A sleep on purpose: an order that is never placed can only be watched for, here
+    // 3 s (orders start at once after a start that needs them).
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         (
@@ -587,7 +580,7 @@ fn a_short_lived_certificate_renews_seen_by_new_connections_while_an_open_one_ca
     };
     let dir = TestDir::new("acme-renew");
     let conf = acme_site(&dir, &pebble, tls_port, None, "profile = \"shortlived\"");
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf).admin().start();
     issued(&server, 2.0);
     let root = pebble.issuing_root(&dir);
     let (verified, first, text) = served(tls_port, "a.test", "ECDSA+SHA256", &root);
@@ -635,7 +628,7 @@ fn with_the_ca_gone_renewal_backs_off_and_the_current_certificate_is_still_serve
     };
     let dir = TestDir::new("acme-ca-gone");
     let conf = acme_site(&dir, &pebble, tls_port, None, "profile = \"shortlived\"");
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf).admin().start();
     issued(&server, 2.0);
     let root = pebble.issuing_root(&dir);
     let (_, serial, _) = served(tls_port, "a.test", "ECDSA+SHA256", &root);
@@ -689,7 +682,9 @@ fn plain_http_to_a_tls_port_gets_a_400_page_and_a_plain_listener_redirects_with_
             "listen = [\"127.0.0.1:{tls_port}\", {{ address = \"127.0.0.1:{http_port}\", plain = \"redirect\" }}]\nworkers = 1\n"
         ),
     );
-    let server = start(&dir.path("terminus.toml"));
+    let server = ServerBuilder::config(&dir.path("terminus.toml"))
+        .admin()
+        .start();
     assert_eq!(server.port(), tls_port);
     let out = run(Command::new("curl").args([
         "-sS",
@@ -776,14 +771,16 @@ fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serve
     };
     let dir = TestDir::new("acme-fleet");
     let fleet = fleet_settings(&dir, &redis, "2s");
-    let orderer = start(&acme_site_on(
+    let orderer = ServerBuilder::config(&acme_site_on(
         &dir,
         &pebble,
         "127.0.0.2",
         tls_port,
         Some(http_port),
         &fleet,
-    ));
+    ))
+    .admin()
+    .start();
     // Ordering: the lock is held and the answers are in the store; the CA is told two
     // polls (4 s) later, by when the instance at .1 answers them too.
     eventually(Duration::from_secs(30), "the .2 instance ordering", || {
@@ -793,14 +790,16 @@ fn a_fleet_orders_each_certificate_once_answers_the_ca_on_any_instance_and_serve
             == "1"
             && redis.cli(&["HLEN", "terminus:acme:challenges"]).trim() != "0"
     });
-    let answerer = start(&acme_site_on(
+    let answerer = ServerBuilder::config(&acme_site_on(
         &dir,
         &pebble,
         "127.0.0.1",
         tls_port,
         Some(http_port),
         &fleet,
-    ));
+    ))
+    .admin()
+    .start();
     issued(&orderer, 2.0);
     eventually(
         Duration::from_secs(30),
@@ -962,7 +961,7 @@ server.serve_forever()
             dir.path("www").display(),
         ),
     );
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf).admin().start();
     eventually(Duration::from_secs(20), "the account refused", || {
         server.stderr().contains("no account at")
     });
@@ -994,7 +993,7 @@ fn in_a_fleet_a_failed_order_holds_the_lock_for_its_backoff_and_no_other_instanc
     let instances: Vec<Server> = ["127.0.0.1", "127.0.0.2"]
         .iter()
         .map(|ip| {
-            start(&acme_site_on(
+            ServerBuilder::config(&acme_site_on(
                 &dir,
                 &pebble,
                 ip,
@@ -1002,6 +1001,8 @@ fn in_a_fleet_a_failed_order_holds_the_lock_for_its_backoff_and_no_other_instanc
                 Some(http_port),
                 &fleet,
             ))
+            .admin()
+            .start()
         })
         .collect();
     let failed = || -> f64 { instances.iter().map(|s| orders(s, "failed")).sum() };

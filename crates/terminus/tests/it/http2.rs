@@ -5,15 +5,15 @@
 //! bounded. The codec's own tests (terminus-h2) check each limit exactly; these check
 //! that the server, end to end, holds under them.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{make_cert, python_imports, status, KeyKind, Server, TestDir};
+use crate::harness::{
+    make_cert, python_imports, status, Config, KeyKind, Server, ServerBuilder, TestDir,
+};
 
 /// HTTP/2 error codes (RFC 9113 section 7).
 const NO_ERROR: u64 = 0x0;
@@ -32,29 +32,9 @@ fn server(dir: &TestDir) -> Server {
 /// the server block.
 fn start(dir: &TestDir, extra: &str) -> Server {
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    let conf = dir.write(
-        "terminus.toml",
-        format!(
-            r#"
-listen = ["127.0.0.1:0"]
-workers = 1
-{extra}
-[[server]]
-names = ["localhost"]
-root = "{www}"
-[[server.certificate]]
-cert = "{cert}"
-key = "{key}"
-"#,
-            www = dir.path("www").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
-        ),
-    );
-    Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    )
+    ServerBuilder::with(dir, &Config::new(dir, &pair).workers(1).before(extra))
+        .admin()
+        .start()
 }
 
 fn attack(server: &Server, dir: &TestDir, mode: &str) -> serde_json::Value {
@@ -75,15 +55,6 @@ fn attack(server: &Server, dir: &TestDir, mode: &str) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 fn resets(report: &serde_json::Value, code: &str) -> u64 {
     report["resets"][code].as_u64().unwrap_or(0)
 }
@@ -97,7 +68,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
     let dir = TestDir::new("h2-attacks");
     let server = server(&dir);
     assert_eq!(status(&server, &["--http2"], "/"), 200);
-    let rss_before = rss_kib(server.pid());
+    let rss_before = server.memory_kib("VmRSS");
     // Another client, fetching over h2 on its own connections for the whole run.
     let stop = Arc::new(AtomicBool::new(false));
     let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -133,7 +104,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
         let report = attack(&server, &dir, mode);
         println!("{mode}: {report}");
         assert!(ok(&report), "{mode}: {report}\n{}", server.stderr());
-        peak = peak.max(rss_kib(server.pid()));
+        peak = peak.max(server.memory_kib("VmRSS"));
     };
     // CVE-2023-44487: streams cancelled before their answers are glitches; past the
     // limit, ENHANCE_YOUR_CALM.
@@ -191,7 +162,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
     // Each defence at work is counted.
     let metrics = server.metrics();
     let trouble = |cause: &str| {
-        common::metric_sum(
+        crate::harness::metric_sum(
             &metrics,
             "terminus_http2_trouble_total",
             &[&format!("cause=\"{cause}\"")],
@@ -217,7 +188,7 @@ fn each_http2_attack_gets_its_answer_and_others_are_served() {
 /// (`browser/grid.py` reads its pixels).
 #[test]
 fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
-    if !common::chromium_runs_here() {
+    if !crate::harness::chromium_runs_here() {
         return;
     }
     let dir = TestDir::new("h2-chromium");
@@ -232,8 +203,8 @@ fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
     let log = format!("[log]\naccess = \"{}\"", dir.path("access.log").display());
     let server = start(&dir, &log);
     let shot = dir.path("shot.png");
-    let out = common::run(
-        common::chromium(&dir.path("profile"))
+    let out = crate::harness::run(
+        crate::harness::chromium(&dir.path("profile"))
             .args(["--hide-scrollbars", "--window-size=600,400"])
             .arg(format!("--screenshot={}", shot.display()))
             .arg(format!("https://localhost:{}/grid.html", server.port())),
@@ -243,7 +214,7 @@ fn chromium_loads_a_page_of_50_images_over_one_h2_connection() {
         "chromium: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let checked = common::run(Command::new("python3").arg(&grid).arg("check").arg(&shot));
+    let checked = crate::harness::run(Command::new("python3").arg(&grid).arg("check").arg(&shot));
     assert!(
         checked.status.success(),
         "the screenshot: {}",
@@ -360,7 +331,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
         "no Go toolchain (`go`) on the PATH",
     ) {
         let program = dir.write("client/main.go", GO_H2_CLIENT);
-        let out = common::run(
+        let out = crate::harness::run(
             Command::new("go")
                 .arg("run")
                 .arg(&program)
@@ -381,7 +352,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
             let want = format!(
                 "/{name} 200 {} {} HTTP/2.0",
                 body.len(),
-                common::openssl_sha256(body)
+                crate::harness::openssl_sha256(body)
             );
             assert_eq!(line, want);
         }
@@ -394,7 +365,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
     ) {
         return;
     }
-    let out = common::run(
+    let out = crate::harness::run(
         Command::new("nghttp")
             .args(["-n", "-s"])
             .args(files.iter().map(|(n, _)| format!("{base}/{n}"))),
@@ -417,7 +388,7 @@ fn go_nghttp_and_h2load_are_served_over_h2() {
             "nghttp {name}: {line}"
         );
     }
-    let out = common::run(Command::new("h2load").args([
+    let out = crate::harness::run(Command::new("h2load").args([
         "-n",
         "2000",
         "-c",

@@ -4,12 +4,10 @@
 //! tenant to its peak, a tenant within its quota untouched. Exact accounting and the
 //! meters' arithmetic are unit-tested in `terminus_engine::capacity`.
 
-mod common;
-
-use std::process::{Command, Output};
+use std::process::Command;
 use std::thread;
 
-use common::*;
+use crate::harness::*;
 
 /// Two hosts on one RSA-2048 certificate: a.test is tenant "a", b.test tenant "b".
 fn two_tenants(dir: &TestDir, a: &str, b: &str) -> std::path::PathBuf {
@@ -38,32 +36,15 @@ fn two_tenants_on(dir: &TestDir, listen: &str, a: &str, b: &str) -> std::path::P
     )
 }
 
-fn start(conf: &std::path::Path) -> Server {
-    Server::start_with(
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--no-resumption",
-            "--admin",
-            "127.0.0.1:0",
-        ],
-        false,
-    )
-}
-
 /// Full handshakes to `host` at `rate` per second for `seconds`, one request each.
-fn load(server: &Server, host: &str, rate: u32, seconds: u32) -> thread::JoinHandle<Output> {
+fn handshakes_to(
+    server: &Server,
+    host: &str,
+    rate: u32,
+    seconds: u32,
+) -> thread::JoinHandle<serde_json::Value> {
     let url = format!("https://{host}:{}/index.html", server.port());
-    rate_load(url, "127.0.0.1".into(), rate, seconds)
-}
-
-fn report(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    load_in_background(full_handshakes(&url, "127.0.0.1", rate, seconds))
 }
 
 fn acu(server: &Server, tenant: &str, class: &str) -> f64 {
@@ -87,8 +68,7 @@ fn held_to_its_peak(server: &Server, a: &serde_json::Value) -> serde_json::Value
         (270.0..=330.0).contains(&a_acu),
         "tenant a used {a_acu:.0} ACU in 10 s; its peak is 30 ACU/s: {a:#}"
     );
-    let admin = server.admin.unwrap().to_string();
-    let table = run(Command::new("curl").args(["-sS", &format!("http://{admin}/capacity")]));
+    let table = server.admin_get("/capacity");
     let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
     let cost = |op: &str| doc["acu_cost"][op]["acu"].as_f64().unwrap();
     let answered = a["requests"].as_f64().unwrap() * (cost("rsa2048") + cost("x25519"));
@@ -113,12 +93,15 @@ fn a_tenant_at_three_times_its_quota_is_held_to_its_peak_and_one_within_its_quot
         "capacity = { acu = 20, acu_peak = 30 }",
         "capacity = { acu = 40 }",
     );
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
     // An RSA-2048 TLS 1.3 handshake is about 1.1 ACU (a signature, an X25519 exchange):
     // a at 90 ACU/s, three times its peak; b at 20 ACU/s, half its quota.
-    let a = load(&server, "a.test", 80, 10);
-    let b = load(&server, "b.test", 18, 10);
-    let (a, b) = (report(&a.join().unwrap()), report(&b.join().unwrap()));
+    let a = handshakes_to(&server, "a.test", 80, 10);
+    let b = handshakes_to(&server, "b.test", 18, 10);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
     let doc = held_to_its_peak(&server, &a);
     let admin = server.admin.unwrap().to_string();
     assert!(
@@ -191,10 +174,13 @@ fn a_tenant_flooding_at_three_times_its_quota_takes_no_admission_room_from_anoth
     );
     let text = std::fs::read_to_string(&conf).unwrap();
     std::fs::write(&conf, text + "[limits]\nhandshake_queue = \"50ms\"\n").unwrap();
-    let server = start(&conf);
-    let a = load(&server, "a.test", 800, 4);
-    let b = load(&server, "b.test", 20, 4);
-    let (a, b) = (report(&a.join().unwrap()), report(&b.join().unwrap()));
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
+    let a = handshakes_to(&server, "a.test", 800, 4);
+    let b = handshakes_to(&server, "b.test", 20, 4);
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
     assert!(
         b["errors"].as_object().unwrap().is_empty(),
         "tenant b, at a fifth of its quota, had errors beside a's flood: {b:#}"
@@ -218,17 +204,19 @@ fn a_busy_worker_lends_nothing_beyond_committed_quotas() {
         "capacity = { acu = 10, acu_peak = 200 }",
         "capacity = { acu = 100000 }",
     );
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
     // Idle: a borrows most of what it asks for (about 66 ACU/s).
-    report(&load(&server, "a.test", 60, 4).join().unwrap());
+    handshakes_to(&server, "a.test", 60, 4).join().unwrap();
     let idle = acu(&server, "a", "borrowed");
     assert!(idle > 150.0, "{idle:.0} ACU borrowed in 4 s while idle");
     // b keeps the worker busy (closed loop, 64 connections of full RSA handshakes, more
     // than it computes on any CPU: it never sleeps): a gets its 10 ACU/s and nothing more.
     let url = format!("https://b.test:{}/index.html", server.port());
-    let busy = thread::spawn(move || {
-        run(Command::new(terminus_bin()).args([
-            "load",
+    let busy = load_in_background(
+        [
             &url,
             "--address",
             "127.0.0.1",
@@ -240,14 +228,17 @@ fn a_busy_worker_lends_nothing_beyond_committed_quotas() {
             "-k",
             "--tls",
             "1.3",
-            "--json",
-        ]))
-    });
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    );
+    // On purpose: b's flood well under way (the worker saturated, its queue full)
+    // before a is measured; a count of handshakes would not say when that is.
     thread::sleep(std::time::Duration::from_millis(1500));
     let before = acu(&server, "a", "borrowed");
-    report(&load(&server, "a.test", 60, 4).join().unwrap());
+    handshakes_to(&server, "a.test", 60, 4).join().unwrap();
     let lent = acu(&server, "a", "borrowed") - before;
-    report(&busy.join().unwrap());
+    busy.join().unwrap();
     assert_eq!(
         lent, 0.0,
         "{lent:.0} ACU lent to a in 4 s while b kept the worker busy, {idle:.0} while idle"
@@ -265,7 +256,10 @@ fn a_handshake_charged_to_one_tenant_cannot_reach_another_tenants_server() {
         "capacity = { acu = 1000 }",
         "capacity = { acu = 1000 }",
     );
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
     let ops = |tenant: &str| {
         metric_sum(
             &server.metrics(),
@@ -310,11 +304,8 @@ fn fake_resumptions_are_refused_like_the_full_handshakes_they_are() {
         "capacity = { acu = 2 }\nover_quota = \"prefer_cheap\"",
         "capacity = { acu = 100 }",
     );
-    let issuer = Server::start_with(&["--config", conf.to_str().unwrap()], false);
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    let issuer = ServerBuilder::config(&conf).start();
+    let server = ServerBuilder::config(&conf).admin().start();
     let fake = replay::Client::with_session_of(&issuer, "a.test");
     refused_as_expensive_as_often_as_plain(&server, &fake, "foreign tickets");
 }
@@ -335,11 +326,8 @@ fn a_genuine_ticket_rustls_declines_is_refused_at_its_signature_like_a_full_hand
         "capacity = { acu = 20 }\nover_quota = \"prefer_cheap\"\nmax_wait = \"1s\"",
         "capacity = { acu = 1000 }",
     );
-    // Resumption on (start() turns it off).
-    let server = Server::start_with(
-        &["--config", conf.to_str().unwrap(), "--admin", "127.0.0.1:0"],
-        false,
-    );
+    // Resumption on (ServerBuilder::config({0}).args(&["--no-resumption"]).admin().start() turns it off).
+    let server = ServerBuilder::config(&conf).admin().start();
     let declined = replay::Client::with_session_of(&server, "b.test");
     refused_as_expensive_as_often_as_plain(&server, &declined, "b's ticket for a.test");
 }
@@ -462,7 +450,10 @@ fn a_tenants_bulk_quota_paces_its_downloads_and_no_one_elses() {
         "capacity = { acu = 100 }",
     );
     dir.write("www/big.bin", vec![b'x'; 3_000_000]);
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
     let fetch = |host: &str| {
         let started = std::time::Instant::now();
         let out = curl_host(
@@ -510,15 +501,20 @@ fn quic_handshakes_are_held_to_their_tenant_s_quota_as_tcp_ones() {
         "capacity = { acu = 20, acu_peak = 30 }",
         "capacity = { acu = 40 }",
     );
-    let server = start(&conf);
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
     let quic_load = |host: &str, rate: u32| {
         let url = format!("https://{host}:{}/index.html", server.port());
-        rate_load_with(url, "127.0.0.1".into(), rate, 10, &["--http3"])
+        let mut args = full_handshakes(&url, "127.0.0.1", rate, 10);
+        args.push("--http3".into());
+        load_in_background(args)
     };
     // As over TCP: a at about 90 ACU/s, three times its peak; b at 20, half its quota.
     let a = quic_load("a.test", 80);
     let b = quic_load("b.test", 18);
-    let (a, b) = (report(&a.join().unwrap()), report(&b.join().unwrap()));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
     assert_eq!(a["http"], "HTTP/3");
     held_to_its_peak(&server, &a);
     assert!(a["errors_total"].as_f64().unwrap() > 0.0, "{a:#}");

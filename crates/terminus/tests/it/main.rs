@@ -1,0 +1,37 @@
+//! terminus's integration tests, one binary: each module below is an area (its own doc
+//! says what it covers) and `harness` is what they share (a spawned `terminus`, its
+//! configuration, certificates, real clients, load). One binary links the harness and the
+//! dependencies once, instead of once per area.
+//!
+//! The areas' tests run in one process, in parallel: a test that measures rates or time,
+//! or saturates a CPU, holds [`harness::exclusive`], which keeps every other test of the
+//! binary from starting a server while it runs (see there).
+//!
+//! `tests/allocations.rs` is a binary of its own: its counting `#[global_allocator]`
+//! would be every test's allocator here (its doc says more).
+
+mod harness;
+
+mod acme;
+mod capacity;
+mod clients;
+mod conformance;
+mod engine_concurrency;
+mod errors;
+mod file_cache;
+mod fleet;
+mod http1;
+mod http2;
+mod http3;
+mod idle;
+mod ktls_guest;
+mod lifecycle;
+mod load;
+mod mtls;
+mod observe;
+mod overload;
+mod proxy;
+mod record_layer;
+mod speed;
+mod static_files;
+mod tenants;
