@@ -134,7 +134,7 @@ impl FleetStore {
         if let Some(conn) = held.as_ref() {
             return Ok(conn.clone());
         }
-        let conn = terminus_fleet::store::connect(&self.client)
+        let conn = terminus_fleet::store::connect(&self.client, terminus_fleet::store::TIMEOUT)
             .await
             .map_err(|e| format!("the fleet's store: {e}"))?;
         *held = Some(conn.clone());

@@ -58,6 +58,9 @@ pub struct Acme {
     ready: std::sync::Mutex<Option<Unstarted>>,
 }
 
+/// The longest a stop waits for work on the runtime's blocking pool (a DNS lookup).
+const STOP_WAIT: Duration = Duration::from_millis(500);
+
 /// What the thread takes when it starts.
 struct Unstarted {
     shared: Arc<Shared>,
@@ -148,6 +151,9 @@ impl Acme {
                 _ = stop.wait_for(|&stop| stop) => {}
             }
         });
+        // A lookup of the CA's name or a key being made on the blocking pool is not waited
+        // out at shutdown.
+        runtime.shutdown_timeout(STOP_WAIT);
     }
 
     /// Its series, for `/metrics`.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use terminus_engine::simd::Placement;
+use terminus_capacity::simd::Placement;
 use terminus_engine::BackendKind;
 
 use crate::schema::ConfigFile;
@@ -49,10 +49,12 @@ impl BackendChoice {
     }
 }
 
-pub(crate) const BACKEND_HINT: &str = "use \"auto\", \"multibuffer\", \"scalar\" or \"threads\"";
+const BACKEND_HINT: &str = "use \"auto\", \"multibuffer\", \"scalar\" or \"threads\"";
 const SIMD_HINT: &str = "use \"auto\" (measured at start-up), \"inline\" (batches on the workers) or \"dedicated\" (on cores of their own)";
 
-/// `[crypto]`. A dedicated placement with a backend that computes no batches is refused.
+/// `[crypto]` but its `max_batch_delay` (resolved later, in the file's order of checks:
+/// [`max_batch_delay`]). A dedicated placement with a backend that computes no batches is
+/// refused.
 pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Crypto, ConfigError> {
     let c = &raw.crypto;
     let backend = match &c.backend {
@@ -105,10 +107,17 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Crypto, ConfigE
         queue_capacity: c.queue_capacity.unwrap_or(1024).max(1),
         simd,
         simd_cores,
-        max_batch_delay: ctx.duration(
-            &c.max_batch_delay,
-            "max_batch_delay",
-            Duration::from_millis(2),
-        )?,
+        max_batch_delay: DEFAULT_MAX_BATCH_DELAY,
     })
+}
+
+const DEFAULT_MAX_BATCH_DELAY: Duration = Duration::from_millis(2);
+
+/// `crypto.max_batch_delay`.
+pub(crate) fn max_batch_delay(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Duration, ConfigError> {
+    ctx.duration(
+        &raw.crypto.max_batch_delay,
+        "max_batch_delay",
+        DEFAULT_MAX_BATCH_DELAY,
+    )
 }

@@ -288,7 +288,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terminus_engine::simd::Placement;
+    use terminus_capacity::simd::Placement;
     use terminus_engine::BackendKind;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -378,6 +378,33 @@ mod tests {
                 .starts_with("/nonexistent/terminus.toml: cannot read the config file"),
             "{e}"
         );
+    }
+
+    /// Of two mistakes in a file, the one reported is the first in the resolving order
+    /// (servers before crypto before tls before timeouts' values): always the same.
+    #[test]
+    fn of_two_mistakes_the_same_one_is_reported() {
+        for (text, line, says) in [
+            (
+                "[timeouts]\nkeepalive = \"0s\"\n[[server]]\nnames = []\n",
+                4,
+                "needs at least one name",
+            ),
+            (
+                "[tls]\nversions = [\"1.1\"]\n[crypto]\nbackend = \"gpu\"\n",
+                4,
+                "unknown crypto backend",
+            ),
+            (
+                "[log]\nlevel = \"loud\"\n[crypto]\nmax_batch_delay = \"soon\"\n",
+                4,
+                "not a duration",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text:?}: {e}");
+            assert!(e.message.contains(says), "{text:?}: {e}");
+        }
     }
 
     #[test]

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use crate::crypto::BACKEND_HINT;
 use crate::listen::KTLS_HINT;
 use crate::{
     BackendChoice, CertPaths, Config, ConfigError, Ctx, KtlsMode, Listen, RouteConfig, RouteTarget,
@@ -86,7 +85,7 @@ impl Config {
                 flag_err(
                     "--crypto-backend",
                     format!("unknown backend {b:?}"),
-                    BACKEND_HINT,
+                    "use auto, multibuffer, scalar or threads",
                 )
             })?;
         }

@@ -10,6 +10,8 @@ use crate::{acme, crypto, fleet, http3, listen, servers, tenant, tls, upstream};
 use crate::{AccessLogTarget, Config, ConfigError, Ctx};
 
 pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
+    // Sections are resolved in one fixed order, so that of two mistakes in a file the
+    // same one is always reported first.
     let workers = match &raw.workers {
         Some(w) if *w.get_ref() == 0 || *w.get_ref() > 1024 => {
             return Err(ctx.err(Some(w.span()), "workers must be between 1 and 1024", None))
@@ -18,29 +20,43 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     };
     let listen = listen::resolve(raw, ctx)?;
     let upstreams = upstream::resolve_upstreams(&raw.upstream, ctx)?;
-    let timeouts = Timeouts::resolve(raw, ctx)?;
+    let t = &raw.timeouts;
+    let handshake_timeout = ctx.duration(&t.handshake, "handshake", Duration::from_secs(10))?;
     let (tenants, server_tenants) =
-        tenant::resolve(&raw.tenant, &raw.server, timeouts.handshake, ctx)?;
+        tenant::resolve(&raw.tenant, &raw.server, handshake_timeout, ctx)?;
     let acme = acme::resolve(raw, &listen, ctx)?;
     let servers = servers::resolve(raw, &upstreams, acme.as_ref(), server_tenants, ctx)?;
+    let mut crypto = crypto::resolve(raw, ctx)?;
     let ticket_keys = tls::ticket_keys(raw, ctx)?;
     let tls = tls::resolve(raw, ctx)?;
+    let http3_early_data = http3::early_data(raw, ctx, &tls)?;
+    let fleet = fleet::resolve(raw, ctx, ticket_keys)?;
+    let http3 = http3::limits(raw, ctx)?;
+    crypto.max_batch_delay = crypto::max_batch_delay(raw, ctx)?;
     let config = Config {
         source: ctx.file.to_owned(),
         workers,
         pin: raw.pin.unwrap_or(false),
         listen,
-        http3_early_data: http3::early_data(raw, ctx, &tls)?,
+        http3_early_data,
         tls,
         ticket_keys,
-        fleet: fleet::resolve(raw, ctx, ticket_keys)?,
-        http3: http3::limits(raw, ctx)?,
+        fleet,
+        http3,
         acme,
-        crypto: crypto::resolve(raw, ctx)?,
-        handshake_timeout: timeouts.handshake,
-        request_header_timeout: timeouts.request_header,
-        keepalive_timeout: timeouts.keepalive,
-        shutdown_grace: timeouts.shutdown_grace,
+        crypto,
+        handshake_timeout,
+        request_header_timeout: ctx.duration(
+            &t.request_header,
+            "request_header",
+            Duration::from_secs(10),
+        )?,
+        keepalive_timeout: ctx.duration(&t.keepalive, "keepalive", Duration::from_secs(75))?,
+        shutdown_grace: ctx.duration(
+            &t.shutdown_grace,
+            "shutdown_grace",
+            Duration::from_secs(10),
+        )?,
         max_connections: raw.limits.max_connections.unwrap_or(10_000).max(1),
         handshake_queue: ctx.duration(
             &raw.limits.handshake_queue,
@@ -64,46 +80,23 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         upstreams,
         tenants,
     };
+    check_timeouts(&config, ctx)?;
     check_http3_client_auth(&config, ctx)?;
     Ok(config)
 }
 
-/// `[timeouts]`: each above zero.
-struct Timeouts {
-    handshake: Duration,
-    request_header: Duration,
-    keepalive: Duration,
-    shutdown_grace: Duration,
-}
-
-impl Timeouts {
-    fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Self, ConfigError> {
-        let t = &raw.timeouts;
-        let timeouts = Self {
-            handshake: ctx.duration(&t.handshake, "handshake", Duration::from_secs(10))?,
-            request_header: ctx.duration(
-                &t.request_header,
-                "request_header",
-                Duration::from_secs(10),
-            )?,
-            keepalive: ctx.duration(&t.keepalive, "keepalive", Duration::from_secs(75))?,
-            shutdown_grace: ctx.duration(
-                &t.shutdown_grace,
-                "shutdown_grace",
-                Duration::from_secs(10),
-            )?,
-        };
-        for (name, d) in [
-            ("handshake", timeouts.handshake),
-            ("request_header", timeouts.request_header),
-            ("keepalive", timeouts.keepalive),
-        ] {
-            if d.is_zero() {
-                return Err(ctx.err(None, format!("timeouts.{name} must be above zero"), None));
-            }
+/// `[timeouts]` that must be above zero.
+fn check_timeouts(config: &Config, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+    for (name, d) in [
+        ("handshake", config.handshake_timeout),
+        ("request_header", config.request_header_timeout),
+        ("keepalive", config.keepalive_timeout),
+    ] {
+        if d.is_zero() {
+            return Err(ctx.err(None, format!("timeouts.{name} must be above zero"), None));
         }
-        Ok(timeouts)
     }
+    Ok(())
 }
 
 /// `log.level`.

@@ -9,12 +9,12 @@
 //! max_wait = "100ms"      # how long "queue" waits at most
 //! ```
 //!
-//! What the numbers mean is in `terminus_capacity::tenant`.
+//! What the numbers mean is in `terminus_admission::tenant`.
 
 use std::time::Duration;
 
 use serde::Deserialize;
-use terminus_capacity::tenant::{OverQuota, Quota};
+use terminus_admission::tenant::{OverQuota, Quota};
 use toml::Spanned;
 
 use super::schema::{parse_duration, ServerSection};

@@ -1,6 +1,8 @@
 //! What each batchable operation costs on this CPU, computed scalar (aws-lc) and as one
 //! full 8-lane crypto_mb call, and the crossover batch sizes the multibuffer backend
-//! decides by ([`Crossovers`], measured at start-up; `terminus speed` prints the same).
+//! decides by ([`Crossovers`], measured at start-up by `terminus-capacity`; `terminus
+//! speed` prints the same). [`Workload`] runs one operation scalar or one 8-lane call:
+//! the unit every measurement times.
 //!
 //! A crossover is the smallest batch for which one mb8 call costs no more than computing
 //! its requests one by one: `ceil(batch call time / scalar time)`. An mb8 call costs the
@@ -19,7 +21,6 @@ use aws_lc_rs::signature::{
 use rustls::SignatureScheme;
 use terminus_metrics::{Exposition, Kind, Render};
 
-use crate::capacity::Capacity;
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::kernel::CryptoMb;
 use crate::multibuffer::{ecdsa, kx, rsa};
@@ -294,7 +295,7 @@ impl Workload {
 
 /// The cheapest of `samples` timed calls of `f`, after one untimed warm-up call: the
 /// minimum is what the CPU can do, free of preemption and throttling noise.
-pub(crate) fn best_time(samples: usize, f: impl Fn() -> bool) -> Option<Duration> {
+pub fn best_time(samples: usize, f: impl Fn() -> bool) -> Option<Duration> {
     if !f() {
         return None;
     }
@@ -376,21 +377,6 @@ impl Crossovers {
     /// Whether `op` was timed (an operation no key or group uses is not).
     pub fn is_measured(&self, op: Operation) -> bool {
         self.measured[op.decided_by().index()].load(Ordering::Relaxed) != 0
-    }
-
-    /// Records the crossover of every operation `capacity` timed batched, and returns
-    /// what each costs. A hybrid has none of its own: its batched half's decides.
-    pub fn set_from(&self, capacity: &Capacity) -> Vec<(Operation, Cost)> {
-        capacity
-            .rates
-            .iter()
-            .filter(|rate| rate.op.decided_by() == rate.op)
-            .filter_map(|rate| {
-                let cost = Cost::from_rates(rate.scalar_per_s, rate.batched_per_s?);
-                self.set(rate.op, cost.crossover());
-                Some((rate.op, cost))
-            })
-            .collect()
     }
 
     /// (operation, crossover, measured?) for every operation with a crossover of its own.

@@ -13,12 +13,11 @@
 //!   call, computing batches below the crossover scalar.
 //!
 //! Each request comes with its handshake's [`HandshakeContext`]: the [`Payer`] it is
-//! charged to (a tenant, whose quota `terminus-capacity` keeps) and the [`Timeline`] the
+//! charged to (a tenant, whose quota `terminus-admission` keeps) and the [`Timeline`] the
 //! engine records its queueing and batching in.
 
 mod backend;
 pub mod busy;
-pub mod capacity;
 pub mod context;
 pub mod cost;
 mod engine;
@@ -33,8 +32,6 @@ mod op;
 mod payer;
 pub mod scalar;
 mod signing_key;
-pub mod simd;
-pub mod speed;
 mod threads;
 
 pub use backend::{Backend, BackendKind, EngineSpec, FallbackCause, Job, Reply};

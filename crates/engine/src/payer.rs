@@ -1,5 +1,5 @@
 //! Who pays for a handshake's crypto: the seam between the engine's mechanism and the
-//! policy that decides who may use how much (tenants' quotas, in `terminus-capacity`).
+//! policy that decides who may use how much (tenants' quotas, in `terminus-admission`).
 //!
 //! The engine asks a payer two things: where its requests stand in line (fair queueing
 //! between payers by their weights, borrowed capacity behind committed) and to be charged

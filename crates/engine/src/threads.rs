@@ -209,7 +209,7 @@ impl ThreadPool {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         for _ in &handles {
-            // An empty batch is the stop message: dispatch never sends one.
+            // An empty batch is the stop message: dispatch never queues one.
             let _ = self.tx.send(Vec::new());
         }
         for handle in handles {
@@ -349,6 +349,10 @@ impl Backend for ThreadPoolBackend {
     }
 
     fn dispatch(&self, batch: Vec<Job>) {
+        if batch.is_empty() {
+            // An empty batch on the queue is the stop message (ThreadPool::stop).
+            return;
+        }
         let n = batch.len();
         self.pool.queued.fetch_add(n, Ordering::Relaxed);
         // Still full after `ready` (it gave up waiting, or another worker took the
@@ -446,6 +450,31 @@ mod tests {
         assert_eq!(merged.get(), 1);
         assert_eq!(queue.queued.load(Ordering::Relaxed), 0);
         assert_eq!(queue.computed.get(), 23);
+    }
+
+    /// The stop message taken while batches are merged ends the thread after the batch in
+    /// hand is computed; what was queued behind the message is left on the queue.
+    #[test]
+    fn a_stop_taken_while_merging_ends_the_thread_after_its_batch() {
+        let (tx, rx) = flume::unbounded();
+        let queue = Queue {
+            rx,
+            queued: Arc::default(),
+            computed: Arc::new(Counter::new("computed", "")),
+        };
+        for b in [
+            batch(KxGroup::X25519, 3),
+            Vec::new(),
+            batch(KxGroup::X25519, 2),
+        ] {
+            queue.queued.fetch_add(b.len(), Ordering::Relaxed);
+            tx.send(b).unwrap();
+        }
+        let merged = Counter::new("merged", "");
+        let mut calls = Vec::new();
+        serve_batches(&queue, &merged, |b| calls.push(b.len()));
+        assert_eq!(calls, [3], "the batch in hand, then the stop");
+        assert_eq!(tx.len(), 1, "the batch behind the stop is left queued");
     }
 
     /// Stopping the pool ends and joins every crypto thread, and what was queued before

@@ -56,14 +56,14 @@ pub trait Classify: fmt::Display {
     }
 }
 
-/// Logs `error` at its source's level, with its kind and source as fields and `context`
-/// (who it happened to: a client's address, an upstream's name) before it.
-pub fn log(error: &dyn Classify, context: fmt::Arguments<'_>) {
+/// Logs `error`, which happened to `client`, at its source's level: its kind, source and
+/// client as fields, and `what` (what could not be done) before the error's text.
+pub fn log(error: &dyn Classify, client: &dyn fmt::Display, what: &str) {
     let (kind, source) = (error.kind(), error.source().name());
     match error.source().level() {
-        tracing::Level::DEBUG => tracing::debug!(kind, source, "{context}{error}"),
-        tracing::Level::WARN => tracing::warn!(kind, source, "{context}{error}"),
-        _ => tracing::error!(kind, source, "{context}{error}"),
+        tracing::Level::DEBUG => tracing::debug!(kind, source, client = %client, "{what}{error}"),
+        tracing::Level::WARN => tracing::warn!(kind, source, client = %client, "{what}{error}"),
+        _ => tracing::error!(kind, source, client = %client, "{what}{error}"),
     }
 }
 

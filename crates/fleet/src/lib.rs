@@ -215,7 +215,9 @@ pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<Strin
         let fail = |e: redis::RedisError| {
             StoreProblem::Unreachable(format!("store {}: {e}", settings.shown()))
         };
-        let mut conn = store::connect(&client).await.map_err(fail)?;
+        let mut conn = store::connect(&client, store::TIMEOUT)
+            .await
+            .map_err(fail)?;
         let now = rotation.epoch_at((system_clock())());
         let found = entries.fetch(&mut conn, now).await.map_err(fail)?;
         let mut keys = 0;

@@ -73,10 +73,14 @@ impl Classify for ProxyError {
         }
     }
 
+    /// A WebSocket over HTTP/2 to an upstream that cannot take it is the client's
+    /// request meeting a limit, not a fault to alert on: any client could fill the log
+    /// with it at error level.
     fn source(&self) -> Source {
         match self.kind {
-            ProxyErrorKind::ClientBody | ProxyErrorKind::NotAWebSocket => Source::Client,
-            ProxyErrorKind::WebSocketUpstream => Source::Config,
+            ProxyErrorKind::ClientBody
+            | ProxyErrorKind::NotAWebSocket
+            | ProxyErrorKind::WebSocketUpstream => Source::Client,
             _ => Source::Upstream,
         }
     }

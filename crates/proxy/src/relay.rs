@@ -3,13 +3,12 @@
 //! both directions have ended (each end passed on as a shutdown) or nothing has moved
 //! either way for the idle timeout, and counts what moved even when it ends badly.
 
-use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use terminus_tls::ktls::until_quiet;
+use terminus_tls::Activity;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// Relays between `client` and `upstream`. Returns the bytes moved (to the upstream, to
@@ -19,19 +18,16 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    let last = Cell::new(Instant::now());
-    let (up_bytes, down_bytes) = (Cell::new(0), Cell::new(0));
+    let moved = Activity::default();
     let (cr, mut cw) = tokio::io::split(client);
     let (ur, mut uw) = tokio::io::split(upstream);
     let mut cr = Watched {
         inner: cr,
-        last: &last,
-        bytes: &up_bytes,
+        moved: &|n| moved.up(n),
     };
     let mut ur = Watched {
         inner: ur,
-        last: &last,
-        bytes: &down_bytes,
+        moved: &|n| moved.down(n),
     };
     let up = async {
         tokio::io::copy(&mut cr, &mut uw).await?;
@@ -41,15 +37,17 @@ where
         tokio::io::copy(&mut ur, &mut cw).await?;
         cw.shutdown().await
     };
-    let ended = until_quiet(async { tokio::try_join!(up, down) }, &last, idle).await;
-    (up_bytes.get(), down_bytes.get(), ended.map(|_| ()))
+    let ended = moved
+        .until_quiet(async { tokio::try_join!(up, down) }, idle)
+        .await;
+    let (up, down) = moved.moved();
+    (up, down, ended.map(|_| ()))
 }
 
-/// A reader that counts what it read and notes when.
+/// A reader that tells `moved` what it read.
 struct Watched<'a, R> {
     inner: R,
-    last: &'a Cell<Instant>,
-    bytes: &'a Cell<u64>,
+    moved: &'a dyn Fn(usize),
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Watched<'_, R> {
@@ -62,8 +60,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Watched<'_, R> {
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         let read = buf.filled().len() - before;
         if read > 0 {
-            self.last.set(Instant::now());
-            self.bytes.set(self.bytes.get() + read as u64);
+            (self.moved)(read);
         }
         polled
     }

@@ -1,4 +1,4 @@
-//! The terminus server: configuration, workers and listeners, connection lifecycle,
+//! The terminus server: workers and listeners, connection lifecycle,
 //! HTTP and static files, admin and metrics.
 //!
 //! [`run`] starts everything and blocks until SIGTERM/SIGINT has drained the workers;
@@ -79,33 +79,6 @@ pub enum StartError {
     #[error("cannot start: {0}")]
     /// Anything else the operating system refused at start-up.
     Io(#[from] std::io::Error),
-}
-
-impl terminus_error::Classify for StartError {
-    fn kind(&self) -> &'static str {
-        match self {
-            Self::Config(_) => "config",
-            Self::SelfSigned(_) => "self_signed",
-            Self::MultibufferUnavailable => "multibuffer_unavailable",
-            Self::Acme(_) => "acme",
-            Self::Http3(_) => "http3",
-            Self::Fleet(_) => "fleet",
-            Self::Listen { .. } => "listen",
-            Self::Placement(_) => "placement",
-            Self::Io(_) => "io",
-        }
-    }
-
-    /// What the operator changes: the configuration, except where the machine refused
-    /// (a port taken, a resource short) or terminus failed itself.
-    fn source(&self) -> terminus_error::Source {
-        match self {
-            Self::SelfSigned(_) | Self::Listen { .. } | Self::Io(_) => {
-                terminus_error::Source::Internal
-            }
-            _ => terminus_error::Source::Config,
-        }
-    }
 }
 
 impl ServerOptions {
@@ -223,10 +196,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     // flood arriving with the first accept must not leave us without the descriptors
     // for the signals or a worker's event loop.
     let signals = Signals::listen()?;
-    let (workers, accepting) =
-        Workers::start(&config, &core.placed, &mut bound, shared, shutdown_tx)?;
+    let (workers, gate) = Workers::start(&config, &core.placed, &mut bound, shared, shutdown_tx)?;
     services.add(workers);
-    accepting.wait();
+    gate.open();
     core.start_acme(&mut services)?;
     bound.announce(&config, &core);
     core.reloader(&options, config, handle, checks)

@@ -1,7 +1,7 @@
 //! Where crypto_mb batches run (`crypto.simd`), decided once at start-up: the after-effect
 //! of batches measured on this machine (for `auto`, and reported whatever the setting),
 //! the allowed CPUs split between workers and crypto threads, and how many workers that
-//! leaves. The rule is [`terminus_engine::simd::decide`]; the crypto threads are
+//! leaves. The rule is [`terminus_capacity::simd::decide`]; the crypto threads are
 //! [`terminus_engine::ThreadPool::dedicated`].
 //!
 //! The counts the configuration leaves to the machine are decided here too: a worker per
@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
+use terminus_capacity::simd::{self, after_effect, cores, Decision, Inputs, Placement, Ratio};
 use terminus_engine::cost::{Crossovers, Operation, Workload};
-use terminus_engine::simd::{self, after_effect, cores, Decision, Inputs, Placement, Ratio};
 use terminus_engine::{BackendKind, EngineMetrics, ThreadPool};
 
 use crate::StartError;
@@ -59,7 +59,7 @@ pub(crate) fn crypto_threads(config: &Config) -> usize {
 
 /// `crypto.simd_cores`, or one crypto core per eight CPUs: a core of crypto_mb batches
 /// signs for several workers' handshakes (bench/README, issue 40).
-fn simd_cores(config: &Config) -> usize {
+pub(crate) fn simd_cores(config: &Config) -> usize {
     config
         .crypto
         .simd_cores

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::capacity::Machine;
 use crate::health_checks::HealthChecks;
+use crate::placement;
 use crate::site::{Kept, Site, SiteHandle};
 use crate::ServerOptions;
 
@@ -153,7 +154,11 @@ fn needs_restart(started: &Config, config: &Config) -> Vec<&'static str> {
     };
     [
         ("listen", config.listen != started.listen),
-        ("workers", config.workers != started.workers),
+        // As placed: `workers` left out and set to the CPUs' count are the same.
+        (
+            "workers",
+            placement::workers(config) != placement::workers(started),
+        ),
         (
             "crypto.backend",
             config.crypto.backend != started.crypto.backend,
@@ -161,7 +166,7 @@ fn needs_restart(started: &Config, config: &Config) -> Vec<&'static str> {
         (
             "crypto.simd or crypto.simd_cores",
             config.crypto.simd != started.crypto.simd
-                || config.crypto.simd_cores != started.crypto.simd_cores,
+                || placement::simd_cores(config) != placement::simd_cores(started),
         ),
         ("admin", config.admin != started.admin),
         (

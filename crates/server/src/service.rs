@@ -1,10 +1,11 @@
 //! One lifecycle for everything that runs from start-up to shutdown: the workers, the
 //! crypto threads, the admin listener, the health checks, memory housekeeping, the ACME
 //! manager and the fleet's store rounds. Each is a [`Service`]; [`Services`] keeps them in
-//! the order they started and stops them in the reverse order, each asked to stop and
-//! waited for before the next, so that nothing is stopped while something started after
-//! it still uses it (the crypto threads outlive the workers' drain, the fleet's store the
-//! ACME manager that shares through it).
+//! the order they started. At shutdown every one is asked to stop at once (the workers
+//! stop accepting and start their drain without waiting for anyone), then each is waited
+//! for, the last started first: a service that must outlive another's stop does its
+//! stopping in `join` (the crypto threads, which compute what the draining workers
+//! still queue).
 //!
 //! As Pingora's `Service`/`BackgroundService`, but with threads rather than tasks: each
 //! worker runs its own single-threaded runtime, and the background services keep theirs
@@ -22,7 +23,7 @@ pub(crate) trait Service: Send {
     /// Asks it to stop: it finishes what it must (the workers' drain, within
     /// `shutdown_grace`) and lets go of its threads and connections. Does not wait.
     fn stop(&mut self);
-    /// Waits until it has stopped.
+    /// Waits until it has stopped (called once every service has been asked to).
     fn join(self: Box<Self>);
 }
 
@@ -38,10 +39,12 @@ impl Services {
         self.running.push(Box::new(service));
     }
 
-    /// Stops every service, the last started first, each waited for before the next.
+    /// Asks every service to stop, then waits for each, the last started first.
     pub(crate) fn stop_all(&mut self) {
-        while let Some(mut service) = self.running.pop() {
+        for service in self.running.iter_mut().rev() {
             service.stop();
+        }
+        while let Some(service) = self.running.pop() {
             let name = service.name().to_owned();
             service.join();
             tracing::debug!("stopped: {name}");
@@ -106,10 +109,12 @@ impl Service for CryptoThreads {
         "crypto threads"
     }
 
+    /// Not yet: the workers, stopped after them and draining, still queue operations.
     fn stop(&mut self) {}
 
     fn join(self: Box<Self>) {
-        // What the workers queued before they stopped is computed first.
+        // Joined after the workers (started before them): what they queued before they
+        // stopped is computed, then the threads end.
         self.0.stop();
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use terminus_fleet::tickets::Ticketer;
 
-use terminus_capacity::tenant::{TenantAccount, Tenants};
+use terminus_admission::tenant::{TenantAccount, Tenants};
 use terminus_engine::SigningKeyPair;
 use terminus_proxy::stream::StreamMode;
 use terminus_proxy::{ProxyMetrics, Upstream};

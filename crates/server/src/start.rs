@@ -4,7 +4,7 @@
 //! stops what it had started, and shutdown stops everything in reverse.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use terminus_config::{BackendChoice, Config, KtlsMode};
@@ -277,49 +277,86 @@ pub(crate) struct Workers {
     threads: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
+/// Where the workers wait, once their event loops are built, until start-up lets them
+/// accept: opened once, by the main thread, when everything start-up needs is held, or
+/// when start-up failed (after the shutdown signal, so they return at once).
+pub(crate) struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+        })
+    }
+
+    /// Waits until the gate is open.
+    pub(crate) fn wait(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*open {
+            open = self.opened.wait(open).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Lets every worker waiting, and every one to come, through.
+    pub(crate) fn open(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.opened.notify_all();
+    }
+}
+
 impl Workers {
     /// Starts a worker per `bound.per_worker` entry. Each reports whether its event loop
-    /// could be built; only when all could does any accept (they wait at one barrier with
-    /// the caller, released by [`Workers::release`]).
+    /// could be built; only when all could does any accept (they wait at the [`Gate`]
+    /// returned, which the caller opens). Where one could not be built, or a thread not
+    /// started, those started are stopped and joined.
     pub(crate) fn start(
         config: &Config,
         placed: &Placed,
         bound: &mut Bound,
         shared: worker::Shared,
         shutdown: watch::Sender<bool>,
-    ) -> Result<(Self, Arc<Barrier>), StartError> {
+    ) -> Result<(Self, Arc<Gate>), StartError> {
         let per_worker = std::mem::take(&mut bound.per_worker);
         let mut quic = std::mem::take(&mut bound.quic_per_worker).into_iter();
-        let start = Arc::new(Barrier::new(per_worker.len() + 1));
+        let gate = Gate::new();
         let (ready_tx, ready_rx) = mpsc::channel();
         let mut workers = Workers {
             shutdown,
             threads: Vec::new(),
         };
+        let mut failed = None;
         for (id, listeners) in per_worker.into_iter().enumerate() {
             let listeners = listeners.into_iter().zip(config.listen.iter().cloned());
             let listeners = listeners.collect();
             let quic_sockets = quic.next().unwrap_or_default();
             let (shared, cpus) = (shared.clone(), placed.cpus_of_worker(id, config.pin));
-            let (start, ready) = (start.clone(), ready_tx.clone());
-            workers.threads.push(
-                std::thread::Builder::new()
-                    .name(format!("worker-{id}"))
-                    .spawn(move || {
-                        worker::run(id, listeners, quic_sockets, cpus, shared, ready, start)
-                    })?,
-            );
+            let (gate, ready) = (gate.clone(), ready_tx.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("worker-{id}"))
+                .spawn(move || worker::run(id, listeners, quic_sockets, cpus, shared, ready, gate));
+            match spawned {
+                Ok(thread) => workers.threads.push(thread),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
+        drop(ready_tx);
         let not_ready = (0..workers.threads.len())
             .filter_map(|_| ready_rx.recv().ok().and_then(Result::err))
             .next();
-        if let Some(e) = not_ready {
+        if let Some(e) = failed.or(not_ready) {
             workers.stop();
-            start.wait();
+            gate.open();
             Box::new(workers).join();
             return Err(StartError::Io(e));
         }
-        Ok((workers, start))
+        Ok((workers, gate))
     }
 }
 

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use terminus_engine::{Engine, EngineSpec};
@@ -17,6 +17,7 @@ use crate::http;
 use crate::listener::accept::{accept_loop, drain_before_batches, Acceptor};
 use crate::metrics::{Metrics, WorkerSeries};
 use crate::site::SiteHandle;
+use crate::start::Gate;
 use terminus_config::Listen;
 
 /// What every worker shares with the others and with the main thread.
@@ -59,9 +60,9 @@ pub(crate) struct Worker {
 }
 
 /// Runs worker `id` on the calling thread until shutdown has drained its connections.
-/// It reports on `ready` whether its event loop could be built, then waits at `start`
-/// until every worker and the main thread are ready, so nothing is accepted before all
-/// start-up resources are held.
+/// It reports on `ready` whether its event loop could be built, then waits at the `start`
+/// gate until the main thread opens it (every worker ready, every start-up resource
+/// held), so nothing is accepted before that.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     id: usize,
@@ -70,7 +71,7 @@ pub fn run(
     cpus: Option<Vec<usize>>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
-    start: Arc<Barrier>,
+    start: Arc<Gate>,
 ) -> io::Result<()> {
     // Fatal, not a warning (with `pin` too, for one rule): with dedicated crypto cores, a
     // worker running anywhere could share a core with AVX-512 batches.

@@ -1,5 +1,5 @@
 //! `terminus capacity`: this machine's crypto capacity in ACU and SCU with a backend, and
-//! the ACU cost of every handshake operation (see `terminus_engine::capacity`); with
+//! the ACU cost of every handshake operation (see `terminus_capacity`); with
 //! `--admin`, a running server's table of tenants from its `GET /capacity`.
 
 use std::io::Write;
@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use terminus_engine::capacity::{scu_per_core, Capacity, CIPHERS};
+use terminus_capacity::simd::after_effect::{self, Settings};
+use terminus_capacity::simd::placement::NOISE_FLOOR;
+use terminus_capacity::{scu_per_core, Capacity, CIPHERS};
 use terminus_engine::cost::{Operation, Workload};
-use terminus_engine::simd::after_effect::{self, Settings};
-use terminus_engine::simd::placement::NOISE_FLOOR;
 use terminus_engine::{multibuffer, BackendKind};
 
 pub struct CapacityArgs {

@@ -4,11 +4,11 @@
 use std::io::Write;
 use std::time::Duration;
 
+use terminus_capacity::simd::after_effect::{self, Settings};
+use terminus_capacity::simd::{decide, Inputs};
+use terminus_capacity::speed::throughput;
 use terminus_engine::cost::{crossover_label, Cost, Operation, Workload};
 use terminus_engine::multibuffer;
-use terminus_engine::simd::after_effect::{self, Settings};
-use terminus_engine::simd::{decide, Inputs};
-use terminus_engine::speed::throughput;
 
 pub struct SpeedArgs {
     pub ops: Vec<String>,

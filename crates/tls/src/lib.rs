@@ -19,6 +19,7 @@
 //! - [`client`] is how terminus's own client side (the load generator, the proxy's TLS
 //!   upstreams) trusts a server.
 
+pub mod activity;
 pub mod certs;
 pub mod client;
 pub mod client_auth;
@@ -32,6 +33,7 @@ pub mod secure;
 pub mod selfsigned;
 pub mod stream;
 
+pub use activity::Activity;
 pub use certs::{CertError, LoadedCert};
 pub use client_auth::{
     ClientAuthMode, ClientAuthPolicy, ClientIdentity, LoadedPolicy, PolicyTickets, Revocations,

@@ -9,8 +9,8 @@ use std::thread;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-use terminus_capacity::tenant::{Admission, Arrival, Class, Hold, TenantAccount, Tenants};
-use terminus_engine::capacity::AcuCosts;
+use terminus_admission::tenant::{Admission, Arrival, Class, Hold, TenantAccount, Tenants};
+use terminus_capacity::AcuCosts;
 use terminus_engine::cost::Operation;
 use terminus_engine::{
     scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,

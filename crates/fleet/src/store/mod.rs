@@ -118,19 +118,23 @@ impl StoreSettings {
     }
 }
 
-/// How long a connection to the store may take to open, and a command to be answered:
-/// one bound for every user of the store (the key rounds, the share rounds, the ACME
-/// manager, `terminus check`). A store on the LAN answers in well under a millisecond; a
-/// second without an answer is a store that is down, and the key rounds must not wait
-/// longer than that to fall back on the keys they hold.
-pub const TIMEOUT: Duration = Duration::from_secs(1);
+/// The key and share rounds' bound on opening a connection to the store and on each
+/// command: a store on the LAN answers in well under a millisecond, a second without an
+/// answer is a store that is down, and the rounds must fall back on the keys they hold by
+/// then.
+pub const ROUND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The bound of the store's other users (the ACME manager, `terminus check`), which
+/// nothing waits on: a store further away is still reached.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A connection to the store (`client` from [`StoreSettings::open`]), opened and answering
-/// within [`TIMEOUT`].
-pub async fn connect(client: &Client) -> RedisResult<MultiplexedConnection> {
+/// within `timeout` ([`ROUND_TIMEOUT`] or [`TIMEOUT`]): how every user of the store
+/// connects.
+pub async fn connect(client: &Client, timeout: Duration) -> RedisResult<MultiplexedConnection> {
     let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(TIMEOUT))
-        .set_response_timeout(Some(TIMEOUT));
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await

@@ -282,8 +282,8 @@ impl KeySync {
         poll: Duration,
         shares: Option<&mut ShareSync>,
     ) -> RedisResult<()> {
-        let mut conn = super::connect(client).await?;
-        let subscribed = tokio::time::timeout(super::TIMEOUT, async {
+        let mut conn = super::connect(client, super::ROUND_TIMEOUT).await?;
+        let subscribed = tokio::time::timeout(super::ROUND_TIMEOUT, async {
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(self.entries.channel()).await?;
             Ok::<_, redis::RedisError>(pubsub)
@@ -350,7 +350,7 @@ impl KeySync {
             let round = async {
                 let conn = match &mut conn {
                     Some(conn) => conn,
-                    None => conn.insert(super::connect(client).await?),
+                    None => conn.insert(super::connect(client, super::ROUND_TIMEOUT).await?),
                 };
                 shares.round(conn).await
             };

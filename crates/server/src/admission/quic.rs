@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use terminus_capacity::tenant::TenantAccount;
+use terminus_admission::tenant::TenantAccount;
 use terminus_engine::cost::Operation;
 use terminus_engine::KeyAlgorithm;
 

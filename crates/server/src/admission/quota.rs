@@ -1,6 +1,6 @@
 //! Tenant quotas at the ClientHello: once SNI has named the host, and with it the tenant,
 //! and before the handshake asks for any crypto, the handshake is admitted against the
-//! tenant's quota (`terminus_capacity::tenant`), waits for it, or is refused.
+//! tenant's quota (`terminus_admission::tenant`), waits for it, or is refused.
 //!
 //! It is charged what it will probably cost: the signature of the certificate the
 //! resolver will choose for this ClientHello (none when it offers a session this server
@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use rustls::server::ClientHello;
-use terminus_capacity::tenant::{Admission, Arrival, Hold, QuotaRefusal, TenantAccount};
+use terminus_admission::tenant::{Admission, Arrival, Hold, QuotaRefusal, TenantAccount};
 use terminus_engine::cost::Operation;
 use terminus_engine::{HandshakeContext, KeyAlgorithm, KxGroup};
 use terminus_tls::{ClientHelloRead, SniResolver};

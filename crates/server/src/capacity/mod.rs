@@ -9,10 +9,10 @@ mod report;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use terminus_capacity::tenant::Tenants;
-use terminus_engine::capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
+use terminus_admission::tenant::Tenants;
+use terminus_capacity::simd;
+use terminus_capacity::{scu_per_core, AcuCosts, Capacity, CIPHERS};
 use terminus_engine::cost::{crossover_label, Crossovers, Operation, Workload};
-use terminus_engine::simd;
 use terminus_engine::{BackendKind, KxGroup};
 
 use crate::placement::Placed;
@@ -99,11 +99,11 @@ impl Machine {
     }
 
     fn set_crossovers(&self, capacity: &Capacity) {
-        let summary: Vec<String> = self
-            .crossovers
-            .set_from(capacity)
+        let summary: Vec<String> = capacity
+            .costs()
             .into_iter()
             .map(|(op, cost)| {
+                self.crossovers.set(op, cost.crossover());
                 format!(
                     "{} {} (scalar {:.0} us, 8-lane call {:.0} us)",
                     op.name(),

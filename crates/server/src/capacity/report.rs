@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use terminus_capacity::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
+use terminus_admission::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
+use terminus_capacity::simd::Placement;
 use terminus_engine::cost::Operation;
-use terminus_engine::simd::Placement;
 use terminus_fleet::shares::TenantView;
 use terminus_metrics::{Exposition, Kind, Render};
 
@@ -136,38 +136,42 @@ impl Render for CapacityReport {
         let m = &self.0;
         let costs = m.tenants.costs();
         out.header(
-            "terminus_capacity_acu",
+            "terminus_admission_acu",
             Kind::Gauge,
             "ACU (RSA-2048 private-key operations per second) with the crypto backend, per core and for the workers' cores, measured at start-up.",
         );
         out.sample(
-            "terminus_capacity_acu",
+            "terminus_admission_acu",
             "scope=\"core\"",
             costs.acu_per_core,
         );
         out.sample(
-            "terminus_capacity_acu",
+            "terminus_admission_acu",
             "scope=\"machine\"",
             costs.machine_acu(),
         );
         out.header(
-            "terminus_capacity_acu_cost",
+            "terminus_admission_acu_cost",
             Kind::Gauge,
             "What one operation costs in ACU with the crypto backend; measured=\"0\": a scalar core's ratio, not measured here.",
         );
         for op in Operation::ALL {
             let (acu, measured) = costs.of(op);
             let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
-            out.sample("terminus_capacity_acu_cost", &labels, acu);
+            out.sample("terminus_admission_acu_cost", &labels, acu);
         }
         if let Some(scu) = m.scu.get() {
             out.header(
-                "terminus_capacity_scu",
+                "terminus_admission_scu",
                 Kind::Gauge,
                 "SCU (Mbps of 16 KiB records sealed) per core, by cipher.",
             );
             for (name, mbps) in scu {
-                out.sample("terminus_capacity_scu", &format!("cipher=\"{name}\""), mbps);
+                out.sample(
+                    "terminus_admission_scu",
+                    &format!("cipher=\"{name}\""),
+                    mbps,
+                );
             }
         }
         if m.backend == terminus_engine::BackendKind::Multibuffer {

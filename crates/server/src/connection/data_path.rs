@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use terminus_capacity::tenant::TenantAccount;
+use terminus_admission::tenant::TenantAccount;
 use terminus_tls::{KtlsStream, Offload, SecureStream};
 use tokio::sync::watch;
 

@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use rustls::{AlertDescription, HandshakeKind};
-use terminus_capacity::tenant::TenantAccount;
+use terminus_admission::tenant::TenantAccount;
 use terminus_observe::{Breakdown, HandshakeLabels as ObservedLabels, Observed};
 use terminus_probes::HandshakeRecord;
 use terminus_tls::handshake;

@@ -27,7 +27,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use terminus_capacity::tenant::{QuotaRefusal, TenantAccount};
+use terminus_admission::tenant::{QuotaRefusal, TenantAccount};
 use terminus_engine::HandshakeContext;
 use terminus_probes::HandshakeRecord;
 use terminus_tls::HandshakeError;

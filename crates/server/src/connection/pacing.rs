@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use terminus_capacity::tenant::TenantAccount;
+use terminus_admission::tenant::TenantAccount;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Sleep;
 

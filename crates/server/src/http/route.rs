@@ -128,7 +128,7 @@ async fn proxy(
     match terminus_proxy::forward(upstream, &cx.upstream_pool, req, head, &cx.origin).await {
         Ok(resp) => with_common_headers(resp.map(Body::stream)),
         Err(e) => {
-            terminus_error::log(&e, format_args!("client {}: ", cx.peer));
+            terminus_error::log(&e, &cx.peer, "");
             error_response(e.status, &method)
         }
     }

@@ -2,7 +2,7 @@
 //! different tenants through one worker, and the server's own accounting
 //! (`terminus_tenant_*`, `GET /capacity`) must show each held to its quota: a flooding
 //! tenant to its peak, a tenant within its quota untouched. Exact accounting and the
-//! meters' arithmetic are unit-tested in `terminus_engine::capacity`.
+//! meters' arithmetic are unit-tested in `terminus_admission` (tenant, meter).
 
 use std::process::Command;
 use std::thread;

@@ -34,7 +34,7 @@ use rustls::{CipherSuite, ConnectionTrafficSecrets, ProtocolVersion, SupportedCi
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub use splice::{splice_bidirectional, splice_plain, until_quiet};
+pub use splice::{splice_bidirectional, splice_plain};
 pub use stream::KtlsStream;
 
 use crate::handshake::Handshake;

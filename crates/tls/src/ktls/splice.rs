@@ -4,10 +4,9 @@
 //! into it; nothing is copied through user space. Between two plain sockets (TLS passed
 //! through untouched) the same relay needs no kernel TLS at all.
 
-use std::cell::Cell;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -15,6 +14,7 @@ use tokio::net::TcpStream;
 use super::stream::{classify, ControlRecord};
 use super::sys;
 use super::KtlsStream;
+use crate::activity::Activity;
 use crate::stream::SendMethod;
 
 /// Bytes moved per splice call.
@@ -31,27 +31,29 @@ pub async fn splice_bidirectional(
     upstream: &TcpStream,
     idle: Duration,
 ) -> (u64, u64, io::Result<()>) {
-    let moved = Moved::default();
+    let moved = Activity::default();
     let (early, client_done) = client.take_early();
     let socket = client.socket();
     let up = async {
         if !early.is_empty() {
             write_all(upstream, &early).await?;
-            moved.up.set(early.len() as u64);
-            moved.last.set(Instant::now());
+            moved.up(early.len());
         }
         if !client_done {
-            pump(socket, upstream, &moved.up, &moved.last, true).await?;
+            pump(socket, upstream, &|n| moved.up(n), true).await?;
         }
         sys::shutdown_write(upstream.as_raw_fd())
     };
-    let down = pump(upstream, socket, &moved.down, &moved.last, false);
-    let (ended, calls) =
-        match until_quiet(async { tokio::try_join!(up, down) }, &moved.last, idle).await {
-            Ok(((), calls)) => (Ok(()), calls),
-            Err(e) => (Err(e), 0),
-        };
-    let (up, down) = (moved.up.get(), moved.down.get());
+    let moved_down = |n| moved.down(n);
+    let down = pump(upstream, socket, &moved_down, false);
+    let (ended, calls) = match moved
+        .until_quiet(async { tokio::try_join!(up, down) }, idle)
+        .await
+    {
+        Ok(((), calls)) => (Ok(()), calls),
+        Err(e) => (Err(e), 0),
+    };
+    let (up, down) = moved.moved();
     client.charge(SendMethod::Splice, down, calls);
     let ended = match ended {
         Ok(()) => {
@@ -71,60 +73,24 @@ pub async fn splice_plain(
     b: &TcpStream,
     idle: Duration,
 ) -> (u64, u64, io::Result<()>) {
-    let moved = Moved::default();
+    let moved = Activity::default();
     let forward = async {
-        pump(a, b, &moved.up, &moved.last, false).await?;
+        pump(a, b, &|n| moved.up(n), false).await?;
         sys::shutdown_write(b.as_raw_fd())
     };
     let back = async {
-        pump(b, a, &moved.down, &moved.last, false).await?;
+        pump(b, a, &|n| moved.down(n), false).await?;
         sys::shutdown_write(a.as_raw_fd())
     };
-    let ended = until_quiet(async { tokio::try_join!(forward, back) }, &moved.last, idle).await;
-    (moved.up.get(), moved.down.get(), ended.map(|_| ()))
+    let ended = moved
+        .until_quiet(async { tokio::try_join!(forward, back) }, idle)
+        .await;
+    let (up, down) = moved.moved();
+    (up, down, ended.map(|_| ()))
 }
 
-/// What a relay has moved each way, and when it last moved anything.
-struct Moved {
-    up: Cell<u64>,
-    down: Cell<u64>,
-    last: Cell<Instant>,
-}
-
-impl Default for Moved {
-    fn default() -> Self {
-        Moved {
-            up: Cell::new(0),
-            down: Cell::new(0),
-            last: Cell::new(Instant::now()),
-        }
-    }
-}
-
-/// `relay`, ended with `TimedOut` once nothing has moved for `idle` (`last` is when
-/// something last did): every relay's idle timeout, spliced or through user space.
-pub async fn until_quiet<T>(
-    relay: impl std::future::Future<Output = io::Result<T>>,
-    last: &Cell<Instant>,
-    idle: Duration,
-) -> io::Result<T> {
-    let quiet = async {
-        loop {
-            let since = last.get().elapsed();
-            if since >= idle {
-                return;
-            }
-            tokio::time::sleep(idle - since).await;
-        }
-    };
-    tokio::select! {
-        ended = relay => ended,
-        () = quiet => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing moved for {idle:?}"))),
-    }
-}
-
-/// Moves `from` to `to` through a pipe of its own until `from` ends, adding what it moved
-/// to `total` and noting the time in `last`; returns the writes into `to` it took.
+/// Moves `from` to `to` through a pipe of its own until `from` ends, telling `moved` each
+/// step's bytes; returns the writes into `to` it took.
 /// `from_ktls`: `from` is the kernel TLS socket, where splice stops with EINVAL at a
 /// record that is not data.
 ///
@@ -135,17 +101,12 @@ pub async fn until_quiet<T>(
 async fn pump(
     from: &TcpStream,
     to: &TcpStream,
-    total: &Cell<u64>,
-    last: &Cell<Instant>,
+    moved: &dyn Fn(usize),
     from_ktls: bool,
 ) -> io::Result<u64> {
     let pipe = sys::pipe()?;
     let (pipe_out, pipe_in) = (pipe.0.as_raw_fd(), pipe.1.as_raw_fd());
     let mut writes = 0u64;
-    let moved = |n: usize| {
-        total.set(total.get() + n as u64);
-        last.set(Instant::now());
-    };
     loop {
         let spliced = from
             .async_io(Interest::READABLE, || {

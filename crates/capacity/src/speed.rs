@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cost::Workload;
 use crypto_mb_sys::LANES;
+use terminus_engine::cost::Workload;
 
 /// Operations per second of `workload` over `duration` on `threads` threads at once (each
 /// pinned to nothing: the kernel spreads them), scalar or in full batches.

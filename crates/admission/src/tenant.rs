@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use terminus_metrics::Buckets;
 
-use terminus_engine::capacity::{operation, AcuCosts};
+use terminus_capacity::{operation, AcuCosts};
 use terminus_engine::cost::Operation;
 use terminus_engine::{KeyAlgorithm, OpKind, Payer};
 

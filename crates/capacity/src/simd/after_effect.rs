@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cost::Workload;
+use terminus_engine::cost::Workload;
 
 /// How long and how often to measure.
 #[derive(Debug, Clone)]
@@ -127,7 +127,7 @@ fn probe_for(window: Duration) -> u64 {
 }
 
 /// Measures the after-effect of `workload`'s batches (it must be one crypto_mb runs:
-/// call only where [`crate::multibuffer::applicable`]). The calling thread is "this
+/// call only where [`terminus_engine::multibuffer::applicable`]). The calling thread is "this
 /// core": pin it first for the numbers to mean one core.
 pub fn measure(workload: &Workload, settings: &Settings) -> Result<AfterEffect, String> {
     let same = alternating(settings.rounds, |batched| {
@@ -306,10 +306,10 @@ mod tests {
     /// so and is skipped, visibly.
     #[test]
     fn batches_and_scalar_work_are_both_measured_on_crypto_mb() {
-        if !terminus_testkit::runs_with_ifma(crate::multibuffer::applicable()) {
+        if !terminus_testkit::runs_with_ifma(terminus_engine::multibuffer::applicable()) {
             return;
         }
-        let workload = Workload::generate(crate::cost::Operation::EcdsaP256).unwrap();
+        let workload = Workload::generate(terminus_engine::cost::Operation::EcdsaP256).unwrap();
         let allowed = terminus_sys::allowed_cpus().unwrap();
         let settings = Settings {
             rounds: 3,
