@@ -375,6 +375,15 @@ mod tests {
     use super::*;
     use crate::op::{CryptoOp, KxGroup};
 
+    /// A crypto thread's end of `rx`, counting from zero.
+    fn queue(rx: flume::Receiver<Vec<Job>>) -> Queue {
+        Queue {
+            rx,
+            queued: Arc::default(),
+            computed: Arc::new(Counter::new("computed", "")),
+        }
+    }
+
     fn batch(group: KxGroup, n: usize) -> Vec<Job> {
         (0..n)
             .map(|_| Job::new(CryptoOp::KxGenerate { group }).0)
@@ -410,11 +419,7 @@ mod tests {
     #[test]
     fn a_dedicated_thread_fills_one_call_with_batches_of_one_operation() {
         let (tx, rx) = flume::unbounded();
-        let queue = Queue {
-            rx,
-            queued: Arc::default(),
-            computed: Arc::new(Counter::new("computed", "")),
-        };
+        let queue = queue(rx);
         let sizes = [
             (KxGroup::X25519, 4),
             (KxGroup::X25519, 3),
@@ -457,11 +462,7 @@ mod tests {
     #[test]
     fn a_stop_taken_while_merging_ends_the_thread_after_its_batch() {
         let (tx, rx) = flume::unbounded();
-        let queue = Queue {
-            rx,
-            queued: Arc::default(),
-            computed: Arc::new(Counter::new("computed", "")),
-        };
+        let queue = queue(rx);
         for b in [
             batch(KxGroup::X25519, 3),
             Vec::new(),
