@@ -78,12 +78,12 @@ async fn http1_probe(mut stream: Stream, path: &str, host: &str) -> io::Result<u
     stream.flush().await?;
     let mut buf = Vec::with_capacity(1024);
     loop {
-        if let Some(resp) = terminus_h1::parse_response(&mut buf)
+        if let Some(resp) = terminus_http::h1::parse_response(&mut buf)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.0))?
         {
             return Ok(resp.status().as_u16());
         }
-        if buf.len() > terminus_h1::MAX_HEAD || stream.read_buf(&mut buf).await? == 0 {
+        if buf.len() > terminus_http::h1::MAX_HEAD || stream.read_buf(&mut buf).await? == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "no response head",

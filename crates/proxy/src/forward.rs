@@ -36,7 +36,7 @@ use crate::response::ResponseBody;
 use crate::spec::{Balance, HashKey, Protocol};
 use crate::upstream::{InProgress, Upstream};
 use crate::websocket::{connect_kind, Connect, Opening};
-use terminus_h1::{has_token, RawHead};
+use terminus_http::h1::{has_token, RawHead};
 use tokio::io::AsyncWriteExt;
 
 /// What every attempt at a request shares, whichever server and protocol it goes to.
@@ -51,7 +51,7 @@ pub(crate) struct Attempt {
 /// response to stream back. `pool` is the calling worker's. `head` is the request's head
 /// as an HTTP/1.1 client sent it, where it has one: to an HTTP/1.1 upstream the request
 /// goes from those bytes, and the response's head comes back as bytes too
-/// ([`terminus_h1::PassedFields`]).
+/// ([`terminus_http::h1::PassedFields`]).
 pub async fn forward<B>(
     upstream: &Arc<Upstream>,
     pool: &Rc<Pool>,
@@ -402,14 +402,14 @@ pub(crate) fn upstream_headers(
 pub(crate) fn http1_head(parts: &hyper::http::request::Parts) -> Vec<u8> {
     let target = origin_form(&parts.uri);
     let mut head = Vec::with_capacity(512);
-    terminus_h1::encode_request_head(&mut head, &parts.method, target, &parts.headers);
+    terminus_http::h1::encode_request_head(&mut head, &parts.method, target, &parts.headers);
     head
 }
 
 /// The client's `Upgrade` tokens that `allowed` names (by protocol name, any version),
 /// as one field; `None` when none is.
 fn allowed_upgrades(headers: &hyper::HeaderMap, allowed: &[String]) -> Option<HeaderValue> {
-    let kept: Vec<&str> = terminus_h1::tokens(headers, header::UPGRADE)
+    let kept: Vec<&str> = terminus_http::h1::tokens(headers, header::UPGRADE)
         .filter(|t| {
             let name = t.split('/').next().unwrap_or(t);
             allowed.iter().any(|a| a.eq_ignore_ascii_case(name))

@@ -22,11 +22,12 @@ use hyper_util::rt::TokioIo;
 use crate::connect::{connect, Stream};
 use crate::forward::Attempt;
 use crate::headers::remove_hop_by_hop;
-use crate::http1::{Failed, Stale, Upstreamed};
+use crate::http1::{Failed, Stale};
 use crate::metrics::{Failure, Phase};
 use crate::response::ResponseBody;
 use crate::stall::Stall;
 use crate::upstream::InProgress;
+use terminus_http::Upstreamed;
 
 /// A request body as the h2 client takes it: any body, boxed (the client is generic over
 /// one body type per connection).

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use hyper::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
-use terminus_h1::Fields;
+use terminus_http::h1::Fields;
 
 use crate::spec::ClientCertHeader;
 
@@ -29,7 +29,9 @@ const HOP_BY_HOP: &[&str] = &[
 
 /// Whether `name` (any case) is one of [`HOP_BY_HOP`].
 fn is_hop_by_hop(name: &[u8]) -> bool {
-    HOP_BY_HOP.iter().any(|h| terminus_h1::is_name(name, h))
+    HOP_BY_HOP
+        .iter()
+        .any(|h| terminus_http::h1::is_name(name, h))
 }
 
 /// Which of a message's fields belong to its connection: the hop-by-hop ones and the
@@ -52,9 +54,9 @@ const MAX_NAMED: usize = 16;
 
 impl HopByHop {
     pub(crate) fn of(headers: &impl Fields) -> Self {
-        let named = terminus_h1::token_bytes(headers, header::CONNECTION)
+        let named = terminus_http::h1::token_bytes(headers, header::CONNECTION)
             .filter(|t| !t.eq_ignore_ascii_case(b"close") && !is_hop_by_hop(t))
-            .filter(|t| !terminus_h1::is_name(t, "host"))
+            .filter(|t| !terminus_http::h1::is_name(t, "host"))
             .take(MAX_NAMED)
             .map(Box::from)
             .collect();

@@ -7,10 +7,10 @@
 mod access_log;
 mod admin;
 mod admission;
+mod app;
 mod capacity;
 mod connection;
 mod health_checks;
-mod http;
 mod listener;
 mod memory;
 mod metrics;

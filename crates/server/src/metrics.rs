@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use terminus_engine::{EngineMetrics, ThreadPool};
+use terminus_http::Http2Trouble;
 use terminus_metrics::{label_values, Counter, Exposition, Gauge, Kind, Labelled, Render};
 use terminus_observe::HandshakeSeries;
 use terminus_proxy::ProxyMetrics;
@@ -115,55 +116,6 @@ impl WorkerSeries {
     /// Connections open on the worker now.
     pub(crate) fn open(&self) -> i64 {
         self.open.load(Ordering::Relaxed)
-    }
-}
-
-/// What an HTTP/2 client did that its connection refused or ended on.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Http2Trouble {
-    /// The connection ended with this error code in its GOAWAY.
-    Connection(terminus_h2::ErrorCode),
-    /// A request refused by the codec itself.
-    Refused(terminus_h2::server::Refusal),
-    /// A stream reset for a rule it broke (flow control, content-length, state).
-    StreamReset,
-    /// A stream the client reset.
-    ClientReset,
-}
-
-impl Http2Trouble {
-    const NAMES: [&'static str; 12] = [
-        "goaway_protocol_error",
-        "goaway_flow_control_error",
-        "goaway_frame_size_error",
-        "goaway_compression_error",
-        "goaway_enhance_your_calm",
-        "goaway_stream_closed",
-        "goaway_other",
-        "stream_malformed",
-        "stream_refused",
-        "stream_too_large",
-        "stream_reset",
-        "client_reset",
-    ];
-
-    fn index(self) -> usize {
-        use terminus_h2::server::Refusal;
-        use terminus_h2::ErrorCode;
-        match self {
-            Self::Connection(ErrorCode::ProtocolError) => 0,
-            Self::Connection(ErrorCode::FlowControlError) => 1,
-            Self::Connection(ErrorCode::FrameSizeError) => 2,
-            Self::Connection(ErrorCode::CompressionError) => 3,
-            Self::Connection(ErrorCode::EnhanceYourCalm) => 4,
-            Self::Connection(ErrorCode::StreamClosed) => 5,
-            Self::Connection(_) => 6,
-            Self::Refused(Refusal::Malformed) => 7,
-            Self::Refused(Refusal::TooManyStreams) => 8,
-            Self::Refused(Refusal::TooLarge) => 9,
-            Self::StreamReset => 10,
-            Self::ClientReset => 11,
-        }
     }
 }
 

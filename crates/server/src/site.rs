@@ -3,7 +3,6 @@
 //! the one they were accepted with.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use terminus_fleet::tickets::Ticketer;
 
 use terminus_admission::tenant::{TenantAccount, Tenants};
@@ -13,10 +12,9 @@ use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
-use crate::http::files::DocRoot;
-use crate::http::route::{Route, Routes};
-use terminus_config::CacheSettings;
+use crate::app::route::{Route, Routes};
 use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
+use terminus_http::files::{Caching, DocRoot};
 
 #[derive(Debug)]
 pub struct Host {
@@ -39,12 +37,7 @@ pub struct Host {
     pub tenant: Arc<TenantAccount>,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    pub handshake: Duration,
-    pub request_header: Duration,
-    pub keepalive: Duration,
-}
+pub use terminus_http::Timeouts;
 
 /// Everything a connection needs, fixed for its lifetime.
 pub struct Site {
@@ -62,7 +55,7 @@ pub struct Site {
     pub timeouts: Timeouts,
     pub access_log: Option<AccessLog>,
     /// The open-file cache's settings (each worker keeps its own cache).
-    pub files: CacheSettings,
+    pub files: Caching,
     /// (names, key type, SHA-256 fingerprint) of every certificate, for the start-up log.
     pub certificates: Vec<(String, &'static str, String)>,
     /// Every certificate's private key, for measuring what signing with it costs.
@@ -250,7 +243,13 @@ impl Site {
                 keepalive: config.keepalive_timeout,
             },
             access_log,
-            files: config.files.clone(),
+            files: Caching {
+                on: config.files.cache,
+                entries: config.files.cache_entries,
+                valid: config.files.cache_valid.0,
+                inactive: config.files.cache_inactive.0,
+                max_size: config.files.cache_max_size,
+            },
             certificates,
             signing_keys,
             upstreams,

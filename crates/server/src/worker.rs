@@ -13,12 +13,12 @@ use terminus_tls::{FallbackCause, KernelSupport};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::admission::Admission;
-use crate::http;
 use crate::listener::accept::{accept_loop, drain_before_batches, Acceptor};
 use crate::metrics::{Metrics, WorkerSeries};
 use crate::site::SiteHandle;
 use crate::start::Gate;
 use terminus_config::Listen;
+use terminus_http as http;
 
 /// What every worker shares with the others and with the main thread.
 #[derive(Clone)]

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
-use terminus_h1::{Decoded, Decoder};
+use terminus_http::h1::{Decoded, Decoder};
 
 use super::pump::Pump;
 use crate::metrics::{Failure, Phase};

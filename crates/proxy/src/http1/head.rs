@@ -10,7 +10,7 @@
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Method, Uri};
-use terminus_h1::{Fields, RawHead};
+use terminus_http::h1::{Fields, RawHead};
 
 use super::BodyFraming;
 use crate::headers::{
@@ -78,7 +78,7 @@ fn set_by_proxy(name: &[u8]) -> bool {
         "x-forwarded-for",
         "forwarded",
     ];
-    SET.iter().any(|n| terminus_h1::is_name(name, n))
+    SET.iter().any(|n| terminus_http::h1::is_name(name, n))
 }
 
 /// Appends the upstream request head for `raw`, the client's head, to `out`.
@@ -102,7 +102,7 @@ pub(crate) fn write_request_head(out: &mut Vec<u8>, raw: &RawHead, req: &Outgoin
         if !passes(name) || set_by_proxy(name) {
             continue;
         }
-        if terminus_h1::is_name(name, "host") {
+        if terminus_http::h1::is_name(name, "host") {
             // The settled host, in the field's place (the target.rs rules left one).
             if let (Some(h), false) = (&host, host_said) {
                 field(out, name, h.as_bytes());
@@ -124,7 +124,11 @@ pub(crate) fn write_request_head(out: &mut Vec<u8>, raw: &RawHead, req: &Outgoin
     }
     match declared(req.framing, &parts.method) {
         Some(Declared::Length(n)) => {
-            field(out, b"content-length", terminus_h1::itoa(n, &mut [0; 20]));
+            field(
+                out,
+                b"content-length",
+                terminus_http::h1::itoa(n, &mut [0; 20]),
+            );
         }
         Some(Declared::Chunked) => field(out, b"transfer-encoding", b"chunked"),
         None => {}
@@ -183,7 +187,7 @@ mod tests {
     use crate::headers::{add_client_cert, remove_hop_by_hop};
     use hyper::HeaderMap;
     use proptest::prelude::*;
-    use terminus_h1::{parse_request_head, parse_response, parse_response_head};
+    use terminus_http::h1::{parse_request_head, parse_response, parse_response_head};
 
     /// Names a head draws its fields from: hop-by-hop ones, the ones the proxy sets,
     /// underscored and identity spellings, and ordinary ones, in odd case.

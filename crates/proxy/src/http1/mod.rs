@@ -18,9 +18,10 @@ use bytes::Bytes;
 use hyper::body::SizeHint;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
-use terminus_h1::{
+use terminus_http::h1::{
     parse_response_head, response_framing, Decoder, Framing, PassedFields, ResponseHead, MAX_HEAD,
 };
+use terminus_http::Upstreamed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::headers::remove_hop_by_hop;
@@ -29,20 +30,8 @@ use crate::pool::{Conn, Pool};
 use crate::replay::Replayable;
 use crate::response::ResponseBody;
 use crate::spec::Timeouts;
-use crate::tunnel::Upgrade;
 use crate::upstream::InProgress;
 use pump::{Pump, PumpError};
-
-/// Which server answered a proxied response, for the access log (a response extension).
-#[derive(Debug, Clone, Copy)]
-pub struct Upstreamed {
-    /// The server's address.
-    pub server: std::net::SocketAddr,
-    /// Its status code.
-    pub status: u16,
-    /// From the end of the request head to the response head.
-    pub header_time: std::time::Duration,
-}
 
 /// How a request body goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,7 +268,7 @@ impl Exchange<'_> {
             progress.upstream.succeeded(progress.server);
             // The server may switch only to a protocol the request passed on (the
             // allowed ones): anything else would be a channel no route chose.
-            let offered: Vec<&str> = terminus_h1::tokens(&fields, header::UPGRADE).collect();
+            let offered: Vec<&str> = terminus_http::h1::tokens(&fields, header::UPGRADE).collect();
             let passed = asked.to_str().unwrap_or("");
             let to = match offered.as_slice() {
                 [] if !passed.contains(',') => asked.clone(),
@@ -314,8 +303,10 @@ impl Exchange<'_> {
                 status: 101,
                 header_time,
             });
-            resp.extensions_mut()
-                .insert(Upgrade::new(Conn { read, write, buf }, self.timeouts.idle));
+            resp.extensions_mut().insert(crate::tunnel::upgrade(
+                Conn { read, write, buf },
+                self.timeouts.idle,
+            ));
             return Ok(resp);
         }
         let framing = match response_framing(self.method, status, &fields, version) {
@@ -328,7 +319,7 @@ impl Exchange<'_> {
                 ))
             }
         };
-        let keep_alive = terminus_h1::keeps_alive(version, &fields)
+        let keep_alive = terminus_http::h1::keeps_alive(version, &fields)
             && framing != Framing::Close
             && self.keepalive.idle > 0;
         metrics.response(status.as_u16());
@@ -383,7 +374,7 @@ impl Exchange<'_> {
 
 /// A response's fields as a map, for a client or a rule that needs one; `None` for a
 /// field a map cannot hold (httparse's grammar rules that out).
-fn map_of(fields: &terminus_h1::RawHead) -> Option<hyper::HeaderMap> {
+fn map_of(fields: &terminus_http::h1::RawHead) -> Option<hyper::HeaderMap> {
     fields.to_header_map()
 }
 

@@ -118,7 +118,7 @@ where
                 if chunked {
                     // One write per chunk: its head, data and CRLF in one segment.
                     out.clear();
-                    terminus_h1::chunk_head(&mut out, data.len());
+                    terminus_http::h1::chunk_head(&mut out, data.len());
                     out.extend_from_slice(&data);
                     out.extend_from_slice(b"\r\n");
                     timed(tokio::time::timeout(idle, write.write_all(&out)).await)?;
@@ -138,7 +138,7 @@ where
     }
     if chunked {
         out.clear();
-        terminus_h1::chunked_end(&mut out, trailers.as_ref());
+        terminus_http::h1::chunked_end(&mut out, trailers.as_ref());
         timed(tokio::time::timeout(idle, write.write_all(&out)).await)?;
     }
     timed(tokio::time::timeout(idle, write.flush()).await)?;

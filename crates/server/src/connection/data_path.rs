@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::pacing::Paced;
 use super::{Accepted, Closed, Established};
-use crate::http::{self, ConnectionInfo};
+use crate::app::ConnectionInfo;
 use crate::metrics::DataPath;
 use crate::worker::{OpenConnection, Worker};
 use terminus_config::KtlsMode;
@@ -232,10 +232,11 @@ fn serving<S>(
     open: OpenConnection,
 ) -> Pin<Box<dyn Future<Output = ()>>>
 where
-    S: http::Transport + http::ReadReady + 'static,
+    S: terminus_http::Transport + terminus_http::ReadReady + 'static,
 {
     Box::pin(async move {
-        http::serve(stream, h2, info, shutdown).await;
+        let timeouts = info.site.timeouts;
+        terminus_http::serve(stream, h2, info, timeouts, shutdown).await;
         drop(open);
     })
 }

@@ -68,7 +68,7 @@ impl Accepted {
         .await
         {
             Ok(Err(HandshakeError::PlainText)) => {
-                crate::http::plain_http_refused(&mut self.socket, self.handshake_deadline).await;
+                terminus_http::plain_http_refused(&mut self.socket, self.handshake_deadline).await;
                 return Err(Closed::Handshake(HandshakeError::PlainText));
             }
             Ok(read) => read.map_err(Closed::Handshake)?,

@@ -20,7 +20,7 @@ use terminus_admission::tenant::TenantAccount;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::http::{ReadReady, Transport};
+use terminus_http::{ReadReady, Transport};
 
 /// The most one write or file slice takes at once: small enough that the meter's burst
 /// (a tenth of a second at the quota) is not overrun by much at low rates.

@@ -1,5 +1,5 @@
 //! A plain-HTTP listener's connection (`plain = "redirect"`): no handshake, so nothing
-//! for admission control to weigh; HTTP/1.1 answered by [`crate::http::redirect`] (ACME
+//! for admission control to weigh; HTTP/1.1 answered by [`crate::app::redirect`] (ACME
 //! HTTP-01 challenges, then a redirect to HTTPS).
 
 use std::net::SocketAddr;
@@ -8,7 +8,7 @@ use std::rc::Rc;
 use tokio::net::TcpStream;
 
 use crate::admission::Ticket;
-use crate::http::redirect::Redirect;
+use crate::app::redirect::Redirect;
 use crate::worker::{OpenConnection, Worker};
 use terminus_config::Listen;
 
@@ -35,5 +35,5 @@ pub(super) async fn run(
         challenges: worker.shared.challenges.clone(),
         metrics: worker.shared.metrics.clone(),
     };
-    crate::http::serve_plain(socket, &responder, timeouts, worker.shared.shutdown.clone()).await;
+    terminus_http::serve_plain(socket, &responder, timeouts, worker.shared.shutdown.clone()).await;
 }

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use crate::http::{self, ConnectionInfo};
+use crate::app::ConnectionInfo;
 use crate::worker::{OpenConnection, Worker};
 use terminus_config::Listen;
 
@@ -70,7 +70,7 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         handshake: observed,
         alt_svc: None,
     };
-    http::h3::serve(
+    terminus_http::h3::server::serve(
         h3,
         Rc::new(info),
         early,

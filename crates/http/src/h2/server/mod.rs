@@ -1,0 +1,776 @@
+//! HTTP/2's server side on terminus's own codec ([`state`] over [`crate::h2::frame`] and
+//! [`crate::h2::hpack`]), one task per connection and none per
+//! stream: the task reads the client's frames into the codec, polls each stream's
+//! handler (the responder's future, then its response body) itself, and writes what
+//! every stream produced in one pass in one write, so that a read's worth of requests
+//! leaves in as few records as fit.
+//!
+//! A stream's request body goes to its handler through [`inbound`]; flow control is the
+//! back-pressure (a window is given back only for bytes the handler took). An RFC 8441
+//! WebSocket the proxy accepted upstream turns its stream into a tunnel, run as a task
+//! of the worker with the stream as its byte stream.
+//!
+//! Between requests the connection holds the codec's state (the client's HPACK table,
+//! the settings, the windows) and no buffer: the read buffer is lent by the worker when
+//! bytes arrive and the write buffer while there is output, both given back when the
+//! connection goes quiet. It closes with GOAWAY after `timeouts.keepalive` without
+//! traffic, or on shutdown (streams in flight finish), and is dropped when idle twice
+//! in a row (a client that ignores GOAWAY).
+
+mod inbound;
+mod request;
+mod response;
+pub mod state;
+mod trouble;
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::h2::frame::ErrorCode;
+use crate::h2::server::state::{Config, Connection, Event};
+use bytes::{Buf, Bytes};
+use hyper::body::Body as _;
+use hyper::{Method, Response, StatusCode, Version};
+use tokio::io::{AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+
+pub(crate) use inbound::RequestStream;
+use inbound::{Inbound, Outbound, TunnelIo};
+pub use trouble::Http2Trouble;
+
+use crate::body::{Body, RequestBody};
+use crate::buffers::{self, Lent};
+use crate::h1::server::ReadReady;
+use crate::Responder;
+
+/// The read buffer: a TLS record's plaintext, and room for the largest frame we accept
+/// (SETTINGS_MAX_FRAME_SIZE's default, 16 KiB, and its 9-byte head), which a frame cut
+/// across reads must find whole at the buffer's start.
+const READ_SIZE: usize = 16 * 1024 + 16;
+
+/// What one stream's body may add to a pass's output while other bodies are sending
+/// too: a frame, so that the pass is shared.
+const FRAME_BUDGET: usize = 16 * 1024;
+
+/// Output waiting past this, the connection stops reading and stops polling bodies
+/// until the client takes what was written: a client that does not read cannot make
+/// the server buffer for it (PING and SETTINGS floods included).
+const HIGH_WATER: usize = 64 * 1024;
+
+/// A response's future, boxed: a stream's handler, polled by the connection task.
+type Handler = Pin<Box<dyn Future<Output = Response<Body>>>>;
+
+/// One stream the connection is answering.
+struct Stream {
+    id: u32,
+    method: Method,
+    uri: hyper::Uri,
+    phase: Phase,
+    /// Its request body's connection end, while the body is coming.
+    inbound: Option<Inbound>,
+    /// An extended CONNECT's body, kept for the tunnel the responder may accept.
+    tunnel: Option<RequestStream>,
+}
+
+enum Phase {
+    /// The responder is working on it.
+    Responding(Handler),
+    /// Its body is being sent; `chunk` is what flow control has not let out yet.
+    Sending { body: Body, chunk: Bytes },
+    /// A WebSocket: what its tunnel task writes goes out as DATA; `end_sent` once its
+    /// upstream side ended (END_STREAM sent), while the client's may still be open.
+    Tunnel {
+        outbound: Rc<RefCell<Outbound>>,
+        end_sent: bool,
+    },
+}
+
+/// Serves HTTP/2 on `io` until the client is done, the connection idles out, or
+/// `shutdown` fires (then in-flight streams finish and the connection closes).
+pub async fn serve<S, R>(
+    io: S,
+    responder: Rc<R>,
+    keepalive: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: ReadReady + AsyncWrite + Unpin,
+    R: Responder + 'static,
+{
+    // The codec's first SETTINGS go in a buffer the worker lends.
+    let mut out = Vec::new();
+    buffers::lend_output(&mut out);
+    let codec = Connection::new(config(), &mut out);
+    let mut conn = H2 {
+        io,
+        responder,
+        out,
+        flush_pending: false,
+        next_turn: 0,
+        done: Vec::new(),
+        codec,
+        input: None,
+        streams: Vec::new(),
+        moved: false,
+        eof: false,
+    };
+    let mut closing = false;
+    let mut shutdown_seen = false;
+    // The idle timer is checked, not reset, by traffic: at each expiry, bytes that moved
+    // since the last one re-arm it for a whole period (a clock read per keep-alive
+    // period rather than per read and write), so a connection idles out between one
+    // and two periods after its last bytes.
+    let mut idle_deadline = Instant::now() + keepalive;
+    loop {
+        if !shutdown_seen && *shutdown.borrow() {
+            shutdown_seen = true;
+            closing = true;
+            conn.go_away();
+        }
+        enum Woke {
+            Done,
+            Shutdown,
+            Idle,
+        }
+        let woke = tokio::select! {
+            () = std::future::poll_fn(|cx| conn.poll(cx)) => Woke::Done,
+            changed = shutdown.changed(), if !shutdown_seen => {
+                // A dropped sender means the process is going away: shutdown too.
+                if changed.is_err() {
+                    shutdown_seen = true;
+                }
+                Woke::Shutdown
+            }
+            () = tokio::time::sleep_until(idle_deadline.into()) => Woke::Idle,
+        };
+        match woke {
+            Woke::Done => break,
+            Woke::Shutdown => {
+                // The sender dropped (the process going away): close as for shutdown.
+                if shutdown_seen && !closing {
+                    closing = true;
+                    conn.go_away();
+                }
+            }
+            Woke::Idle => {
+                idle_deadline = Instant::now() + keepalive;
+                if std::mem::take(&mut conn.moved) {
+                    continue;
+                }
+                if closing {
+                    break;
+                }
+                conn.go_away();
+                closing = true;
+            }
+        }
+    }
+    conn.finish().await;
+}
+
+/// The settings terminus announces: the codec's defaults (nginx's where it has them:
+/// 128 streams, a 64 KiB preread window per stream; 32 KiB of request fields, the limit
+/// HTTP/3 keeps here too), and RFC 8441's extended CONNECT for WebSockets.
+fn config() -> Config {
+    Config {
+        connect_protocol: true,
+        ..Config::default()
+    }
+}
+
+struct H2<S, R> {
+    io: S,
+    responder: Rc<R>,
+    /// Frames to send (all of it unsent: what went is drained).
+    out: Vec<u8>,
+    /// The record layer holds what we wrote but has not sent it all: flush again.
+    flush_pending: bool,
+    /// Where the next pass over the streams starts, so that each gets its turn first.
+    next_turn: usize,
+    /// The streams a pass finished (kept between passes: its room is a few words).
+    done: Vec<usize>,
+    codec: Connection,
+    /// The read buffer while a frame is incomplete or bytes are arriving, and how much
+    /// of it is filled.
+    input: Option<(Lent, usize)>,
+    streams: Vec<Stream>,
+    /// Bytes moved since the idle timer last looked.
+    moved: bool,
+    eof: bool,
+}
+
+impl<S, R> H2<S, R>
+where
+    S: ReadReady + AsyncWrite + Unpin,
+    R: Responder + 'static,
+{
+    fn go_away(&mut self) {
+        buffers::lend_output(&mut self.out);
+        self.codec.go_away(&mut self.out);
+    }
+
+    /// Runs the connection until it is over: Ready when the client has gone, the
+    /// connection failed, or it is done after a GOAWAY.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let mut progress = false;
+            buffers::lend_output(&mut self.out);
+            match self.poll_write(cx) {
+                Poll::Ready(Ok(wrote)) => progress |= wrote,
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => {}
+            }
+            let backlog = self.out.len();
+            if backlog == 0 && !self.flush_pending && (self.eof || self.codec.is_done()) {
+                return Poll::Ready(());
+            }
+            if !self.eof && backlog < HIGH_WATER {
+                match self.poll_read(cx) {
+                    Poll::Ready(Ok(())) => progress = true,
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => {}
+                }
+            }
+            progress |= self.poll_streams(cx);
+            if !progress {
+                if self.out.is_empty() && !self.flush_pending && self.codec.is_idle() {
+                    // Quiet: the buffers go back to the worker.
+                    buffers::give_back_output(&mut self.out);
+                    self.codec.release_buffers();
+                    if self.streams.capacity() > 1 {
+                        self.streams = Vec::new();
+                    }
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Writes what is waiting and flushes it: Ready(true) when bytes went, Ready(false)
+    /// when nothing is left to write or flush, Pending when the client is not taking
+    /// them. What went is drained at once, so the buffer only ever holds the backlog.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        let mut written = 0;
+        while written < self.out.len() {
+            match Pin::new(&mut self.io).poll_write(cx, &self.out[written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
+            }
+        }
+        if written > 0 {
+            self.out.drain(..written);
+            self.moved = true;
+        }
+        if written > 0 || self.flush_pending {
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => self.flush_pending = false,
+                Poll::Pending => self.flush_pending = true,
+            }
+        }
+        if written > 0 {
+            Poll::Ready(Ok(true))
+        } else if self.out.is_empty() && !self.flush_pending {
+            Poll::Ready(Ok(false))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Reads what the client sent and hands it to the codec; Ready(Ok) when something
+    /// was read (or the client ended).
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.input.is_none() {
+            // No buffer until there is something to read into it.
+            std::task::ready!(self.io.poll_read_ready(cx))?;
+        }
+        let (buf, filled) = self.input.get_or_insert_with(|| (Lent::of(READ_SIZE), 0));
+        if *filled == buf.len() {
+            // A frame larger than the buffer (up to 16 KiB and its head).
+            return Poll::Ready(Err(io::Error::other("a frame larger than the read buffer")));
+        }
+        let mut room = ReadBuf::new(&mut buf[*filled..]);
+        std::task::ready!(Pin::new(&mut self.io).poll_read(cx, &mut room))?;
+        let n = room.filled().len();
+        if n == 0 {
+            self.eof = true;
+            return Poll::Ready(Ok(()));
+        }
+        *filled += n;
+        self.moved = true;
+        self.receive(cx);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Hands the read buffer's whole frames to the codec and acts on what they meant.
+    fn receive(&mut self, cx: &mut Context<'_>) {
+        let Some((buf, filled)) = self.input.as_mut() else {
+            return;
+        };
+        let codec = &mut self.codec;
+        let streams = &mut self.streams;
+        let responder = &self.responder;
+        let mut refused: Vec<u32> = Vec::new();
+        let mut give_back: Vec<(u32, usize)> = Vec::new();
+        let result = codec.receive(&buf[..*filled], &mut self.out, &mut |event| match event {
+            Event::Request {
+                stream,
+                head,
+                end_stream,
+            } => {
+                let connect = head.method() == b"CONNECT";
+                let (inbound, body, tunnel) = if end_stream {
+                    (None, RequestBody::empty(), None)
+                } else if connect {
+                    let (inbound, body) = inbound::request_body(None);
+                    (Some(inbound), RequestBody::empty(), Some(body))
+                } else {
+                    let (inbound, body) = inbound::request_body(head.content_length());
+                    (Some(inbound), RequestBody::h2(body), None)
+                };
+                let Some(req) = request::build(head, body) else {
+                    refused.push(stream);
+                    return;
+                };
+                let (method, uri) = (req.method().clone(), req.uri().clone());
+                let responder = responder.clone();
+                let handler: Handler = Box::pin(async move { responder.respond(req, None).await });
+                if streams.capacity() == 0 {
+                    // One stream at a time is the common case: room for one, grown
+                    // when more come (an idle connection keeps this slot).
+                    streams.reserve_exact(1);
+                }
+                streams.push(Stream {
+                    id: stream,
+                    method,
+                    uri,
+                    phase: Phase::Responding(handler),
+                    inbound,
+                    tunnel,
+                });
+            }
+            Event::Data {
+                stream,
+                data,
+                end_stream,
+            } => {
+                let taken = streams
+                    .iter()
+                    .find(|s| s.id == stream)
+                    .and_then(|s| s.inbound.as_ref())
+                    .is_some_and(|i| i.borrow_mut().push(data, end_stream));
+                if !taken {
+                    give_back.push((stream, data.len()));
+                }
+            }
+            Event::Trailers { stream, fields } => {
+                if let Some(inbound) = streams
+                    .iter()
+                    .find(|s| s.id == stream)
+                    .and_then(|s| s.inbound.as_ref())
+                {
+                    inbound
+                        .borrow_mut()
+                        .trailers(response::trailers_map(fields));
+                }
+            }
+            Event::Reset {
+                stream, by_client, ..
+            } => {
+                responder.http2_trouble(match by_client {
+                    true => Http2Trouble::ClientReset,
+                    false => Http2Trouble::StreamReset,
+                });
+                if let Some(i) = streams.iter().position(|s| s.id == stream) {
+                    abort(&streams.swap_remove(i));
+                }
+            }
+            Event::Refused {
+                stream,
+                reason,
+                why,
+            } => {
+                responder.http2_trouble(Http2Trouble::Refused(reason));
+                tracing::debug!("h2: stream {stream} refused: {why}");
+            }
+            Event::WindowOpened | Event::GoAway { .. } => {}
+        });
+        match result {
+            Ok(n) => {
+                buf.copy_within(n..*filled, 0);
+                *filled -= n;
+            }
+            Err(e) => {
+                self.responder
+                    .http2_trouble(Http2Trouble::Connection(e.code));
+                tracing::debug!("h2: {e}");
+                *filled = 0;
+                self.eof = true;
+            }
+        }
+        for id in refused {
+            codec.cancel(id, ErrorCode::ProtocolError, &mut self.out);
+        }
+        for (id, n) in give_back {
+            codec.release(id, n, &mut self.out);
+        }
+        for stream in &self.streams {
+            if let Some(inbound) = &stream.inbound {
+                let n = inbound.borrow_mut().take_released(cx.waker());
+                if n > 0 {
+                    codec.release(stream.id, n, &mut self.out);
+                }
+            }
+        }
+        if *filled == 0 {
+            // Between frames: the buffer goes back to the worker.
+            self.input = None;
+        }
+    }
+
+    /// Polls every stream's handler, and its body as far as flow control and the
+    /// output backlog allow, starting each pass one stream further so that none waits
+    /// behind another's large body; true when one moved.
+    fn poll_streams(&mut self, cx: &mut Context<'_>) -> bool {
+        let count = self.streams.len();
+        if count == 0 {
+            return false;
+        }
+        let sending = self
+            .streams
+            .iter()
+            .filter(|s| !matches!(s.phase, Phase::Responding(_)))
+            .count();
+        // Several bodies share a pass a frame at a time; one alone may fill it.
+        let budget = if sending > 1 {
+            FRAME_BUDGET
+        } else {
+            HIGH_WATER
+        };
+        let first = self.next_turn % count;
+        self.next_turn = self.next_turn.wrapping_add(1);
+        let mut progress = false;
+        let mut done = std::mem::take(&mut self.done);
+        for k in 0..count {
+            let i = (first + k) % count;
+            let codec = &mut self.codec;
+            let stream = &mut self.streams[i];
+            // Window taken back from a handler that read its body.
+            if let Some(inbound) = &stream.inbound {
+                let n = inbound.borrow_mut().take_released(cx.waker());
+                if n > 0 {
+                    codec.release(stream.id, n, &mut self.out);
+                    progress = true;
+                }
+            }
+            let step = step(stream, codec, &*self.responder, &mut self.out, budget, cx);
+            progress |= step.moved;
+            if step.done {
+                done.push(i);
+            }
+        }
+        // Highest first, so that each swap_remove moves a stream already kept.
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        for &i in &done {
+            let stream = self.streams.swap_remove(i);
+            // Answered whole while its body still comes: no more of it is wanted
+            // (RFC 9113 section 8.1, what hyper and nginx do). A tunnel is done only
+            // once both sides ended.
+            let tunnel = matches!(stream.phase, Phase::Tunnel { .. });
+            let unread = !tunnel && stream.inbound.as_ref().is_some_and(|b| !b.borrow().ended());
+            let codec = &mut self.codec;
+            if unread {
+                codec.cancel(stream.id, ErrorCode::NoError, &mut self.out);
+            }
+            abort(&stream);
+            progress = true;
+        }
+        done.clear();
+        self.done = done;
+        progress
+    }
+
+    /// Sends what is left and closes the TLS session, within a second; then reads and
+    /// drops what the client still sends, for another second at most (nginx's lingering
+    /// close), so that closing on its unread bytes does not reset the connection and
+    /// destroy the GOAWAY before the client reads why.
+    async fn finish(mut self) {
+        for stream in self.streams.drain(..) {
+            abort(&stream);
+        }
+        self.input = None;
+        let flush = std::future::poll_fn(|cx| loop {
+            match self.poll_write(cx) {
+                Poll::Ready(Ok(true)) => continue,
+                Poll::Ready(Ok(false)) => return Pin::new(&mut self.io).poll_shutdown(cx),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        });
+        if !matches!(
+            tokio::time::timeout(Duration::from_secs(1), flush).await,
+            Ok(Ok(()))
+        ) || self.eof
+        {
+            return;
+        }
+        let linger = async {
+            let mut sink = Lent::of(READ_SIZE);
+            let mut left: usize = 1 << 20;
+            while left > 0 {
+                match tokio::io::AsyncReadExt::read(&mut self.io, &mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), linger).await;
+    }
+}
+
+/// What one poll of a stream did.
+struct Step {
+    moved: bool,
+    done: bool,
+}
+
+/// Moves one stream on: its handler polled, its head written, its body sent as far as
+/// its window, `budget` and the output backlog allow.
+fn step<R: Responder>(
+    stream: &mut Stream,
+    codec: &mut Connection,
+    responder: &R,
+    out: &mut Vec<u8>,
+    budget: usize,
+    cx: &mut Context<'_>,
+) -> Step {
+    let mut moved = false;
+    if let Phase::Responding(handler) = &mut stream.phase {
+        let Poll::Ready(resp) = handler.as_mut().poll(cx) else {
+            return Step { moved, done: false };
+        };
+        moved = true;
+        let path = stream.uri.path_and_query().map_or("/", |p| p.as_str());
+        responder.record(&stream.method, path, Version::HTTP_2, &resp);
+        let (parts, body) = resp.into_parts();
+        let upgrade = match stream.tunnel.take() {
+            Some(body) if parts.status.is_success() => parts
+                .extensions
+                .get::<crate::Upgrade>()
+                .cloned()
+                .map(|u| (u, body)),
+            _ => None,
+        };
+        let bodiless = stream.method == Method::HEAD
+            || parts.status == StatusCode::NO_CONTENT
+            || parts.status == StatusCode::NOT_MODIFIED
+            || (upgrade.is_none() && body.is_end_stream());
+        let no_length = stream.method == Method::HEAD || upgrade.is_some();
+        let sent = codec.send_head(stream.id, bodiless, out, |b| {
+            response::encode_head(&parts, &body, no_length, b)
+        });
+        if !sent || bodiless {
+            return Step { moved, done: true };
+        }
+        stream.phase = match upgrade {
+            Some((upgrade, body)) => {
+                let outbound = Rc::new(RefCell::new(Outbound::default()));
+                let io = TunnelIo {
+                    inbound: body,
+                    outbound: outbound.clone(),
+                    unread: Bytes::new(),
+                };
+                tokio::task::spawn_local(tunnel(upgrade, io));
+                Phase::Tunnel {
+                    outbound,
+                    end_sent: false,
+                }
+            }
+            None => Phase::Sending {
+                body,
+                chunk: Bytes::new(),
+            },
+        };
+    }
+    // What this step may add to the output.
+    let mut allowed = budget.min(HIGH_WATER.saturating_sub(out.len()));
+    match &mut stream.phase {
+        Phase::Responding(_) => Step { moved, done: false },
+        Phase::Sending { body, chunk } => {
+            // Bodies that keep yielding empty frames get a bounded share of the pass.
+            for _ in 0..64 {
+                if !chunk.is_empty() {
+                    let take = chunk.len().min(allowed);
+                    let last = take == chunk.len() && body.is_end_stream();
+                    let n = codec.send_data(stream.id, &chunk[..take], last, out);
+                    chunk.advance(n);
+                    allowed -= n;
+                    moved |= n > 0;
+                    if last && chunk.is_empty() {
+                        return Step { moved, done: true };
+                    }
+                    if !chunk.is_empty() {
+                        // Waiting for the client's window or for the next pass.
+                        return Step { moved, done: false };
+                    }
+                }
+                if allowed == 0 || codec.send_window(stream.id) == 0 {
+                    return Step { moved, done: false };
+                }
+                if let Body::File {
+                    file,
+                    offset,
+                    remaining,
+                } = body
+                {
+                    // Read straight into the frames it is sent in.
+                    return send_file(
+                        stream.id, file, offset, remaining, codec, out, allowed, moved,
+                    );
+                }
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Pending => return Step { moved, done: false },
+                    Poll::Ready(None) => {
+                        codec.send_data(stream.id, &[], true, out);
+                        return Step {
+                            moved: true,
+                            done: true,
+                        };
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        // A body that fails mid-way is never passed off as whole.
+                        tracing::debug!("h2: stream {} body failed: {e}", stream.id);
+                        codec.cancel(stream.id, ErrorCode::InternalError, out);
+                        return Step {
+                            moved: true,
+                            done: true,
+                        };
+                    }
+                    Poll::Ready(Some(Ok(frame))) => {
+                        moved = true;
+                        match frame.into_data() {
+                            Ok(data) => *chunk = data,
+                            Err(frame) => {
+                                if let Ok(trailers) = frame.into_trailers() {
+                                    codec.send_head(stream.id, true, out, |b| {
+                                        response::encode_trailers(&trailers, b)
+                                    });
+                                } else {
+                                    // A frame of neither kind ends the body.
+                                    codec.send_data(stream.id, &[], true, out);
+                                }
+                                return Step { moved, done: true };
+                            }
+                        }
+                    }
+                }
+            }
+            Step { moved, done: false }
+        }
+        Phase::Tunnel { outbound, end_sent } => {
+            if !*end_sent {
+                let mut outbound = outbound.borrow_mut();
+                let (bytes, ended) = outbound.pending(cx.waker());
+                let take = bytes.len().min(allowed);
+                let last = ended && take == bytes.len();
+                if take > 0 || last {
+                    let n = codec.send_data(stream.id, &bytes[..take], last, out);
+                    outbound.sent(n);
+                    moved |= n > 0;
+                    *end_sent = last && n == take;
+                    moved |= *end_sent;
+                }
+            }
+            // Done once the upstream's side has ended and the client's has too (or the
+            // tunnel stopped reading it).
+            let client_done = stream.inbound.as_ref().is_none_or(|i| {
+                let i = i.borrow();
+                i.ended() || i.reader_gone()
+            });
+            Step {
+                moved,
+                done: *end_sent && client_done,
+            }
+        }
+    }
+}
+
+/// Sends a file range as DATA frames read into the output where they lie, as far as the
+/// window and the output backlog allow; done when the range is all sent (or the file
+/// fails, and the stream is reset: a short body is never passed off as whole).
+#[allow(clippy::too_many_arguments)]
+fn send_file(
+    id: u32,
+    file: &std::fs::File,
+    offset: &mut u64,
+    remaining: &mut u64,
+    codec: &mut Connection,
+    out: &mut Vec<u8>,
+    mut allowed: usize,
+    mut moved: bool,
+) -> Step {
+    use std::os::unix::fs::FileExt;
+    loop {
+        let whole = usize::try_from(*remaining).unwrap_or(usize::MAX);
+        let want = whole.min(allowed);
+        let at = *offset;
+        let sent = codec.send_data_from(id, want, want == whole, out, |buf| {
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read_at(&mut buf[filled..], at + filled as u64) {
+                    Ok(0) => return false,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+            true
+        });
+        match sent {
+            None => {
+                tracing::debug!("h2: stream {id}: file truncated or unreadable while sent");
+                codec.cancel(id, ErrorCode::InternalError, out);
+                return Step {
+                    moved: true,
+                    done: true,
+                };
+            }
+            Some(n) => {
+                *offset += n as u64;
+                *remaining -= n as u64;
+                allowed -= n;
+                moved |= n > 0;
+                if *remaining == 0 {
+                    return Step { moved, done: true };
+                }
+                if n == 0 || allowed == 0 {
+                    return Step { moved, done: false };
+                }
+            }
+        }
+    }
+}
+
+/// A stream gone: its body's reader and its tunnel told.
+fn abort(stream: &Stream) {
+    if let Some(inbound) = &stream.inbound {
+        inbound.borrow_mut().abort();
+    }
+    if let Phase::Tunnel { outbound, .. } = &stream.phase {
+        outbound.borrow_mut().abort();
+    }
+}
+
+/// Carries a WebSocket stream the proxy accepted upstream, to and from the upstream.
+async fn tunnel(upgrade: crate::Upgrade, mut io: TunnelIo) {
+    if let Err(e) = upgrade.tunnel(&mut io, &[]).await {
+        tracing::debug!("HTTP/2 WebSocket stream ended: {e}");
+    }
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
+}

@@ -1,0 +1,206 @@
+//! HTTP for terminus: each protocol's codec without I/O and, beside it, its server side
+//! over an established TLS stream (as Pingora's `protocols/http/v1|v2` and hyper's role
+//! split): [`h1`] (heads and framing, shared with the proxy's upstream side and the load
+//! generator's client; [`h1::server`], so that files can leave by sendfile), [`h2`]
+//! (frames, HPACK, [`h2::server`]), [`h3`] ([`h3::server`] over terminus's QUIC).
+//!
+//! A connection reads requests and writes responses; a [`Responder`] answers them (the
+//! server's application: files, redirects, the proxy). Around that: request and
+//! response bodies, one type each whatever the protocol ([`body`]); the request's host
+//! and path settled against smuggling and path tricks ([`target`]); static files with
+//! their open-file cache ([`files`], [`mime`]); the worker's lent buffers
+//! ([`buffers`]); and what the proxy leaves on a response for the connection
+//! ([`upstream`]).
+
+pub mod body;
+pub mod buffers;
+pub mod files;
+pub mod h1;
+pub mod h2;
+pub mod h3;
+pub mod mime;
+pub mod target;
+pub mod upstream;
+
+use std::future::Future;
+use std::rc::Rc;
+
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Version};
+use std::time::Duration;
+
+use crate::h1::{Fields, PassedFields, RawHead};
+use tokio::sync::watch;
+
+pub use body::{Body, RequestBody};
+pub use h1::server::{ReadReady, Transport};
+pub use h2::server::Http2Trouble;
+pub use upstream::{Upgrade, Upstreamed};
+
+const SERVER: HeaderValue = HeaderValue::from_static("terminus");
+
+/// Request bodies read and thrown away before answering, at most, by a route that takes
+/// none (nginx reads such bodies too, so that the client sees a clean answer).
+pub const DISCARD_LIMIT: u64 = 64 * 1024;
+
+/// What answers requests: the connection reads a request, hands it here, and writes what
+/// comes back, whatever the HTTP version.
+pub trait Responder {
+    /// Answers `req`. The body is the responder's to read as it likes; one it drops
+    /// unread costs the client its HTTP/1.1 connection (after this answer) or its HTTP/2
+    /// stream's remaining upload. `head` is the request's head as an HTTP/1.1 client sent
+    /// it (HTTP/2 and HTTP/3 have none), for a proxy to pass on as bytes.
+    fn respond(
+        &self,
+        req: Request<RequestBody>,
+        head: Option<RawHead>,
+    ) -> impl Future<Output = Response<Body>>;
+
+    /// Notes a response as it is sent, the connection's own refusals of malformed
+    /// requests included (metrics, access log). `target` is the request-target.
+    fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>);
+
+    /// Notes what an HTTP/2 client did that its connection refused or ended on (a
+    /// metric).
+    fn http2_trouble(&self, _trouble: Http2Trouble) {}
+}
+
+/// A connection's timeouts.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// The TLS handshake, from the first byte.
+    pub handshake: Duration,
+    /// A request's head from its first byte, and each read of its body.
+    pub request_header: Duration,
+    /// Between requests, and a response that makes no progress.
+    pub keepalive: Duration,
+}
+
+/// `resp` with the fields every answer carries (`Server: terminus`, in place of an
+/// upstream's).
+pub fn with_common_headers(mut resp: Response<Body>) -> Response<Body> {
+    if let Some(PassedFields(passed)) = resp.extensions_mut().get_mut::<PassedFields>() {
+        passed.remove(&header::SERVER);
+    }
+    resp.headers_mut().insert(header::SERVER, SERVER);
+    resp
+}
+
+/// The first value of `resp`'s field `name`, in its map or among the fields a proxied
+/// HTTP/1.1 head passed as bytes ([`PassedFields`]).
+pub fn field<'a>(resp: &'a Response<Body>, name: &HeaderName) -> Option<&'a [u8]> {
+    if let Some(v) = resp.headers().get(name) {
+        return Some(v.as_bytes());
+    }
+    let PassedFields(passed) = resp.extensions().get::<PassedFields>()?;
+    passed.values_of(name.clone()).next()
+}
+
+/// Adds the field `name` to `resp` unless it has one (an upstream's own wins).
+pub fn add_unless_present(resp: &mut Response<Body>, name: &HeaderName, value: &HeaderValue) {
+    if field(resp, name).is_none() {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+}
+
+/// Answers `req` with an error page, its small body read away first (within `within`).
+pub async fn refuse(
+    req: Request<RequestBody>,
+    status: StatusCode,
+    within: std::time::Duration,
+) -> Response<Body> {
+    let method = req.method().clone();
+    req.into_body().discard(DISCARD_LIMIT, within).await;
+    error_response(status, &method)
+}
+
+/// A small HTML error page, nginx-style; HEAD gets the headers only.
+pub fn error_response(status: StatusCode, method: &Method) -> Response<Body> {
+    let reason = status.canonical_reason().unwrap_or("");
+    let text = format!(
+        "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n<hr><center>terminus</center>\r\n</body>\r\n</html>\r\n",
+        code = status.as_u16()
+    );
+    let len = text.len();
+    let body = if method == Method::HEAD {
+        Body::Empty
+    } else {
+        Body::bytes(text)
+    };
+    let resp = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_LENGTH, len)
+        .body(body)
+        .expect("valid response");
+    with_common_headers(resp)
+}
+
+/// Answers plain HTTP that came to a TLS port as nginx does, with a 400 page that says
+/// so, then closes: the write side at once, the read side once the client is done
+/// sending (or by `deadline`), so that its unread request does not turn the close into a
+/// reset that could destroy the answer before it is read.
+pub async fn plain_http_refused(
+    socket: &mut tokio::net::TcpStream,
+    deadline: tokio::time::Instant,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let text = "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was sent to HTTPS port</center>\r\n<hr><center>terminus</center>\r\n</body>\r\n</html>\r\n";
+    let page = format!(
+        "HTTP/1.1 400 Bad Request\r\nServer: terminus\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let sent = tokio::time::timeout_at(deadline, async {
+        socket.write_all(page.as_bytes()).await?;
+        socket.shutdown().await
+    })
+    .await;
+    if !matches!(sent, Ok(Ok(()))) {
+        return;
+    }
+    // What nginx's lingering close allows: a second, 64 KiB.
+    let linger = deadline.min(tokio::time::Instant::now() + std::time::Duration::from_secs(1));
+    let _ = tokio::time::timeout_at(linger, async {
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match socket.read(&mut sink).await? {
+                0 => break,
+                n => left = left.saturating_sub(n),
+            }
+        }
+        std::io::Result::Ok(())
+    })
+    .await;
+}
+
+/// Serves plain HTTP/1.1 (no TLS) on `socket` with `responder` until the client is
+/// done, the connection idles out, or `shutdown` fires.
+pub async fn serve_plain<R: Responder>(
+    socket: tokio::net::TcpStream,
+    responder: &R,
+    timeouts: Timeouts,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    h1::server::serve(socket, responder, timeouts, &mut shutdown).await
+}
+
+/// Serves HTTP on `stream` (HTTP/2 if `h2`, else HTTP/1.1) with `responder` until the
+/// client is done, the connection idles out, or `shutdown` fires (then in-flight
+/// requests finish and the connection closes).
+pub async fn serve<S, R>(
+    stream: S,
+    h2: bool,
+    responder: R,
+    timeouts: Timeouts,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: Transport + ReadReady + 'static,
+    R: Responder + 'static,
+{
+    if h2 {
+        h2::server::serve(stream, Rc::new(responder), timeouts.keepalive, shutdown).await
+    } else {
+        h1::server::serve(stream, &responder, timeouts, &mut shutdown).await
+    }
+}

@@ -1,0 +1,152 @@
+//! terminus's application, what answers requests whatever their HTTP version (the
+//! protocols are `terminus-http`'s): a request's host and path are settled
+//! ([`terminus_http::target`]),
+//! it goes to the virtual host its handshake was made for (SNI's, or the default server's
+//! without SNI), then to that host's route for the path. A request naming another
+//! configured server is misdirected (421): a connection reaches only the server whose
+//! certificate it checked and whose tenant paid for its handshake. Every response is
+//! counted and logged here.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use hyper::header;
+use hyper::{Method, Request, Response, StatusCode, Version};
+
+use terminus_http::body::{Body, RequestBody};
+use terminus_http::{files, Http2Trouble, Responder};
+
+use crate::metrics::Metrics;
+use crate::site::Site;
+
+pub mod redirect;
+pub mod route;
+
+/// What answering a connection's requests needs, fixed for the connection.
+pub struct ConnectionInfo {
+    pub site: Arc<Site>,
+    pub sni: Option<String>,
+    /// The virtual host the handshake was made for (SNI's, else the default), fixed for
+    /// the connection.
+    pub host: usize,
+    pub peer: SocketAddr,
+    /// The address the client connected to.
+    pub local: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    /// The worker's open-file cache.
+    pub files: Rc<files::FileCache>,
+    /// The worker's idle upstream connections.
+    pub upstream_pool: Rc<terminus_proxy::Pool>,
+    /// Who the connection's requests come from, as proxied requests tell upstreams.
+    pub origin: terminus_proxy::Origin,
+    /// The connection's handshake: its phases, and when it ended.
+    pub handshake: terminus_observe::Observed,
+    /// What every response says of HTTP/3 on this port (`Alt-Svc`), where the listener
+    /// serves it.
+    pub alt_svc: Option<hyper::header::HeaderValue>,
+}
+
+impl ConnectionInfo {
+    /// Answers `req` with an error page, its small body read away first.
+    async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
+        terminus_http::refuse(req, status, self.site.timeouts.request_header).await
+    }
+}
+
+impl Responder for ConnectionInfo {
+    async fn respond(
+        &self,
+        mut req: Request<RequestBody>,
+        head: Option<terminus_http::h1::RawHead>,
+    ) -> Response<Body> {
+        let host = &self.site.hosts[self.host];
+        let named = match terminus_http::target::settle_host(&mut req)
+            .and_then(|name| terminus_http::target::settle_path(&mut req).map(|()| name))
+        {
+            Ok(name) => name,
+            Err(status) => return self.refuse(req, status).await,
+        };
+        // Host (or :authority) naming another configured server: that server's
+        // certificate was not shown and its tenant did not pay (RFC 9110 section
+        // 15.5.20). An unknown name is the handshake's server's to answer. (With one
+        // server there is no other: no look-up.)
+        if self.site.hosts.len() > 1
+            && named
+                .as_ref()
+                .and_then(|name| self.site.resolver.find(name.host()))
+                .is_some_and(|i| i != self.host)
+        {
+            return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
+        }
+        let mut resp = match host.routes.choose(req.uri().path()) {
+            Some(route) => route.respond(req, head, self).await,
+            None => self.refuse(req, StatusCode::NOT_FOUND).await,
+        };
+        // Every answer, errors too (nginx `add_header ... always`); a header the answer
+        // already has (an upstream's own) wins.
+        for (name, value) in &host.headers {
+            terminus_http::add_unless_present(&mut resp, name, value);
+        }
+        if let Some(alt_svc) = &self.alt_svc {
+            terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
+        }
+        resp
+    }
+
+    fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
+        self.metrics.response(resp.status().as_u16(), version);
+        self.handshake.responded();
+        let len = terminus_http::field(resp, &header::CONTENT_LENGTH)
+            .and_then(|v| std::str::from_utf8(v).ok());
+        terminus_probes::response(self.handshake.id, resp.status().as_u16(), || {
+            len.and_then(|l| l.parse().ok()).unwrap_or(-1)
+        });
+        if let Some(log) = &self.site.access_log {
+            let len = len.unwrap_or("-");
+            // Proxied: which server answered, its status and header time (nginx's
+            // $upstream_addr, $upstream_status, $upstream_header_time).
+            let upstream = resp
+                .extensions()
+                .get::<terminus_proxy::Upstreamed>()
+                .map_or(String::new(), |u| {
+                    format!(
+                        " upstream={} upstream_status={} upstream_time={:.3}",
+                        u.server,
+                        u.status,
+                        u.header_time.as_secs_f64()
+                    )
+                });
+            // The connection's handshake, on each of its requests (Tengine's
+            // $ssl_handshake_time): its total and its crypto requests' queue wait.
+            let took = &self.handshake.breakdown;
+            // A server asking for client certificates: nginx's $ssl_client_verify and
+            // $ssl_client_s_dn.
+            let client = self
+                .origin
+                .client_verify()
+                .map_or(String::new(), |(verify, subject)| {
+                    format!(
+                        " client_verify={verify} client_subject=\"{}\"",
+                        subject.unwrap_or("-").replace('"', "'")
+                    )
+                });
+            log.write(format_args!(
+                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream}{client} handshake_time={:.4} crypto_wait={:.4}",
+                self.peer,
+                method,
+                target,
+                version,
+                resp.status().as_u16(),
+                len,
+                self.sni.as_deref().unwrap_or("-"),
+                took.total.as_secs_f64(),
+                took.get(terminus_observe::Phase::CryptoQueue).as_secs_f64(),
+            ));
+        }
+    }
+
+    fn http2_trouble(&self, trouble: Http2Trouble) {
+        self.metrics.http2_trouble(trouble);
+    }
+}

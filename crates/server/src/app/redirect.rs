@@ -1,0 +1,110 @@
+//! The responder of a plain-HTTP listener (`plain = "redirect"`): ACME HTTP-01
+//! challenges first, then every request sent to the same host and path over HTTPS.
+//!
+//! The redirect is a 308 (RFC 9110 section 15.4.9), Caddy's choice: unlike nginx's
+//! common `return 301`, it keeps the method and body, so a POST to `http://` arrives
+//! as a POST. Any valid Host is redirected (nginx's `https://$host$request_uri`); the
+//! HTTPS port is the first TLS listener's, left out when it is 443. A request without
+//! Host cannot be redirected anywhere: 400.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Version};
+
+use crate::metrics::Metrics;
+use crate::site::Site;
+use terminus_http::body::{Body, RequestBody};
+use terminus_http::{error_response, with_common_headers, Responder};
+
+/// Where ACME's HTTP-01 validation asks (RFC 8555 section 8.3).
+const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// What answering one plain connection's requests needs.
+pub(crate) struct Redirect {
+    pub(crate) site: Arc<Site>,
+    pub(crate) peer: SocketAddr,
+    /// The HTTPS port to send clients to; `None` for 443.
+    pub(crate) https_port: Option<u16>,
+    pub(crate) challenges: Arc<terminus_acme::Challenges>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Redirect {
+    async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
+        terminus_http::refuse(req, status, self.site.timeouts.request_header).await
+    }
+}
+
+impl Responder for Redirect {
+    async fn respond(
+        &self,
+        mut req: Request<RequestBody>,
+        _head: Option<terminus_http::h1::RawHead>,
+    ) -> Response<Body> {
+        if let Some(token) = req.uri().path().strip_prefix(CHALLENGE_PREFIX) {
+            if let Some(answer) = self.challenges.http01(token) {
+                let len = answer.len();
+                let body = if req.method() == Method::HEAD {
+                    Body::Empty
+                } else {
+                    Body::bytes(answer)
+                };
+                let resp = Response::builder()
+                    .header(header::CONTENT_TYPE, "application/octet-stream")
+                    .header(header::CONTENT_LENGTH, len)
+                    .body(body)
+                    .expect("valid response");
+                return with_common_headers(resp);
+            }
+        }
+        // `OPTIONS *` names no resource to send anywhere.
+        if !req.uri().path().starts_with('/') {
+            return self.refuse(req, StatusCode::BAD_REQUEST).await;
+        }
+        let host = match terminus_http::target::settle_host(&mut req) {
+            Ok(Some(host)) => host,
+            Ok(None) | Err(_) => return self.refuse(req, StatusCode::BAD_REQUEST).await,
+        };
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let location = match self.https_port {
+            None => format!("https://{}{target}", host.host()),
+            Some(port) => format!("https://{}:{port}{target}", host.host()),
+        };
+        let Ok(location) = HeaderValue::try_from(location) else {
+            return self.refuse(req, StatusCode::BAD_REQUEST).await;
+        };
+        let method = req.method().clone();
+        let mut resp = error_response(StatusCode::PERMANENT_REDIRECT, &method);
+        resp.headers_mut().insert(header::LOCATION, location);
+        // The body is not wanted: the client follows (or not) either way.
+        req.into_body()
+            .discard(
+                terminus_http::DISCARD_LIMIT,
+                self.site.timeouts.request_header,
+            )
+            .await;
+        resp
+    }
+
+    fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
+        self.metrics.response(resp.status().as_u16(), version);
+        if let Some(log) = &self.site.access_log {
+            let len = resp
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
+            log.write(format_args!(
+                "{} \"{} {} {:?}\" {} {} \"-\" plain",
+                self.peer,
+                method,
+                target,
+                version,
+                resp.status().as_u16(),
+                len
+            ));
+        }
+    }
+}
