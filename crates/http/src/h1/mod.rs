@@ -4,6 +4,7 @@
 //! sides cannot disagree about where a message ends: the disagreement request smuggling
 //! lives on.
 
+pub mod client;
 pub mod framing;
 pub mod head;
 pub mod raw;
