@@ -32,7 +32,6 @@ use crate::http1::{BodyFraming, Exchange, Failed, Stale};
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Key, Pool};
 use crate::replay::Replayable;
-use crate::response::ResponseBody;
 use crate::spec::{Balance, HashKey, Protocol};
 use crate::upstream::{InProgress, Upstream};
 use crate::websocket::{connect_kind, Connect, Opening};
@@ -58,7 +57,7 @@ pub async fn forward<B>(
     req: Request<B>,
     head: Option<RawHead>,
     origin: &Origin,
-) -> Result<Response<ResponseBody>, ProxyError>
+) -> Result<Response<terminus_http::Body>, ProxyError>
 where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
 {
@@ -270,7 +269,7 @@ async fn http1_attempt<B>(
     body: Replayable<B>,
     progress: InProgress,
     fresh: bool,
-) -> Result<Response<ResponseBody>, Failed<Replayable<B>>>
+) -> Result<Response<terminus_http::Body>, Failed<Replayable<B>>>
 where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
 {

@@ -24,34 +24,13 @@ use crate::forward::Attempt;
 use crate::headers::remove_hop_by_hop;
 use crate::http1::{Failed, Stale};
 use crate::metrics::{Failure, Phase};
-use crate::response::ResponseBody;
 use crate::stall::Stall;
 use crate::upstream::InProgress;
 use terminus_http::Upstreamed;
 
-/// A request body as the h2 client takes it: any body, boxed (the client is generic over
-/// one body type per connection).
-pub(crate) struct LocalBody(Pin<Box<dyn Body<Data = Bytes, Error = io::Error>>>);
-
-impl Body for LocalBody {
-    type Data = Bytes;
-    type Error = io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        self.0.as_mut().poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.0.size_hint()
-    }
-}
+/// A request body as the h2 client takes it: any body, boxed in the one outgoing body
+/// type (the client is generic over one body type per connection).
+type LocalBody = terminus_http::Body;
 
 /// Runs hyper's connection tasks on the worker's `LocalSet`: nothing here is `Send`.
 #[derive(Clone, Copy)]
@@ -98,7 +77,7 @@ pub(crate) async fn send<B>(
     body: B,
     progress: InProgress,
     attempt: &Attempt,
-) -> Result<Response<ResponseBody>, Failed<B>>
+) -> Result<Response<terminus_http::Body>, Failed<B>>
 where
     B: Body<Data = Bytes, Error = io::Error> + 'static,
 {
@@ -165,7 +144,7 @@ where
         });
     }
 
-    let mut req = Request::new(LocalBody(Box::pin(body)));
+    let mut req = Request::new(terminus_http::Body::stream(body));
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = h2_uri(parts, tls.is_some());
     *req.headers_mut() = parts.headers.clone();
@@ -219,7 +198,7 @@ where
         status: parts.status.as_u16(),
         header_time,
     });
-    let body = ResponseBody::h2(H2Body {
+    let body = terminus_http::Body::stream(H2Body {
         incoming,
         progress: Some(progress),
         started: attempt.started,
@@ -273,9 +252,12 @@ pub(crate) struct H2Body {
     stall: Stall,
 }
 
-impl H2Body {
-    pub(crate) fn poll_frame(
-        &mut self,
+impl Body for H2Body {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let polled = Pin::new(&mut self.incoming).poll_frame(cx);
@@ -315,11 +297,11 @@ impl H2Body {
             .map(|f| f.map(|r| r.map_err(|e| io::Error::new(io::ErrorKind::ConnectionAborted, e))))
     }
 
-    pub(crate) fn is_end_stream(&self) -> bool {
+    fn is_end_stream(&self) -> bool {
         self.incoming.is_end_stream()
     }
 
-    pub(crate) fn size_hint(&self) -> SizeHint {
+    fn size_hint(&self) -> SizeHint {
         self.incoming.size_hint()
     }
 }

@@ -14,7 +14,7 @@ use base64::Engine;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 
-use crate::response::ResponseBody;
+use terminus_http::Body;
 
 /// RFC 6455 §1.3: the accept value is SHA-1 of the key and this.
 const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -69,10 +69,7 @@ impl Opening {
     /// server is not opening a WebSocket for us: a 101 whose `Sec-WebSocket-Accept` is
     /// not the one our key calls for, or a 2xx, which the client would take for an open
     /// WebSocket with nothing behind it.
-    pub(crate) fn answer(
-        &self,
-        mut resp: Response<ResponseBody>,
-    ) -> Result<Response<ResponseBody>, &'static str> {
+    pub(crate) fn answer(&self, mut resp: Response<Body>) -> Result<Response<Body>, &'static str> {
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             return match resp.status().is_success() {
                 true => Err("a 2xx to a WebSocket opening handshake, not 101"),
@@ -126,7 +123,7 @@ mod tests {
                 .status(101)
                 .header(SEC_WEBSOCKET_ACCEPT, accept)
                 .header(header::UPGRADE, "websocket")
-                .body(ResponseBody::empty())
+                .body(Body::Empty)
                 .unwrap()
         };
         let good = opening.answer(switched(&accept_for(&key))).unwrap();
@@ -134,12 +131,7 @@ mod tests {
         assert!(good.headers().get(header::UPGRADE).is_none());
         let other = accept_for(b"dGhlIHNhbXBsZSBub25jZQ==");
         assert!(opening.answer(switched(&other)).is_err());
-        let status = |code| {
-            Response::builder()
-                .status(code)
-                .body(ResponseBody::empty())
-                .unwrap()
-        };
+        let status = |code| Response::builder().status(code).body(Body::Empty).unwrap();
         assert!(opening.answer(status(200)).is_err(), "a 200 opens nothing");
         assert_eq!(opening.answer(status(403)).unwrap().status(), 403);
     }

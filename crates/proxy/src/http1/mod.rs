@@ -28,7 +28,6 @@ use crate::headers::remove_hop_by_hop;
 use crate::metrics::{Failure, Phase};
 use crate::pool::{Conn, Pool};
 use crate::replay::Replayable;
-use crate::response::ResponseBody;
 use crate::spec::Timeouts;
 use crate::upstream::InProgress;
 use pump::{Pump, PumpError};
@@ -95,7 +94,7 @@ impl Exchange<'_> {
         reused: bool,
         body: Replayable<B>,
         progress: InProgress,
-    ) -> Result<Response<ResponseBody>, Failed<Replayable<B>>>
+    ) -> Result<Response<terminus_http::Body>, Failed<Replayable<B>>>
     where
         B: hyper::body::Body<Data = Bytes, Error = io::Error> + 'static,
     {
@@ -287,7 +286,7 @@ impl Exchange<'_> {
             };
             // The switch is this hop's: Connection and Upgrade are said again for it.
             remove_hop_by_hop(&mut fields);
-            let mut resp = Response::new(ResponseBody::empty());
+            let mut resp = Response::new(terminus_http::Body::Empty);
             *resp.status_mut() = status;
             *resp.version_mut() = version;
             let Some(map) = map_of(&fields) else {
@@ -340,7 +339,7 @@ impl Exchange<'_> {
             },
         };
         let server = progress.server().spec.address;
-        let body = ResponseBody::http1(Http1Body::reading(body::Reading {
+        let body = terminus_http::Body::stream(Http1Body::reading(body::Reading {
             read,
             buf,
             decoder: Decoder::new(framing),

@@ -127,7 +127,7 @@ async fn proxy(
 ) -> Response<Body> {
     let method = req.method().clone();
     match terminus_proxy::forward(upstream, &cx.upstream_pool, req, head, &cx.origin).await {
-        Ok(resp) => with_common_headers(resp.map(Body::stream)),
+        Ok(resp) => with_common_headers(resp),
         Err(e) => {
             terminus_error::log(&e, &cx.peer, "");
             error_response(e.status, &method)
