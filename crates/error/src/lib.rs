@@ -19,6 +19,8 @@ pub enum Source {
     Upstream,
     /// terminus itself, or the machine (a resource, a system call).
     Internal,
+    /// The crypto backend could not compute an operation (crypto_mb, an offload thread).
+    CryptoBackend,
     /// The configuration asks for something that cannot work.
     Config,
 }
@@ -30,6 +32,7 @@ impl Source {
             Self::Client => "client",
             Self::Upstream => "upstream",
             Self::Internal => "internal",
+            Self::CryptoBackend => "crypto_backend",
             Self::Config => "config",
         }
     }
@@ -39,7 +42,7 @@ impl Source {
         match self {
             Self::Client => tracing::Level::DEBUG,
             Self::Upstream => tracing::Level::WARN,
-            Self::Internal | Self::Config => tracing::Level::ERROR,
+            Self::Internal | Self::CryptoBackend | Self::Config => tracing::Level::ERROR,
         }
     }
 }
@@ -76,6 +79,7 @@ mod tests {
         assert_eq!(Source::Client.level(), tracing::Level::DEBUG);
         assert_eq!(Source::Upstream.level(), tracing::Level::WARN);
         assert_eq!(Source::Internal.level(), tracing::Level::ERROR);
+        assert_eq!(Source::CryptoBackend.level(), tracing::Level::ERROR);
         assert_eq!(Source::Config.level(), tracing::Level::ERROR);
     }
 }

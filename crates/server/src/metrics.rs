@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use terminus_engine::{EngineMetrics, ThreadPool};
+use terminus_error::{Classify, Source};
 use terminus_http::Http2Trouble;
 use terminus_metrics::{label_values, Counter, Exposition, Gauge, Kind, Labelled, Render};
 use terminus_observe::HandshakeSeries;
 use terminus_proxy::ProxyMetrics;
 use terminus_tls::handshake::bridge::BridgeMetrics;
-use terminus_tls::{ErrorSource, FallbackCause, HandshakeError, TrafficCounters};
+use terminus_tls::{FallbackCause, HandshakeError, TrafficCounters};
 
 use crate::admission::Refusal;
 
@@ -20,7 +21,8 @@ const PROTOCOLS: [&str; 3] = ["http/1.1", "h2", "h3"];
 use crate::capacity::{CapacityReport, Machine};
 
 /// Why a handshake failed (label values of `terminus_handshake_failures_total`), each
-/// with whose fault it is.
+/// with whose fault it is: a [`HandshakeError`]'s kind and source in the error
+/// vocabulary, and the timeout, which the server's own clock decides.
 #[derive(Debug, Clone, Copy)]
 pub enum HandshakeFailure {
     Timeout,
@@ -46,15 +48,13 @@ impl HandshakeFailure {
         Self::PlainHttp,
     ];
 
+    /// The series `e` is counted in: the one its kind names.
     pub fn of(e: &HandshakeError) -> Self {
-        match (e.source(), e) {
-            (ErrorSource::CryptoBackend, _) => Self::Crypto,
-            (ErrorSource::Internal, _) => Self::Internal,
-            (ErrorSource::Client, HandshakeError::Eof) => Self::ClientClosed,
-            (ErrorSource::Client, HandshakeError::Io(_)) => Self::Io,
-            (ErrorSource::Client, HandshakeError::PlainText) => Self::PlainHttp,
-            (ErrorSource::Client, _) => Self::Tls,
-        }
+        let kind = e.kind();
+        Self::ALL
+            .into_iter()
+            .find(|why| why.name() == kind)
+            .unwrap_or(Self::Internal)
     }
 
     pub fn name(self) -> &'static str {
@@ -69,11 +69,11 @@ impl HandshakeFailure {
         }
     }
 
-    fn source(self) -> ErrorSource {
+    fn source(self) -> Source {
         match self {
-            Self::Crypto => ErrorSource::CryptoBackend,
-            Self::Internal => ErrorSource::Internal,
-            _ => ErrorSource::Client,
+            Self::Crypto => Source::CryptoBackend,
+            Self::Internal => Source::Internal,
+            _ => Source::Client,
         }
     }
 }
@@ -398,5 +398,66 @@ impl Metrics {
             pool.render(&mut out);
         }
         out.into_text()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::SignatureScheme;
+    use terminus_engine::{CryptoError, OpKind};
+    use terminus_error::{Classify, Source};
+    use terminus_tls::HandshakeError;
+
+    use super::HandshakeFailure;
+
+    /// Each handshake error is counted in the series its kind names, under the source
+    /// the error vocabulary gives it.
+    #[test]
+    fn a_failed_handshake_is_counted_by_its_kind_and_source() {
+        let crypto = |e| {
+            (
+                HandshakeError::Crypto(e),
+                Source::CryptoBackend,
+                "crypto_error",
+            )
+        };
+        let internal = |e| {
+            (
+                HandshakeError::Crypto(e),
+                Source::Internal,
+                "internal_error",
+            )
+        };
+        let cases = [
+            (HandshakeError::Eof, Source::Client, "client_closed"),
+            (
+                HandshakeError::Io(std::io::ErrorKind::ConnectionReset.into()),
+                Source::Client,
+                "io_error",
+            ),
+            (HandshakeError::PlainText, Source::Client, "plain_http"),
+            (
+                HandshakeError::Tls(rustls::Error::DecryptError),
+                Source::Client,
+                "tls_error",
+            ),
+            (
+                HandshakeError::Crypto(CryptoError::BadPeerKey("X25519")),
+                Source::Client,
+                "tls_error",
+            ),
+            crypto(CryptoError::SignFailed),
+            crypto(CryptoError::KeyGenFailed("P-256")),
+            crypto(CryptoError::BackendGone("threads")),
+            internal(CryptoError::SchemeMismatch(SignatureScheme::ED25519)),
+            internal(CryptoError::KeyMismatch("P-256")),
+            internal(CryptoError::WrongOutput(OpKind::X25519)),
+            internal(CryptoError::Refused),
+        ];
+        for (error, source, kind) in cases {
+            assert_eq!((error.kind(), error.source()), (kind, source), "{error}");
+            let series = HandshakeFailure::of(&error);
+            assert_eq!((series.name(), series.source()), (kind, source), "{error}");
+        }
     }
 }

@@ -111,23 +111,11 @@ impl Site {
             let stream = server.stream.as_ref().map(|s| (find(&s.upstream), s.mode));
             let mut certs = VirtualHostCerts::default();
             let passthrough = matches!(stream, Some((_, StreamMode::Passthrough)));
-            let loaded: Vec<LoadedCert> = if passthrough {
+            let loaded = if passthrough {
                 // Its server answers the handshake.
                 Vec::new()
-            } else if server.acme {
-                acme_certificates(&server.names, config.acme.as_ref(), self_signed)
-            } else if server.certificates.is_empty() {
-                self_signed.to_vec()
             } else {
-                server
-                    .certificates
-                    .iter()
-                    .map(|c| {
-                        LoadedCert::from_files(&c.cert, &c.key).map_err(|e| {
-                            err(c.line.or(server.line), e.to_string(), Some("each [[server.certificate]] needs a PEM chain (leaf first) and its unencrypted key"))
-                        })
-                    })
-                    .collect::<Result<_, _>>()?
+                server_certificates(config, server, self_signed)?
             };
             if loaded.is_empty() && !passthrough {
                 return Err(err(
@@ -157,26 +145,8 @@ impl Site {
             // A stream's name asked for over HTTP is another server's (421, app.rs).
             let routes = if stream.is_some() {
                 Routes::new(Vec::new())
-            } else if server.routes.is_empty() {
-                Routes::everything(Route::BuiltinPage)
             } else {
-                let mut routes = Vec::new();
-                for r in &server.routes {
-                    let route = match &r.target {
-                        RouteTarget::Root(root) => {
-                            Route::Files(DocRoot::open(root).map_err(|e| {
-                                err(
-                                    r.line.or(server.line),
-                                    format!("root {}: {e}", root.display()),
-                                    Some("root must be an existing, readable directory"),
-                                )
-                            })?)
-                        }
-                        RouteTarget::Upstream(name) => Route::Proxy(find(name)),
-                    };
-                    routes.push((r.path.clone(), route));
-                }
-                Routes::new(routes)
+                server_routes(config, server, find)?
             };
             resolver_hosts.push((server.names.clone(), certs));
             hosts.push((routes, stream));
@@ -215,18 +185,7 @@ impl Site {
                 routes,
                 stream,
                 headers: server.headers.clone(),
-                tenant: match &server.tenant {
-                    None => tenants.account(DEFAULT_TENANT, None),
-                    Some(name) => {
-                        let quota = config
-                            .tenants
-                            .iter()
-                            .find(|t| &t.name == name)
-                            .map(|t| t.quota.clone());
-                        debug_assert!(quota.is_some(), "tenant names checked when resolved");
-                        tenants.account(name, quota)
-                    }
-                },
+                tenant: tenant_of(config, server, tenants),
             })
             .collect::<Vec<Host>>();
         tenants.retain(hosts.iter().map(|h| h.tenant.name()));
@@ -358,6 +317,84 @@ fn acme_certificates(
 /// The tag of tickets issued where no client certificate is asked for, once some server
 /// asks for one.
 const NO_CLIENT_AUTH: [u8; 8] = *b"no-mtls\0";
+
+/// A terminated server's certificates: ACME's, its files', or the embedded default's
+/// self-signed ones for a server that names none.
+fn server_certificates(
+    config: &Config,
+    server: &terminus_config::ServerConfig,
+    self_signed: &[LoadedCert],
+) -> Result<Vec<LoadedCert>, ConfigError> {
+    if server.acme {
+        return Ok(acme_certificates(
+            &server.names,
+            config.acme.as_ref(),
+            self_signed,
+        ));
+    }
+    if server.certificates.is_empty() {
+        return Ok(self_signed.to_vec());
+    }
+    server
+        .certificates
+        .iter()
+        .map(|c| {
+            LoadedCert::from_files(&c.cert, &c.key).map_err(|e| {
+                config.error_at(
+                    c.line.or(server.line),
+                    e.to_string(),
+                    Some("each [[server.certificate]] needs a PEM chain (leaf first) and its unencrypted key"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// An HTTP server's routes, docroots opened; the built-in page where it has none.
+fn server_routes(
+    config: &Config,
+    server: &terminus_config::ServerConfig,
+    find: impl Fn(&str) -> Arc<Upstream>,
+) -> Result<Routes, ConfigError> {
+    if server.routes.is_empty() {
+        return Ok(Routes::everything(Route::BuiltinPage));
+    }
+    let mut routes = Vec::new();
+    for r in &server.routes {
+        let route = match &r.target {
+            RouteTarget::Root(root) => Route::Files(DocRoot::open(root).map_err(|e| {
+                config.error_at(
+                    r.line.or(server.line),
+                    format!("root {}: {e}", root.display()),
+                    Some("root must be an existing, readable directory"),
+                )
+            })?),
+            RouteTarget::Upstream(name) => Route::Proxy(find(name)),
+        };
+        routes.push((r.path.clone(), route));
+    }
+    Ok(Routes::new(routes))
+}
+
+/// The account a server's handshakes are charged to: its tenant's, else the default's.
+fn tenant_of(
+    config: &Config,
+    server: &terminus_config::ServerConfig,
+    tenants: &Tenants,
+) -> Arc<TenantAccount> {
+    match &server.tenant {
+        None => tenants.account(DEFAULT_TENANT, None),
+        Some(name) => {
+            let quota = config
+                .tenants
+                .iter()
+                .find(|t| &t.name == name)
+                .map(|t| t.quota.clone());
+            debug_assert!(quota.is_some(), "tenant names checked when resolved");
+            tenants.account(name, quota)
+        }
+    }
+}
 
 /// The site's rustls configuration, and one per distinct client-certificate policy of
 /// its servers (with what the policy's CRLs revoke). With any policy, every

@@ -39,9 +39,7 @@ pub use client_auth::{
     ClientAuthMode, ClientAuthPolicy, ClientIdentity, LoadedPolicy, PolicyTickets, Revocations,
 };
 pub use config::{TlsSettings, TlsSettingsError};
-pub use handshake::{
-    handshake, read_client_hello, ClientHelloRead, ErrorSource, Handshake, HandshakeError,
-};
+pub use handshake::{handshake, read_client_hello, ClientHelloRead, Handshake, HandshakeError};
 pub use ktls::{FallbackCause, KernelSupport, KtlsStream, Offload};
 pub use record::{RecordError, RecordLayer};
 pub use resolver::{SniResolver, VirtualHostCerts};

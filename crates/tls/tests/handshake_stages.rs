@@ -16,9 +16,10 @@ use terminus_engine::{
     scalar, Backend, BackendKind, CryptoError, CryptoOp, CryptoOutput, Engine, EngineMetrics,
     FlushPolicy, HandshakeContext, Job, KeyAlgorithm, OpKind, ScalarBackend,
 };
+use terminus_error::{Classify, Source};
 use terminus_tls::{
-    handshake, read_client_hello, selfsigned, ErrorSource, HandshakeError, LoadedCert, SniResolver,
-    TlsSettings, TrafficCounters, VirtualHostCerts,
+    handshake, read_client_hello, selfsigned, HandshakeError, LoadedCert, SniResolver, TlsSettings,
+    TrafficCounters, VirtualHostCerts,
 };
 
 /// Answers key exchanges with the scalar code and signatures as told: a backend fault
@@ -256,7 +257,7 @@ fn a_failing_backend_is_the_backends_fault_not_the_clients() {
         matches!(err, HandshakeError::Crypto(CryptoError::SignFailed)),
         "{err:?}"
     );
-    assert_eq!(err.source(), ErrorSource::CryptoBackend);
+    assert_eq!(Classify::source(&err), Source::CryptoBackend);
     assert!(client.is_err(), "the client saw the handshake fail");
     let t = ctx.timeline();
     assert!(t
@@ -282,7 +283,7 @@ fn a_wrong_answer_from_the_engine_is_an_internal_error() {
         ),
         "{err:?}"
     );
-    assert_eq!(err.source(), ErrorSource::Internal);
+    assert_eq!(Classify::source(&err), Source::Internal);
     assert!(client.is_err());
 }
 
@@ -311,7 +312,7 @@ fn a_malformed_client_hello_is_the_clients_fault_and_gets_an_alert() {
             .err()
             .expect("a malformed ClientHello is refused");
         assert!(matches!(err, HandshakeError::Tls(_)), "{err:?}");
-        assert_eq!(err.source(), ErrorSource::Client);
+        assert_eq!(Classify::source(&err), Source::Client);
         drop(socket);
         let reply = client.join().unwrap();
         assert_eq!(reply.first(), Some(&21), "an alert record: {reply:?}");
@@ -518,7 +519,7 @@ mod hand_driven_clients {
     ) -> String {
         let (result, ctx, seen, _) = serve_one(engine(Box::new(ScalarBackend)), client);
         let err = result.expect_err("the server refuses the record");
-        assert_eq!(err.source(), ErrorSource::Client, "{err:?}");
+        assert_eq!(Classify::source(&err), Source::Client, "{err:?}");
         match err {
             HandshakeError::Tls(rustls::Error::PeerMisbehaved(got)) => assert_eq!(got, why),
             other => panic!("{other:?}"),

@@ -134,190 +134,206 @@ fn round(x: f64) -> f64 {
 impl Render for CapacityReport {
     fn render(&self, out: &mut Exposition) {
         let m = &self.0;
-        let costs = m.tenants.costs();
+        render_costs(m, out);
+        render_simd(m, out);
+        render_tenants(m, out);
+    }
+}
+
+/// The machine's capacity: ACU per core and in all, what each operation costs, SCU.
+fn render_costs(m: &Machine, out: &mut Exposition) {
+    let costs = m.tenants.costs();
+    out.header(
+        "terminus_admission_acu",
+        Kind::Gauge,
+        "ACU (RSA-2048 private-key operations per second) with the crypto backend, per core and for the workers' cores, measured at start-up.",
+    );
+    out.sample(
+        "terminus_admission_acu",
+        "scope=\"core\"",
+        costs.acu_per_core,
+    );
+    out.sample(
+        "terminus_admission_acu",
+        "scope=\"machine\"",
+        costs.machine_acu(),
+    );
+    out.header(
+        "terminus_admission_acu_cost",
+        Kind::Gauge,
+        "What one operation costs in ACU with the crypto backend; measured=\"0\": a scalar core's ratio, not measured here.",
+    );
+    for op in Operation::ALL {
+        let (acu, measured) = costs.of(op);
+        let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
+        out.sample("terminus_admission_acu_cost", &labels, acu);
+    }
+    if let Some(scu) = m.scu.get() {
         out.header(
-            "terminus_admission_acu",
+            "terminus_admission_scu",
             Kind::Gauge,
-            "ACU (RSA-2048 private-key operations per second) with the crypto backend, per core and for the workers' cores, measured at start-up.",
+            "SCU (Mbps of 16 KiB records sealed) per core, by cipher.",
         );
-        out.sample(
-            "terminus_admission_acu",
-            "scope=\"core\"",
-            costs.acu_per_core,
-        );
-        out.sample(
-            "terminus_admission_acu",
-            "scope=\"machine\"",
-            costs.machine_acu(),
-        );
-        out.header(
-            "terminus_admission_acu_cost",
-            Kind::Gauge,
-            "What one operation costs in ACU with the crypto backend; measured=\"0\": a scalar core's ratio, not measured here.",
-        );
-        for op in Operation::ALL {
-            let (acu, measured) = costs.of(op);
-            let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
-            out.sample("terminus_admission_acu_cost", &labels, acu);
-        }
-        if let Some(scu) = m.scu.get() {
-            out.header(
+        for (name, mbps) in scu {
+            out.sample(
                 "terminus_admission_scu",
-                Kind::Gauge,
-                "SCU (Mbps of 16 KiB records sealed) per core, by cipher.",
+                &format!("cipher=\"{name}\""),
+                mbps,
             );
-            for (name, mbps) in scu {
-                out.sample(
-                    "terminus_admission_scu",
-                    &format!("cipher=\"{name}\""),
-                    mbps,
-                );
-            }
         }
-        if m.backend == terminus_engine::BackendKind::Multibuffer {
-            m.crossovers.render(out);
-        }
-        if m.backend == terminus_engine::BackendKind::Multibuffer {
-            out.header(
-                "terminus_crypto_simd",
-                Kind::Gauge,
-                "Where crypto_mb batches run (crypto.simd; 1 for the placement in force).",
-            );
-            for p in [Placement::Inline, Placement::Dedicated] {
-                let chosen = u8::from(m.simd.placement() == p);
-                out.sample(
-                    "terminus_crypto_simd",
-                    &format!("placement=\"{}\"", p.name()),
-                    chosen,
-                );
-            }
-        }
-        if let Some(measured) = &m.simd.measured {
-            let (op, ratio, decision) = (measured.op, measured.ratio, &measured.auto);
-            out.header(
-                "terminus_crypto_mb_after_effect",
-                Kind::Gauge,
-                "Scalar code's speed on a core right after crypto_mb batches over after scalar work, measured at start-up (1: no AVX-512 frequency after-effect).",
-            );
-            let labels = format!("op=\"{}\"", op.name());
-            out.sample("terminus_crypto_mb_after_effect", &labels, ratio.median);
-            out.header(
-                "terminus_crypto_simd_auto",
-                Kind::Gauge,
-                "What crypto.simd = \"auto\" would choose from the measured after-effect (1 for the placement chosen).",
-            );
-            for p in [Placement::Inline, Placement::Dedicated] {
-                let chosen = u8::from(decision.placement == p);
-                out.sample(
-                    "terminus_crypto_simd_auto",
-                    &format!("placement=\"{}\"", p.name()),
-                    chosen,
-                );
-            }
-        }
-        let tenants = m.tenants.all();
-        let usages: Vec<_> = tenants.iter().map(|t| (t, t.usage())).collect();
-        let label = |t: &TenantAccount| format!("tenant=\"{}\"", t.name());
-        // One sample per tenant, or per tenant and `key="value"` for each of `values`.
-        let each = |value: &dyn Fn(&Usage) -> f64| -> Vec<(String, f64)> {
-            usages.iter().map(|(t, u)| (label(t), value(u))).collect()
-        };
-        let by = |key: &str, values: &dyn Fn(&Usage) -> Vec<(&'static str, f64)>| {
-            usages
-                .iter()
-                .flat_map(|(t, u)| {
-                    values(u)
-                        .into_iter()
-                        .map(move |(v, n)| (format!("{},{key}=\"{v}\"", label(t)), n))
-                })
-                .collect::<Vec<_>>()
-        };
-        let classes = |counts: &[f64]| Class::ALL.map(|c| (c.name(), counts[c as usize])).to_vec();
-        out.family(
-            "terminus_tenant_quota_acu",
-            Kind::Gauge,
-            "A tenant's quota: committed and peak ACU per second.",
-            usages
-                .iter()
-                .filter_map(|(t, _)| t.quota().map(|q| (t, q)))
-                .flat_map(|(t, q)| {
-                    [("committed", q.acu), ("peak", q.acu_peak)]
-                        .map(|(limit, acu)| (format!("{},limit=\"{limit}\"", label(t)), acu))
-                }),
-        );
-        out.family(
-            "terminus_tenant_acu_total",
-            Kind::Counter,
-            "ACU charged to a tenant's handshakes, by whose capacity they used (committed, borrowed; unmetered: a tenant without a quota).",
-            by("class", &|u| classes(&u.acu)),
-        );
-        out.family(
-            "terminus_tenant_acu_per_second",
-            Kind::Gauge,
-            "ACU a tenant used in the last whole second.",
-            each(&|u| u.acu_per_s),
-        );
-        out.family(
-            "terminus_tenant_crypto_ops_total",
-            Kind::Counter,
-            "Crypto operations computed for a tenant's handshakes, by operation.",
-            by("op", &|u| {
-                Operation::ALL
-                    .iter()
-                    .zip(u.ops)
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(op, n)| (op.name(), n as f64))
-                    .collect()
-            }),
-        );
-        out.family(
-            "terminus_tenant_handshakes_admitted_total",
-            Kind::Counter,
-            "A tenant's handshakes admitted, by whose capacity they use.",
-            by("class", &|u| classes(&u.admitted.map(|n| n as f64))),
-        );
-        out.family(
-            "terminus_tenant_handshakes_refused_total",
-            Kind::Counter,
-            "A tenant's handshakes refused by its quota, by cause.",
-            by("cause", &|u| {
-                QuotaRefusal::ALL
-                    .map(|c| (c.name(), u.refused[c as usize] as f64))
-                    .to_vec()
-            }),
-        );
-        out.family(
-            "terminus_tenant_quota_waiting",
-            Kind::Gauge,
-            "A tenant's handshakes waiting for its quota now.",
-            each(&|u| u.waiting as f64),
-        );
-        out.family(
-            "terminus_tenant_bulk_bytes_total",
-            Kind::Counter,
-            "Bytes a tenant with an SCU quota sent after its handshakes.",
-            each(&|u| u.bulk_bytes as f64),
-        );
-        out.family(
-            "terminus_tenant_paced_writes_total",
-            Kind::Counter,
-            "Writes that waited for their tenant's SCU quota.",
-            each(&|u| u.paced_writes as f64),
-        );
-        out.family(
-            "terminus_tenant_paced_seconds_total",
-            Kind::Counter,
-            "How long writes waited for their tenant's SCU quota, in all.",
-            each(&|u| u.paced_seconds),
-        );
+    }
+}
+
+/// Where crypto_mb's batches run, and why: the crossovers, the placement, the measured
+/// after-effect and what `auto` would choose from it.
+fn render_simd(m: &Machine, out: &mut Exposition) {
+    if m.backend == terminus_engine::BackendKind::Multibuffer {
+        m.crossovers.render(out);
+    }
+    if m.backend == terminus_engine::BackendKind::Multibuffer {
         out.header(
-            "terminus_tenant_quota_wait_seconds",
-            Kind::Histogram,
-            "How long a tenant's queued handshakes waited for its quota.",
+            "terminus_crypto_simd",
+            Kind::Gauge,
+            "Where crypto_mb batches run (crypto.simd; 1 for the placement in force).",
         );
-        for (t, _) in &usages {
-            t.waits()
-                .render(out, "terminus_tenant_quota_wait_seconds", &label(t));
+        for p in [Placement::Inline, Placement::Dedicated] {
+            let chosen = u8::from(m.simd.placement() == p);
+            out.sample(
+                "terminus_crypto_simd",
+                &format!("placement=\"{}\"", p.name()),
+                chosen,
+            );
         }
+    }
+    if let Some(measured) = &m.simd.measured {
+        let (op, ratio, decision) = (measured.op, measured.ratio, &measured.auto);
+        out.header(
+            "terminus_crypto_mb_after_effect",
+            Kind::Gauge,
+            "Scalar code's speed on a core right after crypto_mb batches over after scalar work, measured at start-up (1: no AVX-512 frequency after-effect).",
+        );
+        let labels = format!("op=\"{}\"", op.name());
+        out.sample("terminus_crypto_mb_after_effect", &labels, ratio.median);
+        out.header(
+            "terminus_crypto_simd_auto",
+            Kind::Gauge,
+            "What crypto.simd = \"auto\" would choose from the measured after-effect (1 for the placement chosen).",
+        );
+        for p in [Placement::Inline, Placement::Dedicated] {
+            let chosen = u8::from(decision.placement == p);
+            out.sample(
+                "terminus_crypto_simd_auto",
+                &format!("placement=\"{}\"", p.name()),
+                chosen,
+            );
+        }
+    }
+}
+
+/// Each tenant's quota, use, admissions, refusals and pacing.
+fn render_tenants(m: &Machine, out: &mut Exposition) {
+    let tenants = m.tenants.all();
+    let usages: Vec<_> = tenants.iter().map(|t| (t, t.usage())).collect();
+    let label = |t: &TenantAccount| format!("tenant=\"{}\"", t.name());
+    // One sample per tenant, or per tenant and `key="value"` for each of `values`.
+    let each = |value: &dyn Fn(&Usage) -> f64| -> Vec<(String, f64)> {
+        usages.iter().map(|(t, u)| (label(t), value(u))).collect()
+    };
+    let by = |key: &str, values: &dyn Fn(&Usage) -> Vec<(&'static str, f64)>| {
+        usages
+            .iter()
+            .flat_map(|(t, u)| {
+                values(u)
+                    .into_iter()
+                    .map(move |(v, n)| (format!("{},{key}=\"{v}\"", label(t)), n))
+            })
+            .collect::<Vec<_>>()
+    };
+    let classes = |counts: &[f64]| Class::ALL.map(|c| (c.name(), counts[c as usize])).to_vec();
+    out.family(
+        "terminus_tenant_quota_acu",
+        Kind::Gauge,
+        "A tenant's quota: committed and peak ACU per second.",
+        usages
+            .iter()
+            .filter_map(|(t, _)| t.quota().map(|q| (t, q)))
+            .flat_map(|(t, q)| {
+                [("committed", q.acu), ("peak", q.acu_peak)]
+                    .map(|(limit, acu)| (format!("{},limit=\"{limit}\"", label(t)), acu))
+            }),
+    );
+    out.family(
+        "terminus_tenant_acu_total",
+        Kind::Counter,
+        "ACU charged to a tenant's handshakes, by whose capacity they used (committed, borrowed; unmetered: a tenant without a quota).",
+        by("class", &|u| classes(&u.acu)),
+    );
+    out.family(
+        "terminus_tenant_acu_per_second",
+        Kind::Gauge,
+        "ACU a tenant used in the last whole second.",
+        each(&|u| u.acu_per_s),
+    );
+    out.family(
+        "terminus_tenant_crypto_ops_total",
+        Kind::Counter,
+        "Crypto operations computed for a tenant's handshakes, by operation.",
+        by("op", &|u| {
+            Operation::ALL
+                .iter()
+                .zip(u.ops)
+                .filter(|(_, n)| *n > 0)
+                .map(|(op, n)| (op.name(), n as f64))
+                .collect()
+        }),
+    );
+    out.family(
+        "terminus_tenant_handshakes_admitted_total",
+        Kind::Counter,
+        "A tenant's handshakes admitted, by whose capacity they use.",
+        by("class", &|u| classes(&u.admitted.map(|n| n as f64))),
+    );
+    out.family(
+        "terminus_tenant_handshakes_refused_total",
+        Kind::Counter,
+        "A tenant's handshakes refused by its quota, by cause.",
+        by("cause", &|u| {
+            QuotaRefusal::ALL
+                .map(|c| (c.name(), u.refused[c as usize] as f64))
+                .to_vec()
+        }),
+    );
+    out.family(
+        "terminus_tenant_quota_waiting",
+        Kind::Gauge,
+        "A tenant's handshakes waiting for its quota now.",
+        each(&|u| u.waiting as f64),
+    );
+    out.family(
+        "terminus_tenant_bulk_bytes_total",
+        Kind::Counter,
+        "Bytes a tenant with an SCU quota sent after its handshakes.",
+        each(&|u| u.bulk_bytes as f64),
+    );
+    out.family(
+        "terminus_tenant_paced_writes_total",
+        Kind::Counter,
+        "Writes that waited for their tenant's SCU quota.",
+        each(&|u| u.paced_writes as f64),
+    );
+    out.family(
+        "terminus_tenant_paced_seconds_total",
+        Kind::Counter,
+        "How long writes waited for their tenant's SCU quota, in all.",
+        each(&|u| u.paced_seconds),
+    );
+    out.header(
+        "terminus_tenant_quota_wait_seconds",
+        Kind::Histogram,
+        "How long a tenant's queued handshakes waited for its quota.",
+    );
+    for (t, _) in &usages {
+        t.waits()
+            .render(out, "terminus_tenant_quota_wait_seconds", &label(t));
     }
 }

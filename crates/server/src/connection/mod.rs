@@ -235,10 +235,7 @@ impl Closed {
         match self {
             Closed::Handshake(e) => {
                 metrics.handshake_failed(HandshakeFailure::of(&e));
-                match e.source() {
-                    terminus_tls::ErrorSource::Client => tracing::debug!(%peer, "{e}"),
-                    _ => tracing::warn!(%peer, "{e}"),
-                }
+                terminus_error::log(&e, &peer, "");
             }
             Closed::HandshakeTimeout(after) => {
                 metrics.handshake_failed(HandshakeFailure::Timeout);

@@ -2,7 +2,7 @@
 //! (`attackers/h2_attacks.py`, frames built with hyperframe) while curl keeps fetching
 //! over h2 on other connections: each attack gets the answer its defence gives (the error
 //! code, the refusals), every curl request is served, and the server's memory stays
-//! bounded. The codec's own tests (terminus-h2) check each limit exactly; these check
+//! bounded. The codec's own tests (terminus-http's h2) check each limit exactly; these check
 //! that the server, end to end, holds under them.
 
 use std::path::Path;

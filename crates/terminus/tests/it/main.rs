@@ -13,6 +13,7 @@
 mod harness;
 
 mod acme;
+mod architecture;
 mod capacity;
 mod clients;
 mod conformance;

@@ -3,40 +3,17 @@
 //! rustls's `Signer` and key-exchange traits can only return a `rustls::Error`, so a
 //! crypto engine failure crosses rustls as `Error::Other` carrying the [`CryptoError`],
 //! and the driver unwraps it again: a failing backend is not counted as a client's TLS
-//! error (Pingora's `ErrorSource` makes the same distinction).
+//! error (Pingora's `ErrorSource` makes the same distinction). Whose fault and what kind
+//! are the error vocabulary's ([`Classify`]): the failures metric and the log level follow.
 
 use std::io;
 use std::sync::Arc;
 
 use rustls::{OtherError, PeerMisbehaved};
 use terminus_engine::{CryptoError, CryptoOutput, OpKind};
+use terminus_error::{Classify, Source};
 
 pub use super::downgrade::Downgrade;
-
-/// Who caused a failed handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorSource {
-    /// The client or its network: bad TLS, a closed or reset connection, a timeout.
-    Client,
-    /// The crypto backend could not compute an operation.
-    CryptoBackend,
-    /// terminus itself: a configuration rustls refused, an engine answer of the wrong kind.
-    Internal,
-}
-
-impl ErrorSource {
-    /// Every source, in metrics order.
-    pub const ALL: [ErrorSource; 3] = [Self::Client, Self::CryptoBackend, Self::Internal];
-
-    /// The source's name in the `source` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Client => "client",
-            Self::CryptoBackend => "crypto_backend",
-            Self::Internal => "internal",
-        }
-    }
-}
 
 /// Why a handshake did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -62,28 +39,39 @@ pub enum HandshakeError {
     PlainText,
 }
 
-impl HandshakeError {
-    /// Whose fault the failure is.
-    pub fn source(&self) -> ErrorSource {
+impl Classify for HandshakeError {
+    /// The `reason` label of `terminus_handshake_failures_total`.
+    fn kind(&self) -> &'static str {
+        match (self, self.source()) {
+            (Self::Eof, _) => "client_closed",
+            (Self::Io(_), _) => "io_error",
+            (Self::PlainText, _) => "plain_http",
+            (_, Source::CryptoBackend) => "crypto_error",
+            (_, Source::Internal) => "internal_error",
+            _ => "tls_error",
+        }
+    }
+
+    fn source(&self) -> Source {
         match self {
             Self::Io(_) | Self::Eof | Self::Tls(_) | Self::Downgrade(_) | Self::PlainText => {
-                ErrorSource::Client
+                Source::Client
             }
             Self::Crypto(e) => crypto_source(e),
         }
     }
 }
 
-fn crypto_source(e: &CryptoError) -> ErrorSource {
+fn crypto_source(e: &CryptoError) -> Source {
     match e {
-        CryptoError::BadPeerKey(_) => ErrorSource::Client,
+        CryptoError::BadPeerKey(_) => Source::Client,
         CryptoError::SignFailed | CryptoError::KeyGenFailed(_) | CryptoError::BackendGone(_) => {
-            ErrorSource::CryptoBackend
+            Source::CryptoBackend
         }
         CryptoError::SchemeMismatch(_)
         | CryptoError::KeyMismatch(_)
         | CryptoError::WrongOutput(_)
-        | CryptoError::Refused => ErrorSource::Internal,
+        | CryptoError::Refused => Source::Internal,
     }
 }
 

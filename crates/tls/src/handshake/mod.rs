@@ -20,7 +20,7 @@ mod kx;
 mod signer;
 
 pub use driver::{handshake, Handshake, Session};
-pub use error::{Downgrade, ErrorSource, HandshakeError};
+pub use error::{Downgrade, HandshakeError};
 pub use hello::{read_client_hello, ClientHelloRead};
 pub use kx::EngineKxGroup;
 pub use signer::EngineSigningKey;

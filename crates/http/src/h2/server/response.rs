@@ -1,5 +1,5 @@
 //! A response head and trailers as HPACK field blocks, encoded straight into the
-//! connection's output (terminus-h2's table-less encoder), and a request's trailers as
+//! connection's output (the hpack module's table-less encoder), and a request's trailers as
 //! the map a handler reads.
 
 use crate::h1::PassedFields;

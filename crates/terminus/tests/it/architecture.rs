@@ -1,0 +1,157 @@
+//! docs/ARCHITECTURE.md's map of the crates against the tree: every crate it names
+//! exists and every crate is named; every folder and file it lists under a crate exists;
+//! every top module of a crate (a file or folder in its `src/`) is named in its crate's
+//! entry; and every `crate/src/...` path the page quotes exists. A module added, moved or
+//! removed without the map fails here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn page() -> String {
+    std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).expect("docs/ARCHITECTURE.md")
+}
+
+/// The map's code block: the lines between the fences after "## The crates".
+fn map(page: &str) -> Vec<&str> {
+    let after = &page[page.find("## The crates").expect("a crates section")..];
+    let mut lines = after.lines().skip_while(|l| !l.starts_with("```")).skip(1);
+    lines
+        .by_ref()
+        .take_while(|l| !l.starts_with("```"))
+        .collect()
+}
+
+/// Each crate's entry in the map (`crates/NAME` at the line's start), with the lines
+/// that continue it and its indented sub-entries; and the sub-entries' paths.
+fn entries(map: &[&str]) -> BTreeMap<String, (String, Vec<String>)> {
+    let mut out: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in map {
+        if !line.starts_with(' ') {
+            let head = line.split_whitespace().next().unwrap_or("");
+            current = head
+                .strip_prefix("crates/")
+                .map(|name| name.trim_end_matches('/').to_owned())
+                .filter(|name| !name.contains('/'));
+            if let Some(name) = &current {
+                out.entry(name.clone()).or_default();
+            }
+        }
+        let Some(name) = &current else { continue };
+        let entry = out.get_mut(name).expect("entry made above");
+        entry.0.push_str(line);
+        entry.0.push('\n');
+        // A sub-entry: two spaces, then a path.
+        if line.starts_with("  ") && !line.starts_with("   ") {
+            entry
+                .1
+                .push(line.split_whitespace().next().unwrap_or("").to_owned());
+        }
+    }
+    out
+}
+
+/// The top modules of `krate`: its `src/`'s files and folders, less lib.rs and main.rs.
+fn top_modules(krate: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(krate.join("src"))
+        .expect("a crate's src")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.is_dir() || p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| {
+            p.file_stem()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n != "lib" && n != "main")
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Whether `text` has `word` with no letter, digit or underscore either side.
+fn names(text: &str, word: &str) -> bool {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        !before.is_some_and(is_word) && !after.is_some_and(is_word)
+    })
+}
+
+#[test]
+fn the_architecture_map_names_every_crate_and_top_module_and_nothing_else() {
+    let page = page();
+    let map = map(&page);
+    let entries = entries(&map);
+    let mut wrong = Vec::new();
+
+    // Every entry at a line's start is a path in the tree.
+    for line in &map {
+        if line.starts_with(' ') || line.trim().is_empty() {
+            continue;
+        }
+        let path = line.split_whitespace().next().unwrap_or("");
+        if !root().join(path).exists() {
+            wrong.push(format!("the map lists {path}, which does not exist"));
+        }
+    }
+
+    let crates: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .expect("crates/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .map(|p| {
+            p.file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    for krate in &crates {
+        let Some((text, subs)) = entries.get(krate) else {
+            wrong.push(format!("crates/{krate} is not in the map"));
+            continue;
+        };
+        let dir = root().join("crates").join(krate);
+        for sub in subs {
+            if !dir.join(sub).exists() && !dir.join("src").join(sub).exists() {
+                wrong.push(format!(
+                    "the map lists {sub} under crates/{krate}, which has none"
+                ));
+            }
+        }
+        for module in top_modules(&dir) {
+            if !names(text, &module) {
+                wrong.push(format!(
+                    "crates/{krate}'s module {module} is not in its entry"
+                ));
+            }
+        }
+    }
+
+    // Every `crate/src/...` path quoted anywhere on the page.
+    for quoted in page.split('`').skip(1).step_by(2) {
+        let Some((krate, rest)) = quoted.split_once("/src/") else {
+            continue;
+        };
+        if krate.contains(' ') || rest.contains(' ') || krate.contains('/') {
+            continue;
+        }
+        let path = root().join("crates").join(krate).join("src").join(rest);
+        if !path.exists() {
+            wrong.push(format!("the page quotes {quoted}, which does not exist"));
+        }
+    }
+
+    assert!(
+        wrong.is_empty(),
+        "docs/ARCHITECTURE.md and the tree disagree:\n{}",
+        wrong.join("\n")
+    );
+}
