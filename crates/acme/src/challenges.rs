@@ -13,11 +13,49 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rustls::ServerConfig;
+use terminus_error::{Classify, Source};
 use terminus_tls::config::NoTickets;
-use terminus_tls::{LoadedCert, SniResolver, TlsSettings, VirtualHostCerts};
+use terminus_tls::{
+    CertError, LoadedCert, SniResolver, TlsSettings, TlsSettingsError, VirtualHostCerts,
+};
 
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737 section 6.2).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Why a TLS-ALPN-01 answer could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChallengeError {
+    /// No key for the challenge certificate.
+    #[error("challenge key: {0}")]
+    Key(#[source] rcgen::Error),
+    /// The challenge certificate could not be made (the name, as rcgen takes it).
+    #[error("challenge certificate for {name}: {source}")]
+    Certificate {
+        /// The name it is for.
+        name: String,
+        /// What rcgen said.
+        #[source]
+        source: rcgen::Error,
+    },
+    /// The certificate and key made do not load.
+    #[error("{0}")]
+    Load(#[source] CertError),
+    /// rustls will not make a configuration of them.
+    #[error("{0}")]
+    Config(#[source] TlsSettingsError),
+}
+
+impl Classify for ChallengeError {
+    fn kind(&self) -> &'static str {
+        "challenge_certificate"
+    }
+
+    /// Made here, from a name the configuration (or another instance's order) gives and
+    /// a key made here: ours.
+    fn source(&self) -> Source {
+        Source::Internal
+    }
+}
 
 /// The challenges being answered now, shared by the ACME thread and every worker.
 #[derive(Default)]
@@ -103,7 +141,7 @@ impl Challenges {
         name: &str,
         key_authorization: &str,
         whose: Whose,
-    ) -> Result<Option<Published>, String> {
+    ) -> Result<Option<Published>, ChallengeError> {
         let config = alpn_config(name, key_authorization)?;
         let name = name.to_ascii_lowercase();
         let id = self.published.fetch_add(1, Ordering::Relaxed);
@@ -165,9 +203,9 @@ impl Drop for Published {
 /// The challenge certificate of RFC 8737 section 3: self-signed, `name` its only
 /// subjectAltName, the SHA-256 of the key authorization in a critical acmeIdentifier
 /// extension; offered with ALPN `acme-tls/1` alone and no session resumption.
-fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>, String> {
+fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>, ChallengeError> {
     let (cert, key_pem) = challenge_certificate(name, key_authorization)?;
-    let loaded = LoadedCert::made_with(cert, key_pem.as_bytes()).map_err(|e| e.to_string())?;
+    let loaded = LoadedCert::made_with(cert, key_pem.as_bytes()).map_err(ChallengeError::Load)?;
     let mut certs = VirtualHostCerts::default();
     certs.insert(loaded);
     let resolver = Arc::new(SniResolver::new(vec![(vec![name.to_owned()], certs)], 0));
@@ -180,26 +218,27 @@ fn alpn_config(name: &str, key_authorization: &str) -> Result<Arc<ServerConfig>,
     settings
         // Validation handshakes resume nothing.
         .server_config(resolver, Arc::new(NoTickets))
-        .map_err(|e| e.to_string())
+        .map_err(ChallengeError::Config)
 }
 
 /// The challenge certificate for `name` (DER) and its key (PEM).
 fn challenge_certificate(
     name: &str,
     key_authorization: &str,
-) -> Result<(rustls::pki_types::CertificateDer<'static>, String), String> {
+) -> Result<(rustls::pki_types::CertificateDer<'static>, String), ChallengeError> {
     let digest =
         aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key_authorization.as_bytes());
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(|e| format!("challenge key: {e}"))?;
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])
-        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
+        .map_err(ChallengeError::Key)?;
+    let refused = |source| ChallengeError::Certificate {
+        name: name.to_owned(),
+        source,
+    };
+    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).map_err(refused)?;
     params
         .custom_extensions
         .push(rcgen::CustomExtension::new_acme_identifier(digest.as_ref()));
-    let cert = params
-        .self_signed(&key)
-        .map_err(|e| format!("challenge certificate for {name}: {e}"))?;
+    let cert = params.self_signed(&key).map_err(refused)?;
     Ok((cert.der().clone(), key.serialize_pem()))
 }
 

@@ -27,11 +27,13 @@ use std::time::{Duration, SystemTime};
 
 use redis::aio::MultiplexedConnection;
 use redis::Client;
+use terminus_error::{Classify, Source};
 use terminus_fleet::store::StoreSettings;
 use terminus_fleet::tickets::key::{hex, Kek};
+use terminus_fleet::StoreError;
 use zeroize::Zeroizing;
 
-use crate::challenges::{Challenges, Published, Whose};
+use crate::challenges::{ChallengeError, Challenges, Published, Whose};
 use crate::store::CertKind;
 
 /// How long a lock holds without its holder: longer than an order may take (two
@@ -45,6 +47,51 @@ const CHALLENGE_TTL: Duration = Duration::from_secs(600);
 /// Other instances' answers are read at `[fleet] poll`, but at least this often: an
 /// order waits two reads before telling the CA, well within the TTLs above.
 const LOOK_MAX: Duration = Duration::from_secs(5);
+
+/// Why the fleet's store did not do what ACME asked of it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FleetStoreError {
+    /// No connection to it.
+    #[error("the fleet's store: {0}")]
+    Connect(#[source] redis::RedisError),
+    /// A command failed (the connection is made anew for the next one).
+    #[error("the fleet's store: {0}")]
+    Command(#[source] redis::RedisError),
+    /// An entry does not open with this instance's key file.
+    #[error("{name} in the fleet's store does not open with [fleet] key_file: every instance needs the same one")]
+    DoesNotOpen {
+        /// The entry's name in the store.
+        name: String,
+    },
+    /// No random bytes for a lock's token.
+    #[error("no randomness")]
+    NoRandomness,
+}
+
+impl Classify for FleetStoreError {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Connect(_) => "store_unreachable",
+            Self::Command(_) => "store_command",
+            Self::DoesNotOpen { .. } => "store_key_mismatch",
+            Self::NoRandomness => "no_randomness",
+        }
+    }
+
+    /// The store is a service beside us, as an upstream is; a key file that differs
+    /// from the other instances' is the configuration's.
+    fn source(&self) -> Source {
+        match self {
+            Self::Connect(_) | Self::Command(_) => Source::Upstream,
+            Self::DoesNotOpen { .. } => Source::Config,
+            Self::NoRandomness => Source::Internal,
+        }
+    }
+
+    fn retryable(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::Command(_))
+    }
+}
 
 /// A field of the challenges' hash for an HTTP-01 token or a TLS-ALPN-01 name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -76,7 +123,7 @@ impl Answer {
         challenges: &Arc<Challenges>,
         key_authorization: &str,
         whose: Whose,
-    ) -> Result<Option<Published>, String> {
+    ) -> Result<Option<Published>, ChallengeError> {
         match self {
             Self::Http01(token) => {
                 Ok(challenges.publish_http01(token, key_authorization.to_owned(), whose))
@@ -116,7 +163,7 @@ impl std::fmt::Debug for FleetStore {
 
 impl FleetStore {
     /// The store `settings` name (its files read; no connection yet).
-    pub(crate) fn open(settings: &StoreSettings) -> Result<Self, String> {
+    pub(crate) fn open(settings: &StoreSettings) -> Result<Self, StoreError> {
         let (client, kek) = settings.open()?;
         Ok(Self {
             client,
@@ -129,20 +176,23 @@ impl FleetStore {
     }
 
     /// A connection, made anew after any error on the last one.
-    async fn conn(&self) -> Result<MultiplexedConnection, String> {
+    async fn conn(&self) -> Result<MultiplexedConnection, FleetStoreError> {
         let mut held = self.conn.lock().await;
         if let Some(conn) = held.as_ref() {
             return Ok(conn.clone());
         }
         let conn = terminus_fleet::store::connect(&self.client, terminus_fleet::store::TIMEOUT)
             .await
-            .map_err(|e| format!("the fleet's store: {e}"))?;
+            .map_err(FleetStoreError::Connect)?;
         *held = Some(conn.clone());
         Ok(conn)
     }
 
     /// Runs `cmd`, forgetting the connection if it failed.
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, FleetStoreError> {
         let mut conn = self.conn().await?;
         match cmd.query_async(&mut conn).await {
             Ok(value) => Ok(value),
@@ -150,7 +200,7 @@ impl FleetStore {
                 if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
                     *self.conn.lock().await = None;
                 }
-                Err(format!("the fleet's store: {e}"))
+                Err(FleetStoreError::Command(e))
             }
         }
     }
@@ -173,7 +223,10 @@ impl FleetStore {
 
     /// The secret kept as `entry`, opened; `None` if there is none. One that does not
     /// open is an error naming the key file: instances of a fleet share it.
-    pub(crate) async fn get(&self, entry: &str) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
+    pub(crate) async fn get(
+        &self,
+        entry: &str,
+    ) -> Result<Option<Zeroizing<Vec<u8>>>, FleetStoreError> {
         let name = self.name(entry);
         let sealed: Option<Vec<u8>> = self.query(redis::cmd("GET").arg(&name)).await?;
         let Some(sealed) = sealed else {
@@ -182,7 +235,7 @@ impl FleetStore {
         self.kek
             .open(name.as_bytes(), &sealed)
             .map(Some)
-            .ok_or_else(|| format!("{name} in the fleet's store does not open with [fleet] key_file: every instance needs the same one"))
+            .ok_or(FleetStoreError::DoesNotOpen { name })
     }
 
     /// Keeps `secret` as `entry`, sealed, until `expires` (or for good).
@@ -191,7 +244,7 @@ impl FleetStore {
         entry: &str,
         secret: &[u8],
         expires: Option<SystemTime>,
-    ) -> Result<(), String> {
+    ) -> Result<(), FleetStoreError> {
         let name = self.name(entry);
         let sealed = self.kek.seal(name.as_bytes(), secret);
         let mut cmd = redis::cmd("SET");
@@ -203,10 +256,10 @@ impl FleetStore {
     }
 
     /// Takes the lock on `what` if no instance holds it.
-    pub(crate) async fn lock(&self, what: &str) -> Result<Option<Lock>, String> {
+    pub(crate) async fn lock(&self, what: &str) -> Result<Option<Lock>, FleetStoreError> {
         let name = self.name(&format!("lock:{what}"));
         let mut random = [0u8; 12];
-        aws_lc_rs::rand::fill(&mut random).map_err(|_| "no randomness".to_owned())?;
+        aws_lc_rs::rand::fill(&mut random).map_err(|_| FleetStoreError::NoRandomness)?;
         let token = format!("{} {}", self.instance, hex(&random));
         let taken: Option<String> = self
             .query(
@@ -258,7 +311,7 @@ impl FleetStore {
         &self,
         answer: &Answer,
         key_authorization: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), FleetStoreError> {
         let expiry = unix(SystemTime::now() + CHALLENGE_TTL);
         let value = format!("{expiry} {} {key_authorization}", self.instance);
         let hash = self.name("challenges");
@@ -287,7 +340,7 @@ impl FleetStore {
 
     /// The answers other instances publish now, by field; expired ones (and ones that
     /// do not open) removed, each only if it is still what was read.
-    async fn others(&self) -> Result<HashMap<Answer, String>, String> {
+    async fn others(&self) -> Result<HashMap<Answer, String>, FleetStoreError> {
         let hash = self.name("challenges");
         let all: HashMap<String, Vec<u8>> = self.query(redis::cmd("HGETALL").arg(&hash)).await?;
         let now = unix(SystemTime::now());
@@ -361,7 +414,11 @@ impl FleetStore {
                 }
                 Err(e) => {
                     if !failing {
-                        tracing::warn!("acme: other instances' challenge answers unread: {e}");
+                        terminus_error::log(
+                            &e,
+                            &"-",
+                            "acme: other instances' challenge answers unread: ",
+                        );
                     }
                     failing = true;
                 }
@@ -385,6 +442,28 @@ fn unix(t: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The store going away is an upstream's failure, logged at warn and tried again; a
+    /// key file that differs from the other instances' is the configuration's.
+    #[test]
+    fn a_store_that_fails_is_an_upstream_and_a_key_file_that_differs_is_config() {
+        let down = FleetStoreError::Connect(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection refused",
+        )));
+        assert_eq!(down.kind(), "store_unreachable");
+        assert_eq!(down.source().level(), tracing::Level::WARN);
+        assert!(down.retryable());
+        let other_key = FleetStoreError::DoesNotOpen {
+            name: "terminus:acme:account:00".into(),
+        };
+        assert_eq!(other_key.kind(), "store_key_mismatch");
+        assert_eq!(other_key.source(), Source::Config);
+        assert!(!other_key.retryable());
+        assert!(other_key.to_string().starts_with(
+            "terminus:acme:account:00 in the fleet's store does not open with [fleet] key_file"
+        ));
+    }
 
     #[test]
     fn an_answer_is_found_again_from_its_field() {

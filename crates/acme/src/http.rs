@@ -6,7 +6,7 @@
 //! directory on its own, for `terminus check`.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -24,6 +24,115 @@ use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
 use crate::schedule::LONGEST_RETRY;
 use crate::settings::AcmeSettings;
 
+/// Why the CA cannot be reached, or what it answered is not what an ACME client needs.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// The private CA's root (`[acme] ca`) cannot be read.
+    #[error("{}: {source}", path.display())]
+    ReadRoot {
+        /// The file.
+        path: PathBuf,
+        /// What reading it (or its PEM) said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The private CA's root file holds no certificate.
+    #[error("{}: no certificate in it", path.display())]
+    NoRoot {
+        /// The file.
+        path: PathBuf,
+    },
+    /// rustls will not take the private CA's root.
+    #[error("{}: {source}", path.display())]
+    BadRoot {
+        /// The file.
+        path: PathBuf,
+        /// What rustls said.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The system's roots cannot be used.
+    #[error("the system's roots: {0}")]
+    SystemRoots(#[source] rustls::Error),
+    /// The runtime `terminus check` asks the CA on could not be made.
+    #[error("{0}")]
+    Runtime(#[source] std::io::Error),
+    /// The request for the directory could not be made (its URL).
+    #[error("{url}: {source}")]
+    Request {
+        /// The directory's URL.
+        url: String,
+        /// What the request builder said.
+        #[source]
+        source: http::Error,
+    },
+    /// The directory's server does not answer (connection, TLS, HTTP).
+    #[error("{url}: {}", chain(source))]
+    Unanswered {
+        /// The directory's URL.
+        url: String,
+        /// What the client said, with what failed underneath.
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    /// No answer in time.
+    #[error("{url}: no answer in 10 s")]
+    Timeout {
+        /// The directory's URL.
+        url: String,
+    },
+    /// The answer's body could not be read.
+    #[error("{url}: {source}")]
+    Body {
+        /// The directory's URL.
+        url: String,
+        /// What reading it said.
+        #[source]
+        source: hyper::Error,
+    },
+    /// The answer is not a 200.
+    #[error("{url} answered {status}")]
+    Status {
+        /// The directory's URL.
+        url: String,
+        /// Its status.
+        status: StatusCode,
+    },
+    /// The answer is not JSON.
+    #[error("{url} is not an ACME directory: {source}")]
+    NotJson {
+        /// The directory's URL.
+        url: String,
+        /// What the JSON parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The directory lacks a resource every ACME directory has.
+    #[error("{url} is not an ACME directory: it has no {needed}")]
+    NotDirectory {
+        /// The directory's URL.
+        url: String,
+        /// The resource it lacks.
+        needed: &'static str,
+    },
+    /// The profile asked for is not offered.
+    #[error("[acme] profile = {profile:?}, but {url} offers {}", if offered.is_empty() { "no profiles".to_owned() } else { offered.join(", ") })]
+    Profile {
+        /// The profile configured.
+        profile: String,
+        /// The directory's URL.
+        url: String,
+        /// The profiles it offers.
+        offered: Vec<String>,
+    },
+    /// The CA requires an account binding that is not configured.
+    #[error("{url} requires external account binding: set [acme] eab = {{ kid = \"...\", hmac_key_file = \"...\" }} from the CA's account page")]
+    EabRequired {
+        /// The directory's URL.
+        url: String,
+    },
+}
+
 /// How long one request to the CA may take: a CA that stops answering must not hold an
 /// order (and, in a fleet, its lock) for longer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -38,20 +147,27 @@ pub(crate) struct CaClient {
 
 impl CaClient {
     /// A client trusting `ca`'s first certificate, or the system's roots.
-    pub(crate) fn new(ca: Option<&Path>) -> Result<Self, String> {
+    pub(crate) fn new(ca: Option<&Path>) -> Result<Self, CaError> {
         let builder = hyper_rustls::HttpsConnectorBuilder::new();
         let builder = match ca {
             Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let unread = |source| CaError::ReadRoot {
+                    path: path.to_owned(),
+                    source,
+                };
+                let pem = std::fs::read(path).map_err(unread)?;
                 let root = rustls_pemfile::certs(&mut &pem[..])
                     .next()
                     .transpose()
-                    .map_err(|e| format!("{}: {e}", path.display()))?
-                    .ok_or_else(|| format!("{}: no certificate in it", path.display()))?;
+                    .map_err(unread)?
+                    .ok_or_else(|| CaError::NoRoot {
+                        path: path.to_owned(),
+                    })?;
                 let mut roots = rustls::RootCertStore::empty();
-                roots
-                    .add(root)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                roots.add(root).map_err(|source| CaError::BadRoot {
+                    path: path.to_owned(),
+                    source,
+                })?;
                 builder.with_tls_config(
                     rustls::ClientConfig::builder()
                         .with_root_certificates(roots)
@@ -60,7 +176,7 @@ impl CaClient {
             }
             None => builder
                 .try_with_platform_verifier()
-                .map_err(|e| format!("the system's roots: {e}"))?,
+                .map_err(CaError::SystemRoots)?,
         };
         let connector = builder.https_only().enable_http1().enable_http2().build();
         Ok(Self {
@@ -80,27 +196,28 @@ impl CaClient {
     }
 
     /// The directory at `url`, parsed: what `terminus check` reports.
-    pub(crate) async fn directory(&self, url: &str) -> Result<serde_json::Value, String> {
-        let request = Request::get(url)
+    pub(crate) async fn directory(&self, url: &str) -> Result<serde_json::Value, CaError> {
+        let url = || url.to_owned();
+        let request = Request::get(url())
             .header(http::header::USER_AGENT, "terminus (ACME check)")
             .body(BodyWrapper::default())
-            .map_err(|e| format!("{url}: {e}"))?;
+            .map_err(|source| CaError::Request { url: url(), source })?;
         let response = self
             .https
             .request(request)
             .await
-            .map_err(|e| format!("{url}: {}", chain(&e)))?;
+            .map_err(|source| CaError::Unanswered { url: url(), source })?;
         let status = response.status();
         let body = response
             .into_body()
             .collect()
             .await
-            .map_err(|e| format!("{url}: {e}"))?
+            .map_err(|source| CaError::Body { url: url(), source })?
             .to_bytes();
         if status != StatusCode::OK {
-            return Err(format!("{url} answered {status}"));
+            return Err(CaError::Status { url: url(), status });
         }
-        serde_json::from_slice(&body).map_err(|e| format!("{url} is not an ACME directory: {e}"))
+        serde_json::from_slice(&body).map_err(|source| CaError::NotJson { url: url(), source })
     }
 }
 
@@ -169,20 +286,21 @@ pub fn check_issuer(settings: &AcmeSettings) -> Result<String, IssuerProblem> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| IssuerProblem::Wrong(e.to_string()))?;
+        .map_err(|e| IssuerProblem::Wrong(CaError::Runtime(e)))?;
     let url = &settings.directory;
     let directory = runtime
         .block_on(async {
             tokio::time::timeout(Duration::from_secs(10), client.directory(url))
                 .await
-                .map_err(|_| format!("{url}: no answer in 10 s"))?
+                .map_err(|_| CaError::Timeout { url: url.clone() })?
         })
         .map_err(IssuerProblem::Unreachable)?;
     for needed in ["newNonce", "newAccount", "newOrder"] {
         if !directory.get(needed).is_some_and(|v| v.is_string()) {
-            return Err(IssuerProblem::Wrong(format!(
-                "{url} is not an ACME directory: it has no {needed}"
-            )));
+            return Err(IssuerProblem::Wrong(CaError::NotDirectory {
+                url: url.clone(),
+                needed,
+            }));
         }
     }
     let meta = directory.get("meta");
@@ -191,17 +309,13 @@ pub fn check_issuer(settings: &AcmeSettings) -> Result<String, IssuerProblem> {
             .and_then(|m| m.get("profiles"))
             .and_then(|p| p.as_object());
         if !offered.is_some_and(|p| p.contains_key(profile)) {
-            let names: Vec<&str> = offered
-                .map(|p| p.keys().map(String::as_str).collect())
-                .unwrap_or_default();
-            return Err(IssuerProblem::Wrong(format!(
-                "[acme] profile = {profile:?}, but {url} offers {}",
-                if names.is_empty() {
-                    "no profiles".to_owned()
-                } else {
-                    names.join(", ")
-                }
-            )));
+            return Err(IssuerProblem::Wrong(CaError::Profile {
+                profile: profile.clone(),
+                url: url.clone(),
+                offered: offered
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default(),
+            }));
         }
     }
     let eab_required = meta
@@ -209,9 +323,9 @@ pub fn check_issuer(settings: &AcmeSettings) -> Result<String, IssuerProblem> {
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
     if eab_required && settings.eab.is_none() {
-        return Err(IssuerProblem::Wrong(format!(
-            "{url} requires external account binding: set [acme] eab = {{ kid = \"...\", hmac_key_file = \"...\" }} from the CA's account page"
-        )));
+        return Err(IssuerProblem::Wrong(CaError::EabRequired {
+            url: url.clone(),
+        }));
     }
     Ok(format!(
         "{url} answers as an ACME directory{}",
@@ -224,12 +338,12 @@ pub fn check_issuer(settings: &AcmeSettings) -> Result<String, IssuerProblem> {
 }
 
 /// What `terminus check` found wrong with an issuer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum IssuerProblem {
     /// It does not answer now: the server would start and keep trying (a warning).
-    Unreachable(String),
+    Unreachable(CaError),
     /// It cannot work as configured.
-    Wrong(String),
+    Wrong(CaError),
 }
 
 #[cfg(test)]

@@ -211,13 +211,13 @@ async fn prove(
         answers.here.extend(
             answer
                 .publish(challenges, key_authorization.as_str(), Whose::Ours)
-                .map_err(failed)?,
+                .map_err(|e| failed(e.to_string()))?,
         );
         if let Some(fleet) = fleet {
             fleet
                 .publish(&answer, key_authorization.as_str())
                 .await
-                .map_err(failed)?;
+                .map_err(|e| failed(e.to_string()))?;
             answers.shared.push(answer);
         }
     }

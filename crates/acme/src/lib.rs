@@ -32,9 +32,9 @@ pub mod schedule;
 pub mod settings;
 pub mod store;
 
-pub use challenges::Challenges;
-pub use http::{check_issuer, IssuerProblem};
-pub use manager::{Acme, OnIssued, Target};
+pub use challenges::{ChallengeError, Challenges};
+pub use http::{check_issuer, CaError, IssuerProblem};
+pub use manager::{Acme, AcmeError, OnIssued, Target};
 pub use metrics::AcmeMetrics;
 pub use settings::{AcmeSettings, ChallengeKind, Eab};
 pub use store::{CertKind, StateDir};

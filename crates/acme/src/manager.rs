@@ -23,9 +23,11 @@ use instant_acme::{
 use terminus_fleet::store::StoreSettings;
 use zeroize::Zeroizing;
 
+use terminus_error::{Classify, Source};
+
 use crate::challenges::Challenges;
-use crate::fleet::FleetStore;
-use crate::http::CaClient;
+use crate::fleet::{FleetStore, FleetStoreError};
+use crate::http::{CaClient, CaError};
 use crate::issuer::{self, Issued, OrderError};
 use crate::metrics::AcmeMetrics;
 use crate::schedule::{renew_at, Backoff};
@@ -50,6 +52,70 @@ const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// In a fleet, how often a certificate waiting for its renewal looks for a newer copy
 /// in the store (another instance's renewal).
 const FLEET_LOOK: Duration = Duration::from_secs(60);
+
+/// Why the ACME thread cannot be made ([`Acme::new`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AcmeError {
+    /// The state directory cannot be written.
+    #[error("[acme] state_dir {} cannot be written ({source}): an order's account and certificates would be lost, and each retry would be a new issuance", dir.display())]
+    StateDir {
+        /// The state directory.
+        dir: std::path::PathBuf,
+        /// What writing in it said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The fleet's store settings cannot work.
+    #[error("{0}")]
+    Fleet(#[from] terminus_fleet::StoreError),
+    /// The CA's client cannot be made (a private CA's root, the system's roots).
+    #[error("[acme] ca: {0}")]
+    Ca(#[source] CaError),
+    /// The thread's runtime cannot be made.
+    #[error("{0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Why this instance's copy of a certificate and the fleet's store's could not be
+/// brought in step.
+#[derive(Debug, thiserror::Error)]
+enum SyncError {
+    /// The store failed.
+    #[error("{0}")]
+    Store(#[from] FleetStoreError),
+    /// The store's certificate could not be written to the state directory.
+    #[error("storing the fleet's certificate: {0}")]
+    Save(#[source] std::io::Error),
+    /// Ours could not be read from the state directory.
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    /// Ours was gone between two readings.
+    #[error("the certificate just read is gone")]
+    Gone,
+}
+
+impl Classify for SyncError {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Store(e) => e.kind(),
+            Self::Save(_) | Self::Read(_) | Self::Gone => "state_dir",
+        }
+    }
+
+    fn source(&self) -> Source {
+        match self {
+            Self::Store(e) => e.source(),
+            Self::Save(_) | Self::Read(_) | Self::Gone => Source::Internal,
+        }
+    }
+
+    fn retryable(&self) -> bool {
+        match self {
+            Self::Store(e) => e.retryable(),
+            _ => false,
+        }
+    }
+}
 
 /// The ACME thread, made once for the process and started when the listeners are up
 /// (the CA validates at once, and a challenge it cannot reach is an order failed).
@@ -88,27 +154,21 @@ impl Acme {
         fleet: Option<&StoreSettings>,
         challenges: Arc<Challenges>,
         on_issued: OnIssued,
-    ) -> std::io::Result<Self> {
+    ) -> Result<Self, AcmeError> {
         let state = StateDir::new(&settings.state_dir);
-        state.probe().map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "[acme] state_dir {} cannot be written ({e}): an order's account and certificates would be lost, and each retry would be a new issuance",
-                    settings.state_dir.display()
-                ),
-            )
+        state.probe().map_err(|source| AcmeError::StateDir {
+            dir: settings.state_dir.clone(),
+            source,
         })?;
         let fleet = fleet
             .map(|f| FleetStore::open(f).map(Arc::new))
-            .transpose()
-            .map_err(std::io::Error::other)?;
-        let ca = CaClient::new(settings.ca.as_deref())
-            .map_err(|e| std::io::Error::other(format!("[acme] ca: {e}")))?;
+            .transpose()?;
+        let ca = CaClient::new(settings.ca.as_deref()).map_err(AcmeError::Ca)?;
         let metrics = Arc::new(AcmeMetrics::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()?;
+            .build()
+            .map_err(AcmeError::Runtime)?;
         let shared = Arc::new(Shared {
             state,
             settings,
@@ -245,7 +305,7 @@ async fn run(shared: Arc<Shared>, targets: Vec<Target>) {
     while tasks.join_next().await.is_some() {}
 }
 
-fn store_error(what: &str) -> impl Fn(String) -> OrderError + '_ {
+fn store_error<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> OrderError + '_ {
     move |e| OrderError {
         message: format!("{what}: {e}"),
         retry_after: None,
@@ -292,8 +352,8 @@ async fn account(shared: &Shared) -> Result<Account, OrderError> {
             let json = shared
                 .state
                 .load_account(&settings.directory)
-                .map_err(|e| store_error("the account")(e.to_string()))?
-                .ok_or_else(|| store_error("the account")("not in the state directory".into()))?;
+                .map_err(store_error("the account"))?
+                .ok_or_else(|| store_error("the account")("not in the state directory"))?;
             fleet
                 .put(&entry, &json, None)
                 .await
@@ -367,7 +427,7 @@ async fn sync(
     fleet: &FleetStore,
     names: &[String],
     kind: CertKind,
-) -> Result<bool, String> {
+) -> Result<bool, SyncError> {
     let entry = FleetStore::certificate(names, kind);
     let now = SystemTime::now();
     let ours = shared
@@ -396,7 +456,7 @@ async fn sync(
             let stored = shared
                 .state
                 .save(names, kind, &file)
-                .map_err(|e| format!("storing the fleet's certificate: {e}"))?;
+                .map_err(SyncError::Save)?;
             shared.metrics.fleet(true);
             tracing::info!(
                 "acme: the {} certificate for {} (serial {}) taken from the fleet's store",
@@ -411,8 +471,8 @@ async fn sync(
             let file = shared
                 .state
                 .read(names, kind)
-                .map_err(|e| e.to_string())?
-                .ok_or("the certificate just read is gone")?;
+                .map_err(SyncError::Read)?
+                .ok_or(SyncError::Gone)?;
             give(shared, fleet, names, kind, &ours, &file).await?;
             Ok(false)
         }
@@ -428,7 +488,7 @@ async fn give(
     kind: CertKind,
     stored: &Stored,
     file: &[u8],
-) -> Result<(), String> {
+) -> Result<(), FleetStoreError> {
     let expires = stored.validity.not_after + Duration::from_secs(7 * 86_400);
     fleet
         .put(&FleetStore::certificate(names, kind), file, Some(expires))
@@ -679,12 +739,12 @@ async fn written(
     kind: CertKind,
     issued: Issued,
     unsaved: &mut Option<Issued>,
-) -> Result<Stored, String> {
+) -> std::io::Result<Stored> {
     let new = match shared.state.save(names, kind, issued.0.as_bytes()) {
         Ok(new) => new,
         Err(e) => {
             *unsaved = Some(issued);
-            return Err(e.to_string());
+            return Err(e);
         }
     };
     tracing::info!(

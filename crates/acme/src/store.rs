@@ -235,8 +235,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// A leaf's validity, serial and DNS names.
 pub(crate) fn parse_leaf(
     leaf: &CertificateDer<'_>,
-) -> Result<(Validity, String, BTreeSet<String>), String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf).map_err(|e| e.to_string())?;
+) -> Result<
+    (Validity, String, BTreeSet<String>),
+    x509_parser::nom::Err<x509_parser::error::X509Error>,
+> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf)?;
     let time = |t: x509_parser::time::ASN1Time| {
         let secs = t.timestamp();
         if secs >= 0 {

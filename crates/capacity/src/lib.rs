@@ -21,12 +21,59 @@
 pub mod simd;
 pub mod speed;
 
+/// Why the machine's crypto could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// A workload to measure could not be made.
+    #[error("{0}")]
+    Workload(#[from] WorkloadError),
+    /// An operation on aws-lc failed.
+    #[error("{}: the scalar operation failed", .0.name())]
+    Scalar(Operation),
+    /// A crypto_mb batch failed.
+    #[error("{}: a crypto_mb batch failed", .0.name())]
+    Batch(Operation),
+    /// RSA-2048, the unit, was not among the workloads.
+    #[error("no RSA-2048 measurement: it is the unit")]
+    NoUnit,
+    /// The measuring thread cannot run where it must.
+    #[error("pinning to CPU {cpu}: {source}")]
+    Pin {
+        /// The CPU.
+        cpu: usize,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The neighbour probe cannot run on its CPU.
+    #[error("the neighbour probe cannot run on CPU {cpu}: {source}")]
+    NeighbourPin {
+        /// The neighbour's CPU.
+        cpu: usize,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The neighbour probe's thread ended before it said whether it was pinned.
+    #[error("the neighbour probe did not start")]
+    NeighbourNotStarted,
+    /// A probe counted no steps.
+    #[error("the {}probe counted nothing", if *.neighbour { "neighbour " } else { "" })]
+    NothingCounted {
+        /// Whether it was the neighbour's probe.
+        neighbour: bool,
+    },
+    /// The measuring thread panicked.
+    #[error("the measuring thread panicked")]
+    Panicked,
+}
+
 use std::time::{Duration, Instant};
 
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 
 use crate::speed::throughput;
-use terminus_engine::cost::{best_time, Cost, Operation, Workload};
+use terminus_engine::cost::{best_time, Cost, Operation, Workload, WorkloadError};
 use terminus_engine::{BackendKind, KeyAlgorithm, OpKind};
 
 /// One operation's rates on one core.
@@ -72,7 +119,7 @@ impl Capacity {
         backend: BackendKind,
         ops: &[Operation],
         duration: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, MeasureError> {
         let batched = backend == BackendKind::Multibuffer;
         let mut wanted = vec![Operation::Rsa2048];
         wanted.extend(ops.iter().filter(|op| **op != Operation::Rsa2048));
@@ -90,15 +137,14 @@ impl Capacity {
 
     /// The start-up measurement: each workload timed the best of a few calls (batched too
     /// where `backend` batches), a few milliseconds each. `workloads` must hold RSA-2048's.
-    pub fn quick(backend: BackendKind, workloads: &[&Workload]) -> Result<Self, String> {
+    pub fn quick(backend: BackendKind, workloads: &[&Workload]) -> Result<Self, MeasureError> {
         let batched = backend == BackendKind::Multibuffer;
         let mut rates: Vec<OpRate> = Vec::with_capacity(workloads.len());
         for w in workloads {
             if rates.iter().any(|r| r.op == w.op) {
                 continue;
             }
-            let scalar = best_time(5, || w.run_scalar())
-                .ok_or_else(|| format!("{}: the scalar operation failed", w.op.name()))?;
+            let scalar = best_time(5, || w.run_scalar()).ok_or(MeasureError::Scalar(w.op))?;
             let batch = batched.then(|| best_time(5, || w.run_batch())).flatten();
             rates.push(OpRate {
                 op: w.op,
@@ -109,7 +155,7 @@ impl Capacity {
         let unit = rates
             .iter()
             .position(|r| r.op == Operation::Rsa2048)
-            .ok_or("no RSA-2048 measurement: it is the unit")?;
+            .ok_or(MeasureError::NoUnit)?;
         rates.swap(0, unit);
         Ok(Self { batched, rates })
     }

@@ -26,6 +26,7 @@ use crate::multibuffer::kernel::CryptoMb;
 use crate::multibuffer::{ecdsa, kx, rsa};
 use crate::op::{CryptoOp, CryptoOutput, KxGroup};
 use crate::scalar;
+use crate::signing_key::KeyError;
 use crate::signing_key::{BatchKey, KeyAlgorithm, SigningKeyPair};
 use crypto_mb_sys::LANES;
 
@@ -182,6 +183,34 @@ enum Input {
 /// byte and a SHA-256 transcript hash.
 const MESSAGE: &[u8] = &[0x20; 130];
 
+/// Why a workload could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkloadError {
+    /// aws-lc did not make a key (or its encoding).
+    #[error("{}: cannot generate {what}", op.name())]
+    Generate {
+        /// The operation it was for.
+        op: Operation,
+        /// What could not be made.
+        what: &'static str,
+    },
+    /// The key made does not load.
+    #[error("{}: {source}", op.name())]
+    Key {
+        /// The operation it was for.
+        op: Operation,
+        /// What loading it said.
+        #[source]
+        source: KeyError,
+    },
+    /// No peer key for a key exchange.
+    #[error("{}: cannot make a peer key", group.name())]
+    PeerKey {
+        /// The group.
+        group: KxGroup,
+    },
+}
+
 impl Workload {
     /// A workload signing with `key` (a certificate's key), if the kernels take it.
     pub fn for_key(key: Arc<SigningKeyPair>) -> Option<Self> {
@@ -195,15 +224,15 @@ impl Workload {
     }
 
     /// A workload for `op` with freshly generated keys (RSA key generation takes a while).
-    pub fn generate(op: Operation) -> Result<Self, String> {
-        let failed = |what: &str| format!("{}: cannot generate {what}", op.name());
-        let rsa = |size: KeySize| -> Result<Vec<u8>, String> {
+    pub fn generate(op: Operation) -> Result<Self, WorkloadError> {
+        let failed = |what: &'static str| WorkloadError::Generate { op, what };
+        let rsa = |size: KeySize| -> Result<Vec<u8>, WorkloadError> {
             let pair = RsaKeyPair::generate(size).map_err(|_| failed("an RSA key"))?;
             let der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&pair)
                 .map_err(|_| failed("the RSA key's PKCS#8"))?;
             Ok(der.as_ref().to_vec())
         };
-        let ec = |alg: &'static EcdsaSigningAlgorithm| -> Result<Vec<u8>, String> {
+        let ec = |alg: &'static EcdsaSigningAlgorithm| -> Result<Vec<u8>, WorkloadError> {
             let pair = EcdsaKeyPair::generate(alg).map_err(|_| failed("an ECDSA key"))?;
             let der = pair
                 .to_pkcs8v1()
@@ -221,16 +250,17 @@ impl Workload {
             Operation::EcdhP384 => return Self::for_group(KxGroup::Secp384r1),
             Operation::X25519MlKem768 => return Self::for_group(KxGroup::X25519MlKem768),
         };
-        let key = SigningKeyPair::from_der(&der).map_err(|e| format!("{}: {e}", op.name()))?;
+        let key =
+            SigningKeyPair::from_der(&der).map_err(|source| WorkloadError::Key { op, source })?;
         Self::for_key(Arc::new(key)).ok_or_else(|| failed("a key crypto_mb takes"))
     }
 
     /// A workload for the key exchange of `group` against a fresh peer key (made by aws-lc,
     /// so that scalar figures can be taken on a CPU crypto_mb cannot run on).
-    pub fn for_group(group: KxGroup) -> Result<Self, String> {
+    pub fn for_group(group: KxGroup) -> Result<Self, WorkloadError> {
         let peer_public = match scalar::compute(CryptoOp::KxGenerate { group }) {
             Ok(CryptoOutput::KeyPair { public, .. }) => public,
-            _ => return Err(format!("{}: cannot make a peer key", group.name())),
+            _ => return Err(WorkloadError::PeerKey { group }),
         };
         Ok(Self {
             op: Operation::for_group(group),

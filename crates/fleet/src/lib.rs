@@ -12,6 +12,7 @@
 //!   reloads; [`StoreSync`], the store's side of it, which the server runs on a thread of
 //!   its own until shutdown.
 
+mod error;
 pub mod shares;
 pub mod store;
 pub mod tickets;
@@ -24,6 +25,8 @@ use std::sync::{Arc, RwLock};
 
 use terminus_metrics::{Exposition, Render};
 use tokio::sync::watch;
+
+pub use error::{KeyFileError, StoreError};
 
 use shares::{Quotas, ShareMetrics, ShareSync, TenantView};
 use store::keys::KeyEntries;
@@ -91,7 +94,7 @@ impl Fleet {
         rotation: Rotation,
         store: Option<&StoreSettings>,
         quotas: Option<Arc<dyn Quotas>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StoreError> {
         let ring = Arc::new(RwLock::new(Ring::new(rotation)));
         let clock = system_clock();
         let ticketer = Arc::new(Ticketer::new(ring.clone(), clock.clone()));
@@ -117,7 +120,7 @@ impl Fleet {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("the fleet's runtime: {e}"))?;
+            .map_err(StoreError::Runtime)?;
         let sync = StoreSync {
             sync,
             client,
@@ -194,12 +197,12 @@ pub fn instance_id() -> String {
 }
 
 /// What `terminus check` found wrong with a store.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum StoreProblem {
     /// It does not answer now: instances would start and retry (a warning).
-    Unreachable(String),
+    Unreachable(StoreError),
     /// It cannot work: files, URL, or keys that do not open with the key file.
-    Wrong(String),
+    Wrong(StoreError),
 }
 
 /// `terminus check`'s look at a store: it answers, and the ticket keys in it open with
@@ -209,11 +212,14 @@ pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<Strin
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| StoreProblem::Wrong(e.to_string()))?;
+        .map_err(|e| StoreProblem::Wrong(StoreError::Runtime(e)))?;
     let entries = KeyEntries::new(&settings.prefix, rotation);
     runtime.block_on(async {
-        let fail = |e: redis::RedisError| {
-            StoreProblem::Unreachable(format!("store {}: {e}", settings.shown()))
+        let fail = |source: redis::RedisError| {
+            StoreProblem::Unreachable(StoreError::Unreachable {
+                shown: settings.shown(),
+                source,
+            })
         };
         let mut conn = store::connect(&client, store::TIMEOUT)
             .await
@@ -224,11 +230,11 @@ pub fn check_store(settings: &StoreSettings, rotation: Rotation) -> Result<Strin
         for (_, name, value) in found {
             if let Some(wrapped) = value {
                 if tickets::KeyMaterial::unwrap(&kek, name.as_bytes(), &wrapped).is_none() {
-                    return Err(StoreProblem::Wrong(format!(
-                        "store {}: ticket key {name} does not open with key_file {}: every instance of a fleet needs the same key_file",
-                        settings.shown(),
-                        settings.key_file.display()
-                    )));
+                    return Err(StoreProblem::Wrong(StoreError::KeyDoesNotOpen {
+                        shown: settings.shown(),
+                        name,
+                        key_file: settings.key_file.clone(),
+                    }));
                 }
                 keys += 1;
             }

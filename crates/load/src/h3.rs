@@ -17,6 +17,7 @@ use rustls::ClientConfig;
 
 use crate::failure::Failure;
 use crate::http1::Response;
+use crate::LoadError;
 
 /// UDP sockets per thread at most.
 const SOCKETS: usize = 16;
@@ -31,8 +32,8 @@ pub struct Client {
 impl Client {
     /// A client speaking HTTP/3 with `tls` (whose ALPN must be `h3`); fails if it cannot
     /// do QUIC (no TLS 1.3, or no suite QUIC's Initial packets use).
-    pub fn new(tls: Arc<ClientConfig>) -> Result<Self, String> {
-        let quic = QuicClientConfig::try_from(tls).map_err(|e| format!("QUIC: {e}"))?;
+    pub fn new(tls: Arc<ClientConfig>) -> Result<Self, LoadError> {
+        let quic = QuicClientConfig::try_from(tls).map_err(LoadError::Quic)?;
         let mut config = quinn::ClientConfig::new(Arc::new(quic));
         let mut transport = quinn::TransportConfig::default();
         // A benchmark's connections idle only between its requests.

@@ -145,6 +145,15 @@ pub enum LoadError {
     #[error("TLS: {0}")]
     /// The TLS client cannot be configured.
     Tls(String),
+    #[error("TLS: {0}")]
+    /// The CA file the server's certificate is checked against cannot be used.
+    Trust(#[source] terminus_tls::client::TrustError),
+    #[error("TLS: {0}; give --cacert FILE for the server's CA (or --insecure for a benchmark against a self-signed server)")]
+    /// The system's CA bundle cannot be used.
+    SystemTrust(#[source] terminus_tls::client::TrustError),
+    #[error("TLS: QUIC: {0}")]
+    /// The TLS client cannot do QUIC (no TLS 1.3, or no suite QUIC's Initial packets use).
+    Quic(#[source] quinn::crypto::rustls::NoInitialCipherSuite),
     #[error("cannot start a load thread: {0}")]
     /// A client thread could not be spawned.
     Thread(std::io::Error),
@@ -304,8 +313,7 @@ pub fn run(options: &LoadOptions) -> Result<Report, LoadError> {
                 // Each thread's own: its UDP sockets belong to its runtime.
                 h3: (options.tls.http == Http::H3)
                     .then(|| h3::Client::new(client.clone()))
-                    .transpose()
-                    .map_err(LoadError::Tls)?,
+                    .transpose()?,
                 tls: target.tls,
                 rtt: options.rtt,
             },

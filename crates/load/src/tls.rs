@@ -130,12 +130,13 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, LoadError>
         signature_verification_algorithms: verify_algorithms,
         ..base
     });
-    let verifier = choice.trust.verifier(&provider).map_err(|e| match choice.trust {
-        Trust::System => LoadError::Tls(format!(
-            "{e}; give --cacert FILE for the server's CA (or --insecure for a benchmark against a self-signed server)"
-        )),
-        _ => LoadError::Tls(e),
-    })?;
+    let verifier = choice
+        .trust
+        .verifier(&provider)
+        .map_err(|e| match choice.trust {
+            Trust::System => LoadError::SystemTrust(e),
+            _ => LoadError::Trust(e),
+        })?;
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)
         .map_err(|e| LoadError::Tls(e.to_string()))?

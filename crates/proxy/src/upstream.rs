@@ -6,7 +6,10 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use terminus_error::Classify;
+
 use crate::balance::Balancer;
+use crate::checks::CheckError;
 use crate::health::{Change, Health};
 use crate::metrics::{Failure, ProxyMetrics, ServerMetrics};
 use crate::spec::{ServerSpec, UpstreamSpec};
@@ -62,7 +65,7 @@ impl Upstream {
     }
 
     /// Records an active check of server `i`.
-    pub(crate) fn probed(&self, i: usize, result: Result<u16, String>) {
+    pub(crate) fn probed(&self, i: usize, result: Result<u16, CheckError>) {
         let (Some(check), server) = (&self.spec.health.check, &self.servers[i]) else {
             return;
         };
@@ -72,13 +75,15 @@ impl Upstream {
         {
             Change::WentDown => {
                 server.metrics.health_change(false);
+                let last = result.err();
                 tracing::warn!(
                     upstream = %self.spec.name,
                     server = %server.spec.address,
+                    kind = last.as_ref().map_or("", |e| e.kind()),
                     "upstream server taken out of rotation: {} health check(s) of {} failed in a row (last: {})",
                     self.spec.health.fails,
                     check.path,
-                    result.err().unwrap_or_default(),
+                    last.as_ref().map(|e| e.to_string()).unwrap_or_default(),
                 );
             }
             Change::CameBack => {

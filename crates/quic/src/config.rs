@@ -10,6 +10,14 @@ use quinn_proto::{IdleTimeout, ServerConfig, TransportConfig, VarInt};
 use rustls::server::ServerSessionMemoryCache;
 use terminus_tls::config::NoTickets;
 
+/// Why a TLS configuration cannot serve QUIC.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// No TLS 1.3 suite QUIC's Initial packets can be protected with.
+    #[error("TLS settings QUIC cannot use: {0}")]
+    Tls(#[from] quinn_proto::crypto::rustls::NoInitialCipherSuite),
+}
+
 /// HTTP/3's ALPN protocol (RFC 9114 section 3.1).
 pub const H3_ALPN: &[u8] = b"h3";
 
@@ -29,7 +37,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn server_config(
     tls: &Arc<rustls::ServerConfig>,
     early_data: Option<usize>,
-) -> Result<Arc<ServerConfig>, String> {
+) -> Result<Arc<ServerConfig>, ConfigError> {
     let mut tls = (**tls).clone();
     tls.alpn_protocols = vec![H3_ALPN.to_vec()];
     match early_data {
@@ -43,8 +51,7 @@ pub fn server_config(
     }
     // QUIC carries no kernel-TLS hand-off.
     tls.enable_secret_extraction = false;
-    let crypto = QuicServerConfig::try_from(Arc::new(tls))
-        .map_err(|e| format!("TLS settings QUIC cannot use: {e}"))?;
+    let crypto = QuicServerConfig::try_from(Arc::new(tls))?;
     let mut transport = TransportConfig::default();
     transport.max_idle_timeout(Some(
         IdleTimeout::try_from(IDLE_TIMEOUT).expect("30 s is a valid idle timeout"),

@@ -101,7 +101,7 @@ pub struct Hooks {
 pub use transport::H3Connection;
 
 pub use admission::{Limits, Retry};
-pub use config::{server_config, H3_ALPN};
+pub use config::{server_config, ConfigError, H3_ALPN};
 pub use endpoint::serve;
 pub use metrics::{QuicMetrics, QUIC_METRICS};
 pub use quinn_proto::ServerConfig;

@@ -56,15 +56,24 @@ pub enum StartError {
     #[error("crypto backend multibuffer: crypto_mb cannot run on this CPU (it needs AVX-512 IFMA); use crypto.backend = \"auto\" or \"scalar\"")]
     /// `crypto.backend = "multibuffer"` on a CPU without AVX-512 IFMA.
     MultibufferUnavailable,
-    #[error("{0}")]
+    #[error("{config}: [acme] {source}")]
     /// (`check`) The ACME issuer cannot work as configured.
-    Acme(String),
+    Issuer {
+        /// The configuration's file (or the embedded default).
+        config: String,
+        /// What is wrong with the issuer.
+        source: terminus_acme::CaError,
+    },
+    #[error("cannot start: {0}")]
+    /// The ACME manager cannot be made: its state directory, its CA's root, the fleet's
+    /// store.
+    Acme(#[from] terminus_acme::AcmeError),
     #[error("http3: {0}")]
     /// The TLS settings cannot serve QUIC.
-    Http3(String),
+    Http3(#[from] terminus_quic::ConfigError),
     #[error("[fleet]: {0}")]
     /// The fleet's store settings cannot work, or (`check`) the store does not answer.
-    Fleet(String),
+    Fleet(#[from] terminus_fleet::StoreError),
     #[error("cannot listen on {addr}: {source}")]
     /// A listener's address cannot be bound.
     Listen {
@@ -75,7 +84,7 @@ pub enum StartError {
     },
     #[error("{0}")]
     /// `crypto.simd = "dedicated"` cannot have a core of its own.
-    Placement(String),
+    Placement(#[from] placement::PlacementError),
     #[error("cannot start: {0}")]
     /// Anything else the operating system refused at start-up.
     Io(#[from] std::io::Error),
@@ -122,9 +131,7 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             self_signed: &self_signed,
             proxy_metrics: &terminus_proxy::ProxyMetrics::default(),
             tenants: &machine.tenants,
-            tickets: Fleet::start(config.ticket_keys, None, None)
-                .map_err(StartError::Fleet)?
-                .ticketer(),
+            tickets: Fleet::start(config.ticket_keys, None, None)?.ticketer(),
         },
     )?;
     let mut warnings = Vec::new();
@@ -136,7 +143,7 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
                 "{}: [fleet] {why}: instances would start with keys of their own and keep trying",
                 config.source
             )),
-            Err(StoreProblem::Wrong(why)) => return Err(StartError::Fleet(why)),
+            Err(StoreProblem::Wrong(why)) => return Err(why.into()),
         }
     }
     if let Some(acme) = config
@@ -150,8 +157,11 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
                 "{}: [acme] directory {why}: servers would start with self-signed certificates and keep trying",
                 config.source
             )),
-            Err(terminus_acme::IssuerProblem::Wrong(why)) => {
-                return Err(StartError::Acme(format!("{}: [acme] {why}", config.source)))
+            Err(terminus_acme::IssuerProblem::Wrong(source)) => {
+                return Err(StartError::Issuer {
+                    config: config.source.clone(),
+                    source,
+                })
             }
         }
     }

@@ -135,6 +135,31 @@ impl Placed {
     }
 }
 
+/// Why `crypto.simd` cannot be placed as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    /// `dedicated`, and no core of its own is left beside the workers.
+    #[error(
+        "{config}: crypto.simd = \"dedicated\" needs {crypto_cores} physical core(s) of its own beside the workers, and this process may use CPUs {allowed:?}{}",
+        match workers {
+            None => "; lower crypto.simd_cores, or use inline".to_owned(),
+            Some(workers) => format!(
+                " with workers = {workers}; lower workers or crypto.simd_cores, or leave workers unset (then there is one per CPU left)"
+            ),
+        }
+    )]
+    NoDedicatedCore {
+        /// The configuration's file (or the embedded default).
+        config: String,
+        /// The physical cores asked for (`crypto.simd_cores`).
+        crypto_cores: usize,
+        /// The CPUs this process may use.
+        allowed: Vec<usize>,
+        /// `workers`, where configured.
+        workers: Option<usize>,
+    },
+}
+
 /// Decides `crypto.simd` for `backend`: with `measure` (the operation batched; `serve`
 /// passes the RSA-2048 unit of ACU), measures the after-effect (some 75 ms) for `auto`
 /// and the metrics; applies the setting (for `auto`, the rule; unmeasured, inline) and
@@ -180,17 +205,13 @@ pub(crate) fn place(
         return Ok(inline(measured));
     }
     let Some(split) = split else {
-        return Err(StartError::Placement(format!(
-            "{}: crypto.simd = \"dedicated\" needs {} physical core(s) of its own beside the workers, and this process may use CPUs {allowed:?}{}",
-            config.source,
+        return Err(PlacementError::NoDedicatedCore {
+            config: config.source.clone(),
             crypto_cores,
-            match config.workers {
-                None => "; lower crypto.simd_cores, or use inline".to_owned(),
-                Some(workers) => format!(
-                    " with workers = {workers}; lower workers or crypto.simd_cores, or leave workers unset (then there is one per CPU left)"
-                ),
-            }
-        )));
+            allowed,
+            workers: config.workers,
+        }
+        .into());
     };
     Ok(Placed {
         workers: config.workers.unwrap_or(split.workers.len()),

@@ -55,14 +55,11 @@ impl Core {
             (backend == BackendKind::Multibuffer).then(capacity::unit),
         )?;
         let machine = Arc::new(Machine::new(backend, placed.clone()));
-        let fleet = Arc::new(
-            Fleet::start(
-                config.ticket_keys,
-                config.fleet.as_ref(),
-                Some(Arc::new(capacity::FleetQuotas(machine.tenants.clone()))),
-            )
-            .map_err(StartError::Fleet)?,
-        );
+        let fleet = Arc::new(Fleet::start(
+            config.ticket_keys,
+            config.fleet.as_ref(),
+            Some(Arc::new(capacity::FleetQuotas(machine.tenants.clone()))),
+        )?);
         if let Some(sync) = fleet.store_sync() {
             services.add(Thread::spawn("fleet-store", move |stop| sync.run(stop))?);
         }
@@ -434,8 +431,7 @@ fn quic_config(
         terminus_quic::server_config(
             &Arc::new(tls),
             config.http3_early_data.then_some(config.tls.session_cache),
-        )
-        .map_err(StartError::Http3)?,
+        )?,
         terminus_quic::Limits {
             handshake_timeout: config.handshake_timeout,
             ..config.http3

@@ -2,6 +2,7 @@
 //! the ACU cost of every handshake operation (see `terminus_capacity`); with
 //! `--admin`, a running server's table of tenants from its `GET /capacity`.
 
+use std::error::Error;
 use std::io::Write;
 use std::time::Duration;
 
@@ -13,13 +14,15 @@ use terminus_capacity::{scu_per_core, Capacity, CIPHERS};
 use terminus_engine::cost::{Operation, Workload};
 use terminus_engine::{multibuffer, BackendKind};
 
+use crate::admin::AdminError;
+
 pub struct CapacityArgs {
     pub backend: String,
     pub seconds: f64,
 }
 
 /// Measures and prints the table; Err names what was wrong with the input.
-pub fn run(args: CapacityArgs) -> Result<(), String> {
+pub fn run(args: CapacityArgs) -> Result<(), Box<dyn Error>> {
     let backend = match args.backend.as_str() {
         "auto" => BackendKind::auto(),
         "scalar" => BackendKind::Scalar,
@@ -28,16 +31,15 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
             return Err("--backend multibuffer: this CPU has no AVX-512 IFMA".into());
         }
         other => {
-            return Err(format!(
-                "--backend {other:?}: give auto, scalar or multibuffer"
-            ))
+            return Err(format!("--backend {other:?}: give auto, scalar or multibuffer").into())
         }
     };
     if !(args.seconds > 0.0 && args.seconds <= 60.0) {
         return Err(format!(
             "--seconds {} is out of range; give 0 < S <= 60",
             args.seconds
-        ));
+        )
+        .into());
     }
     let duration = Duration::from_secs_f64(args.seconds);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -92,7 +94,7 @@ pub fn run(args: CapacityArgs) -> Result<(), String> {
 /// The after-effect of RSA-2048 batches on the first CPU this process may use (as the
 /// server measures it at start-up), and `acu` per core with it counted: a worker core's
 /// scalar work right after batches runs at the measured share of its speed.
-fn after_effect(acu: f64) -> Result<(), String> {
+fn after_effect(acu: f64) -> Result<(), Box<dyn Error>> {
     let cpu = terminus_sys::allowed_cpus()
         .map_err(|e| format!("sched_getaffinity: {e}"))?
         .first()
@@ -114,8 +116,8 @@ fn after_effect(acu: f64) -> Result<(), String> {
 }
 
 /// Prints the capacity table of the terminus whose admin listener is `addr`.
-pub fn show(addr: &str) -> Result<(), String> {
-    let doc = fetch(addr)?;
+pub fn show(addr: &str) -> Result<(), AdminError> {
+    let doc = crate::admin::get_json(addr, "/capacity")?;
     let num = |v: &Value| v.as_f64().map_or("-".to_owned(), |n| format!("{n:.0}"));
     let acu = &doc["acu"];
     println!(
@@ -193,11 +195,4 @@ pub fn show(addr: &str) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// GET /capacity from the admin listener at `addr`, as JSON.
-fn fetch(addr: &str) -> Result<Value, String> {
-    let body = crate::admin::get(addr, "/capacity")?;
-    serde_json::from_str(&body)
-        .map_err(|e| format!("admin listener {addr}: /capacity is not JSON: {e}"))
 }

@@ -246,7 +246,7 @@ fn main() -> ExitCode {
             admin,
         } => {
             let done = match admin {
-                Some(addr) => capacity::show(&addr),
+                Some(addr) => capacity::show(&addr).map_err(Into::into),
                 None => capacity::run(capacity::CapacityArgs { backend, seconds }),
             };
             match done {

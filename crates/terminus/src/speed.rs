@@ -1,6 +1,7 @@
 //! `terminus speed`: ops/s of every batchable handshake operation, scalar (aws-lc) and
 //! in full 8-lane crypto_mb batches, and the crossover batch size, like `openssl speed`.
 
+use std::error::Error;
 use std::io::Write;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ pub struct SpeedArgs {
 }
 
 /// Runs the measurements and prints the table; Err names what was wrong with the input.
-pub fn run(args: SpeedArgs) -> Result<(), String> {
+pub fn run(args: SpeedArgs) -> Result<(), Box<dyn Error>> {
     let ops = if args.ops.is_empty() {
         Operation::ALL.to_vec()
     } else {
@@ -45,7 +46,8 @@ pub fn run(args: SpeedArgs) -> Result<(), String> {
         return Err(format!(
             "--seconds {} is out of range; give 0 < S <= 600",
             args.seconds
-        ));
+        )
+        .into());
     }
     let threads = args.multi.max(1);
     let duration = Duration::from_secs_f64(args.seconds);
@@ -107,7 +109,7 @@ pub fn run(args: SpeedArgs) -> Result<(), String> {
 /// `terminus speed --frequency`: what crypto_mb batches cost scalar code on this core and
 /// on a neighbour core (the AVX-512 frequency licence, where the CPU has one), and what
 /// `crypto.simd = "auto"` would choose from it.
-fn frequency(ops: &[Operation]) -> Result<(), String> {
+fn frequency(ops: &[Operation]) -> Result<(), Box<dyn Error>> {
     if !multibuffer::applicable() {
         println!("terminus speed --frequency: this CPU has no AVX-512 IFMA, so crypto_mb never runs and handshakes use no wide vectors: nothing to measure.");
         let d = decide(&Inputs::measured(false, 0.0, None, false));

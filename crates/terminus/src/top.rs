@@ -12,6 +12,8 @@ use serde_json::{json, Map, Value};
 use terminus_observe::scrape::{Histogram, Scrape};
 use terminus_observe::Phase;
 
+use crate::admin::AdminError;
+
 pub struct TopArgs {
     pub admin: String,
     pub interval: Duration,
@@ -20,10 +22,8 @@ pub struct TopArgs {
 }
 
 /// Runs until interrupted (or once); Err says what could not be read.
-pub fn run(args: TopArgs) -> Result<(), String> {
-    let capacity = crate::admin::get(&args.admin, "/capacity")
-        .ok()
-        .and_then(|body| serde_json::from_str::<Value>(&body).ok());
+pub fn run(args: TopArgs) -> Result<(), AdminError> {
+    let capacity = crate::admin::get_json(&args.admin, "/capacity").ok();
     let backend = capacity
         .as_ref()
         .and_then(|c| c["backend"].as_str())
@@ -60,7 +60,7 @@ pub fn run(args: TopArgs) -> Result<(), String> {
     }
 }
 
-fn scrape(admin: &str) -> Result<Scrape, String> {
+fn scrape(admin: &str) -> Result<Scrape, AdminError> {
     crate::admin::get(admin, "/metrics").map(|text| Scrape::parse(&text))
 }
 

@@ -12,6 +12,73 @@ use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+/// Why the trust a server's certificate is checked against cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// The CA file cannot be read.
+    #[error("CA file {}: {source}", path.display())]
+    Read {
+        /// The CA file.
+        path: PathBuf,
+        /// What reading it said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CA file is not PEM.
+    #[error("CA file {}: not PEM: {source}", path.display())]
+    Pem {
+        /// The CA file.
+        path: PathBuf,
+        /// What the PEM reader said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CA file holds no certificate rustls takes as a root.
+    #[error("CA file {}: holds no usable CERTIFICATE block", path.display())]
+    NoRoots {
+        /// The CA file.
+        path: PathBuf,
+    },
+    /// rustls will not make a verifier of the roots.
+    #[error("{0}")]
+    Verifier(#[source] rustls::client::VerifierBuilderError),
+}
+
+/// Why a client certificate and its key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// A file cannot be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not PEM.
+    #[error("{}: malformed PEM: {source}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What the PEM reader said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("{}: no CERTIFICATE block", path.display())]
+    NoCertificate {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// The key file holds no key (or only an encrypted one).
+    #[error("{}: no unencrypted private key", path.display())]
+    NoKey {
+        /// The key file.
+        path: PathBuf,
+    },
+}
+
 /// How a server's certificate is checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Trust {
@@ -32,7 +99,7 @@ impl Trust {
     pub fn verifier(
         &self,
         provider: &Arc<CryptoProvider>,
-    ) -> Result<Arc<dyn ServerCertVerifier>, String> {
+    ) -> Result<Arc<dyn ServerCertVerifier>, TrustError> {
         let roots = match self {
             Trust::Insecure => {
                 return Ok(Arc::new(SignatureOnly {
@@ -45,7 +112,7 @@ impl Trust {
         WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .build()
             .map(|v| v as Arc<dyn ServerCertVerifier>)
-            .map_err(|e| e.to_string())
+            .map_err(TrustError::Verifier)
     }
 }
 
@@ -54,21 +121,32 @@ impl Trust {
 pub fn load_identity(
     cert: &Path,
     key: &Path,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), IdentityError> {
     let read = |path: &Path| {
-        std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+        std::fs::read(path).map_err(|source| IdentityError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let malformed = |path: &Path| {
+        let path = path.to_owned();
+        move |source| IdentityError::Pem { path, source }
     };
     let pem = read(cert)?;
     let chain = rustls_pemfile::certs(&mut pem.as_slice())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: malformed PEM: {e}", cert.display()))?;
+        .map_err(malformed(cert))?;
     if chain.is_empty() {
-        return Err(format!("{}: no CERTIFICATE block", cert.display()));
+        return Err(IdentityError::NoCertificate {
+            path: cert.to_owned(),
+        });
     }
     let pem = read(key)?;
     let key_der = rustls_pemfile::private_key(&mut pem.as_slice())
-        .map_err(|e| format!("{}: malformed PEM: {e}", key.display()))?
-        .ok_or_else(|| format!("{}: no unencrypted private key", key.display()))?;
+        .map_err(malformed(key))?
+        .ok_or_else(|| IdentityError::NoKey {
+            path: key.to_owned(),
+        })?;
     Ok((chain, key_der))
 }
 
@@ -79,19 +157,26 @@ pub fn system_bundle() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"))
 }
 
-fn load_roots(path: &Path) -> Result<RootCertStore, String> {
-    let cant = |why: String| format!("CA file {}: {why}", path.display());
-    let pem = std::fs::read(path).map_err(|e| cant(e.to_string()))?;
+fn load_roots(path: &Path) -> Result<RootCertStore, TrustError> {
+    let pem = std::fs::read(path).map_err(|source| TrustError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     let mut roots = RootCertStore::empty();
     let mut added = 0;
     for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        let cert = cert.map_err(|e| cant(format!("not PEM: {e}")))?;
+        let cert = cert.map_err(|source| TrustError::Pem {
+            path: path.to_owned(),
+            source,
+        })?;
         if roots.add(cert).is_ok() {
             added += 1;
         }
     }
     if added == 0 {
-        return Err(cant("holds no usable CERTIFICATE block".into()));
+        return Err(TrustError::NoRoots {
+            path: path.to_owned(),
+        });
     }
     Ok(roots)
 }

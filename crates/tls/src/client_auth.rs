@@ -27,6 +27,62 @@ use rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
 };
 
+/// Why a client-certificate policy's files cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientAuthError {
+    /// A file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What reading it said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PEM file is malformed.
+    #[error("{}: {source}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What the PEM reader said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CA file holds no certificate.
+    #[error("{}: no CA certificate in it", path.display())]
+    NoCa {
+        /// The CA file.
+        path: PathBuf,
+    },
+    /// A CA certificate is refused as a root.
+    #[error("{}: {source}", path.display())]
+    Root {
+        /// The CA file.
+        path: PathBuf,
+        /// What rustls said.
+        #[source]
+        source: rustls::Error,
+    },
+    /// A CRL file holds no CRL.
+    #[error("{}: no X509 CRL in it", path.display())]
+    NoCrl {
+        /// The CRL file.
+        path: PathBuf,
+    },
+    /// A CRL does not parse.
+    #[error("{}: {source}", path.display())]
+    Crl {
+        /// The CRL file.
+        path: PathBuf,
+        /// What the parser said.
+        #[source]
+        source: x509_parser::nom::Err<x509_parser::error::X509Error>,
+    },
+    /// rustls will not make a verifier of them.
+    #[error("client_auth: {0}")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+}
+
 /// Whether a client must show a certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClientAuthMode {
@@ -69,21 +125,24 @@ impl ClientAuthPolicy {
     /// The verifier takes the CA file's certificates as roots, checks the CRLs for the
     /// whole chain (a certificate whose issuer has no CRL is refused, as nginx's
     /// `ssl_crl` does) and allows anonymous clients only when optional.
-    pub fn load(&self) -> Result<LoadedPolicy, String> {
+    pub fn load(&self) -> Result<LoadedPolicy, ClientAuthError> {
         let files = self.read_files()?;
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut roots = RootCertStore::empty();
         for cert in &files.roots {
             roots
                 .add(cert.clone())
-                .map_err(|e| format!("{}: {e}", self.ca.display()))?;
+                .map_err(|source| ClientAuthError::Root {
+                    path: self.ca.clone(),
+                    source,
+                })?;
         }
         let mut builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .with_crls(files.crls.iter().cloned());
         if self.mode == ClientAuthMode::Optional {
             builder = builder.allow_unauthenticated();
         }
-        let verifier = builder.build().map_err(|e| format!("client_auth: {e}"))?;
+        let verifier = builder.build().map_err(ClientAuthError::Verifier)?;
         let verifier = match self.depth {
             None => verifier,
             Some(depth) => Arc::new(Depth {
@@ -103,7 +162,7 @@ impl ClientAuthPolicy {
     /// server takes it from [`ClientAuthPolicy::load`] instead, with the verifier).
     /// Contents, not paths: a new CRL written over the old one must void the tickets
     /// issued under the old one.
-    pub fn tag(&self) -> Result<[u8; 8], String> {
+    pub fn tag(&self) -> Result<[u8; 8], ClientAuthError> {
         Ok(self.tag_of(&self.read_files()?))
     }
 
@@ -133,13 +192,18 @@ impl ClientAuthPolicy {
         digest.finish().as_ref()[..8].try_into().expect("8 bytes")
     }
 
-    fn read_files(&self) -> Result<Files, String> {
+    fn read_files(&self) -> Result<Files, ClientAuthError> {
         let pem = read(&self.ca)?;
         let roots = rustls_pemfile::certs(&mut &pem[..])
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{}: {e}", self.ca.display()))?;
+            .map_err(|source| ClientAuthError::Pem {
+                path: self.ca.clone(),
+                source,
+            })?;
         if roots.is_empty() {
-            return Err(format!("{}: no CA certificate in it", self.ca.display()));
+            return Err(ClientAuthError::NoCa {
+                path: self.ca.clone(),
+            });
         }
         let mut crls = Vec::new();
         let mut revocations = Revocations::default();
@@ -147,7 +211,10 @@ impl ClientAuthPolicy {
             for crl in load_crls(path)? {
                 revocations
                     .add(&crl)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|source| ClientAuthError::Crl {
+                        path: path.clone(),
+                        source,
+                    })?;
                 crls.push(crl);
             }
         }
@@ -190,8 +257,11 @@ pub struct Revocations {
 }
 
 impl Revocations {
-    fn add(&mut self, crl: &[u8]) -> Result<(), String> {
-        let (_, crl) = x509_parser::parse_x509_crl(crl).map_err(|e| e.to_string())?;
+    fn add(
+        &mut self,
+        crl: &[u8],
+    ) -> Result<(), x509_parser::nom::Err<x509_parser::error::X509Error>> {
+        let (_, crl) = x509_parser::parse_x509_crl(crl)?;
         let serials = self
             .by_issuer
             .entry(crl.issuer().as_raw().into())
@@ -222,19 +292,27 @@ impl Revocations {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+fn read(path: &Path) -> Result<Vec<u8>, ClientAuthError> {
+    std::fs::read(path).map_err(|source| ClientAuthError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// The CRLs in `path`: PEM (one or more) or a single DER.
-fn load_crls(path: &Path) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+fn load_crls(path: &Path) -> Result<Vec<CertificateRevocationListDer<'static>>, ClientAuthError> {
     let bytes = read(path)?;
     if bytes.starts_with(b"-----") {
         let crls = rustls_pemfile::crls(&mut &bytes[..])
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|source| ClientAuthError::Pem {
+                path: path.to_owned(),
+                source,
+            })?;
         if crls.is_empty() {
-            return Err(format!("{}: no X509 CRL in it", path.display()));
+            return Err(ClientAuthError::NoCrl {
+                path: path.to_owned(),
+            });
         }
         return Ok(crls);
     }

@@ -36,7 +36,8 @@ pub mod stream;
 pub use activity::Activity;
 pub use certs::{CertError, LoadedCert};
 pub use client_auth::{
-    ClientAuthMode, ClientAuthPolicy, ClientIdentity, LoadedPolicy, PolicyTickets, Revocations,
+    ClientAuthError, ClientAuthMode, ClientAuthPolicy, ClientIdentity, LoadedPolicy, PolicyTickets,
+    Revocations,
 };
 pub use config::{TlsSettings, TlsSettingsError};
 pub use handshake::{handshake, read_client_hello, ClientHelloRead, Handshake, HandshakeError};

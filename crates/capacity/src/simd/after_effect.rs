@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use terminus_engine::cost::Workload;
 
+use crate::MeasureError;
+
 /// How long and how often to measure.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -79,7 +81,7 @@ impl std::fmt::Display for Ratio {
 }
 
 /// What crypto_mb batches cost scalar code on this machine.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct AfterEffect {
     /// The probe's throughput on this core right after batches over right after scalar
     /// work only: 1.0 is no after-effect.
@@ -87,7 +89,7 @@ pub struct AfterEffect {
     /// A neighbour core's probe throughput while this core runs batches over while it
     /// runs scalar work; `None` where none was asked for, an error where the probe could
     /// not run there (its CPU not allowed, say).
-    pub neighbour: Option<Result<Ratio, String>>,
+    pub neighbour: Option<Result<Ratio, MeasureError>>,
     /// The kernel's `AVX512_elapsed_ms` for the measuring thread right after the batches
     /// (`/proc/<pid>/task/<tid>/arch_status`, x86 kernels from 5.2 on): how long since the
     /// kernel last saw AVX-512 state in use; `None` where the kernel does not say.
@@ -129,7 +131,7 @@ fn probe_for(window: Duration) -> u64 {
 /// Measures the after-effect of `workload`'s batches (it must be one crypto_mb runs:
 /// call only where [`terminus_engine::multibuffer::applicable`]). The calling thread is "this
 /// core": pin it first for the numbers to mean one core.
-pub fn measure(workload: &Workload, settings: &Settings) -> Result<AfterEffect, String> {
+pub fn measure(workload: &Workload, settings: &Settings) -> Result<AfterEffect, MeasureError> {
     let same = alternating(settings.rounds, |batched| {
         if batched {
             run_batches(workload, settings.burst)?;
@@ -145,7 +147,7 @@ pub fn measure(workload: &Workload, settings: &Settings) -> Result<AfterEffect, 
         .neighbour
         .map(|cpu| neighbour(workload, settings, cpu));
     Ok(AfterEffect {
-        same_core: Ratio::of(same).ok_or("the probe counted nothing")?,
+        same_core: Ratio::of(same).ok_or(MeasureError::NothingCounted { neighbour: false })?,
         neighbour,
         avx512_elapsed_ms: elapsed,
     })
@@ -157,15 +159,15 @@ pub fn measure_on(
     cpu: usize,
     workload: &Workload,
     settings: &Settings,
-) -> Result<AfterEffect, String> {
+) -> Result<AfterEffect, MeasureError> {
     std::thread::scope(|s| {
         s.spawn(|| {
             terminus_sys::pin_current_thread(cpu)
-                .map_err(|e| format!("pinning to CPU {cpu}: {e}"))?;
+                .map_err(|source| MeasureError::Pin { cpu, source })?;
             measure(workload, settings)
         })
         .join()
-        .unwrap_or_else(|_| Err("the measuring thread panicked".into()))
+        .unwrap_or(Err(MeasureError::Panicked))
     })
 }
 
@@ -173,8 +175,8 @@ pub fn measure_on(
 /// alternating from round to round so that neither always follows the other.
 fn alternating(
     rounds: usize,
-    mut measure: impl FnMut(bool) -> Result<f64, String>,
-) -> Result<Vec<f64>, String> {
+    mut measure: impl FnMut(bool) -> Result<f64, MeasureError>,
+) -> Result<Vec<f64>, MeasureError> {
     let mut ratios = Vec::with_capacity(rounds.max(1));
     let mut batched_first = false;
     for _ in 0..rounds.max(1) {
@@ -192,11 +194,11 @@ fn alternating(
 }
 
 /// Runs `workload` in full batches for `window`.
-fn run_batches(workload: &Workload, window: Duration) -> Result<(), String> {
+fn run_batches(workload: &Workload, window: Duration) -> Result<(), MeasureError> {
     let start = Instant::now();
     while start.elapsed() < window {
         if !workload.run_batch() {
-            return Err(format!("{}: a crypto_mb batch failed", workload.op.name()));
+            return Err(MeasureError::Batch(workload.op));
         }
     }
     Ok(())
@@ -214,7 +216,7 @@ impl Drop for StopOnDrop<'_> {
 
 /// A probe pinned to `cpu` throughout, its steps counted per phase while this core
 /// alternates phases of scalar work and of batches.
-fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Ratio, String> {
+fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Ratio, MeasureError> {
     let phase = settings.burst * 5;
     let steps = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -223,7 +225,7 @@ fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Rat
         let _stop = StopOnDrop(&stop);
         s.spawn(|| {
             let pinned = terminus_sys::pin_current_thread(cpu)
-                .map_err(|e| format!("the neighbour probe cannot run on CPU {cpu}: {e}"));
+                .map_err(|source| MeasureError::NeighbourPin { cpu, source });
             let ok = pinned.is_ok();
             let _ = pinned_tx.send(pinned);
             let mut x = 1u64;
@@ -235,8 +237,8 @@ fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Rat
         });
         pinned_rx
             .recv()
-            .map_err(|_| "the neighbour probe did not start".to_owned())??;
-        let rate_during = |batched: bool| -> Result<f64, String> {
+            .map_err(|_| MeasureError::NeighbourNotStarted)??;
+        let rate_during = |batched: bool| -> Result<f64, MeasureError> {
             let (start, before) = (Instant::now(), steps.load(Ordering::Relaxed));
             if batched {
                 run_batches(workload, phase)?;
@@ -249,7 +251,7 @@ fn neighbour(workload: &Workload, settings: &Settings, cpu: usize) -> Result<Rat
         // The probe's first phase is spent getting onto its CPU.
         rate_during(false)?;
         let rounds = alternating(settings.rounds, rate_during)?;
-        Ratio::of(rounds).ok_or_else(|| "the neighbour probe counted nothing".to_owned())
+        Ratio::of(rounds).ok_or(MeasureError::NothingCounted { neighbour: true })
     })
 }
 

@@ -15,6 +15,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, RedisResult, TlsCertificates};
 use zeroize::Zeroizing;
 
+use crate::error::{KeyFileError, StoreError};
 use crate::tickets::key::Kek;
 
 /// `[fleet]`: the store and the key that wraps what is kept there.
@@ -61,41 +62,47 @@ impl StoreSettings {
     }
 
     /// Why `url` cannot name a store, if it cannot (its password not shown).
-    pub fn check_url(url: &str) -> Result<(), String> {
+    pub fn check_url(url: &str) -> Result<(), StoreError> {
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             return Ok(());
         }
         let scheme = url.split_once("://").map_or("", |(s, _)| s);
-        Err(format!(
-            "store is a redis:// or rediss:// URL, not {}",
-            if scheme.is_empty() { "this" } else { scheme }
-        ))
+        Err(StoreError::Scheme {
+            scheme: scheme.to_owned(),
+        })
     }
 
     /// The client and key-encryption key these settings name: the files read, the URL
     /// parsed; no connection yet.
-    pub fn open(&self) -> Result<(Client, Kek), String> {
+    pub fn open(&self) -> Result<(Client, Kek), StoreError> {
         Self::check_url(&self.url)?;
         let tls = self.url.starts_with("rediss://");
-        let read = |path: &PathBuf, what: &str| {
+        let read = |path: &PathBuf, what: &'static str| {
             std::fs::read(path)
                 .map(Zeroizing::new)
-                .map_err(|e| format!("{what} {}: {e}", path.display()))
+                .map_err(|source| StoreError::Read {
+                    what,
+                    path: path.clone(),
+                    source,
+                })
         };
         let kek_text = read(&self.key_file, "key_file")?;
         let kek = std::str::from_utf8(&kek_text)
-            .map_err(|_| "not text".to_owned())
+            .map_err(|_| KeyFileError::NotText)
             .and_then(Kek::from_hex)
-            .map_err(|e| format!("key_file {}: {e}", self.key_file.display()))?;
-        let mut info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| format!("store {:?}: {e}", self.shown()))?;
+            .map_err(|source| StoreError::KeyFile {
+                path: self.key_file.clone(),
+                source,
+            })?;
+        let refused = |source| StoreError::Url {
+            shown: self.shown(),
+            source,
+        };
+        let mut info = self.url.as_str().into_connection_info().map_err(refused)?;
         if let Some(path) = &self.password_file {
             let bytes = read(path, "password_file")?;
             let password = std::str::from_utf8(&bytes)
-                .map_err(|_| format!("password_file {}: not UTF-8", path.display()))?;
+                .map_err(|_| StoreError::PasswordNotText { path: path.clone() })?;
             let settings = info
                 .redis_settings()
                 .clone()
@@ -110,10 +117,10 @@ impl StoreSettings {
                     root_cert: Some(read(ca, "ca")?.to_vec()),
                 },
             ),
-            (Some(_), false) => return Err("ca is for a rediss:// store".into()),
+            (Some(_), false) => return Err(StoreError::CaWithoutTls),
             (None, _) => Client::open(info),
         }
-        .map_err(|e| format!("store {:?}: {e}", self.shown()))?;
+        .map_err(refused)?;
         Ok((client, kek))
     }
 }
@@ -175,6 +182,17 @@ mod tests {
         ] {
             assert!(!s(url).shown().contains("hunter2"), "{url}");
         }
-        assert!(s("http://x").open().unwrap_err().contains("redis://"));
+        let refused = s("http://x").open().unwrap_err();
+        assert!(matches!(refused, StoreError::Scheme { .. }), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            "store is a redis:// or rediss:// URL, not http"
+        );
+        assert_eq!(
+            StoreSettings::check_url("localhost:6379")
+                .unwrap_err()
+                .to_string(),
+            "store is a redis:// or rediss:// URL, not this"
+        );
     }
 }

@@ -19,6 +19,8 @@ use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, AES_256_
 use aws_lc_rs::{hkdf, hmac};
 use zeroize::Zeroizing;
 
+use crate::error::KeyFileError;
+
 /// Bytes of a key's name.
 pub const NAME_LEN: usize = 16;
 const SECRET_LEN: usize = 32;
@@ -148,13 +150,10 @@ impl std::fmt::Debug for Kek {
 impl Kek {
     /// The key written in `text`: 64 hexadecimal digits (`openssl rand -hex 32`), blank
     /// space around them ignored.
-    pub fn from_hex(text: &str) -> Result<Self, String> {
+    pub fn from_hex(text: &str) -> Result<Self, KeyFileError> {
         let text = text.trim();
         if text.len() != 2 * SECRET_LEN || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
-                "a key file holds 64 hexadecimal digits (32 bytes; make one with `openssl rand -hex 32`), not {} characters",
-                text.len()
-            ));
+            return Err(KeyFileError::NotHex { len: text.len() });
         }
         let mut bytes = Zeroizing::new([0u8; SECRET_LEN]);
         for (i, byte) in bytes.iter_mut().enumerate() {

@@ -28,6 +28,20 @@ use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Render
 pub use key::{KeyMaterial, TicketKey, NAME_LEN};
 pub use ring::Ring;
 
+/// Why a [`Rotation`] cannot work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RotationError {
+    /// `rotate` is under a second, or not whole seconds.
+    #[error("rotate is a whole number of seconds, at least 1s")]
+    NotWholeSeconds,
+    /// `rotate` is longer than a ticket may live.
+    #[error("rotate is at most 7 days (a TLS 1.3 ticket's longest life)")]
+    TooLong,
+    /// `keep` is out of its range.
+    #[error("keep is between 2 and 64: with 1, a ticket sealed late in a period would be useless at once")]
+    Keep,
+}
+
 /// How often the keys rotate and how many periods a ticket stays valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rotation {
@@ -54,15 +68,15 @@ impl Rotation {
     pub const MAX_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
 
     /// Why these settings cannot work, if they cannot.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), RotationError> {
         if self.rotate < Duration::from_secs(1) || self.rotate.subsec_nanos() != 0 {
-            return Err("rotate is a whole number of seconds, at least 1s".into());
+            return Err(RotationError::NotWholeSeconds);
         }
         if self.rotate > Self::MAX_LIFETIME {
-            return Err("rotate is at most 7 days (a TLS 1.3 ticket's longest life)".into());
+            return Err(RotationError::TooLong);
         }
         if !(2..=64).contains(&self.keep) {
-            return Err("keep is between 2 and 64: with 1, a ticket sealed late in a period would be useless at once".into());
+            return Err(RotationError::Keep);
         }
         Ok(())
     }

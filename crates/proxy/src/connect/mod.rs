@@ -7,7 +7,7 @@ mod stream;
 mod tls;
 
 pub(crate) use stream::{ReadHalf, Stream, WriteHalf};
-pub use tls::UpstreamTls;
+pub use tls::{UpstreamTls, UpstreamTlsError};
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

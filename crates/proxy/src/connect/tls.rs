@@ -14,6 +14,20 @@ use tokio_rustls::TlsConnector;
 
 use crate::spec::{Protocol, ServerSpec};
 
+/// Why an upstream's TLS side cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamTlsError {
+    /// The trust (a CA file) cannot be used.
+    #[error("{0}")]
+    Trust(#[from] terminus_tls::client::TrustError),
+    /// rustls refuses the protocol versions.
+    #[error("{0}")]
+    Versions(#[source] rustls::Error),
+    /// rustls refuses the client certificate or its key.
+    #[error("client certificate: {0}")]
+    ClientCertificate(#[source] rustls::Error),
+}
+
 /// How an upstream's servers are reached over TLS.
 #[derive(Clone)]
 pub struct UpstreamTls {
@@ -37,12 +51,12 @@ impl UpstreamTls {
         trust: Trust,
         identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
         protocol: Protocol,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, UpstreamTlsError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let verifier = trust.verifier(&provider)?;
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(UpstreamTlsError::Versions)?
             .dangerous()
             .with_custom_certificate_verifier(verifier);
         let client_chain = identity.as_ref().map(|(chain, _)| chain.clone());
@@ -50,7 +64,7 @@ impl UpstreamTls {
             None => builder.with_no_client_auth(),
             Some((chain, key)) => builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("client certificate: {e}"))?,
+                .map_err(UpstreamTlsError::ClientCertificate)?,
         };
         config.alpn_protocols = vec![match protocol {
             Protocol::H2 => b"h2".to_vec(),

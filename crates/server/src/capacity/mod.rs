@@ -71,7 +71,8 @@ impl Machine {
         if !own.iter().any(|w| w.op == Operation::Rsa2048) {
             workloads.push(unit());
         }
-        let capacity = match self.on_crypto_cores(|| Capacity::quick(self.backend, &workloads)) {
+        let quick = || Capacity::quick(self.backend, &workloads).map_err(|e| e.to_string());
+        let capacity = match self.on_crypto_cores(quick) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("crypto capacity not measured ({e}); quotas are charged by a scalar core's costs");
