@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rustls::ServerConfig;
-use terminus_error::{Classify, Source};
 use terminus_tls::config::NoTickets;
 use terminus_tls::{
     CertError, LoadedCert, SniResolver, TlsSettings, TlsSettingsError, VirtualHostCerts,
@@ -38,23 +37,11 @@ pub enum ChallengeError {
         source: rcgen::Error,
     },
     /// The certificate and key made do not load.
-    #[error("{0}")]
-    Load(#[source] CertError),
+    #[error(transparent)]
+    Load(CertError),
     /// rustls will not make a configuration of them.
-    #[error("{0}")]
-    Config(#[source] TlsSettingsError),
-}
-
-impl Classify for ChallengeError {
-    fn kind(&self) -> &'static str {
-        "challenge_certificate"
-    }
-
-    /// Made here, from a name the configuration (or another instance's order) gives and
-    /// a key made here: ours.
-    fn source(&self) -> Source {
-        Source::Internal
-    }
+    #[error(transparent)]
+    Config(TlsSettingsError),
 }
 
 /// The challenges being answered now, shared by the ACME thread and every worker.

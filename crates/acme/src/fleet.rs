@@ -87,10 +87,6 @@ impl Classify for FleetStoreError {
             Self::NoRandomness => Source::Internal,
         }
     }
-
-    fn retryable(&self) -> bool {
-        matches!(self, Self::Connect(_) | Self::Command(_))
-    }
 }
 
 /// A field of the challenges' hash for an HTTP-01 token or a TLS-ALPN-01 name.
@@ -416,7 +412,7 @@ impl FleetStore {
                     if !failing {
                         terminus_error::log(
                             &e,
-                            &"-",
+                            None,
                             "acme: other instances' challenge answers unread: ",
                         );
                     }

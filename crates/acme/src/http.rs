@@ -55,8 +55,8 @@ pub enum CaError {
     #[error("the system's roots: {0}")]
     SystemRoots(#[source] rustls::Error),
     /// The runtime `terminus check` asks the CA on could not be made.
-    #[error("{0}")]
-    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Runtime(std::io::Error),
     /// The request for the directory could not be made (its URL).
     #[error("{url}: {source}")]
     Request {

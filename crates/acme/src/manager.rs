@@ -23,7 +23,6 @@ use instant_acme::{
 use terminus_fleet::store::StoreSettings;
 use zeroize::Zeroizing;
 
-use terminus_error::{Classify, Source};
 
 use crate::challenges::Challenges;
 use crate::fleet::{FleetStore, FleetStoreError};
@@ -66,14 +65,14 @@ pub enum AcmeError {
         source: std::io::Error,
     },
     /// The fleet's store settings cannot work.
-    #[error("{0}")]
+    #[error(transparent)]
     Fleet(#[from] terminus_fleet::StoreError),
     /// The CA's client cannot be made (a private CA's root, the system's roots).
     #[error("[acme] ca: {0}")]
     Ca(#[source] CaError),
     /// The thread's runtime cannot be made.
-    #[error("{0}")]
-    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Runtime(std::io::Error),
 }
 
 /// Why this instance's copy of a certificate and the fleet's store's could not be
@@ -81,40 +80,17 @@ pub enum AcmeError {
 #[derive(Debug, thiserror::Error)]
 enum SyncError {
     /// The store failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] FleetStoreError),
     /// The store's certificate could not be written to the state directory.
     #[error("storing the fleet's certificate: {0}")]
     Save(#[source] std::io::Error),
     /// Ours could not be read from the state directory.
-    #[error("{0}")]
-    Read(#[source] std::io::Error),
+    #[error(transparent)]
+    Read(std::io::Error),
     /// Ours was gone between two readings.
     #[error("the certificate just read is gone")]
     Gone,
-}
-
-impl Classify for SyncError {
-    fn kind(&self) -> &'static str {
-        match self {
-            Self::Store(e) => e.kind(),
-            Self::Save(_) | Self::Read(_) | Self::Gone => "state_dir",
-        }
-    }
-
-    fn source(&self) -> Source {
-        match self {
-            Self::Store(e) => e.source(),
-            Self::Save(_) | Self::Read(_) | Self::Gone => Source::Internal,
-        }
-    }
-
-    fn retryable(&self) -> bool {
-        match self {
-            Self::Store(e) => e.retryable(),
-            _ => false,
-        }
-    }
 }
 
 /// The ACME thread, made once for the process and started when the listeners are up

@@ -25,7 +25,7 @@ pub mod speed;
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
     /// A workload to measure could not be made.
-    #[error("{0}")]
+    #[error(transparent)]
     Workload(#[from] WorkloadError),
     /// An operation on aws-lc failed.
     #[error("{}: the scalar operation failed", .0.name())]

@@ -59,14 +59,16 @@ pub trait Classify: fmt::Display {
     }
 }
 
-/// Logs `error`, which happened to `client`, at its source's level: its kind, source and
-/// client as fields, and `what` (what could not be done) before the error's text.
-pub fn log(error: &dyn Classify, client: &dyn fmt::Display, what: &str) {
+/// Logs `error` at its source's level: its kind and source as fields, the address of the
+/// `peer` it happened to (the client, on a connection) as the `peer` field every
+/// connection's log line has, and `what` (what could not be done) before the error's text.
+pub fn log(error: &dyn Classify, peer: Option<&dyn fmt::Display>, what: &str) {
     let (kind, source) = (error.kind(), error.source().name());
+    let peer = peer.map(tracing::field::display);
     match error.source().level() {
-        tracing::Level::DEBUG => tracing::debug!(kind, source, client = %client, "{what}{error}"),
-        tracing::Level::WARN => tracing::warn!(kind, source, client = %client, "{what}{error}"),
-        _ => tracing::error!(kind, source, client = %client, "{what}{error}"),
+        tracing::Level::DEBUG => tracing::debug!(kind, source, peer, "{what}{error}"),
+        tracing::Level::WARN => tracing::warn!(kind, source, peer, "{what}{error}"),
+        _ => tracing::error!(kind, source, peer, "{what}{error}"),
     }
 }
 

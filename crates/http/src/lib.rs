@@ -65,11 +65,9 @@ pub trait Responder {
     fn http2_trouble(&self, _trouble: Http2Trouble) {}
 }
 
-/// A connection's timeouts.
+/// An HTTP connection's timeouts.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
-    /// The TLS handshake, from the first byte.
-    pub handshake: Duration,
     /// A request's head from its first byte, and each read of its body.
     pub request_header: Duration,
     /// Between requests, and a response that makes no progress.

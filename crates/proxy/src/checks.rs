@@ -26,14 +26,14 @@ pub(crate) enum CheckError {
     #[error("{}", .0.detail)]
     Connect(ConnectFailed),
     /// The HTTP/1.1 exchange failed.
-    #[error("{0}")]
-    Http1(#[source] io::Error),
+    #[error(transparent)]
+    Http1(io::Error),
     /// The HTTP/2 connection could not be set up.
     #[error("h2 handshake: {0}")]
     H2Handshake(#[source] hyper::Error),
     /// The check's request could not be made (its path or host).
-    #[error("{0}")]
-    Request(#[source] hyper::http::Error),
+    #[error(transparent)]
+    Request(hyper::http::Error),
     /// The HTTP/2 request failed.
     #[error("h2 request: {0}")]
     H2Request(#[source] hyper::Error),

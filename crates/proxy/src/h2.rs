@@ -28,10 +28,6 @@ use crate::stall::Stall;
 use crate::upstream::InProgress;
 use terminus_http::Upstreamed;
 
-/// A request body as the h2 client takes it: any body, boxed in the one outgoing body
-/// type (the client is generic over one body type per connection).
-type LocalBody = terminus_http::Body;
-
 /// Runs hyper's connection tasks on the worker's `LocalSet`: nothing here is `Send`.
 #[derive(Clone, Copy)]
 pub(crate) struct LocalExec;
@@ -46,7 +42,9 @@ impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
 
 /// One worker's HTTP/2 connections, one per server of each upstream (by upstream id).
 #[derive(Default)]
-pub(crate) struct Connections(RefCell<HashMap<(u64, SocketAddr), SendRequest<LocalBody>>>);
+pub(crate) struct Connections(
+    RefCell<HashMap<(u64, SocketAddr), SendRequest<terminus_http::Body>>>,
+);
 
 impl std::fmt::Debug for Connections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,7 +54,7 @@ impl std::fmt::Debug for Connections {
 
 impl Connections {
     /// The open connection for `key` that can take another stream, if there is one.
-    fn open(&self, key: (u64, SocketAddr)) -> Option<SendRequest<LocalBody>> {
+    fn open(&self, key: (u64, SocketAddr)) -> Option<SendRequest<terminus_http::Body>> {
         let mut conns = self.0.borrow_mut();
         match conns.get(&key) {
             Some(send) if !send.is_closed() => Some(send.clone()),
@@ -101,7 +99,7 @@ where
             };
             let (send, conn) = match tokio::time::timeout(
                 attempt.timeouts.connect,
-                handshake::<LocalBody>(stream),
+                handshake::<terminus_http::Body>(stream),
             )
             .await
             {

@@ -12,7 +12,7 @@
 //! - [`pool`]: each worker's idle connections, reused under keep-alive;
 //! - [`forward`]: a request's way through: head rewritten ([`headers`]), server chosen,
 //!   connection taken or opened, exchange run ([`http1`], or HTTP/2 over TLS or in
-//!   cleartext for gRPC backends), the [`response`] streamed back (a body that stalls
+//!   cleartext for gRPC backends), the response streamed back in `terminus_http::Body` (a body that stalls
 //!   ends at [`stall`]'s timeout, either protocol), retried where safe (a body sent
 //!   out is held for that while small: [`replay`]);
 //! - [`tunnel`]: an upgraded connection (WebSocket) carried both ways by [`relay`];
@@ -49,5 +49,4 @@ pub use headers::Origin;
 pub use metrics::ProxyMetrics;
 pub use pool::Pool;
 pub use spec::UpstreamSpec;
-pub use terminus_http::{Upgrade, Upstreamed};
 pub use upstream::Upstream;

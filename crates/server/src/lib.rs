@@ -1,5 +1,6 @@
-//! The terminus server: workers and listeners, connection lifecycle,
-//! HTTP and static files, admin and metrics.
+//! The terminus server, the wiring of a running instance: start-up and its services,
+//! workers and listeners, each connection's stages, the application answering requests
+//! (`app`, over `terminus-http`), admin and metrics, reload.
 //!
 //! [`run`] starts everything and blocks until SIGTERM/SIGINT has drained the workers;
 //! SIGHUP reloads the configuration and certificates in place.
@@ -47,7 +48,7 @@ pub struct ServerOptions {
 /// Why terminus could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("{0}")]
+    #[error(transparent)]
     /// The configuration is wrong (file, line and what to fix).
     Config(#[from] ConfigError),
     #[error("cannot make the self-signed certificates: {0}")]
@@ -82,7 +83,7 @@ pub enum StartError {
         /// What bind or listen said.
         source: std::io::Error,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     /// `crypto.simd = "dedicated"` cannot have a core of its own.
     Placement(#[from] placement::PlacementError),
     #[error("cannot start: {0}")]

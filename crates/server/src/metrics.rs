@@ -48,13 +48,14 @@ impl HandshakeFailure {
         Self::PlainHttp,
     ];
 
-    /// The series `e` is counted in: the one its kind names.
+    /// The series `e` is counted in: the one its kind names (each series' source label
+    /// is fixed when the series are made, so that every one shows from the start; the
+    /// unit test holds the two to the error's own).
     pub fn of(e: &HandshakeError) -> Self {
         let kind = e.kind();
-        Self::ALL
-            .into_iter()
-            .find(|why| why.name() == kind)
-            .unwrap_or(Self::Internal)
+        let series = Self::ALL.into_iter().find(|why| why.name() == kind);
+        debug_assert!(series.is_some(), "no handshake failure series for {kind}");
+        series.unwrap_or(Self::Internal)
     }
 
     pub fn name(self) -> &'static str {
@@ -406,6 +407,7 @@ mod tests {
     use rustls::SignatureScheme;
     use terminus_engine::{CryptoError, OpKind};
     use terminus_error::{Classify, Source};
+    use terminus_tls::handshake::Downgrade;
     use terminus_tls::HandshakeError;
 
     use super::HandshakeFailure;
@@ -436,6 +438,11 @@ mod tests {
                 "io_error",
             ),
             (HandshakeError::PlainText, Source::Client, "plain_http"),
+            (
+                HandshakeError::Downgrade(Downgrade::NoCommonVersion),
+                Source::Client,
+                "tls_error",
+            ),
             (
                 HandshakeError::Tls(rustls::Error::DecryptError),
                 Source::Client,

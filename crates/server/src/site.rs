@@ -3,6 +3,7 @@
 //! the one they were accepted with.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use terminus_fleet::tickets::Ticketer;
 
 use terminus_admission::tenant::{TenantAccount, Tenants};
@@ -37,7 +38,14 @@ pub struct Host {
     pub tenant: Arc<TenantAccount>,
 }
 
-pub use terminus_http::Timeouts;
+/// A connection's timeouts: its handshake's, then HTTP's.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// The TLS handshake, from the first byte.
+    pub handshake: Duration,
+    /// Reading requests and between them.
+    pub http: terminus_http::Timeouts,
+}
 
 /// Everything a connection needs, fixed for its lifetime.
 pub struct Site {
@@ -198,8 +206,10 @@ impl Site {
             hosts,
             timeouts: Timeouts {
                 handshake: config.handshake_timeout,
-                request_header: config.request_header_timeout,
-                keepalive: config.keepalive_timeout,
+                http: terminus_http::Timeouts {
+                    request_header: config.request_header_timeout,
+                    keepalive: config.keepalive_timeout,
+                },
             },
             access_log,
             files: Caching {

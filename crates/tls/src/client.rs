@@ -40,8 +40,8 @@ pub enum TrustError {
         path: PathBuf,
     },
     /// rustls will not make a verifier of the roots.
-    #[error("{0}")]
-    Verifier(#[source] rustls::client::VerifierBuilderError),
+    #[error(transparent)]
+    Verifier(rustls::client::VerifierBuilderError),
 }
 
 /// Why a client certificate and its key cannot be used.

@@ -150,7 +150,6 @@ struct Entry {
     used: Instant,
 }
 
-/// One worker's cache.
 /// What the open-file cache may keep, and for how long (nginx's `open_file_cache`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caching {

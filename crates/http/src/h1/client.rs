@@ -10,8 +10,12 @@ use std::io;
 use http::{Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{keeps_alive, parse_response_head, response_framing, Decoded, Decoder, Framing};
-use super::{Malformed, MAX_HEAD};
+use super::{keeps_alive, parse_response_head, response_framing, Decoder, Framing, Malformed};
+
+/// The largest response head read: more than a server's request heads get
+/// ([`super::MAX_HEAD`]), as a client takes what servers send (nginx's proxy buffers and
+/// curl allow as much).
+pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
 /// A response read to its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +38,7 @@ pub enum ReadError {
     Closed,
     /// The response is not HTTP/1.x as the codec reads it.
     Malformed(&'static str),
-    /// The head did not end within [`MAX_HEAD`] bytes.
+    /// The head did not end within [`MAX_RESPONSE_HEAD`] bytes.
     HeadTooLarge,
 }
 
@@ -44,7 +48,7 @@ impl fmt::Display for ReadError {
             Self::Io(e) => write!(f, "{e}"),
             Self::Closed => f.write_str("the connection closed before the end of the response"),
             Self::Malformed(why) => write!(f, "malformed response: {why}"),
-            Self::HeadTooLarge => write!(f, "response head over {MAX_HEAD} bytes"),
+            Self::HeadTooLarge => write!(f, "response head over {} KiB", MAX_RESPONSE_HEAD / 1024),
         }
     }
 }
@@ -70,9 +74,13 @@ pub async fn read_response<S: AsyncRead + Unpin>(
             // 100 Continue and friends: the real response follows.
             Some(head) if head.status.is_informational() => continue,
             Some(head) => break head,
-            None if buf.len() >= MAX_HEAD => return Err(ReadError::HeadTooLarge),
             None => {
-                if fill(stream, buf).await? == 0 {
+                // Checked before each read, which brings at most the room left.
+                let room = MAX_RESPONSE_HEAD.saturating_sub(buf.len());
+                if room == 0 {
+                    return Err(ReadError::HeadTooLarge);
+                }
+                if fill(stream, buf, room).await? == 0 {
                     return Err(ReadError::Closed);
                 }
             }
@@ -81,13 +89,12 @@ pub async fn read_response<S: AsyncRead + Unpin>(
     let framing = response_framing(method, head.status, &head.fields, head.version)?;
     let mut decoder = Decoder::new(framing);
     let mut body = 0u64;
-    loop {
-        match decoder.decode(buf)? {
-            Some(Decoded::Data(data)) => body += data.len() as u64,
-            Some(Decoded::Trailers(_)) => {}
-            Some(Decoded::End) => break,
+    // The body is counted where it lies and dropped, never copied.
+    while !decoder.is_done() {
+        match decoder.skip(buf)? {
+            Some(n) => body += n as u64,
             None => {
-                if fill(stream, buf).await? == 0 {
+                if fill(stream, buf, READ_SIZE).await? == 0 {
                     decoder.at_eof().map_err(|_| ReadError::Closed)?;
                 }
             }
@@ -100,13 +107,22 @@ pub async fn read_response<S: AsyncRead + Unpin>(
     })
 }
 
-/// Reads more bytes into `buf`; 0 at the end of the stream, which a TLS peer that closes
-/// without close_notify also means (how servers end a body framed by the close).
-async fn fill<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> Result<usize, ReadError> {
+/// What a read of the body asks for at most.
+const READ_SIZE: usize = 16 * 1024;
+
+/// Reads at most `most` more bytes into `buf`; 0 at the end of the stream, which a TLS
+/// peer that closes without close_notify also means (how servers end a body framed by
+/// the close).
+async fn fill<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    most: usize,
+) -> Result<usize, ReadError> {
     if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(16 * 1024);
+        buf.reserve(READ_SIZE);
     }
-    match stream.read_buf(buf).await {
+    let mut limited = (&mut *stream).take(most as u64);
+    match limited.read_buf(buf).await {
         Ok(n) => Ok(n),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
         Err(e) => Err(ReadError::Io(e)),
@@ -177,6 +193,28 @@ mod tests {
             read(Method::HEAD, head).await.unwrap(),
             received(200, true, 0)
         );
+    }
+
+    /// A response whose head has a field of `len` bytes.
+    fn with_field(len: usize) -> Vec<u8> {
+        let mut response = b"HTTP/1.1 204 No Content\r\nX-Big: ".to_vec();
+        response.resize(response.len() + len, b'a');
+        response.extend_from_slice(b"\r\n\r\n");
+        response
+    }
+
+    #[tokio::test]
+    async fn a_head_is_taken_up_to_64_kib_and_no_further() {
+        let big = with_field(40 * 1024);
+        assert_eq!(
+            read(Method::GET, &big).await.unwrap(),
+            received(204, true, 0)
+        );
+        let too_big = with_field(MAX_RESPONSE_HEAD);
+        assert!(matches!(
+            read(Method::GET, &too_big).await,
+            Err(ReadError::HeadTooLarge)
+        ));
     }
 
     #[tokio::test]

@@ -125,6 +125,13 @@ pub enum Decoded {
     End,
 }
 
+/// What a decoding step gave: [`Decoded`], with the data as the caller keeps it.
+enum Step<T> {
+    Data(T),
+    Trailers(HeaderMap),
+    End,
+}
+
 /// A body being decoded from the front of a connection's read buffer.
 #[derive(Debug)]
 pub struct Decoder(State);
@@ -182,21 +189,48 @@ impl Decoder {
 
     /// Takes the next piece of the body from the front of `buf`; `Ok(None)` wants more bytes.
     pub fn decode(&mut self, buf: &mut Vec<u8>) -> Result<Option<Decoded>, Malformed> {
+        Ok(self
+            .step(buf, Bytes::copy_from_slice)?
+            .map(|step| match step {
+                Step::Data(data) => Decoded::Data(data),
+                Step::Trailers(trailers) => Decoded::Trailers(trailers),
+                Step::End => Decoded::End,
+            }))
+    }
+
+    /// Like [`Decoder::decode`] for a reader that only counts the body: body bytes are
+    /// dropped where they lie (no copy), trailers parsed and dropped. `Ok(Some(n))`: `n`
+    /// bytes of body went (0 for trailers or the end: see [`Decoder::is_done`]);
+    /// `Ok(None)` wants more bytes.
+    pub fn skip(&mut self, buf: &mut Vec<u8>) -> Result<Option<usize>, Malformed> {
+        Ok(self.step(buf, <[u8]>::len)?.map(|step| match step {
+            Step::Data(n) => n,
+            Step::Trailers(_) | Step::End => 0,
+        }))
+    }
+
+    /// The next piece of the body, its bytes handed to `data` (which makes what the
+    /// caller keeps of them) before they leave `buf`.
+    fn step<T>(
+        &mut self,
+        buf: &mut Vec<u8>,
+        data: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<Step<T>>, Malformed> {
         loop {
             match self.0 {
-                State::Done => return Ok(Some(Decoded::End)),
+                State::Done => return Ok(Some(Step::End)),
                 State::UntilClose if buf.is_empty() => return Ok(None),
                 State::UntilClose => {
-                    let data = Bytes::copy_from_slice(buf);
+                    let data = data(buf);
                     buf.clear();
-                    return Ok(Some(Decoded::Data(data)));
+                    return Ok(Some(Step::Data(data)));
                 }
                 State::Length(n) | State::ChunkData(n) => {
                     if buf.is_empty() {
                         return Ok(None);
                     }
                     let take = (n as usize).min(buf.len());
-                    let data = Bytes::copy_from_slice(&buf[..take]);
+                    let data = data(&buf[..take]);
                     buf.drain(..take);
                     let left = n - take as u64;
                     self.0 = match self.0 {
@@ -205,7 +239,7 @@ impl Decoder {
                         _ if left == 0 => State::ChunkEnd,
                         _ => State::ChunkData(left),
                     };
-                    return Ok(Some(Decoded::Data(data)));
+                    return Ok(Some(Step::Data(data)));
                 }
                 State::ChunkSize => {
                     let Some(line) = take_line(buf, MAX_LINE)? else {
@@ -232,7 +266,7 @@ impl Decoder {
                     if buf.starts_with(b"\r\n") {
                         buf.drain(..2);
                         self.0 = State::Done;
-                        return Ok(Some(Decoded::End));
+                        return Ok(Some(Step::End));
                     }
                     let Some(end) = find(buf, b"\r\n\r\n") else {
                         if buf.len() > MAX_TRAILERS {
@@ -252,7 +286,7 @@ impl Decoder {
                     };
                     buf.drain(..end + 4);
                     self.0 = State::Done;
-                    return Ok(Some(Decoded::Trailers(trailers)));
+                    return Ok(Some(Step::Trailers(trailers)));
                 }
             }
         }

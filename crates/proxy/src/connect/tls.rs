@@ -18,11 +18,11 @@ use crate::spec::{Protocol, ServerSpec};
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamTlsError {
     /// The trust (a CA file) cannot be used.
-    #[error("{0}")]
+    #[error(transparent)]
     Trust(#[from] terminus_tls::client::TrustError),
     /// rustls refuses the protocol versions.
-    #[error("{0}")]
-    Versions(#[source] rustls::Error),
+    #[error(transparent)]
+    Versions(rustls::Error),
     /// rustls refuses the client certificate or its key.
     #[error("client certificate: {0}")]
     ClientCertificate(#[source] rustls::Error),

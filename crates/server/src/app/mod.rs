@@ -50,7 +50,7 @@ pub struct ConnectionInfo {
 impl ConnectionInfo {
     /// Answers `req` with an error page, its small body read away first.
     async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
-        terminus_http::refuse(req, status, self.site.timeouts.request_header).await
+        terminus_http::refuse(req, status, self.site.timeouts.http.request_header).await
     }
 }
 
@@ -106,17 +106,17 @@ impl Responder for ConnectionInfo {
             let len = len.unwrap_or("-");
             // Proxied: which server answered, its status and header time (nginx's
             // $upstream_addr, $upstream_status, $upstream_header_time).
-            let upstream = resp
-                .extensions()
-                .get::<terminus_proxy::Upstreamed>()
-                .map_or(String::new(), |u| {
-                    format!(
-                        " upstream={} upstream_status={} upstream_time={:.3}",
-                        u.server,
-                        u.status,
-                        u.header_time.as_secs_f64()
-                    )
-                });
+            let upstream =
+                resp.extensions()
+                    .get::<terminus_http::Upstreamed>()
+                    .map_or(String::new(), |u| {
+                        format!(
+                            " upstream={} upstream_status={} upstream_time={:.3}",
+                            u.server,
+                            u.status,
+                            u.header_time.as_secs_f64()
+                        )
+                    });
             // The connection's handshake, on each of its requests (Tengine's
             // $ssl_handshake_time): its total and its crypto requests' queue wait.
             let took = &self.handshake.breakdown;

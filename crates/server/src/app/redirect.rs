@@ -33,7 +33,7 @@ pub(crate) struct Redirect {
 
 impl Redirect {
     async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
-        terminus_http::refuse(req, status, self.site.timeouts.request_header).await
+        terminus_http::refuse(req, status, self.site.timeouts.http.request_header).await
     }
 }
 
@@ -82,7 +82,7 @@ impl Responder for Redirect {
         req.into_body()
             .discard(
                 terminus_http::DISCARD_LIMIT,
-                self.site.timeouts.request_header,
+                self.site.timeouts.http.request_header,
             )
             .await;
         resp

@@ -106,7 +106,7 @@ async fn answer_locally(
     let (parts, body) = req.into_parts();
     // Neither files nor the page take a body: read a small one away (the connection
     // then stays usable), give up on a large one.
-    body.discard(DISCARD_LIMIT, cx.site.timeouts.request_header)
+    body.discard(DISCARD_LIMIT, cx.site.timeouts.http.request_header)
         .await;
     let method = &parts.method;
     if method != Method::GET && method != Method::HEAD {
@@ -129,7 +129,7 @@ async fn proxy(
     match terminus_proxy::forward(upstream, &cx.upstream_pool, req, head, &cx.origin).await {
         Ok(resp) => with_common_headers(resp),
         Err(e) => {
-            terminus_error::log(&e, &cx.peer, "");
+            terminus_error::log(&e, Some(&cx.peer), "");
             error_response(e.status, &method)
         }
     }

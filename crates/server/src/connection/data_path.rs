@@ -235,7 +235,7 @@ where
     S: terminus_http::Transport + terminus_http::ReadReady + 'static,
 {
     Box::pin(async move {
-        let timeouts = info.site.timeouts;
+        let timeouts = info.site.timeouts.http;
         terminus_http::serve(stream, h2, info, timeouts, shutdown).await;
         drop(open);
     })

@@ -235,7 +235,7 @@ impl Closed {
         match self {
             Closed::Handshake(e) => {
                 metrics.handshake_failed(HandshakeFailure::of(&e));
-                terminus_error::log(&e, &peer, "");
+                terminus_error::log(&e, Some(&peer), "");
             }
             Closed::HandshakeTimeout(after) => {
                 metrics.handshake_failed(HandshakeFailure::Timeout);

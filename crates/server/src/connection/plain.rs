@@ -27,7 +27,7 @@ pub(super) async fn run(
     };
     let _ = socket.set_nodelay(true);
     let site = worker.shared.site.current();
-    let timeouts = site.timeouts;
+    let timeouts = site.timeouts.http;
     let responder = Redirect {
         site,
         peer,

@@ -38,7 +38,7 @@ impl Secured {
         let mut conn = match stream::open(&upstream, peer, info.local).await {
             Ok(conn) => conn,
             Err(e) => {
-                terminus_error::log(&e, &peer, "stream not opened: ");
+                terminus_error::log(&e, Some(&peer), "stream not opened: ");
                 // An orderly close (close_notify), so the client sees a refusal, not a
                 // reset it could take for a network fault.
                 match records {
@@ -81,7 +81,7 @@ impl Hello {
         let mut conn = match stream::open(&upstream, peer, local).await {
             Ok(conn) => conn,
             Err(e) => {
-                terminus_error::log(&e, &peer, "passthrough stream not opened: ");
+                terminus_error::log(&e, Some(&peer), "passthrough stream not opened: ");
                 return;
             }
         };

@@ -1,8 +1,10 @@
 //! docs/ARCHITECTURE.md's map of the crates against the tree: every crate it names
 //! exists and every crate is named; every folder and file it lists under a crate exists;
 //! every top module of a crate (a file or folder in its `src/`) is named in its crate's
-//! entry; and every `crate/src/...` path the page quotes exists. A module added, moved or
-//! removed without the map fails here.
+//! entry as a list item; every path the page quotes exists; and the dependency chains it
+//! draws (`a -> b -> c`) are the crates' own: each depends on the next, none on one
+//! before it. A module added, moved or removed without the map, or a dependency that
+//! points up, fails here.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -74,14 +76,66 @@ fn top_modules(krate: &Path) -> Vec<String> {
     names
 }
 
-/// Whether `text` has `word` with no letter, digit or underscore either side.
-fn names(text: &str, word: &str) -> bool {
+/// Whether `text` names `module` as an item of a list: no letter, digit or underscore
+/// before it, and after it what follows an item (` (`, `,`, `;`, `:`, `)`, `/`, `.rs`,
+/// the line's end), not a word of prose (`the capacity of`).
+fn names(text: &str, module: &str) -> bool {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices(word).any(|(at, _)| {
+    text.match_indices(module).any(|(at, _)| {
         let before = text[..at].chars().next_back();
-        let after = text[at + word.len()..].chars().next();
-        !before.is_some_and(is_word) && !after.is_some_and(is_word)
+        let after = &text[at + module.len()..];
+        !before.is_some_and(is_word)
+            && [" (", ",", ";", ":", ")", "/", ".rs", "\n"]
+                .iter()
+                .any(|end| after.starts_with(end))
     })
+}
+
+/// Whether a path the page quotes is in the tree: from the root, under `crates/`, or in
+/// some crate (its `src/` or itself).
+fn exists(quoted: &str) -> bool {
+    let root = root();
+    if root.join(quoted).exists() || root.join("crates").join(quoted).exists() {
+        return true;
+    }
+    std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .map(|e| e.expect("a directory entry").path())
+        .any(|krate| krate.join("src").join(quoted).exists() || krate.join(quoted).exists())
+}
+
+/// Every workspace crate's directory, by package name.
+fn packages() -> BTreeMap<String, String> {
+    std::fs::read_dir(root().join("crates"))
+        .expect("crates/")
+        .map(|e| e.expect("a directory entry").path())
+        .filter_map(|dir| {
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+            let name = manifest
+                .lines()
+                .find_map(|l| l.strip_prefix("name = \""))?
+                .trim_end_matches('"')
+                .to_owned();
+            let dir = dir.file_name()?.to_string_lossy().into_owned();
+            Some((name, dir))
+        })
+        .collect()
+}
+
+/// The workspace crates (by directory) `krate` lists under `[dependencies]`.
+fn dependencies(krate: &str, packages: &BTreeMap<String, String>) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("crates").join(krate).join("Cargo.toml"))
+        .expect("a manifest");
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| {
+            let key = l.split(['=', '.']).next()?.trim();
+            packages.get(key).cloned()
+        })
+        .collect()
 }
 
 #[test]
@@ -135,17 +189,47 @@ fn the_architecture_map_names_every_crate_and_top_module_and_nothing_else() {
         }
     }
 
-    // Every `crate/src/...` path quoted anywhere on the page.
-    for quoted in page.split('`').skip(1).step_by(2) {
-        let Some((krate, rest)) = quoted.split_once("/src/") else {
-            continue;
-        };
-        if krate.contains(' ') || rest.contains(' ') || krate.contains('/') {
-            continue;
-        }
-        let path = root().join("crates").join(krate).join("src").join(rest);
-        if !path.exists() {
+    // Every path quoted anywhere on the page: a folder or a file of ours.
+    let quotes: Vec<&str> = page.split('`').skip(1).step_by(2).collect();
+    let files = [".rs", "/", ".py", ".md", ".toml"];
+    for quoted in &quotes {
+        let path = !quoted.contains(char::is_whitespace)
+            && quoted.contains('/')
+            && files.iter().any(|end| quoted.ends_with(end));
+        if path && !exists(quoted) {
             wrong.push(format!("the page quotes {quoted}, which does not exist"));
+        }
+    }
+
+    // The dependency chains the page draws.
+    let packages = packages();
+    let chains: Vec<Vec<String>> = quotes
+        .iter()
+        .filter(|q| q.contains(" -> "))
+        .map(|q| q.split("->").map(|c| c.trim().to_owned()).collect())
+        .collect();
+    assert!(!chains.is_empty(), "the page draws no dependency chain");
+    for chain in &chains {
+        for (i, krate) in chain.iter().enumerate() {
+            if !root().join("crates").join(krate).exists() {
+                wrong.push(format!("the chain {chain:?} names {krate}, no crate"));
+                continue;
+            }
+            let deps = dependencies(krate, &packages);
+            if let Some(next) = chain.get(i + 1) {
+                if !deps.contains(next) {
+                    wrong.push(format!(
+                        "{krate} does not depend on {next}, as {chain:?} says"
+                    ));
+                }
+            }
+            for above in &chain[..i] {
+                if deps.contains(above) {
+                    wrong.push(format!(
+                        "{krate} depends on {above}, up the chain {chain:?}"
+                    ));
+                }
+            }
         }
     }
 

@@ -20,7 +20,6 @@ use crate::Responder;
 use crate::Timeouts;
 
 const TIMEOUTS: Timeouts = Timeouts {
-    handshake: Duration::from_secs(5),
     request_header: Duration::from_secs(5),
     keepalive: Duration::from_secs(5),
 };
