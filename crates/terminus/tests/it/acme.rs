@@ -193,7 +193,7 @@ impl Pebble {
             // Pebble refuses 5% of nonces by default (badNonce) to exercise clients'
             // retries; an order that meets one backs off for half a minute, which these
             // tests would read as a failure of what they test.
-            .env("PEBBLE_WSFE_NONCEREJECT", "0")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
             .stdout(std::fs::File::create(self.dir.path("pebble.log")).unwrap())
             .stderr(Stdio::null())
             .spawn()
