@@ -23,7 +23,6 @@ use instant_acme::{
 use terminus_fleet::store::StoreSettings;
 use zeroize::Zeroizing;
 
-
 use crate::challenges::Challenges;
 use crate::fleet::{FleetStore, FleetStoreError};
 use crate::http::{CaClient, CaError};
