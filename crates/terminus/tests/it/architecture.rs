@@ -91,12 +91,18 @@ fn names(text: &str, module: &str) -> bool {
     })
 }
 
-/// Whether a path the page quotes is in the tree: from the root, under `crates/`, or in
-/// some crate (its `src/` or itself).
+/// Whether a path the page quotes is in the tree: from the root, under `crates/`, in the
+/// `src/` of the crate it starts with, or in some crate (its `src/` or itself).
 fn exists(quoted: &str) -> bool {
     let root = root();
     if root.join(quoted).exists() || root.join("crates").join(quoted).exists() {
         return true;
+    }
+    // `config/upstream/`: a crate, then a path in its `src/`.
+    if let Some((krate, rest)) = quoted.split_once('/') {
+        if root.join("crates").join(krate).join("src").join(rest).exists() {
+            return true;
+        }
     }
     std::fs::read_dir(root.join("crates"))
         .expect("crates/")
@@ -189,8 +195,14 @@ fn the_architecture_map_names_every_crate_and_top_module_and_nothing_else() {
         }
     }
 
-    // Every path quoted anywhere on the page: a folder or a file of ours.
-    let quotes: Vec<&str> = page.split('`').skip(1).step_by(2).collect();
+    // Every path quoted anywhere on the page: a folder or a file of ours. (The fences'
+    // lines go first: their three backticks would pair the rest the wrong way.)
+    let prose: String = page
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("```"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let quotes: Vec<&str> = prose.split('`').skip(1).step_by(2).collect();
     let files = [".rs", "/", ".py", ".md", ".toml"];
     for quoted in &quotes {
         let path = !quoted.contains(char::is_whitespace)
@@ -203,10 +215,20 @@ fn the_architecture_map_names_every_crate_and_top_module_and_nothing_else() {
 
     // The dependency chains the page draws.
     let packages = packages();
+    let crate_name = |c: &str| {
+        !c.is_empty()
+            && c.chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-')
+    };
     let chains: Vec<Vec<String>> = quotes
         .iter()
         .filter(|q| q.contains(" -> "))
-        .map(|q| q.split("->").map(|c| c.trim().to_owned()).collect())
+        .map(|q| {
+            q.split("->")
+                .map(|c| c.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .filter(|chain| chain.iter().all(|c| crate_name(c)))
         .collect();
     assert!(!chains.is_empty(), "the page draws no dependency chain");
     for chain in &chains {
