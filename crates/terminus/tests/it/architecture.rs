@@ -100,7 +100,13 @@ fn exists(quoted: &str) -> bool {
     }
     // `config/upstream/`: a crate, then a path in its `src/`.
     if let Some((krate, rest)) = quoted.split_once('/') {
-        if root.join("crates").join(krate).join("src").join(rest).exists() {
+        if root
+            .join("crates")
+            .join(krate)
+            .join("src")
+            .join(rest)
+            .exists()
+        {
             return true;
         }
     }
