@@ -87,6 +87,11 @@ impl Classify for FleetStoreError {
             Self::NoRandomness => Source::Internal,
         }
     }
+
+    /// The store's round trips are tried again (the next poll, the order's backoff).
+    fn retryable(&self) -> bool {
+        matches!(self, Self::Connect(_) | Self::Command(_))
+    }
 }
 
 /// A field of the challenges' hash for an HTTP-01 token or a TLS-ALPN-01 name.
