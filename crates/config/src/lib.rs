@@ -21,6 +21,7 @@ use std::time::Duration;
 use terminus_tls::TlsSettings;
 use toml::Spanned;
 
+mod access;
 mod acme;
 mod cidr;
 mod client_auth;
@@ -40,6 +41,7 @@ mod tenant;
 mod tls;
 mod upstream;
 
+pub use access::Access;
 pub use cidr::Cidr;
 pub use crypto::{BackendChoice, Crypto};
 pub use files::CacheSettings;

@@ -124,6 +124,7 @@ impl Config {
                 path: "/".into(),
                 target: RouteTarget::Root(root.clone()),
                 line: None,
+                access: None,
             });
         }
         Ok(())

@@ -7,7 +7,8 @@ use serde::Deserialize;
 use terminus_proxy::UpstreamSpec;
 use toml::Spanned;
 
-use super::{ConfigError, Ctx};
+use super::access::resolve_access;
+use super::{Access, ConfigError, Ctx};
 
 /// A `[[server.route]]` as written: a path prefix and what answers under it.
 #[derive(Debug, Deserialize)]
@@ -16,6 +17,8 @@ pub struct RouteSection {
     pub path: Spanned<String>,
     pub upstream: Option<Spanned<String>>,
     pub root: Option<Spanned<String>>,
+    /// `access`: allow and deny rules in place of the server's.
+    pub access: Option<Spanned<Vec<String>>>,
 }
 
 /// What answers the requests under a path prefix.
@@ -36,6 +39,8 @@ pub struct RouteConfig {
     pub target: RouteTarget,
     /// The line of its `path` (or of `root`), for errors found when it loads.
     pub line: Option<usize>,
+    /// Its own `access` rules, in place of its server's.
+    pub access: Option<Access>,
 }
 
 /// A server's routes: `root` is the route "/" when no `[[server.route]]` says otherwise.
@@ -86,6 +91,7 @@ pub(super) fn resolve_routes(
             path: path.clone(),
             target,
             line: ctx.line_of(r.path.span()),
+            access: resolve_access(r.access.as_ref(), ctx)?,
         });
     }
     if let Some(root) = root {
@@ -100,6 +106,7 @@ pub(super) fn resolve_routes(
             path: "/".into(),
             target: RouteTarget::Root(ctx.path(root.get_ref())),
             line: ctx.line_of(root.span()),
+            access: None,
         });
     }
     Ok(out)

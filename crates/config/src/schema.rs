@@ -175,6 +175,8 @@ pub struct ServerSection {
     pub headers: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     /// The `[[tenant]]` whose capacity its handshakes use.
     pub tenant: Option<Spanned<String>>,
+    /// `access`: allow and deny rules, in order.
+    pub access: Option<Spanned<Vec<String>>>,
     /// A capacity of its own (a tenant named after its first name).
     pub capacity: Option<Spanned<CapacitySection>>,
 }

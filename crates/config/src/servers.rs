@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// The tenant whose capacity its handshakes use; None: the default tenant.
     pub tenant: Option<String>,
+    /// `access`: who may send it requests (empty: everyone).
+    pub access: crate::Access,
 }
 
 impl ServerConfig {
@@ -63,6 +65,7 @@ impl ServerConfig {
             stream: None,
             headers: Vec::new(),
             tenant: None,
+            access: crate::Access::default(),
         }
     }
 }
@@ -155,6 +158,7 @@ fn resolve_server(
             None => Vec::new(),
         },
         tenant,
+        access: crate::access::resolve_access(s.access.as_ref(), ctx)?.unwrap_or_default(),
     })
 }
 

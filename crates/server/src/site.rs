@@ -36,6 +36,8 @@ pub struct Host {
     pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
     /// Whose crypto capacity its handshakes use.
     pub tenant: Arc<TenantAccount>,
+    /// Who may send it requests (`[[server]] access`; a route's own rules replace it).
+    pub access: terminus_config::Access,
 }
 
 /// A connection's timeouts: its handshake's, then HTTP's.
@@ -193,6 +195,7 @@ impl Site {
                 routes,
                 stream,
                 headers: server.headers.clone(),
+                access: server.access.clone(),
                 tenant: tenant_of(config, server, tenants),
             })
             .collect::<Vec<Host>>();
@@ -381,7 +384,7 @@ fn server_routes(
             })?),
             RouteTarget::Upstream(name) => Route::Proxy(find(name)),
         };
-        routes.push((r.path.clone(), route));
+        routes.push((r.path.clone(), route, r.access.clone()));
     }
     Ok(Routes::new(routes))
 }

@@ -80,7 +80,11 @@ impl Responder for ConnectionInfo {
             return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
         }
         let mut resp = match host.routes.choose(req.uri().path()) {
-            Some(route) => route.respond(req, head, self).await,
+            // The route's own rules, else its server's (nginx's location and server).
+            Some((_, access)) if !access.unwrap_or(&host.access).allows(self.peer.ip()) => {
+                self.refuse(req, StatusCode::FORBIDDEN).await
+            }
+            Some((route, _)) => route.respond(req, head, self).await,
             None => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
         // Every answer, errors too (nginx `add_header ... always`); a header the answer

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use terminus_config::Access;
 use terminus_http::h1::RawHead;
 use terminus_proxy::Upstream;
 
@@ -26,31 +27,32 @@ pub enum Route {
     Proxy(Arc<Upstream>),
 }
 
-/// A host's routes, longest prefix first.
+/// A host's routes, longest prefix first, each with its own `access` rules if it has
+/// any.
 #[derive(Debug)]
-pub struct Routes(Vec<(String, Route)>);
+pub struct Routes(Vec<(String, Route, Option<Access>)>);
 
 impl Routes {
-    pub fn new(mut routes: Vec<(String, Route)>) -> Self {
-        routes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+    pub fn new(mut routes: Vec<(String, Route, Option<Access>)>) -> Self {
+        routes.sort_by_key(|(prefix, ..)| std::cmp::Reverse(prefix.len()));
         Routes(routes)
     }
 
     /// One route for every path.
     pub fn everything(route: Route) -> Self {
-        Self::new(vec![("/".to_owned(), route)])
+        Self::new(vec![("/".to_owned(), route, None)])
     }
 
     /// The route whose prefix is the longest that `path` starts with, its segments' `;`
     /// parameters left out: Tomcat, Jetty and Spring strip them before they route, so
     /// `/admin;x/env` is their `/admin/env` and must be the `/admin/` route's here too,
     /// never the broader route beside it (which may send it to the same application).
-    pub fn choose(&self, path: &str) -> Option<&Route> {
+    pub fn choose(&self, path: &str) -> Option<(&Route, Option<&Access>)> {
         let path = without_parameters(path);
         self.0
             .iter()
-            .find(|(prefix, _)| path.starts_with(prefix.as_str()))
-            .map(|(_, route)| route)
+            .find(|(prefix, ..)| path.starts_with(prefix.as_str()))
+            .map(|(_, route, access)| (route, access.as_ref()))
     }
 }
 
@@ -160,16 +162,16 @@ mod tests {
     #[test]
     fn the_longest_prefix_wins() {
         let routes = Routes::new(vec![
-            ("/".into(), Route::BuiltinPage),
-            ("/api/v2/".into(), Route::BuiltinPage),
-            ("/api/".into(), Route::BuiltinPage),
+            ("/".into(), Route::BuiltinPage, None),
+            ("/api/v2/".into(), Route::BuiltinPage, None),
+            ("/api/".into(), Route::BuiltinPage, None),
         ]);
         let chosen = |path| {
-            let route = routes.choose(path).unwrap() as *const Route;
+            let route = routes.choose(path).unwrap().0 as *const Route;
             routes
                 .0
                 .iter()
-                .position(|(_, r)| std::ptr::eq(r, route))
+                .position(|(_, r, _)| std::ptr::eq(r, route))
                 .map(|i| routes.0[i].0.as_str())
         };
         assert_eq!(chosen("/api/v2/x"), Some("/api/v2/"));
@@ -180,7 +182,7 @@ mod tests {
         assert_eq!(chosen("/api;x/v2;y=1/z"), Some("/api/v2/"));
         assert_eq!(chosen("/api;jsessionid=1/x"), Some("/api/"));
         assert_eq!(chosen("/index.html;x"), Some("/"));
-        let partial = Routes::new(vec![("/only/".into(), Route::BuiltinPage)]);
+        let partial = Routes::new(vec![("/only/".into(), Route::BuiltinPage, None)]);
         assert!(partial.choose("/elsewhere").is_none());
     }
 }

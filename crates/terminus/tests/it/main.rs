@@ -12,6 +12,7 @@
 
 mod harness;
 
+mod access;
 mod acme;
 mod architecture;
 mod capacity;
