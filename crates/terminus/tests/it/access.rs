@@ -14,7 +14,12 @@ fn access_rules_refuse_with_403_and_a_route_s_rules_replace_its_server_s() {
     dir.write("www/index.html", "home\n");
     dir.write("www/open/page.txt", "open to all\n");
     dir.write("www/staff/page.txt", "staff only\n");
-    let pair = make_cert(dir.path("").as_path(), "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
     let conf = Config::new(&dir, &pair).workers(1).in_server(&format!(
         r#"access = ["allow 127.0.0.1", "deny all"]
 [[server.route]]
@@ -36,6 +41,9 @@ access = ["deny 127.0.0.1", "allow 127.0.0.0/8"]"#,
     assert_eq!(status_from(&server, "127.0.0.2", "/staff/page.txt"), 200);
     assert_eq!(status_from(&server, "127.0.0.1", "/staff/page.txt"), 403);
     // The path is settled before the rules are asked: no way round them by spelling.
-    assert_eq!(status_from(&server, "127.0.0.2", "/open/../index.html"), 403);
+    assert_eq!(
+        status_from(&server, "127.0.0.2", "/open/../index.html"),
+        403
+    );
     assert_eq!(status_from(&server, "127.0.0.1", "//staff/page.txt"), 403);
 }
