@@ -47,7 +47,7 @@ pub use crypto::{BackendChoice, Crypto};
 pub use files::CacheSettings;
 pub use listen::{KtlsMode, Listen, Plain};
 pub use overrides::Overrides;
-pub use route::{RouteConfig, RouteTarget};
+pub use route::{RouteConfig, RouteTarget, REDIRECT_PLACEHOLDERS};
 pub use schema::{parse_duration, ConfigDuration};
 pub use servers::{CertPaths, ServerConfig};
 pub use stream::StreamTarget;

@@ -19,7 +19,20 @@ pub struct RouteSection {
     pub root: Option<Spanned<String>>,
     /// `access`: allow and deny rules in place of the server's.
     pub access: Option<Spanned<Vec<String>>>,
+    /// `redirect = { to = "https://new.example{uri}", status = 301 }`.
+    pub redirect: Option<Spanned<RedirectSection>>,
 }
+
+/// A route's `redirect` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectSection {
+    pub to: String,
+    pub status: Option<u16>,
+}
+
+/// The placeholders a redirect's `to` may hold, each replaced by the request's.
+pub const REDIRECT_PLACEHOLDERS: [&str; 4] = ["{uri}", "{path}", "{query}", "{host}"];
 
 /// What answers the requests under a path prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +41,13 @@ pub enum RouteTarget {
     Root(PathBuf),
     /// The `[[upstream]]` of this name.
     Upstream(String),
+    /// A redirect to `to` (its placeholders filled in) with `status`.
+    Redirect {
+        /// The URL or path, with placeholders.
+        to: String,
+        /// 301, 302, 303, 307 or 308.
+        status: u16,
+    },
 }
 
 /// One route of a server.
@@ -67,8 +87,9 @@ pub(super) fn resolve_routes(
                 None,
             ));
         }
-        let target = match (&r.upstream, &r.root) {
-            (Some(u), None) => {
+        let target = match (&r.upstream, &r.root, &r.redirect) {
+            (None, None, Some(redirect)) => resolve_redirect(redirect, ctx)?,
+            (Some(u), None, None) => {
                 if !upstreams.iter().any(|s| &s.name == u.get_ref()) {
                     return Err(ctx.err(
                         Some(u.span()),
@@ -78,11 +99,11 @@ pub(super) fn resolve_routes(
                 }
                 RouteTarget::Upstream(u.get_ref().clone())
             }
-            (None, Some(root)) => RouteTarget::Root(ctx.path(root.get_ref())),
+            (None, Some(root), None) => RouteTarget::Root(ctx.path(root.get_ref())),
             _ => {
                 return Err(ctx.err(
                     Some(r.path.span()),
-                    format!("route {path:?} needs upstream or root, and not both"),
+                    format!("route {path:?} needs one of upstream, root or redirect"),
                     None,
                 ))
             }
@@ -112,10 +133,81 @@ pub(super) fn resolve_routes(
     Ok(out)
 }
 
+/// A `redirect`: a `to` of known placeholders, a redirecting status (302 unless given).
+fn resolve_redirect(
+    redirect: &Spanned<RedirectSection>,
+    ctx: &Ctx<'_>,
+) -> Result<RouteTarget, ConfigError> {
+    let RedirectSection { to, status } = redirect.get_ref();
+    let status = status.unwrap_or(302);
+    if ![301, 302, 303, 307, 308].contains(&status) {
+        return Err(ctx.err(
+            Some(redirect.span()),
+            format!("redirect status {status} is not a redirect"),
+            Some("301, 302, 303, 307 or 308 (307 and 308 keep the method and body)".to_owned()),
+        ));
+    }
+    let mut rest = to.as_str();
+    while let Some(open) = rest.find('{') {
+        let known = REDIRECT_PLACEHOLDERS
+            .iter()
+            .find(|p| rest[open..].starts_with(**p));
+        let Some(placeholder) = known else {
+            return Err(ctx.err(
+                Some(redirect.span()),
+                format!("redirect to {to:?} has a placeholder terminus does not know"),
+                Some(format!("use {}", REDIRECT_PLACEHOLDERS.join(", "))),
+            ));
+        };
+        rest = &rest[open + placeholder.len()..];
+    }
+    let valid = !to.is_empty() && to.bytes().all(|b| b.is_ascii_graphic());
+    if !valid {
+        return Err(ctx.err(
+            Some(redirect.span()),
+            format!("redirect to {to:?} is not a URL a Location header can carry"),
+            Some(
+                "an absolute URL or a path, without spaces: \"https://new.example{uri}\""
+                    .to_owned(),
+            ),
+        ));
+    }
+    Ok(RouteTarget::Redirect {
+        to: to.clone(),
+        status,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Config, Overrides};
+
+    #[test]
+    fn a_redirect_needs_a_redirecting_status_and_known_placeholders() {
+        let route = |redirect: &str| {
+            let text = format!("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\nredirect = {redirect}\n");
+            Config::parse(&text, "t.toml", &Overrides::default())
+        };
+        let c = route("{ to = \"https://b.example{uri}\" }").unwrap();
+        assert_eq!(
+            c.servers[0].routes[0].target,
+            RouteTarget::Redirect {
+                to: "https://b.example{uri}".into(),
+                status: 302
+            }
+        );
+        for (bad, says) in [
+            ("{ to = \"/b\", status = 200 }", "not a redirect"),
+            ("{ to = \"/b{request_uri}\" }", "placeholder"),
+            ("{ to = \"/b c\" }", "Location"),
+            ("{ to = \"/b\", code = 301 }", "code"),
+        ] {
+            let e = route(bad).unwrap_err();
+            assert_eq!(e.line, Some(5), "{bad}: {e}");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn routes_take_an_upstream_or_a_root_and_root_is_the_slash_route() {

@@ -383,6 +383,10 @@ fn server_routes(
                 )
             })?),
             RouteTarget::Upstream(name) => Route::Proxy(find(name)),
+            RouteTarget::Redirect { to, status } => Route::Redirect {
+                to: to.clone(),
+                status: hyper::StatusCode::from_u16(*status).expect("a redirect status (checked)"),
+            },
         };
         routes.push((r.path.clone(), route, r.access.clone()));
     }

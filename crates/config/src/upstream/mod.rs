@@ -506,7 +506,7 @@ mod tests {
             ("listen = [{ address = \"127.0.0.1:1\", trusted = [\"10.0.0.0/8\"] }]\n", 1, "for proxy_protocol"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h2c\"\nproxy_protocol = \"v2\"\n", 5, "for http1 upstreams"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\nupstream = \"nope\"\n", 5, "no [[upstream]]"),
-            ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\n", 4, "needs upstream or root"),
+            ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\n", 4, "needs one of upstream, root or redirect"),
             ("[[server]]\nnames = [\"x\"]\nroot = \"/srv\"\n[[server.route]]\npath = \"/\"\nroot = \"/other\"\n", 3, "both say"),
         ] {
             let e = parse(text).unwrap_err();

@@ -25,6 +25,11 @@ pub enum Route {
     BuiltinPage,
     /// Forwarded to an upstream.
     Proxy(Arc<Upstream>),
+    /// Sent elsewhere: `to` with the request's placeholders filled in, and `status`.
+    Redirect {
+        to: String,
+        status: StatusCode,
+    },
 }
 
 /// A host's routes, longest prefix first, each with its own `access` rules if it has
@@ -95,6 +100,7 @@ impl Route {
             Route::BuiltinPage => {
                 answer_locally(req, cx, |method, path, _| builtin_page(method, path)).await
             }
+            Route::Redirect { to, status } => redirect(req, cx, to, *status).await,
         }
     }
 }
@@ -135,6 +141,55 @@ async fn proxy(
             error_response(e.status, &method)
         }
     }
+}
+
+/// Answers `req` with `status` and a Location of `to`, its placeholders the request's:
+/// `{uri}` the path and query, `{path}`, `{query}` (without `?`), `{host}` (nginx's
+/// `return 301 https://new.example$request_uri`).
+async fn redirect(
+    req: Request<RequestBody>,
+    cx: &ConnectionInfo,
+    to: &str,
+    status: StatusCode,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    body.discard(DISCARD_LIMIT, cx.site.timeouts.http.request_header)
+        .await;
+    let uri = &parts.uri;
+    let path = uri.path();
+    let query = uri.query().unwrap_or("");
+    let path_and_query = uri.path_and_query().map_or(path, |p| p.as_str());
+    // The settled host (target.rs put it in Host, or the authority).
+    let host = uri
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| parts.headers.get(header::HOST)?.to_str().ok())
+        .unwrap_or("");
+    // One pass over `to`: what a placeholder brings in is never read as one.
+    let mut location = String::with_capacity(to.len() + path_and_query.len());
+    let mut rest = to;
+    while let Some(open) = rest.find('{') {
+        location.push_str(&rest[..open]);
+        rest = &rest[open..];
+        let (value, len) = [
+            ("{uri}", path_and_query),
+            ("{path}", path),
+            ("{query}", query),
+            ("{host}", host),
+        ]
+        .into_iter()
+        .find(|(name, _)| rest.starts_with(name))
+        .map_or(("{", 1), |(name, value)| (value, name.len()));
+        location.push_str(value);
+        rest = &rest[len..];
+    }
+    location.push_str(rest);
+    let Ok(location) = HeaderValue::try_from(location) else {
+        return error_response(StatusCode::INTERNAL_SERVER_ERROR, &parts.method);
+    };
+    let mut resp = error_response(status, &parts.method);
+    resp.headers_mut().insert(header::LOCATION, location);
+    resp
 }
 
 fn builtin_page(method: &Method, path: &str) -> Response<Body> {

@@ -34,6 +34,7 @@ mod observe;
 mod overload;
 mod proxy;
 mod record_layer;
+mod redirects;
 mod speed;
 mod static_files;
 mod tenants;

@@ -1,0 +1,71 @@
+//! `[[server.route]] redirect` with curl: the status, and a Location with the request's
+//! path, query and host in the placeholders.
+
+use crate::harness::*;
+
+/// curl's status and Location (`%{redirect_url}`) for `path`.
+fn redirected(server: &Server, path: &str) -> (u16, String) {
+    let out = curl(
+        server,
+        &[
+            "--path-as-is",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+        ],
+        path,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (code, location) = text.split_once(' ').unwrap_or((&text, ""));
+    (code.parse().unwrap_or(0), location.to_owned())
+}
+
+#[test]
+fn a_redirect_route_answers_its_status_with_the_request_in_the_location() {
+    let dir = TestDir::new("redirects");
+    dir.write("www/index.html", "home\n");
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
+    let conf = Config::new(&dir, &pair).workers(1).in_server(
+        r#"[[server.route]]
+path = "/old/"
+redirect = { to = "https://new.example{uri}", status = 301 }
+[[server.route]]
+path = "/moved/"
+redirect = { to = "/elsewhere?from={path}&q={query}&host={host}" }
+[[server.route]]
+path = "/post/"
+redirect = { to = "https://api.example{path}", status = 308 }"#,
+    );
+    let server = ServerBuilder::with(&dir, &conf).start();
+    assert_eq!(
+        redirected(&server, "/old/a/b.html?x=1&y=2"),
+        (301, "https://new.example/old/a/b.html?x=1&y=2".to_owned())
+    );
+    // The settled path, not the bytes sent: dot segments and doubled slashes resolved.
+    assert_eq!(
+        redirected(&server, "/old/a/../c//d"),
+        (301, "https://new.example/old/c/d".to_owned())
+    );
+    // 302 unless given; a relative Location is curl's to resolve against the request.
+    let port = server.port();
+    assert_eq!(
+        redirected(&server, "/moved/x?k=v"),
+        (
+            302,
+            format!("https://localhost:{port}/elsewhere?from=/moved/x&q=k=v&host=localhost:{port}")
+        )
+    );
+    // What a placeholder brings is not read as one.
+    assert_eq!(
+        redirected(&server, "/post/%7Bhost%7D"),
+        (308, "https://api.example/post/%7Bhost%7D".to_owned())
+    );
+    // Other routes are untouched.
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+}
