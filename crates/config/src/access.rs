@@ -30,10 +30,31 @@ impl Access {
             .find(|rule| rule.network.is_none_or(|net| net.contains(client)))
             .is_none_or(|rule| rule.allow)
     }
+}
 
-    /// Whether there are no rules (everyone is allowed).
-    pub fn is_open(&self) -> bool {
-        self.0.is_empty()
+/// Access rules need the client's address, and HTTP/3 on a PROXY-protocol listener has
+/// only the balancer's (QUIC carries no PROXY header): refused together, rather than
+/// judging every HTTP/3 request by the balancer's address.
+pub(crate) fn check_http3(
+    raw: &crate::schema::ConfigFile,
+    listen: &[crate::Listen],
+    ctx: &Ctx<'_>,
+) -> Result<(), ConfigError> {
+    if !listen.iter().any(|l| l.http3 && l.proxy_protocol.is_some()) {
+        return Ok(());
+    }
+    let rules = raw.server.iter().find_map(|s| {
+        s.access
+            .as_ref()
+            .or_else(|| s.route.iter().find_map(|r| r.access.as_ref()))
+    });
+    match rules {
+        None => Ok(()),
+        Some(rules) => Err(ctx.err(
+            Some(rules.span()),
+            "access rules with http3 on a proxy_protocol listener: QUIC carries no PROXY header, so HTTP/3 requests would be judged by the balancer's address",
+            Some("serve http3 on a listener without proxy_protocol, or leave it off there".to_owned()),
+        )),
     }
 }
 
@@ -46,6 +67,13 @@ pub(crate) fn resolve_access(
         return Ok(None);
     };
     let span: Range<usize> = rules.span();
+    if rules.get_ref().is_empty() {
+        return Err(ctx.err(
+            Some(span),
+            "access = [] has no rule",
+            Some("leave access out for everyone, or write [\"allow all\"]".to_owned()),
+        ));
+    }
     let parsed = rules
         .get_ref()
         .iter()
@@ -74,6 +102,9 @@ fn rule(text: &str) -> Option<Rule> {
     };
     let network = match words.next()? {
         "all" => None,
+        // An IPv4-mapped network would match nothing: clients' mapped addresses are
+        // compared as IPv4 (write the IPv4 network).
+        net if net.starts_with("::ffff:") => return None,
         net => Some(Cidr::parse(net)?),
     };
     words.next().is_none().then_some(Rule { allow, network })
@@ -108,6 +139,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_list_and_rules_on_http3_behind_a_balancer_are_refused() {
+        let parse = |text: &str| Config::parse(text, "t.toml", &Overrides::default());
+        let e = parse("[[server]]\nnames = [\"x\"]\naccess = []\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        let balanced = "listen = [{ address = \"127.0.0.1:8443\", http3 = true, proxy_protocol = true, trusted = [\"10.0.0.0/8\"] }]\n[[server]]\nnames = [\"x\"]\n";
+        parse(balanced).expect("no rules: fine");
+        let e = parse(&format!("{balanced}access = [\"deny all\"]\n")).unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.to_string().contains("balancer"), "{e}");
+    }
+
+    #[test]
     fn a_rule_that_is_not_allow_or_deny_a_network_is_refused_at_its_line() {
         for bad in [
             "permit all",
@@ -115,6 +158,7 @@ mod tests {
             "deny 10.0.0.0/33",
             "allow 10.0.0.1 extra",
             "deny everyone",
+            "deny ::ffff:192.0.2.0/120",
         ] {
             let text = format!(
                 "[[server]]\nnames = [\"x\"]\n\naccess = [\"allow 127.0.0.1\", \"{bad}\"]\n"

@@ -26,6 +26,7 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         tenant::resolve(&raw.tenant, &raw.server, handshake_timeout, ctx)?;
     let acme = acme::resolve(raw, &listen, ctx)?;
     let servers = servers::resolve(raw, &upstreams, acme.as_ref(), server_tenants, ctx)?;
+    crate::access::check_http3(raw, &listen, ctx)?;
     let mut crypto = crypto::resolve(raw, ctx)?;
     let ticket_keys = tls::ticket_keys(raw, ctx)?;
     let tls = tls::resolve(raw, ctx)?;

@@ -79,11 +79,14 @@ impl Responder for ConnectionInfo {
         {
             return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
         }
-        let mut resp = match host.routes.choose(req.uri().path()) {
-            // The route's own rules, else its server's (nginx's location and server).
-            Some((_, access)) if !access.unwrap_or(&host.access).allows(self.peer.ip()) => {
-                self.refuse(req, StatusCode::FORBIDDEN).await
-            }
+        let chosen = host.routes.choose(req.uri().path());
+        // The route's own rules, else its server's (nginx's location and server); asked
+        // before a missing route's 404, so that a refused client cannot map the routes.
+        let access = chosen
+            .and_then(|(_, access)| access)
+            .unwrap_or(&host.access);
+        let mut resp = match chosen {
+            _ if !access.allows(self.peer.ip()) => self.refuse(req, StatusCode::FORBIDDEN).await,
             Some((route, _)) => route.respond(req, head, self).await,
             None => self.refuse(req, StatusCode::NOT_FOUND).await,
         };

@@ -159,12 +159,30 @@ async fn redirect(
     let path = uri.path();
     let query = uri.query().unwrap_or("");
     let path_and_query = uri.path_and_query().map_or(path, |p| p.as_str());
-    // The settled host (target.rs put it in Host, or the authority).
-    let host = uri
+    // The settled host's name, without its port, lowercased (nginx's `$host`); the
+    // server's first name for a request that named none.
+    let named = uri
         .authority()
-        .map(|a| a.as_str())
-        .or_else(|| parts.headers.get(header::HOST)?.to_str().ok())
-        .unwrap_or("");
+        .map(|a| a.host().to_owned())
+        .or_else(|| {
+            let host = parts.headers.get(header::HOST)?.to_str().ok()?;
+            Some(
+                host.parse::<hyper::http::uri::Authority>()
+                    .ok()?
+                    .host()
+                    .to_owned(),
+            )
+        })
+        .filter(|h| !h.is_empty());
+    let host = match named {
+        Some(name) => name.to_ascii_lowercase(),
+        None => cx.site.hosts[cx.host]
+            .names
+            .first()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let host = host.as_str();
     // One pass over `to`: what a placeholder brings in is never read as one.
     let mut location = String::with_capacity(to.len() + path_and_query.len());
     let mut rest = to;
@@ -180,16 +198,31 @@ async fn redirect(
         .into_iter()
         .find(|(name, _)| rest.starts_with(name))
         .map_or(("{", 1), |(name, value)| (value, name.len()));
-        location.push_str(value);
+        push_encoded(&mut location, value);
         rest = &rest[len..];
     }
     location.push_str(rest);
     let Ok(location) = HeaderValue::try_from(location) else {
-        return error_response(StatusCode::INTERNAL_SERVER_ERROR, &parts.method);
+        return error_response(StatusCode::BAD_REQUEST, &parts.method);
     };
     let mut resp = error_response(status, &parts.method);
     resp.headers_mut().insert(header::LOCATION, location);
     resp
+}
+
+/// Appends `value` with its bytes outside ASCII percent-encoded (a Location is ASCII,
+/// and a path or query can carry UTF-8).
+fn push_encoded(out: &mut String, value: &str) {
+    for c in value.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut bytes = [0u8; 4];
+            for b in c.encode_utf8(&mut bytes).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
 }
 
 fn builtin_page(method: &Method, path: &str) -> Response<Body> {

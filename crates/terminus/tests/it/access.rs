@@ -36,6 +36,15 @@ access = ["deny 127.0.0.1", "allow 127.0.0.0/8"]"#,
     // The server's rules: 127.0.0.1 only.
     assert_eq!(status_from(&server, "127.0.0.1", "/index.html"), 200);
     assert_eq!(status_from(&server, "127.0.0.2", "/index.html"), 403);
+    // Over HTTP/1.1 as over h2 (curl's choice).
+    assert_eq!(
+        status(
+            &server,
+            &["--interface", "127.0.0.2", "--http1.1"],
+            "/index.html"
+        ),
+        403
+    );
     // A route's own rules replace the server's, whichever way.
     assert_eq!(status_from(&server, "127.0.0.2", "/open/page.txt"), 200);
     assert_eq!(status_from(&server, "127.0.0.2", "/staff/page.txt"), 200);
