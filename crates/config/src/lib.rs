@@ -25,6 +25,7 @@ mod access;
 mod acme;
 mod cidr;
 mod client_auth;
+mod compress;
 mod crypto;
 mod files;
 mod fleet;

@@ -118,13 +118,19 @@ impl Config {
         }
         if let Some(root) = &o.root {
             // --root serves "/" of the default server, whatever the file said for it.
+            // (Compressed as the file's "/" was, if it was.)
             let routes = &mut self.servers[default].routes;
+            let compression = routes
+                .iter()
+                .find(|r| r.path == "/")
+                .and_then(|r| r.compression.clone());
             routes.retain(|r| r.path != "/");
             routes.push(RouteConfig {
                 path: "/".into(),
                 target: RouteTarget::Root(root.clone()),
                 line: None,
                 access: None,
+                compression,
             });
         }
         Ok(())

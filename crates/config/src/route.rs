@@ -8,7 +8,9 @@ use terminus_proxy::UpstreamSpec;
 use toml::Spanned;
 
 use super::access::resolve_access;
+use super::compress::{resolve_codings, with_codings};
 use super::{Access, ConfigError, Ctx};
+use terminus_http::compress::Compression;
 
 /// A `[[server.route]]` as written: a path prefix and what answers under it.
 #[derive(Debug, Deserialize)]
@@ -21,6 +23,8 @@ pub struct RouteSection {
     pub access: Option<Spanned<Vec<String>>>,
     /// `redirect = { to = "https://new.example{uri}", status = 301 }`.
     pub redirect: Option<Spanned<RedirectSection>>,
+    /// `compress`: the route's codings in place of its server's (`[]`: none).
+    pub compress: Option<Spanned<Vec<String>>>,
 }
 
 /// A route's `redirect` as written.
@@ -61,15 +65,21 @@ pub struct RouteConfig {
     pub line: Option<usize>,
     /// Its own `access` rules, in place of its server's.
     pub access: Option<Access>,
+    /// How its responses are compressed (its own `compress`, else its server's); None:
+    /// not at all.
+    pub compression: Option<Compression>,
 }
 
 /// A server's routes: `root` is the route "/" when no `[[server.route]]` says otherwise.
+/// `compression` is the server's, which a route without its own `compress` keeps.
 pub(super) fn resolve_routes(
     routes: &[RouteSection],
     root: Option<&Spanned<String>>,
     upstreams: &[UpstreamSpec],
+    compression: (&Compression, Option<&Compression>),
     ctx: &Ctx<'_>,
 ) -> Result<Vec<RouteConfig>, ConfigError> {
+    let (section, server_compression) = compression;
     let mut out = Vec::new();
     for r in routes {
         let path = r.path.get_ref();
@@ -113,6 +123,10 @@ pub(super) fn resolve_routes(
             target,
             line: ctx.line_of(r.path.span()),
             access: resolve_access(r.access.as_ref(), ctx)?,
+            compression: match resolve_codings(r.compress.as_ref(), "compress", ctx)? {
+                Some(codings) => with_codings(section, codings),
+                None => server_compression.cloned(),
+            },
         });
     }
     if let Some(root) = root {
@@ -128,6 +142,7 @@ pub(super) fn resolve_routes(
             target: RouteTarget::Root(ctx.path(root.get_ref())),
             line: ctx.line_of(root.span()),
             access: None,
+            compression: server_compression.cloned(),
         });
     }
     Ok(out)

@@ -35,6 +35,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub files: CacheSettings,
     #[serde(default)]
+    pub compression: super::compress::CompressionSection,
+    #[serde(default)]
     pub server: Vec<ServerSection>,
     #[serde(default)]
     pub upstream: Vec<UpstreamSection>,
@@ -179,6 +181,10 @@ pub struct ServerSection {
     pub access: Option<Spanned<Vec<String>>>,
     /// A capacity of its own (a tenant named after its first name).
     pub capacity: Option<Spanned<CapacitySection>>,
+    /// `compress`: the codings made on the fly, preferred first.
+    pub compress: Option<Spanned<Vec<String>>>,
+    /// `precompressed`: the codings whose copies are served from beside a file.
+    pub precompressed: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,7 +9,7 @@ use terminus_proxy::UpstreamSpec;
 use toml::Spanned;
 
 use crate::schema::{CertificateSection, ConfigFile, ServerSection};
-use crate::{acme, client_auth, headers, route, stream};
+use crate::{acme, client_auth, compress, headers, route, stream};
 use crate::{ConfigError, Ctx, RouteConfig, StreamTarget};
 
 /// Where a certificate pair comes from.
@@ -49,6 +49,9 @@ pub struct ServerConfig {
     pub tenant: Option<String>,
     /// `access`: who may send it requests (empty: everyone).
     pub access: crate::Access,
+    /// `precompressed`: the codings whose copies beside a file are served, preferred
+    /// first (its routes' `compression` says what is compressed on the fly).
+    pub precompressed: Vec<terminus_http::compress::Coding>,
 }
 
 impl ServerConfig {
@@ -66,6 +69,7 @@ impl ServerConfig {
             headers: Vec::new(),
             tenant: None,
             access: crate::Access::default(),
+            precompressed: Vec::new(),
         }
     }
 }
@@ -79,11 +83,12 @@ pub(crate) fn resolve(
     server_tenants: Vec<Option<String>>,
     ctx: &Ctx<'_>,
 ) -> Result<Vec<ServerConfig>, ConfigError> {
+    let compression = compress::resolve_section(&raw.compression, ctx)?;
     let mut servers = raw
         .server
         .iter()
         .zip(server_tenants)
-        .map(|(s, tenant)| resolve_server(s, tenant, upstreams, acme, ctx))
+        .map(|(s, tenant)| resolve_server(s, tenant, upstreams, acme, &compression, ctx))
         .collect::<Result<Vec<_>, _>>()?;
     check_acme_names(raw, &servers, ctx)?;
     if servers.iter().filter(|s| s.default).count() > 1 {
@@ -130,8 +135,11 @@ fn resolve_server(
     tenant: Option<String>,
     upstreams: &[UpstreamSpec],
     acme: Option<&AcmeSettings>,
+    compression: &terminus_http::compress::Compression,
     ctx: &Ctx<'_>,
 ) -> Result<ServerConfig, ConfigError> {
+    let own = compress::resolve_codings(s.compress.as_ref(), "compress", ctx)?
+        .and_then(|codings| compress::with_codings(compression, codings));
     let (line, certificates) = names_and_certificates(&s.names, &s.certificate, "[[server]]", ctx)?;
     let uses_acme = acme::server_uses_acme(
         s.certificates.as_ref(),
@@ -143,7 +151,13 @@ fn resolve_server(
     Ok(ServerConfig {
         names: s.names.get_ref().clone(),
         default: s.default,
-        routes: route::resolve_routes(&s.route, s.root.as_ref(), upstreams, ctx)?,
+        routes: route::resolve_routes(
+            &s.route,
+            s.root.as_ref(),
+            upstreams,
+            (compression, own.as_ref()),
+            ctx,
+        )?,
         certificates,
         acme: uses_acme,
         client_auth: s
@@ -159,6 +173,8 @@ fn resolve_server(
         },
         tenant,
         access: crate::access::resolve_access(s.access.as_ref(), ctx)?.unwrap_or_default(),
+        precompressed: compress::resolve_codings(s.precompressed.as_ref(), "precompressed", ctx)?
+            .unwrap_or_default(),
     })
 }
 

@@ -14,6 +14,7 @@
 
 pub mod body;
 pub mod buffers;
+pub mod compress;
 pub mod files;
 pub mod h1;
 pub mod h2;

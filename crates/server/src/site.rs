@@ -13,7 +13,7 @@ use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
-use crate::app::route::{Route, Routes};
+use crate::app::route::{Entry, Route, Routes};
 use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
 use terminus_http::files::{Caching, DocRoot};
 
@@ -38,6 +38,8 @@ pub struct Host {
     pub tenant: Arc<TenantAccount>,
     /// Who may send it requests (`[[server]] access`; a route's own rules replace it).
     pub access: terminus_config::Access,
+    /// The codings whose copies beside a file its file routes serve, preferred first.
+    pub precompressed: Vec<terminus_http::compress::Coding>,
 }
 
 /// A connection's timeouts: its handshake's, then HTTP's.
@@ -196,6 +198,7 @@ impl Site {
                 stream,
                 headers: server.headers.clone(),
                 access: server.access.clone(),
+                precompressed: server.precompressed.clone(),
                 tenant: tenant_of(config, server, tenants),
             })
             .collect::<Vec<Host>>();
@@ -388,7 +391,12 @@ fn server_routes(
                 status: hyper::StatusCode::from_u16(*status).expect("a redirect status (checked)"),
             },
         };
-        routes.push((r.path.clone(), route, r.access.clone()));
+        routes.push(Entry {
+            prefix: r.path.clone(),
+            route,
+            access: r.access.clone(),
+            compression: r.compression.clone(),
+        });
     }
     Ok(Routes::new(routes))
 }

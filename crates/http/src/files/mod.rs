@@ -5,6 +5,13 @@
 //! Paths are percent-decoded once, then normalised; NUL bytes and paths above the root
 //! are refused before any system call. Every file is then opened through [`docroot`]
 //! (the kernel confines it beneath the root) by way of the worker's [`cache`].
+//!
+//! A file can have compressed copies beside it (`app.js.br`, `app.js.zst`, `app.js.gz`),
+//! made when the site is built: where the server names their codings (`precompressed`),
+//! a client that accepts one gets the copy, with the file's type, `Content-Encoding` and
+//! its own validators, and no compression at request time (nginx's `gzip_static`,
+//! Caddy's `precompressed`). A file that has copies says `Vary: Accept-Encoding`
+//! whichever one is sent. A range is always of the file itself.
 
 mod cache;
 mod docroot;
@@ -13,21 +20,40 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Response, StatusCode};
 
 use super::body::Body;
+use super::compress::{self, Coding};
 use super::mime::content_type;
 use super::{error_response, with_common_headers};
 pub use cache::{Caching, FileCache};
 use cache::{Content, Kind, Opened};
 pub use docroot::DocRoot;
 
-/// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `root`.
+/// Where files come from: the docroot, the worker's cache and its limits, and the
+/// codings whose precompressed copies are looked for beside a file (none: no look-up).
+#[derive(Clone, Copy)]
+pub struct Source<'a> {
+    /// The route's docroot.
+    pub root: &'a DocRoot,
+    /// The worker's open-file cache.
+    pub cache: &'a FileCache,
+    /// What the cache may keep.
+    pub caching: &'a Caching,
+    /// The server's `precompressed` codings, preferred first.
+    pub precompressed: &'a [Coding],
+}
+
+/// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `from`.
 pub fn serve(
-    root: &DocRoot,
-    cache: &FileCache,
-    settings: &Caching,
+    from: Source<'_>,
     method: &Method,
     raw_path: &str,
     headers: &HeaderMap,
 ) -> Response<Body> {
+    let Source {
+        root,
+        cache,
+        caching: settings,
+        ..
+    } = from;
     let Some((rel, wants_dir)) = normalise(raw_path) else {
         return error_response(StatusCode::BAD_REQUEST, method);
     };
@@ -51,7 +77,7 @@ pub fn serve(
             }
             index.extend_from_slice(b"index.html");
             match cache.open(root, &index, settings) {
-                Ok(f) if f.kind == Kind::File => file_response(&f, &index, method, headers),
+                Ok(f) if f.kind == Kind::File => file_or_copy(from, &f, &index, method, headers),
                 // nginx without autoindex: a directory without index is forbidden.
                 Ok(_) | Err(libc::ENOENT) => error_response(StatusCode::FORBIDDEN, method),
                 Err(errno) => error_response(status_for(errno), method),
@@ -60,8 +86,57 @@ pub fn serve(
         Kind::Other => error_response(StatusCode::FORBIDDEN, method),
         // "/file.txt/": the kernel would say ENOTDIR.
         Kind::File if wants_dir => error_response(StatusCode::NOT_FOUND, method),
-        Kind::File => file_response(&found, &rel, method, headers),
+        Kind::File => file_or_copy(from, &found, &rel, method, headers),
     }
+}
+
+/// `file` (at `rel`), or the precompressed copy of it the client prefers.
+fn file_or_copy(
+    from: Source<'_>,
+    file: &Opened,
+    rel: &[u8],
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    if from.precompressed.is_empty() {
+        return file_response(file, rel, method, headers);
+    }
+    let mut copies: [Option<(Coding, std::rc::Rc<Opened>)>; 3] = [None, None, None];
+    let mut name = rel.to_vec();
+    for (slot, &coding) in copies.iter_mut().zip(from.precompressed) {
+        name.truncate(rel.len());
+        name.extend_from_slice(coding.suffix().as_bytes());
+        *slot = match from.cache.open(from.root, &name, from.caching) {
+            Ok(copy) if copy.kind == Kind::File => Some((coding, copy)),
+            _ => None,
+        };
+    }
+    let present: Vec<Coding> = copies.iter().flatten().map(|(c, _)| *c).collect();
+    if present.is_empty() {
+        return file_response(file, rel, method, headers);
+    }
+    let chosen = match headers.get(header::RANGE) {
+        Some(_) => None,
+        None => compress::negotiate(headers.get(header::ACCEPT_ENCODING), &present),
+    };
+    let copy = chosen.and_then(|c| copies.iter().flatten().find(|(k, _)| *k == c));
+    let mut resp = match copy {
+        Some((coding, copy)) => {
+            let mut resp = file_response(copy, rel, method, headers);
+            if resp.status().is_success() {
+                resp.headers_mut().insert(
+                    header::CONTENT_ENCODING,
+                    HeaderValue::from_static(coding.token()),
+                );
+                // A range would be of the copy's bytes: only the file's are served.
+                resp.headers_mut().remove(header::ACCEPT_RANGES);
+            }
+            resp
+        }
+        None => file_response(file, rel, method, headers),
+    };
+    compress::add_vary(&mut resp);
+    resp
 }
 
 fn status_for(errno: i32) -> StatusCode {

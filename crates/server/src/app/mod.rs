@@ -83,13 +83,21 @@ impl Responder for ConnectionInfo {
         // The route's own rules, else its server's (nginx's location and server); asked
         // before a missing route's 404, so that a refused client cannot map the routes.
         let access = chosen
-            .and_then(|(_, access)| access)
+            .and_then(|e| e.access.as_ref())
             .unwrap_or(&host.access);
+        // What compressing the answer needs of the request, which the route takes.
+        let compression = chosen.and_then(|e| e.compression.as_ref()).map(|c| {
+            let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
+            (c, req.method().clone(), accept)
+        });
         let mut resp = match chosen {
             _ if !access.allows(self.peer.ip()) => self.refuse(req, StatusCode::FORBIDDEN).await,
-            Some((route, _)) => route.respond(req, head, self).await,
+            Some(entry) => entry.route.respond(req, head, self).await,
             None => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
+        if let Some((compression, method, accept)) = compression {
+            resp = compression.apply(resp, &method, accept.as_ref());
+        }
         // Every answer, errors too (nginx `add_header ... always`); a header the answer
         // already has (an upstream's own) wins.
         for (name, value) in &host.headers {

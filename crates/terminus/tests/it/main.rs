@@ -17,6 +17,7 @@ mod acme;
 mod architecture;
 mod capacity;
 mod clients;
+mod compression;
 mod conformance;
 mod engine_concurrency;
 mod errors;

@@ -12,7 +12,9 @@ proxy passes the path on unchanged.
                      two Set-Cookie), and carries hop-by-hop ones (Keep-Alive, a field
                      its Connection names, Proxy-Connection)
   /bytes?n=N[&mode=length|chunked|close[&end=abrupt]]   N bytes of a fixed pattern
-                     (over TLS, mode=close ends with close_notify unless end=abrupt)
+                     (over TLS, mode=close ends with close_notify unless end=abrupt);
+                     &type=T sets its Content-Type (application/octet-stream),
+                     &cache=V a Cache-Control, &encoding=E a Content-Encoding
   /sha256            (any method with a body) the body's sha256 and length
   /trailers          a chunked body followed by trailers
   /slow?ms=M         answers after M ms
@@ -165,7 +167,11 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/bytes":
             n, mode = int(q.get("n", "0")), q.get("mode", "length")
             self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Type", q.get("type", "application/octet-stream"))
+            if "cache" in q:
+                self.send_header("Cache-Control", q["cache"])
+            if "encoding" in q:
+                self.send_header("Content-Encoding", q["encoding"])
             if mode == "length":
                 self.send_header("Content-Length", str(n))
             elif mode == "chunked":

@@ -1,0 +1,318 @@
+//! Response compression with real clients: curl asking for each coding with a raw
+//! `Accept-Encoding` (the bytes kept as sent, decoded by Python's gzip, brotli and
+//! zstandard) and with `--compressed`; precompressed copies beside files; proxied
+//! responses from app.py; and what is never compressed (ranges, HEAD, small bodies,
+//! other types, `no-transform`, bodies already encoded, a route that turns it off).
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::*;
+
+/// SHA-256 of `data`, hex (Python's hashlib).
+fn sha256(data: &[u8]) -> String {
+    let dir = TestDir::new("compression-sha");
+    let file = dir.write("data", data);
+    python(&format!(
+        "import hashlib; print(hashlib.sha256(open({:?}, 'rb').read()).hexdigest())",
+        file.display().to_string()
+    ))
+}
+
+/// SHA-256 of `file` decoded from `coding` by Python's decoders (`-` for none).
+fn decoded_sha256(coding: &str, file: &Path) -> String {
+    python(&format!(
+        r#"
+import gzip, hashlib, brotli, zstandard
+data = open({file:?}, 'rb').read()
+coding = {coding:?}
+if coding == 'gzip': data = gzip.decompress(data)
+elif coding == 'br': data = brotli.decompress(data)
+elif coding == 'zstd': data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+print(hashlib.sha256(data).hexdigest())
+"#,
+        file = file.display().to_string()
+    ))
+}
+
+fn python(code: &str) -> String {
+    let out = run(Command::new("python3").args(["-c", code]));
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// What a request with `Accept-Encoding: accept` (`None`: none sent) gets: status, head,
+/// and the body as sent, in `dir/name`.
+fn fetch(
+    server: &Server,
+    dir: &TestDir,
+    accept: Option<&str>,
+    extra: &[&str],
+    path: &str,
+) -> (u16, String, std::path::PathBuf) {
+    let body = dir.path("body");
+    let header = accept.map(|a| format!("Accept-Encoding: {a}"));
+    let mut args: Vec<&str> = vec!["-D", "-", "-o", body.to_str().unwrap()];
+    if let Some(h) = &header {
+        args.extend(["-H", h]);
+    }
+    args.extend_from_slice(extra);
+    let out = curl(server, &args, path);
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    assert!(code != 0, "{path}: {out:?}");
+    (code, head, body)
+}
+
+fn varies(head: &str) -> bool {
+    head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(n, v)| {
+            n.eq_ignore_ascii_case("vary") && v.to_ascii_lowercase().contains("accept-encoding")
+        })
+    })
+}
+
+/// Text that compresses as pages do: words, repeated with variation.
+fn page_text(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            format!(
+                "<p>line {i}: the quick brown fox {} jumps</p>\n",
+                i * 7919 % 1000
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn static_files_are_compressed_in_the_coding_the_client_prefers_and_copies_beside_them_served() {
+    let dir = TestDir::new("compression-files");
+    let page = page_text(3000);
+    dir.write("www/big.html", &page);
+    dir.write("www/small.txt", "short\n");
+    dir.write("www/image.png", &page);
+    dir.write("www/private/big.html", &page);
+    dir.write("www/pre/app.js", &page);
+    // Copies beside app.js, as a build step makes them (Python's compressors).
+    let js = dir.path("www/pre/app.js");
+    python(&format!(
+        "import gzip, brotli; d = open({js:?}, 'rb').read(); open({js:?} + '.gz', 'wb').write(gzip.compress(d)); open({js:?} + '.br', 'wb').write(brotli.compress(d))",
+        js = js.display().to_string()
+    ));
+    let want = sha256(page.as_bytes());
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
+    let conf = Config::new(&dir, &pair).workers(1).in_server(&format!(
+        r#"compress = ["zstd", "br", "gzip"]
+precompressed = ["br", "gzip"]
+[[server.route]]
+path = "/private/"
+root = "{www}"
+compress = []"#,
+        www = dir.path("www").display()
+    ));
+    let server = ServerBuilder::with(&dir, &conf).start();
+
+    for (accept, coding, extra) in [
+        ("gzip", "gzip", &[][..]),
+        ("br", "br", &[]),
+        ("zstd", "zstd", &[]),
+        ("gzip, deflate, br, zstd", "zstd", &[]),
+        ("gzip;q=0.5, br;q=0.9", "br", &[]),
+        ("zstd;q=0, gzip", "gzip", &["--http1.1"]),
+        ("br", "br", &["--http1.1"]),
+    ] {
+        let (code, head, body) = fetch(&server, &dir, Some(accept), extra, "/big.html");
+        assert_eq!(code, 200, "{accept}: {head}");
+        assert_eq!(
+            header_value(&head, "content-encoding").as_deref(),
+            Some(coding),
+            "{accept}: {head}"
+        );
+        assert!(varies(&head), "{accept}: {head}");
+        assert!(header_value(&head, "content-length").is_none(), "{head}");
+        assert!(
+            header_value(&head, "etag").is_some_and(|t| t.starts_with("W/")),
+            "{head}"
+        );
+        assert!(
+            std::fs::metadata(&body).unwrap().len() * 4 < page.len() as u64,
+            "{accept}: not smaller"
+        );
+        assert_eq!(decoded_sha256(coding, &body), want, "{accept} {extra:?}");
+    }
+    // No coding asked for, or none acceptable: the file, saying it could vary.
+    for accept in [None, Some("identity"), Some("gzip;q=0, *;q=0")] {
+        let (code, head, body) = fetch(&server, &dir, accept, &[], "/big.html");
+        assert_eq!(code, 200);
+        assert!(header_value(&head, "content-encoding").is_none(), "{head}");
+        assert!(varies(&head), "{head}");
+        assert_eq!(decoded_sha256("-", &body), want);
+    }
+    // curl's own decoding.
+    let out = curl(&server, &["--compressed"], "/big.html");
+    assert_eq!(sha256(&out.stdout), want);
+
+    // Never compressed: a range, a HEAD, a small body, a type that does not compress, a
+    // route that turned it off.
+    let (code, head, body) = fetch(&server, &dir, Some("gzip"), &["-r", "0-99"], "/big.html");
+    assert_eq!(code, 206, "{head}");
+    assert!(header_value(&head, "content-encoding").is_none(), "{head}");
+    assert_eq!(std::fs::read(&body).unwrap(), &page.as_bytes()[..100]);
+    let (_, head, _) = fetch(&server, &dir, Some("gzip"), &["-I"], "/big.html");
+    assert!(header_value(&head, "content-encoding").is_none(), "{head}");
+    for path in ["/small.txt", "/image.png", "/private/big.html"] {
+        let (code, head, _) = fetch(&server, &dir, Some("gzip, br, zstd"), &[], path);
+        assert_eq!(code, 200, "{path}");
+        assert!(
+            header_value(&head, "content-encoding").is_none(),
+            "{path}: {head}"
+        );
+    }
+
+    // A file with copies beside it: the copy the client prefers, with its own strong
+    // validator, at no compression cost; a coding without a copy is made on the fly.
+    let (_, plain_head, _) = fetch(&server, &dir, None, &[], "/pre/app.js");
+    let plain_tag = header_value(&plain_head, "etag").unwrap();
+    assert!(varies(&plain_head), "{plain_head}");
+    for (accept, coding, from_copy) in [
+        ("gzip, br", "br", true),
+        ("gzip", "gzip", true),
+        ("zstd", "zstd", false),
+    ] {
+        let (code, head, body) = fetch(&server, &dir, Some(accept), &[], "/pre/app.js");
+        assert_eq!(code, 200);
+        assert_eq!(
+            header_value(&head, "content-encoding").as_deref(),
+            Some(coding),
+            "{accept}: {head}"
+        );
+        assert!(varies(&head), "{head}");
+        assert_eq!(
+            header_value(&head, "content-type").as_deref(),
+            Some("text/javascript; charset=utf-8"),
+            "{head}"
+        );
+        // A copy's validator is its own; one made on the fly has the file's, weak.
+        let tag = header_value(&head, "etag").unwrap();
+        assert_eq!(
+            tag.trim_start_matches("W/") != plain_tag,
+            from_copy,
+            "{head}"
+        );
+        assert_eq!(!tag.starts_with("W/"), from_copy, "{accept}: {head}");
+        if from_copy {
+            assert_eq!(
+                header_value(&head, "content-length").map(|l| l.parse::<u64>().unwrap()),
+                Some(std::fs::metadata(&body).unwrap().len())
+            );
+            // The copy's own validator answers a conditional request.
+            let (code, _, _) = fetch(
+                &server,
+                &dir,
+                Some(accept),
+                &["-H", &format!("If-None-Match: {tag}")],
+                "/pre/app.js",
+            );
+            assert_eq!(code, 304);
+        }
+        assert_eq!(decoded_sha256(coding, &body), want, "{accept}");
+    }
+}
+
+#[test]
+fn proxied_responses_are_compressed_as_they_stream_unless_encoded_or_no_transform() {
+    let app = App::start("a");
+    let dir = TestDir::new("compression-proxy");
+    dir.write("www/index.html", "home\n");
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
+    let conf = Config::new(&dir, &pair)
+        .workers(1)
+        .before(&format!(
+            "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
+            app.addr()
+        ))
+        .in_server(
+            "compress = [\"zstd\", \"br\", \"gzip\"]\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n",
+        );
+    let server = ServerBuilder::with(&dir, &conf).start();
+    let direct = |query: &str| {
+        let out = run(
+            Command::new("curl").args(["-sS", &format!("http://{}/bytes?{query}", app.addr())])
+        );
+        sha256(&out.stdout)
+    };
+    for mode in ["chunked", "length"] {
+        let query = format!("n=300000&mode={mode}&type=text/plain");
+        let want = direct(&query);
+        for coding in ["gzip", "br", "zstd"] {
+            for extra in [&[][..], &["--http1.1"]] {
+                let (code, head, body) = fetch(
+                    &server,
+                    &dir,
+                    Some(coding),
+                    extra,
+                    &format!("/app/bytes?{query}"),
+                );
+                assert_eq!(code, 200, "{head}");
+                assert_eq!(
+                    header_value(&head, "content-encoding").as_deref(),
+                    Some(coding),
+                    "{mode} {extra:?}: {head}"
+                );
+                assert!(varies(&head), "{head}");
+                assert!(header_value(&head, "content-length").is_none(), "{head}");
+                assert_eq!(
+                    decoded_sha256(coding, &body),
+                    want,
+                    "{mode} {coding} {extra:?}"
+                );
+            }
+        }
+    }
+    // The upstream's own coding, its no-transform, or a type that does not compress:
+    // passed on as they are.
+    for (query, encoding) in [
+        ("n=100000&type=text/plain&encoding=gzip", Some("gzip")),
+        (
+            "n=100000&type=text/plain&cache=public,%20no-transform",
+            None,
+        ),
+        ("n=100000", None),
+    ] {
+        let want = direct(query);
+        for extra in [&[][..], &["--http1.1"]] {
+            let (code, head, body) = fetch(
+                &server,
+                &dir,
+                Some("gzip, br, zstd"),
+                extra,
+                &format!("/app/bytes?{query}"),
+            );
+            assert_eq!(code, 200, "{head}");
+            assert_eq!(
+                header_value(&head, "content-encoding").as_deref(),
+                encoding,
+                "{query}: {head}"
+            );
+            assert_eq!(decoded_sha256("-", &body), want, "{query}");
+        }
+    }
+}
