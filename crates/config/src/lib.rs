@@ -50,7 +50,7 @@ pub use listen::{KtlsMode, Listen, Plain};
 pub use overrides::Overrides;
 pub use route::{RouteConfig, RouteTarget, REDIRECT_PLACEHOLDERS};
 pub use schema::{parse_duration, ConfigDuration};
-pub use servers::{CertPaths, ServerConfig};
+pub use servers::{CertPaths, ErrorPage, ServerConfig};
 pub use stream::StreamTarget;
 pub use tenant::{TenantConfig, DEFAULT_TENANT};
 

@@ -131,6 +131,8 @@ impl Config {
                 line: None,
                 access: None,
                 compression,
+                rewrite: None,
+                intercept_errors: false,
             });
         }
         Ok(())

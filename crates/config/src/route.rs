@@ -25,6 +25,12 @@ pub struct RouteSection {
     pub redirect: Option<Spanned<RedirectSection>>,
     /// `compress`: the route's codings in place of its server's (`[]`: none).
     pub compress: Option<Spanned<Vec<String>>>,
+    /// `rewrite = "/"`: what an upstream route's path prefix becomes before the upstream
+    /// sees the request.
+    pub rewrite: Option<Spanned<String>>,
+    /// `intercept_errors = true`: the upstream's error statuses get the server's error
+    /// pages (nginx's `proxy_intercept_errors`).
+    pub intercept_errors: Option<Spanned<bool>>,
 }
 
 /// A route's `redirect` as written.
@@ -68,6 +74,10 @@ pub struct RouteConfig {
     /// How its responses are compressed (its own `compress`, else its server's); None:
     /// not at all.
     pub compression: Option<Compression>,
+    /// An upstream route's `rewrite`: the prefix the upstream sees in place of `path`.
+    pub rewrite: Option<String>,
+    /// An upstream route's `intercept_errors`.
+    pub intercept_errors: bool,
 }
 
 /// A server's routes: `root` is the route "/" when no `[[server.route]]` says otherwise.
@@ -118,7 +128,30 @@ pub(super) fn resolve_routes(
                 ))
             }
         };
+        let upstream_only = |key: &str, span: std::ops::Range<usize>| {
+            if matches!(target, RouteTarget::Upstream(_)) {
+                Ok(())
+            } else {
+                Err(ctx.err(
+                    Some(span),
+                    format!("{key} is for a route with an upstream"),
+                    None,
+                ))
+            }
+        };
+        if let Some(i) = &r.intercept_errors {
+            upstream_only("intercept_errors", i.span())?;
+        }
+        let rewrite = match &r.rewrite {
+            Some(to) => {
+                upstream_only("rewrite", to.span())?;
+                Some(resolve_rewrite(path, to, ctx)?)
+            }
+            None => None,
+        };
         out.push(RouteConfig {
+            rewrite,
+            intercept_errors: r.intercept_errors.as_ref().is_some_and(|i| *i.get_ref()),
             path: path.clone(),
             target,
             line: ctx.line_of(r.path.span()),
@@ -143,9 +176,45 @@ pub(super) fn resolve_routes(
             line: ctx.line_of(root.span()),
             access: None,
             compression: server_compression.cloned(),
+            rewrite: None,
+            intercept_errors: false,
         });
     }
     Ok(out)
+}
+
+/// A route's `rewrite`: a path in normal form (what routing compares), which keeps a
+/// prefix that ends a segment ending one (`/api/` to `/`, never `/api/` to `/v2`, which
+/// would make `/api/x` `/v2x`), and one that does not, not ending one (`/api` to `/v2`;
+/// `/` would make `/api/x` `//x`).
+fn resolve_rewrite(path: &str, to: &Spanned<String>, ctx: &Ctx<'_>) -> Result<String, ConfigError> {
+    let text = to.get_ref();
+    let normal = text.starts_with('/')
+        && !text.contains("//")
+        && text
+            .split('/')
+            .all(|segment| segment != "." && segment != "..")
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@%".contains(&b));
+    if !normal {
+        return Err(ctx.err(
+            Some(to.span()),
+            format!("rewrite {text:?} is not a path in normal form"),
+            Some("a path starting with /, without . or .. segments, //, ? or spaces: rewrite = \"/v2/\"".to_owned()),
+        ));
+    }
+    if path.ends_with('/') != text.ends_with('/') {
+        return Err(ctx.err(
+            Some(to.span()),
+            format!("rewrite {text:?} and the route's path {path:?} must both end with / or neither"),
+            Some(
+                "path = \"/api/\" with rewrite = \"/\" or \"/v2/\"; path = \"/api\" with rewrite = \"/v2\""
+                    .to_owned(),
+            ),
+        ));
+    }
+    Ok(text.clone())
 }
 
 /// A `redirect`: a `to` of known placeholders, a redirecting status (302 unless given).
@@ -244,5 +313,61 @@ mod tests {
                 ("/", &RouteTarget::Root("/srv".into()))
             ]
         );
+    }
+
+    #[test]
+    fn a_rewrite_is_a_normal_path_for_an_upstream_route_ending_as_its_path_ends() {
+        let route = |path: &str, more: &str| {
+            let text = format!("[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:8081\"]\n[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"{path}\"\n{more}\n");
+            Config::parse(&text, "t.toml", &Overrides::default())
+        };
+        let c = route(
+            "/api/",
+            "upstream = \"app\"\nrewrite = \"/\"\nintercept_errors = true",
+        )
+        .unwrap();
+        assert_eq!(c.servers[0].routes[0].rewrite.as_deref(), Some("/"));
+        assert!(c.servers[0].routes[0].intercept_errors);
+        let c = route("/api", "upstream = \"app\"\nrewrite = \"/v2\"").unwrap();
+        assert_eq!(c.servers[0].routes[0].rewrite.as_deref(), Some("/v2"));
+        assert!(!c.servers[0].routes[0].intercept_errors);
+        for (path, more, says) in [
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/v2\"",
+                "end with /",
+            ),
+            ("/api", "upstream = \"app\"\nrewrite = \"/\"", "end with /"),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"v2/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a/../b/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a//b/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a?b/\"",
+                "normal form",
+            ),
+            ("/api/", "root = \"/srv\"\nrewrite = \"/\"", "upstream"),
+            (
+                "/api/",
+                "root = \"/srv\"\nintercept_errors = true",
+                "upstream",
+            ),
+        ] {
+            let e = route(path, more).unwrap_err();
+            assert_eq!(e.line, Some(9), "{more}: {e}");
+            assert!(e.to_string().contains(says), "{more}: {e}");
+        }
     }
 }

@@ -185,6 +185,8 @@ pub struct ServerSection {
     pub compress: Option<Spanned<Vec<String>>>,
     /// `precompressed`: the codings whose copies are served from beside a file.
     pub precompressed: Option<Spanned<Vec<String>>>,
+    /// `error_pages = { 404 = "errors/404.html" }`: a file per status.
+    pub error_pages: Option<Spanned<std::collections::BTreeMap<String, String>>>,
 }
 
 #[derive(Debug, Deserialize)]

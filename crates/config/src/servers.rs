@@ -52,6 +52,19 @@ pub struct ServerConfig {
     /// `precompressed`: the codings whose copies beside a file are served, preferred
     /// first (its routes' `compression` says what is compressed on the fly).
     pub precompressed: Vec<terminus_http::compress::Coding>,
+    /// `error_pages`: the file served for each error status terminus answers itself.
+    pub error_pages: Vec<ErrorPage>,
+}
+
+/// One of a server's `error_pages`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorPage {
+    /// A 4xx or 5xx status.
+    pub status: u16,
+    /// The file its answers carry, read when the site loads.
+    pub path: std::path::PathBuf,
+    /// The line of `error_pages`, for errors found when the file loads.
+    pub line: Option<usize>,
 }
 
 impl ServerConfig {
@@ -70,6 +83,7 @@ impl ServerConfig {
             tenant: None,
             access: crate::Access::default(),
             precompressed: Vec::new(),
+            error_pages: Vec::new(),
         }
     }
 }
@@ -175,7 +189,45 @@ fn resolve_server(
         access: crate::access::resolve_access(s.access.as_ref(), ctx)?.unwrap_or_default(),
         precompressed: compress::resolve_codings(s.precompressed.as_ref(), "precompressed", ctx)?
             .unwrap_or_default(),
+        error_pages: error_pages(s.error_pages.as_ref(), ctx)?,
     })
+}
+
+/// `error_pages = { 404 = "errors/404.html", 503 = "errors/503.html" }`: statuses 400 to
+/// 599, each with a file (read, with the rest of the site's files, when it loads).
+fn error_pages(
+    table: Option<&Spanned<std::collections::BTreeMap<String, String>>>,
+    ctx: &Ctx<'_>,
+) -> Result<Vec<ErrorPage>, ConfigError> {
+    let Some(table) = table else {
+        return Ok(Vec::new());
+    };
+    let line = ctx.line_of(table.span());
+    table
+        .get_ref()
+        .iter()
+        .map(|(status, path)| {
+            let status = status
+                .parse::<u16>()
+                .ok()
+                .filter(|s| (400..=599).contains(s))
+                .ok_or_else(|| {
+                    ctx.err(
+                        Some(table.span()),
+                        format!("error_pages: {status:?} is not an error status"),
+                        Some(
+                            "statuses 400 to 599: error_pages = { 404 = \"errors/404.html\" }"
+                                .to_owned(),
+                        ),
+                    )
+                })?;
+            Ok(ErrorPage {
+                status,
+                path: ctx.path(path),
+                line,
+            })
+        })
+        .collect()
 }
 
 /// Two ACME servers with one name would share its certificate file and each other's

@@ -13,7 +13,8 @@ use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
-use crate::app::route::{Entry, Route, Routes};
+use crate::app::error_pages::ErrorPages;
+use crate::app::route::{Entry, Rewrite, Route, Routes};
 use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
 use terminus_http::files::{Caching, DocRoot};
 
@@ -40,6 +41,8 @@ pub struct Host {
     pub access: terminus_config::Access,
     /// The codings whose copies beside a file its file routes serve, preferred first.
     pub precompressed: Vec<terminus_http::compress::Coding>,
+    /// Its pages for the errors it answers itself (`error_pages`).
+    pub error_pages: ErrorPages,
 }
 
 /// A connection's timeouts: its handshake's, then HTTP's.
@@ -160,8 +163,20 @@ impl Site {
             } else {
                 server_routes(config, server, find)?
             };
+            let pages = server
+                .error_pages
+                .iter()
+                .map(|p| (p.status, p.path.as_path()));
+            let error_pages = ErrorPages::load(pages).map_err(|(status, e)| {
+                let line = server.error_pages.first().and_then(|p| p.line);
+                err(
+                    line.or(server.line),
+                    format!("error page for {status}: {e}"),
+                    Some("each of error_pages is a readable file of at most 1 MiB"),
+                )
+            })?;
             resolver_hosts.push((server.names.clone(), certs));
-            hosts.push((routes, stream));
+            hosts.push((routes, stream, error_pages));
         }
         let resolver = Arc::new(SniResolver::new(
             resolver_hosts,
@@ -189,7 +204,7 @@ impl Site {
         let hosts = hosts
             .into_iter()
             .zip(&config.servers)
-            .map(|((routes, stream), server)| Host {
+            .map(|((routes, stream, error_pages), server)| Host {
                 names: server.names.clone(),
                 tls: policy_of(server).map_or_else(|| tls.clone(), |(_, config, _)| config.clone()),
                 client_auth: server.client_auth.as_ref().map(|p| p.mode),
@@ -199,6 +214,7 @@ impl Site {
                 headers: server.headers.clone(),
                 access: server.access.clone(),
                 precompressed: server.precompressed.clone(),
+                error_pages,
                 tenant: tenant_of(config, server, tenants),
             })
             .collect::<Vec<Host>>();
@@ -385,7 +401,14 @@ fn server_routes(
                     Some("root must be an existing, readable directory"),
                 )
             })?),
-            RouteTarget::Upstream(name) => Route::Proxy(find(name)),
+            RouteTarget::Upstream(name) => Route::Proxy {
+                upstream: find(name),
+                rewrite: r.rewrite.as_ref().map(|to| Rewrite {
+                    from: r.path.clone(),
+                    to: to.clone(),
+                }),
+                intercept_errors: r.intercept_errors,
+            },
             RouteTarget::Redirect { to, status } => Route::Redirect {
                 to: to.clone(),
                 status: hyper::StatusCode::from_u16(*status).expect("a redirect status (checked)"),

@@ -20,6 +20,7 @@ use terminus_http::{files, Http2Trouble, Responder};
 use crate::metrics::Metrics;
 use crate::site::Site;
 
+pub mod error_pages;
 pub mod redirect;
 pub mod route;
 
@@ -86,17 +87,30 @@ impl Responder for ConnectionInfo {
             .and_then(|e| e.access.as_ref())
             .unwrap_or(&host.access);
         // What compressing the answer needs of the request, which the route takes.
+        let method = req.method().clone();
         let compression = chosen.and_then(|e| e.compression.as_ref()).map(|c| {
             let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
-            (c, req.method().clone(), accept)
+            (c, accept)
+        });
+        let intercept = chosen.is_some_and(|e| {
+            matches!(
+                e.route,
+                route::Route::Proxy {
+                    intercept_errors: true,
+                    ..
+                }
+            )
         });
         let mut resp = match chosen {
             _ if !access.allows(self.peer.ip()) => self.refuse(req, StatusCode::FORBIDDEN).await,
             Some(entry) => entry.route.respond(req, head, self).await,
             None => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
-        if let Some((compression, method, accept)) = compression {
+        if let Some((compression, accept)) = compression {
             resp = compression.apply(resp, &method, accept.as_ref());
+        }
+        if !host.error_pages.is_empty() {
+            resp = host.error_pages.apply(resp, &method, intercept);
         }
         // Every answer, errors too (nginx `add_header ... always`); a header the answer
         // already has (an upstream's own) wins.

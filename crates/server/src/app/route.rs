@@ -24,13 +24,58 @@ pub enum Route {
     Files(DocRoot),
     /// The embedded default's page.
     BuiltinPage,
-    /// Forwarded to an upstream.
-    Proxy(Arc<Upstream>),
+    /// Forwarded to an upstream, the path's prefix rewritten first where asked.
+    Proxy {
+        upstream: Arc<Upstream>,
+        rewrite: Option<Rewrite>,
+        /// The upstream's error statuses get the server's error pages.
+        intercept_errors: bool,
+    },
     /// Sent elsewhere: `to` with the request's placeholders filled in, and `status`.
     Redirect {
         to: String,
         status: StatusCode,
     },
+}
+
+/// What an upstream route's path prefix becomes before the upstream sees it (nginx's
+/// `proxy_pass http://app/v2/;` in `location /api/`, Caddy's `uri strip_prefix`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The route's prefix.
+    pub from: String,
+    /// What takes its place.
+    pub to: String,
+}
+
+impl Rewrite {
+    /// `path` (settled, as routing saw it) with `from` replaced by `to`; None if `path`
+    /// does not start with `from`. `from` is matched as routing matches it, each
+    /// segment's `;` parameters skipped: `/api;v=1/x` under `/api/` is `x` after it (the
+    /// parameters of a segment that goes, go with it).
+    pub fn apply(&self, path: &str) -> Option<String> {
+        let (bytes, from) = (path.as_bytes(), self.from.as_bytes());
+        let (mut i, mut j) = (0, 0);
+        let skip_parameters = |mut i: usize| {
+            while i < bytes.len() && bytes[i] != b'/' {
+                i += 1;
+            }
+            i
+        };
+        while j < from.len() {
+            match bytes.get(i) {
+                Some(b';') => i = skip_parameters(i),
+                Some(&b) if b == from[j] => (i, j) = (i + 1, j + 1),
+                _ => return None,
+            }
+        }
+        // A prefix that ends where its last segment does takes that segment's
+        // parameters too.
+        if bytes.get(i) == Some(&b';') && !self.from.ends_with('/') {
+            i = skip_parameters(i);
+        }
+        Some(format!("{}{}", self.to, &path[i..]))
+    }
 }
 
 /// A route and what goes with it.
@@ -111,7 +156,17 @@ impl Route {
             // Boxed: forwarding's state is kilobytes, and held inline it would be moved,
             // whole, into every request's future (a file's or the page's too): three
             // copies of some 3.7 KB per request measured before.
-            Route::Proxy(upstream) => Box::pin(proxy(upstream, req, head, cx)).await,
+            Route::Proxy {
+                upstream, rewrite, ..
+            } => {
+                let mut req = req;
+                if let Some(rewrite) = rewrite {
+                    if let Err(status) = rewritten(&mut req, rewrite) {
+                        return cx.refuse(req, status).await;
+                    }
+                }
+                Box::pin(proxy(upstream, req, head, cx)).await
+            }
             Route::Files(root) => {
                 let from = files::Source {
                     root,
@@ -130,6 +185,23 @@ impl Route {
             Route::Redirect { to, status } => redirect(req, cx, to, *status).await,
         }
     }
+}
+
+/// `req` with its path's prefix rewritten, its query kept.
+fn rewritten(req: &mut Request<RequestBody>, rewrite: &Rewrite) -> Result<(), StatusCode> {
+    let uri = req.uri();
+    // The route matched, so the prefix is there; a path it is not in is not ours to send.
+    let path = rewrite
+        .apply(uri.path())
+        .ok_or(StatusCode::INTERNAL_SERVER_ERROR)?;
+    let target = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(target.try_into().map_err(|_| StatusCode::BAD_REQUEST)?);
+    *req.uri_mut() = hyper::Uri::from_parts(parts).map_err(|_| StatusCode::BAD_REQUEST)?;
+    Ok(())
 }
 
 /// Answers from terminus itself (files, the page): GET and HEAD only, and no body.
@@ -292,5 +364,47 @@ mod tests {
         assert_eq!(chosen("/index.html;x"), Some("/"));
         let partial = Routes::new(vec![Entry::new("/only/", Route::BuiltinPage)]);
         assert!(partial.choose("/elsewhere").is_none());
+    }
+
+    #[test]
+    fn a_rewrite_replaces_the_prefix_routing_matched() {
+        let rewrite = |from: &str, to: &str, path: &str| {
+            Rewrite {
+                from: from.into(),
+                to: to.into(),
+            }
+            .apply(path)
+        };
+        assert_eq!(
+            rewrite("/api/", "/", "/api/users/7").as_deref(),
+            Some("/users/7")
+        );
+        assert_eq!(rewrite("/api/", "/", "/api/").as_deref(), Some("/"));
+        assert_eq!(
+            rewrite("/api/", "/v2/", "/api/x?").as_deref(),
+            Some("/v2/x?")
+        );
+        assert_eq!(rewrite("/api", "/v2", "/api/x").as_deref(), Some("/v2/x"));
+        assert_eq!(rewrite("/api", "/v2", "/api").as_deref(), Some("/v2"));
+        assert_eq!(rewrite("/api", "/v2", "/apix").as_deref(), Some("/v2x"));
+        assert_eq!(rewrite("/", "/app/", "/x/y").as_deref(), Some("/app/x/y"));
+        // Matched as routing matches, the parameters of the segments that go gone too.
+        assert_eq!(
+            rewrite("/api/", "/", "/api;v=1/x;p").as_deref(),
+            Some("/x;p")
+        );
+        assert_eq!(
+            rewrite("/api", "/v2", "/api;v=1/x").as_deref(),
+            Some("/v2/x")
+        );
+        assert_eq!(rewrite("/a/b/", "/", "/a;1/b;2/c").as_deref(), Some("/c"));
+        assert_eq!(rewrite("/api/", "/", "/other/x"), None);
+        assert_eq!(rewrite("/api/", "/", "/ap"), None);
+        // Whatever routing chose, the rewrite agrees that the prefix is there.
+        let routes = Routes::new(vec![Entry::new("/api/", Route::BuiltinPage)]);
+        for path in ["/api;x/y", "/api/;/z", "/api;a;b/c;d"] {
+            let prefix = &routes.choose(path).unwrap().prefix;
+            assert!(rewrite(prefix, "/", path).is_some(), "{path}");
+        }
     }
 }

@@ -17,6 +17,7 @@ proxy passes the path on unchanged.
                      &cache=V a Cache-Control, &encoding=E a Content-Encoding
   /sha256            (any method with a body) the body's sha256 and length
   /trailers          a chunked body followed by trailers
+  /status?code=N[&retry=S]  an answer of status N saying "app's own N" (with Retry-After)
   /slow?ms=M         answers after M ms
   /garbage           a response that is not HTTP
   /ambiguous         a response with both Content-Length and Transfer-Encoding
@@ -197,6 +198,19 @@ class Handler(BaseHTTPRequestHandler):
                     self.connection.unwrap()
                 except OSError:
                     pass
+            return
+        if path == "/status":
+            code = int(q.get("code", "500"))
+            body = f"app's own {code}\n".encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-App", "yes")
+            if "retry" in q:
+                self.send_header("Retry-After", q["retry"])
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
             return
         if path == "/trailers":
             self.send_response(200)
