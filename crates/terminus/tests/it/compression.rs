@@ -316,3 +316,57 @@ fn proxied_responses_are_compressed_as_they_stream_unless_encoded_or_no_transfor
         }
     }
 }
+
+/// A proxied stream's first part reaches the client, compressed and decodable, before the
+/// upstream has sent the rest: app.py's /gate sends "event 1" and waits until /release is
+/// asked for, which the client does only once it has decoded "event 1". Without the
+/// flush when the upstream pauses, the client would wait for ever (here, 10 s).
+#[test]
+fn a_proxied_stream_is_flushed_compressed_when_the_upstream_pauses() {
+    let app = App::start("a");
+    let dir = TestDir::new("compression-stream");
+    dir.write("www/index.html", "home\n");
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
+    let conf = Config::new(&dir, &pair)
+        .workers(1)
+        .before(&format!(
+            "[compression]\nmin_length = 1\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
+            app.addr()
+        ))
+        .in_server(
+            "compress = [\"gzip\"]\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n",
+        );
+    let server = ServerBuilder::with(&dir, &conf).start();
+    let out = python(&format!(
+        r#"
+import http.client, ssl, zlib, urllib.request
+tls = ssl._create_unverified_context()
+conn = http.client.HTTPSConnection("127.0.0.1", {port}, context=tls, timeout=10)
+conn.request("GET", "/app/gate", headers={{"Accept-Encoding": "gzip"}})
+resp = conn.getresponse()
+assert resp.getheader("Content-Encoding") == "gzip", resp.getheaders()
+gunzip = zlib.decompressobj(wbits=31)
+text = b""
+while b"event 1" not in text:
+    piece = resp.read1(65536)
+    assert piece, "the stream ended before event 1"
+    text += gunzip.decompress(piece)
+urllib.request.urlopen("http://{app}/release", timeout=10).read()
+while True:
+    piece = resp.read1(65536)
+    if not piece:
+        break
+    text += gunzip.decompress(piece)
+assert gunzip.eof, "the gzip stream was not ended"
+print(text.decode())
+"#,
+        port = server.port(),
+        app = app.addr()
+    ));
+    assert_eq!(out, "event 1\nevent 2");
+}

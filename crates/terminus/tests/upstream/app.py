@@ -17,6 +17,10 @@ proxy passes the path on unchanged.
                      &cache=V a Cache-Control, &encoding=E a Content-Encoding
   /sha256            (any method with a body) the body's sha256 and length
   /trailers          a chunked body followed by trailers
+  /gate               a chunked text/plain answer: "event 1", then nothing until a
+                     request to /release arrives (30 s at most), then "event 2" and its end
+                     (a stream whose first part must reach the client before the rest exists)
+  /release           opens the gate
   /status?code=N[&retry=S]  an answer of status N saying "app's own N" (with Retry-After)
   /slow?ms=M         answers after M ms
   /garbage           a response that is not HTTP
@@ -42,6 +46,7 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -50,6 +55,7 @@ PATTERN = bytes(range(256)) * 256  # 64 KiB
 KEEPALIVE_MS = float(os.environ.get("APP_KEEPALIVE_MS", "0"))
 CLOSES = {"clean": 0, "cut": 0}
 SEEN = []
+GATE = threading.Event()
 
 
 def pattern(n):
@@ -198,6 +204,20 @@ class Handler(BaseHTTPRequestHandler):
                     self.connection.unwrap()
                 except OSError:
                     pass
+            return
+        if path == "/release":
+            GATE.set()
+            return self.reply(200, b"released\n")
+        if path == "/gate":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in (b"event 1\n", b"event 2\n"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+                GATE.wait(30)
+            self.wfile.write(b"0\r\n\r\n")
             return
         if path == "/status":
             code = int(q.get("code", "500"))
