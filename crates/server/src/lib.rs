@@ -15,6 +15,7 @@ mod health_checks;
 mod listener;
 mod memory;
 mod metrics;
+mod notify;
 mod placement;
 mod reload;
 mod service;
@@ -199,7 +200,13 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     checks.watch(&site);
     let handle = SiteHandle::new(site);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let shared = core.shared(&config, &bound, &handle, shutdown_rx)?;
+    let mut shared = core.shared(&config, &bound, &handle, shutdown_rx)?;
+    // systemd's notifications, and its watchdog's view of the workers.
+    let notifier = notify::Notifier::from_env();
+    let heartbeats = notifier
+        .watchdog_period()
+        .map(|_| notify::Heartbeats::new(core.placed.workers));
+    shared.heartbeats = heartbeats.clone();
     if let Some(listener) = bound.admin.take() {
         start::start_admin(listener, core.metrics.clone(), &mut services)?;
     }
@@ -212,7 +219,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     gate.open();
     core.start_acme(&mut services)?;
     bound.announce(&config, &core);
-    core.reloader(&options, config, handle, checks)
+    notifier.ready(&format!("serving on {} listeners", bound.addrs.len()));
+    core.reloader(&options, config, handle, checks, (notifier, heartbeats))
         .serve(signals);
     services.stop_all();
     let (threads, sockets) = service::leftovers();

@@ -5,6 +5,7 @@
 //! only a restart changes are named in a warning.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use terminus_config::Config;
 use terminus_tls::LoadedCert;
@@ -13,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::capacity::Machine;
 use crate::health_checks::HealthChecks;
+use crate::notify::{Heartbeats, Notifier};
 use crate::placement;
 use crate::site::{Kept, Site, SiteHandle};
 use crate::ServerOptions;
@@ -34,6 +36,10 @@ pub(crate) struct Reloader {
     pub(crate) checks: HealthChecks,
     /// A certificate the ACME manager stored.
     pub(crate) issued: mpsc::UnboundedReceiver<()>,
+    /// systemd, told of readiness, reloads, the drain, and the workers' health.
+    pub(crate) notifier: Notifier,
+    /// Where the workers beat, while systemd's watchdog watches.
+    pub(crate) heartbeats: Option<Arc<Heartbeats>>,
 }
 
 /// The signals, listened for before any worker accepts (a flood arriving with the first
@@ -76,12 +82,37 @@ impl Reloader {
             mut int,
             mut hup,
         } = signals;
+        // Pinged at half the watchdog's timeout; a worker is wedged when its last beat is
+        // older than that (it beats every `notify::BEAT`).
+        let period = self.notifier.watchdog_period();
+        let mut wedged: Vec<usize> = Vec::new();
         runtime.block_on(async {
+            let mut watchdog = tokio::time::interval(period.unwrap_or(Duration::from_secs(3600)));
             loop {
                 tokio::select! {
                     _ = term.recv() => break,
                     _ = int.recv() => break,
-                    _ = hup.recv() => self.reload(),
+                    _ = hup.recv() => {
+                        self.notifier.reloading();
+                        let outcome = self.reload();
+                        self.notifier.ready(outcome);
+                    }
+                    _ = watchdog.tick(), if period.is_some() => {
+                        let stale = self
+                            .heartbeats
+                            .as_ref()
+                            .map(|h| h.stale(period.unwrap_or_default().max(crate::notify::BEAT * 3)))
+                            .unwrap_or_default();
+                        if stale.is_empty() {
+                            self.notifier.watchdog();
+                        } else if stale != wedged {
+                            tracing::error!(
+                                "workers {stale:?} have not run for {:?}: systemd's watchdog is not pinged",
+                                period.unwrap_or_default()
+                            );
+                        }
+                        wedged = stale;
+                    }
                     Some(()) = self.issued.recv() => {
                         // Several certificates stored at once: one rebuild takes them all.
                         while self.issued.try_recv().is_ok() {}
@@ -92,6 +123,7 @@ impl Reloader {
                 }
             }
         });
+        self.notifier.stopping();
         tracing::info!(
             "shutting down: no new connections; in-flight requests get {:?}",
             self.started.shutdown_grace
@@ -99,23 +131,24 @@ impl Reloader {
     }
 
     /// SIGHUP: the file read again and its site swapped in, then made the live
-    /// configuration.
-    fn reload(&mut self) {
+    /// configuration. Says what came of it (systemd's `STATUS=`).
+    fn reload(&mut self) -> &'static str {
         let config = match self.options.load_config() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!("reload failed, keeping the running configuration: {e}");
-                return;
+                return "reload failed; the running configuration kept";
             }
         };
         if !self.rebuild(&config) {
-            return;
+            return "reload failed; the running configuration kept";
         }
         for what in needs_restart(&self.started, &config) {
             tracing::warn!("reload: {what} changed; it takes effect after a restart");
         }
         tracing::info!("configuration reloaded from {}", config.source);
         self.live = config;
+        "configuration reloaded"
     }
 
     /// Builds the [`Site`] of `config` again (certificates and files re-read) and swaps

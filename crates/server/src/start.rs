@@ -16,6 +16,7 @@ use tokio::sync::{mpsc as async_mpsc, watch, Semaphore};
 use crate::capacity::{self, Machine};
 use crate::health_checks::HealthChecks;
 use crate::metrics::Metrics;
+use crate::notify::{Heartbeats, Notifier};
 use crate::placement::{self, Placed};
 use crate::reload::Reloader;
 use crate::service::{CryptoThreads, Service, Services, Thread};
@@ -163,6 +164,7 @@ impl Core {
                 .find(|(_, l)| l.plain.is_none())
                 .map(|(addr, _)| addr.port())
                 .filter(|&port| port != 443),
+            heartbeats: None,
         })
     }
 
@@ -182,6 +184,7 @@ impl Core {
         config: Config,
         handle: SiteHandle,
         checks: HealthChecks,
+        (notifier, heartbeats): (Notifier, Option<Arc<Heartbeats>>),
     ) -> Reloader {
         Reloader {
             options: options.clone(),
@@ -194,6 +197,8 @@ impl Core {
             handle,
             checks,
             issued: self.issued,
+            notifier,
+            heartbeats,
         }
     }
 }

@@ -41,6 +41,8 @@ pub struct Shared {
     /// Where plain-HTTP listeners redirect to: the first TLS listener's port, `None`
     /// for 443 (or without a TLS listener).
     pub https_port: Option<u16>,
+    /// Where each worker beats while systemd's watchdog watches.
+    pub heartbeats: Option<Arc<crate::notify::Heartbeats>>,
 }
 
 pub(crate) struct Worker {
@@ -106,6 +108,28 @@ pub fn run(
         return Ok(());
     }
     let local = tokio::task::LocalSet::new();
+    if let Some(heartbeats) = shared.heartbeats.clone() {
+        local.spawn_local(async move {
+            let mut beat = tokio::time::interval(crate::notify::BEAT);
+            loop {
+                beat.tick().await;
+                heartbeats.beat(id);
+            }
+        });
+    }
+    if let Some(after) = std::env::var(crate::notify::STALL_FAULT)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|_| id == 0)
+    {
+        local.spawn_local(async move {
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            tracing::warn!("{}: worker 0 stalls now", crate::notify::STALL_FAULT);
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        });
+    }
     local.block_on(&runtime, async move {
         let engine = shared.engine.build(shared.metrics.engine.clone());
         let flush_tasks = engine.clone();

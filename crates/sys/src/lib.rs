@@ -48,6 +48,19 @@ pub fn configured_cpus() -> usize {
     n.max(1) as usize
 }
 
+/// CLOCK_MONOTONIC now, in microseconds: the clock systemd's `MONOTONIC_USEC` is read
+/// on (std's `Instant` does not give its value).
+pub fn monotonic_usec() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `now` is, and CLOCK_MONOTONIC
+    // always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
+}
+
 /// User plus system CPU time of the whole process so far.
 pub fn process_cpu_time() -> io::Result<Duration> {
     cpu_time(libc::RUSAGE_SELF)

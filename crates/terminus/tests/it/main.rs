@@ -40,4 +40,5 @@ mod redirects;
 mod rewrites;
 mod speed;
 mod static_files;
+mod systemd;
 mod tenants;

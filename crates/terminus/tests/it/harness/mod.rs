@@ -298,6 +298,7 @@ pub struct ServerBuilder {
     args: Vec<String>,
     listen_flag: bool,
     fd_limit: Option<u32>,
+    env: Vec<(String, String)>,
 }
 
 impl ServerBuilder {
@@ -308,6 +309,7 @@ impl ServerBuilder {
             args: args.iter().map(|&a| a.to_owned()).collect(),
             listen_flag: true,
             fd_limit: None,
+            env: Vec::new(),
         }
     }
 
@@ -318,6 +320,7 @@ impl ServerBuilder {
             args: vec!["--config".into(), path.to_str().unwrap().into()],
             listen_flag: false,
             fd_limit: None,
+            env: Vec::new(),
         }
     }
 
@@ -344,6 +347,12 @@ impl ServerBuilder {
             .admin()
     }
 
+    /// `name=value` in the server's environment.
+    pub fn env(mut self, name: &str, value: &str) -> ServerBuilder {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Under a limit of `n` open files (`ulimit -n`).
     pub fn fd_limit(mut self, n: u32) -> ServerBuilder {
         self.fd_limit = Some(n);
@@ -355,12 +364,17 @@ impl ServerBuilder {
     /// any connection to it. (No connection probes it: one would show in the server's
     /// connection and handshake counts, which tests read.)
     pub fn start(self) -> Server {
-        Server::launch(&self.args, self.listen_flag, self.fd_limit)
+        Server::launch(&self.args, self.listen_flag, self.fd_limit, &self.env)
     }
 }
 
 impl Server {
-    fn launch(args: &[String], listen_flag: bool, fd_limit: Option<u32>) -> Server {
+    fn launch(
+        args: &[String],
+        listen_flag: bool,
+        fd_limit: Option<u32>,
+        env: &[(String, String)],
+    ) -> Server {
         alongside_others();
         let logs = TestDir::new("logs");
         let stderr_path = logs.path("stderr.log");
@@ -376,7 +390,9 @@ impl Server {
                 sh
             }
         };
-        cmd.arg("serve").args(args);
+        cmd.arg("serve")
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)));
         if listen_flag {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
