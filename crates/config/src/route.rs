@@ -189,14 +189,17 @@ pub(super) fn resolve_routes(
 /// `/` would make `/api/x` `//x`).
 fn resolve_rewrite(path: &str, to: &Spanned<String>, ctx: &Ctx<'_>) -> Result<String, ConfigError> {
     let text = to.get_ref();
+    // Routing's own normal form, which the rewritten path keeps: the text must come out
+    // of it unchanged (no dot segments, `//`, needless or lower-case escapes, encoded
+    // slashes, `..;`), and hold only what a path may.
     let normal = text.starts_with('/')
-        && !text.contains("//")
-        && text
-            .split('/')
-            .all(|segment| segment != "." && segment != "..")
         && text
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@%".contains(&b));
+            .all(|b| b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@%".contains(&b))
+        && matches!(
+            terminus_http::target::normalise_path(text),
+            Ok(std::borrow::Cow::Borrowed(_))
+        );
     if !normal {
         return Err(ctx.err(
             Some(to.span()),
@@ -356,6 +359,31 @@ mod tests {
             (
                 "/api/",
                 "upstream = \"app\"\nrewrite = \"/a?b/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a/%2e%2e/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a/..;/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a%2Fb/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a%zz/\"",
+                "normal form",
+            ),
+            (
+                "/api/",
+                "upstream = \"app\"\nrewrite = \"/a%7e/\"",
                 "normal form",
             ),
             ("/api/", "root = \"/srv\"\nrewrite = \"/\"", "upstream"),

@@ -95,6 +95,49 @@ pub fn field<'a>(resp: &'a Response<Body>, name: &HeaderName) -> Option<&'a [u8]
     passed.values_of(name.clone()).next()
 }
 
+/// Every value of `resp`'s field `name`, in its map and among a proxied head's passed
+/// fields.
+pub fn values<'a>(
+    resp: &'a Response<Body>,
+    name: &'a HeaderName,
+) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let passed = resp
+        .extensions()
+        .get::<PassedFields>()
+        .into_iter()
+        .flat_map(move |PassedFields(p)| p.values_of(name.clone()));
+    resp.headers()
+        .get_all(name)
+        .into_iter()
+        .map(HeaderValue::as_bytes)
+        .chain(passed)
+}
+
+/// Adds the field names of `vary` to `resp`'s `Vary`, those it does not name yet (a
+/// response that varies by `*` already varies by everything).
+pub fn vary_by(resp: &mut Response<Body>, vary: &HeaderValue) {
+    let has = |name: &[u8]| {
+        values(resp, &header::VARY).any(|v| {
+            v.split(|&b| b == b',').any(|f| {
+                let f = f.trim_ascii();
+                f == b"*" || f.eq_ignore_ascii_case(name)
+            })
+        })
+    };
+    let missing: Vec<&[u8]> = vary
+        .as_bytes()
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|f| !f.is_empty() && !has(f))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    if let Ok(v) = HeaderValue::from_bytes(&missing.join(&b", "[..])) {
+        resp.headers_mut().append(header::VARY, v);
+    }
+}
+
 /// Adds the field `name` to `resp` unless it has one (an upstream's own wins).
 pub fn add_unless_present(resp: &mut Response<Body>, name: &HeaderName, value: &HeaderValue) {
     if field(resp, name).is_none() {

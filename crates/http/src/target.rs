@@ -100,7 +100,7 @@ pub fn settle_path<B>(req: &mut Request<B>) -> Result<(), StatusCode> {
 /// segment carrying `;` parameters (`..;`: Tomcat and Jetty strip the parameters and
 /// then climb). All are 400s, so `/static/..%2F.env` cannot match `/static/` and read
 /// beside it.
-pub(crate) fn normalise_path(path: &str) -> Result<Cow<'_, str>, StatusCode> {
+pub fn normalise_path(path: &str) -> Result<Cow<'_, str>, StatusCode> {
     if !path.starts_with('/') || already_normal(path.as_bytes()) {
         return Ok(Cow::Borrowed(path));
     }

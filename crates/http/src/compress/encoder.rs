@@ -6,8 +6,11 @@
 //! before its end, and compresses as well as it can. Trailers pass through after the
 //! encoder's end.
 //!
-//! Windows are kept small (brotli 256 KiB, zstd 512 KiB, gzip's fixed 32 KiB): a server
-//! compressing thousands of responses at once pays an encoder's memory for each.
+//! Windows are kept small (brotli 256 KiB, zstd 512 KiB and its tables 1 MiB at most,
+//! gzip's fixed 32 KiB): a server compressing thousands of responses at once (server-sent
+//! events hold theirs for their whole life) pays an encoder's memory for each. One poll
+//! compresses at most [`INPUT_PER_POLL`] bytes, so that no response holds up the
+//! worker's other connections.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -23,11 +26,20 @@ use crate::body::Body;
 /// Compressed output is sent in chunks of about this size.
 const CHUNK: usize = 16 * 1024;
 
+/// Input compressed in one poll, at most: then the worker's other connections get their
+/// turn, however compressible the body (a poll that waited for [`CHUNK`] of output could
+/// take a whole file of zeros) and however slow the level.
+const INPUT_PER_POLL: usize = 64 * 1024;
+
 /// brotli's window, log2: 256 KiB.
 const BROTLI_WINDOW_LOG: u32 = 18;
 
 /// zstd's window, log2: 512 KiB.
 const ZSTD_WINDOW_LOG: u32 = 19;
+
+/// zstd's hash and chain tables, log2 of their entries (4 bytes each) at most: 512 KiB
+/// each.
+const ZSTD_TABLE_LOG: u32 = 17;
 
 /// One coding's encoder, writing into a buffer the body empties.
 enum Encoder {
@@ -52,6 +64,12 @@ impl Encoder {
             Coding::Zstd => {
                 let mut e = zstd::stream::write::Encoder::new(Vec::new(), levels.zstd)?;
                 e.window_log(ZSTD_WINDOW_LOG)?;
+                // Levels above 3 size their match tables past 1 MiB for a stream of
+                // unknown length (level 9's are 12 MiB): bounded here, at some ratio.
+                if levels.zstd > 3 {
+                    e.set_parameter(zstd::stream::raw::CParameter::HashLog(ZSTD_TABLE_LOG))?;
+                    e.set_parameter(zstd::stream::raw::CParameter::ChainLog(ZSTD_TABLE_LOG))?;
+                }
                 // A known length lets zstd size its tables to the input, and says the
                 // content size in the frame.
                 e.set_pledged_src_size(length)?;
@@ -106,6 +124,8 @@ pub struct Compressed {
     unflushed: bool,
     /// The encoder could not be made: the first poll says why.
     failed: Option<io::Error>,
+    /// Input taken from the body beneath and not yet compressed.
+    input: Bytes,
 }
 
 impl Compressed {
@@ -123,6 +143,7 @@ impl Compressed {
             ready: VecDeque::new(),
             unflushed: false,
             failed,
+            input: Bytes::new(),
         }
     }
 
@@ -161,6 +182,7 @@ impl hyper::body::Body for Compressed {
         if let Some(e) = this.failed.take() {
             return Poll::Ready(Some(Err(e)));
         }
+        let mut budget = INPUT_PER_POLL;
         loop {
             if let Some(frame) = this.ready.pop_front() {
                 return Poll::Ready(Some(Ok(frame)));
@@ -168,15 +190,23 @@ impl hyper::body::Body for Compressed {
             let Some(encoder) = this.encoder.as_mut() else {
                 return Poll::Ready(None);
             };
+            if !this.input.is_empty() {
+                if budget == 0 {
+                    // This poll has compressed its share: the worker's other tasks run
+                    // before the rest (no flush: the body beneath is not waiting).
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                let piece = this.input.split_to(this.input.len().min(budget));
+                budget -= piece.len();
+                encoder.write(&piece)?;
+                this.unflushed = true;
+                this.take_output(CHUNK);
+                continue;
+            }
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        if !data.is_empty() {
-                            encoder.write(&data)?;
-                            this.unflushed = true;
-                        }
-                        this.take_output(CHUNK);
-                    }
+                    Ok(data) => this.input = data,
                     Err(frame) => {
                         // Trailers: the body's end.
                         this.finish()?;
@@ -209,7 +239,8 @@ impl hyper::body::Body for Compressed {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.encoder.is_none() && self.ready.is_empty()
+        // A failed encoder has its error to report yet.
+        self.encoder.is_none() && self.ready.is_empty() && self.failed.is_none()
     }
 }
 
@@ -318,9 +349,12 @@ mod tests {
                     other => panic!("{coding:?}: {:?}", other.is_ready()),
                 }
             };
+            // Exactly the first event: had the encoder not flushed when the stream
+            // paused, its first output would have come at the end, with every event.
             let partial = partial_decode(coding, &first);
-            assert!(
-                partial.starts_with(b"data: event 0\n\n"),
+            assert_eq!(
+                partial,
+                b"data: event 0\n\n",
                 "{coding:?}: {:?}",
                 String::from_utf8_lossy(&partial)
             );

@@ -123,15 +123,36 @@ impl Compression {
     /// should be, and says `Vary: Accept-Encoding` on any response that could have been.
     pub fn apply(
         &self,
-        resp: Response<Body>,
+        mut resp: Response<Body>,
         method: &Method,
         accept: Option<&HeaderValue>,
     ) -> Response<Body> {
-        if self.codings.is_empty() || method == Method::HEAD || !self.eligible(&resp) {
+        if self.codings.is_empty() || method == Method::CONNECT {
             return resp;
         }
-        let mut resp = resp;
+        if let Some(&Unmodified { content_type, len }) = resp.extensions().get::<Unmodified>() {
+            // A file's 304 says what its 200 would: Vary, and the weak validator of the
+            // compressed representation the client holds.
+            if resp.status() == StatusCode::NOT_MODIFIED
+                && len >= self.min_length
+                && compressible(content_type.as_bytes(), &self.types)
+            {
+                add_vary(&mut resp);
+                if negotiate(accept, &self.codings).is_some() {
+                    weaken_etag(resp.headers_mut());
+                }
+            }
+            return resp;
+        }
+        // A HEAD's answer varies as its GET's would, but it has no body to compress.
+        let head = method == Method::HEAD;
+        if !self.eligible(&resp, head) {
+            return resp;
+        }
         add_vary(&mut resp);
+        if head {
+            return resp;
+        }
         match negotiate(accept, &self.codings) {
             Some(coding) => compress(resp, coding, self.levels),
             None => resp,
@@ -140,8 +161,9 @@ impl Compression {
 
     /// Whether `resp` is one to compress: a 200 of a compressible type and length, not
     /// encoded, not to be transformed.
-    fn eligible(&self, resp: &Response<Body>) -> bool {
-        if resp.status() != StatusCode::OK || matches!(resp.body(), Body::Empty) {
+    /// (`head`: the answer to a HEAD, without the body it describes.)
+    fn eligible(&self, resp: &Response<Body>, head: bool) -> bool {
+        if resp.status() != StatusCode::OK || (!head && matches!(resp.body(), Body::Empty)) {
             return false;
         }
         if crate::field(resp, &header::CONTENT_ENCODING).is_some()
@@ -149,7 +171,7 @@ impl Compression {
         {
             return false;
         }
-        if values(resp, &header::CACHE_CONTROL).any(|v| {
+        if crate::values(resp, &header::CACHE_CONTROL).any(|v| {
             v.split(|&b| b == b',')
                 .any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform"))
         }) {
@@ -158,31 +180,19 @@ impl Compression {
         let Some(kind) = crate::field(resp, &header::CONTENT_TYPE) else {
             return false;
         };
-        if !compressible(kind, &self.types) {
+        // gRPC frames its messages itself (and compresses them itself, per message):
+        // whatever `types` says.
+        if kind
+            .get(..16)
+            .is_some_and(|k| k.eq_ignore_ascii_case(b"application/grpc"))
+            || !compressible(kind, &self.types)
+        {
             return false;
         }
         let length = crate::field(resp, &header::CONTENT_LENGTH)
             .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
         length.is_none_or(|n| n >= self.min_length)
     }
-}
-
-/// Every value of `resp`'s field `name`, in its map and among a proxied head's passed
-/// fields.
-fn values<'a>(
-    resp: &'a Response<Body>,
-    name: &'a header::HeaderName,
-) -> impl Iterator<Item = &'a [u8]> + 'a {
-    let passed = resp
-        .extensions()
-        .get::<PassedFields>()
-        .into_iter()
-        .flat_map(move |PassedFields(p)| p.values_of(name.clone()));
-    resp.headers()
-        .get_all(name)
-        .into_iter()
-        .map(HeaderValue::as_bytes)
-        .chain(passed)
 }
 
 /// Whether a `Content-Type` value is one of `types` (`text/*` matches any text).
@@ -201,16 +211,36 @@ fn compressible(content_type: &[u8], types: &[String]) -> bool {
 
 /// Adds `Vary: Accept-Encoding` unless the response already varies by it (or by all).
 pub fn add_vary(resp: &mut Response<Body>) {
-    let varies = values(resp, &header::VARY).any(|v| {
-        v.split(|&b| b == b',').any(|f| {
-            let f = f.trim_ascii();
-            f == b"*" || f.eq_ignore_ascii_case(b"accept-encoding")
-        })
-    });
-    if !varies {
-        resp.headers_mut()
-            .append(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    crate::vary_by(resp, &HeaderValue::from_static("Accept-Encoding"));
+}
+
+/// Every `Accept-Encoding` field line of a request as one value (a client may split the
+/// list over several lines, RFC 9110 section 5.3).
+pub fn accept_encoding(headers: &hyper::HeaderMap) -> Option<HeaderValue> {
+    let mut lines = headers.get_all(header::ACCEPT_ENCODING).iter();
+    let first = lines.next()?;
+    let mut joined = first.as_bytes().to_vec();
+    let mut more = false;
+    for line in lines {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+        more = true;
     }
+    if more {
+        HeaderValue::from_bytes(&joined).ok()
+    } else {
+        Some(first.clone())
+    }
+}
+
+/// What a file's `304` would have been as a `200`, for the compression that would have
+/// applied to it to say the same `Vary` and `ETag` (a response extension).
+#[derive(Debug, Clone, Copy)]
+pub struct Unmodified {
+    /// The file's media type.
+    pub content_type: &'static str,
+    /// Its length.
+    pub len: u64,
 }
 
 /// The coding of `offered` (the server's, preferred first) that `accept` ranks highest,
@@ -298,29 +328,44 @@ fn compress(resp: Response<Body>, coding: Coding, levels: Levels) -> Response<Bo
         let PassedFields(p) = parts.extensions.get::<PassedFields>()?;
         HeaderValue::from_bytes(p.values_of(header::ETAG).next()?).ok()
     });
-    for name in [header::CONTENT_LENGTH, header::ACCEPT_RANGES, header::ETAG] {
+    // Digests of the content are of the uncompressed bytes: wrong for these.
+    for name in [
+        header::CONTENT_LENGTH,
+        header::ACCEPT_RANGES,
+        header::ETAG,
+        header::HeaderName::from_static("content-digest"),
+        header::HeaderName::from_static("repr-digest"),
+        header::HeaderName::from_static("content-md5"),
+    ] {
         parts.headers.remove(&name);
         if let Some(PassedFields(p)) = parts.extensions.get_mut::<PassedFields>() {
             p.remove(&name);
         }
     }
     if let Some(tag) = etag {
-        let weak = if tag.as_bytes().starts_with(b"W/") {
-            Some(tag)
-        } else {
-            let mut w = b"W/".to_vec();
-            w.extend_from_slice(tag.as_bytes());
-            HeaderValue::from_bytes(&w).ok()
-        };
-        if let Some(weak) = weak {
-            parts.headers.insert(header::ETAG, weak);
-        }
+        parts.headers.insert(header::ETAG, tag);
+        weaken_etag(&mut parts.headers);
     }
     parts
         .headers
         .insert(header::CONTENT_ENCODING, coding.header_value());
     let body = Body::stream(Compressed::new(body, coding, levels, length));
     Response::from_parts(parts, body)
+}
+
+/// The `ETag` in `headers` made weak, if it is strong.
+fn weaken_etag(headers: &mut hyper::HeaderMap) {
+    let Some(tag) = headers.get(header::ETAG) else {
+        return;
+    };
+    if tag.as_bytes().starts_with(b"W/") {
+        return;
+    }
+    let mut weak = b"W/".to_vec();
+    weak.extend_from_slice(tag.as_bytes());
+    if let Ok(weak) = HeaderValue::from_bytes(&weak) {
+        headers.insert(header::ETAG, weak);
+    }
 }
 
 #[cfg(test)]

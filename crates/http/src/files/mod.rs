@@ -117,12 +117,14 @@ fn file_or_copy(
     }
     let chosen = match headers.get(header::RANGE) {
         Some(_) => None,
-        None => compress::negotiate(headers.get(header::ACCEPT_ENCODING), &present),
+        None => compress::negotiate(compress::accept_encoding(headers).as_ref(), &present),
     };
     let copy = chosen.and_then(|c| copies.iter().flatten().find(|(k, _)| *k == c));
     let mut resp = match copy {
         Some((coding, copy)) => {
             let mut resp = file_response(copy, rel, method, headers);
+            // The copy's validators are its own: nothing to make of its 304 later.
+            resp.extensions_mut().remove::<compress::Unmodified>();
             if resp.status().is_success() {
                 resp.headers_mut().insert(
                     header::CONTENT_ENCODING,
@@ -245,12 +247,15 @@ fn file_response(
         .header(header::LAST_MODIFIED, file.last_modified.clone())
         .header(header::ETAG, file.etag.clone());
     if not_modified {
-        return with_common_headers(
-            builder
-                .status(StatusCode::NOT_MODIFIED)
-                .body(Body::Empty)
-                .expect("valid response"),
-        );
+        let mut resp = builder
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::Empty)
+            .expect("valid response");
+        resp.extensions_mut().insert(compress::Unmodified {
+            content_type: content_type(name),
+            len,
+        });
+        return with_common_headers(resp);
     }
     builder = builder
         .header(

@@ -1,6 +1,6 @@
 //! A server's error pages (nginx's `error_page`, Caddy's `handle_errors`, HAProxy's
 //! `errorfile`): a file per status, read when the site loads, in place of the built-in
-//! text of the errors terminus answers itself (404, 403, 429, 502, 503, 504 ...).
+//! text of the errors terminus answers itself (404, 403, 421, 502, 503, 504 ...).
 //! An upstream's own error responses are its to word and pass as they are, unless its
 //! route says `intercept_errors` (nginx's `proxy_intercept_errors`).
 
@@ -30,9 +30,15 @@ struct Page {
 #[derive(Debug, Clone, Default)]
 pub struct ErrorPages(HashMap<u16, Page>);
 
-/// Fields an intercepted upstream answer keeps: what a client needs to act on the error.
-const KEPT: [header::HeaderName; 3] =
-    [header::RETRY_AFTER, header::WWW_AUTHENTICATE, header::ALLOW];
+/// Fields an intercepted upstream answer keeps: what a client needs to act on the error
+/// (every value: a 401 may offer several challenges).
+const KEPT: [header::HeaderName; 5] = [
+    header::RETRY_AFTER,
+    header::WWW_AUTHENTICATE,
+    header::PROXY_AUTHENTICATE,
+    header::ALLOW,
+    header::CONTENT_RANGE,
+];
 
 impl ErrorPages {
     /// Whether there are none (then nothing need be asked).
@@ -95,12 +101,14 @@ impl ErrorPages {
                 .into_parts()
                 .0;
             for name in KEPT {
-                let passed = || {
-                    let PassedFields(p) = parts.extensions.get::<PassedFields>()?;
-                    HeaderValue::from_bytes(p.values_of(name.clone()).next()?).ok()
-                };
-                if let Some(v) = parts.headers.get(&name).cloned().or_else(passed) {
-                    fresh.headers.insert(name, v);
+                let passed = parts
+                    .extensions
+                    .get::<PassedFields>()
+                    .into_iter()
+                    .flat_map(|PassedFields(p)| p.values_of(name.clone()))
+                    .filter_map(|v| HeaderValue::from_bytes(v).ok());
+                for v in parts.headers.get_all(&name).iter().cloned().chain(passed) {
+                    fresh.headers.append(name.clone(), v);
                 }
             }
             fresh.extensions.insert(upstreamed);

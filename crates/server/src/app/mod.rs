@@ -55,18 +55,20 @@ impl ConnectionInfo {
     }
 }
 
-impl Responder for ConnectionInfo {
-    async fn respond(
+impl ConnectionInfo {
+    /// The answer to `req` from its route (or the refusal before one), compressed as the
+    /// route says; and whether the route intercepts its upstream's errors.
+    async fn answer(
         &self,
         mut req: Request<RequestBody>,
         head: Option<terminus_http::h1::RawHead>,
-    ) -> Response<Body> {
+    ) -> (Response<Body>, bool) {
         let host = &self.site.hosts[self.host];
         let named = match terminus_http::target::settle_host(&mut req)
             .and_then(|name| terminus_http::target::settle_path(&mut req).map(|()| name))
         {
             Ok(name) => name,
-            Err(status) => return self.refuse(req, status).await,
+            Err(status) => return (self.refuse(req, status).await, false),
         };
         // Host (or :authority) naming another configured server: that server's
         // certificate was not shown and its tenant did not pay (RFC 9110 section
@@ -78,7 +80,10 @@ impl Responder for ConnectionInfo {
                 .and_then(|name| self.site.resolver.find(name.host()))
                 .is_some_and(|i| i != self.host)
         {
-            return self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await;
+            return (
+                self.refuse(req, StatusCode::MISDIRECTED_REQUEST).await,
+                false,
+            );
         }
         let chosen = host.routes.choose(req.uri().path());
         // The route's own rules, else its server's (nginx's location and server); asked
@@ -89,7 +94,7 @@ impl Responder for ConnectionInfo {
         // What compressing the answer needs of the request, which the route takes.
         let method = req.method().clone();
         let compression = chosen.and_then(|e| e.compression.as_ref()).map(|c| {
-            let accept = req.headers().get(header::ACCEPT_ENCODING).cloned();
+            let accept = terminus_http::compress::accept_encoding(req.headers());
             (c, accept)
         });
         let intercept = chosen.is_some_and(|e| {
@@ -109,13 +114,31 @@ impl Responder for ConnectionInfo {
         if let Some((compression, accept)) = compression {
             resp = compression.apply(resp, &method, accept.as_ref());
         }
+        (resp, intercept)
+    }
+}
+
+impl Responder for ConnectionInfo {
+    async fn respond(
+        &self,
+        req: Request<RequestBody>,
+        head: Option<terminus_http::h1::RawHead>,
+    ) -> Response<Body> {
+        let host = &self.site.hosts[self.host];
+        let method = req.method().clone();
+        let (mut resp, intercept) = self.answer(req, head).await;
         if !host.error_pages.is_empty() {
             resp = host.error_pages.apply(resp, &method, intercept);
         }
         // Every answer, errors too (nginx `add_header ... always`); a header the answer
         // already has (an upstream's own) wins.
         for (name, value) in &host.headers {
-            terminus_http::add_unless_present(&mut resp, name, value);
+            // Vary lists fields: the server's are added to those the answer varies by.
+            if name == header::VARY {
+                terminus_http::vary_by(&mut resp, value);
+            } else {
+                terminus_http::add_unless_present(&mut resp, name, value);
+            }
         }
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);

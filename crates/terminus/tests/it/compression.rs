@@ -117,6 +117,7 @@ fn static_files_are_compressed_in_the_coding_the_client_prefers_and_copies_besid
     let conf = Config::new(&dir, &pair).workers(1).in_server(&format!(
         r#"compress = ["zstd", "br", "gzip"]
 precompressed = ["br", "gzip"]
+headers = {{ Vary = "Origin" }}
 [[server.route]]
 path = "/private/"
 root = "{www}"
@@ -164,6 +165,59 @@ compress = []"#,
     // curl's own decoding.
     let out = curl(&server, &["--compressed"], "/big.html");
     assert_eq!(sha256(&out.stdout), want);
+    // The server's own Vary is kept beside Accept-Encoding.
+    let (_, head, _) = fetch(&server, &dir, Some("gzip"), &[], "/big.html");
+    let vary: Vec<String> = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(n, _)| n.eq_ignore_ascii_case("vary"))
+        .map(|(_, v)| v.trim().to_ascii_lowercase())
+        .collect();
+    assert!(vary.iter().any(|v| v.contains("origin")), "{head}");
+    assert!(vary.iter().any(|v| v.contains("accept-encoding")), "{head}");
+    // Accept-Encoding over two field lines is one list: zstd refused by the second.
+    let (_, head, _) = fetch(
+        &server,
+        &dir,
+        Some("*"),
+        &["-H", "Accept-Encoding: zstd;q=0"],
+        "/big.html",
+    );
+    assert_eq!(
+        header_value(&head, "content-encoding").as_deref(),
+        Some("br"),
+        "{head}"
+    );
+    // A revalidation of the compressed representation: a 304 with its weak validator and
+    // Vary, as the 200 had (a cache can freshen what it holds with it).
+    let (_, head, _) = fetch(&server, &dir, Some("gzip"), &[], "/big.html");
+    let weak = header_value(&head, "etag").unwrap();
+    let (code, head, _) = fetch(
+        &server,
+        &dir,
+        Some("gzip"),
+        &["-H", &format!("If-None-Match: {weak}")],
+        "/big.html",
+    );
+    assert_eq!(code, 304, "{head}");
+    assert_eq!(header_value(&head, "etag"), Some(weak.clone()), "{head}");
+    assert!(varies(&head), "{head}");
+    // ... and of the file itself, without Accept-Encoding: its strong validator.
+    let (code, head, _) = fetch(
+        &server,
+        &dir,
+        None,
+        &[
+            "-H",
+            &format!("If-None-Match: {}", weak.trim_start_matches("W/")),
+        ],
+        "/big.html",
+    );
+    assert_eq!(code, 304, "{head}");
+    assert_eq!(
+        header_value(&head, "etag").as_deref(),
+        Some(weak.trim_start_matches("W/"))
+    );
 
     // Never compressed: a range, a HEAD, a small body, a type that does not compress, a
     // route that turned it off.
@@ -173,6 +227,7 @@ compress = []"#,
     assert_eq!(std::fs::read(&body).unwrap(), &page.as_bytes()[..100]);
     let (_, head, _) = fetch(&server, &dir, Some("gzip"), &["-I"], "/big.html");
     assert!(header_value(&head, "content-encoding").is_none(), "{head}");
+    assert!(varies(&head), "a HEAD varies as its GET: {head}");
     for path in ["/small.txt", "/image.png", "/private/big.html"] {
         let (code, head, _) = fetch(&server, &dir, Some("gzip, br, zstd"), &[], path);
         assert_eq!(code, 200, "{path}");
@@ -339,34 +394,44 @@ fn a_proxied_stream_is_flushed_compressed_when_the_upstream_pauses() {
             app.addr()
         ))
         .in_server(
-            "compress = [\"gzip\"]\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n",
+            "compress = [\"zstd\", \"br\", \"gzip\"]\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n",
         );
     let server = ServerBuilder::with(&dir, &conf).start();
     let out = python(&format!(
         r#"
-import http.client, ssl, zlib, urllib.request
+import http.client, ssl, zlib, urllib.request, brotli, zstandard
 tls = ssl._create_unverified_context()
-conn = http.client.HTTPSConnection("127.0.0.1", {port}, context=tls, timeout=10)
-conn.request("GET", "/app/gate", headers={{"Accept-Encoding": "gzip"}})
-resp = conn.getresponse()
-assert resp.getheader("Content-Encoding") == "gzip", resp.getheaders()
-gunzip = zlib.decompressobj(wbits=31)
-text = b""
-while b"event 1" not in text:
-    piece = resp.read1(65536)
-    assert piece, "the stream ended before event 1"
-    text += gunzip.decompress(piece)
-urllib.request.urlopen("http://{app}/release", timeout=10).read()
-while True:
-    piece = resp.read1(65536)
-    if not piece:
-        break
-    text += gunzip.decompress(piece)
-assert gunzip.eof, "the gzip stream was not ended"
-print(text.decode())
+for coding in ("gzip", "br", "zstd"):
+    decoder = {{"gzip": lambda: zlib.decompressobj(wbits=31),
+               "br": lambda: brotli.Decompressor(),
+               "zstd": lambda: zstandard.ZstdDecompressor().decompressobj()}}[coding]()
+    decode = decoder.process if coding == "br" else decoder.decompress
+    conn = http.client.HTTPSConnection("127.0.0.1", {port}, context=tls, timeout=10)
+    conn.request("GET", "/app/gate", headers={{"Accept-Encoding": coding}})
+    resp = conn.getresponse()
+    assert resp.getheader("Content-Encoding") == coding, resp.getheaders()
+    text = b""
+    while b"event 1" not in text:
+        piece = resp.read1(65536)
+        assert piece, coding + ": the stream ended before event 1"
+        text += decode(piece)
+    urllib.request.urlopen("http://{app}/release", timeout=10).read()
+    while True:
+        piece = resp.read1(65536)
+        if not piece:
+            break
+        text += decode(piece)
+    if coding == "gzip":
+        assert decoder.eof, "the gzip stream was not ended"
+    if coding == "br":
+        assert decoder.is_finished(), "the brotli stream was not ended"
+    print(coding, text.decode().strip())
 "#,
         port = server.port(),
         app = app.addr()
     ));
-    assert_eq!(out, "event 1\nevent 2");
+    assert_eq!(
+        out,
+        "gzip event 1\nevent 2\nbr event 1\nevent 2\nzstd event 1\nevent 2"
+    );
 }

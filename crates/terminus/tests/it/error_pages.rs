@@ -11,6 +11,7 @@ fn error_pages_replace_terminus_s_own_errors_and_an_upstream_s_only_where_interc
     let dir = TestDir::new("error-pages");
     dir.write("www/index.html", "home\n");
     dir.write("errors/404.html", "<h1>our 404 page</h1>\n");
+    dir.write("errors/400.html", "<h1>our 400 page</h1>\n");
     dir.write("errors/403.txt", "our 403 page\n");
     dir.write("errors/502.html", "<h1>our 502 page</h1>\n");
     dir.write("errors/503.html", "<h1>our 503 page</h1>\n");
@@ -28,7 +29,7 @@ fn error_pages_replace_terminus_s_own_errors_and_an_upstream_s_only_where_interc
             app.addr()
         ))
         .in_server(&format!(
-            r#"error_pages = {{ 404 = "{e}/404.html", 403 = "{e}/403.txt", 502 = "{e}/502.html", 503 = "{e}/503.html" }}
+            r#"error_pages = {{ 400 = "{e}/400.html", 404 = "{e}/404.html", 403 = "{e}/403.txt", 502 = "{e}/502.html", 503 = "{e}/503.html" }}
 [[server.route]]
 path = "/closed/"
 root = "{www}"
@@ -89,12 +90,23 @@ intercept_errors = true"#,
     // A status without a page is the upstream's still; a success is untouched.
     assert_eq!(body("/caught/status?code=500"), "app's own 500\n");
     assert_eq!(body("/caught/whoami"), "a");
-    // The connection to the intercepted upstream was given up, not left half read: the
-    // next requests are answered.
+    // An intercepted body of megabytes is not read: the connection to the upstream is
+    // given up, not left half read for the next request to find.
     for _ in 0..3 {
-        assert_eq!(body("/caught/status?code=503"), "<h1>our 503 page</h1>\n");
+        assert_eq!(
+            body("/caught/status?code=503&pad=3000000"),
+            "<h1>our 503 page</h1>\n"
+        );
         assert_eq!(body("/app/whoami"), "a");
+        assert_eq!(body("/caught/whoami"), "a");
     }
+    // The errors answered before a route is chosen get the pages too: a path that climbs
+    // above the root.
+    let (code, _, page) = headers(&server, &["--path-as-is"], "/a/../../x");
+    assert_eq!(
+        (code, page.as_slice()),
+        (400, &b"<h1>our 400 page</h1>\n"[..])
+    );
 }
 
 #[test]

@@ -20,8 +20,9 @@ proxy passes the path on unchanged.
   /gate               a chunked text/plain answer: "event 1", then nothing until a
                      request to /release arrives (30 s at most), then "event 2" and its end
                      (a stream whose first part must reach the client before the rest exists)
-  /release           opens the gate
-  /status?code=N[&retry=S]  an answer of status N saying "app's own N" (with Retry-After)
+  /release           opens the gate (each /gate closes it again)
+  /status?code=N[&retry=S][&pad=P]  an answer of status N saying "app's own N" (with
+                     Retry-After; P bytes of padding after it)
   /slow?ms=M         answers after M ms
   /garbage           a response that is not HTTP
   /ambiguous         a response with both Content-Length and Transfer-Encoding
@@ -209,6 +210,7 @@ class Handler(BaseHTTPRequestHandler):
             GATE.set()
             return self.reply(200, b"released\n")
         if path == "/gate":
+            GATE.clear()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Transfer-Encoding", "chunked")
@@ -221,7 +223,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path == "/status":
             code = int(q.get("code", "500"))
-            body = f"app's own {code}\n".encode()
+            body = f"app's own {code}\n".encode() + b"x" * int(q.get("pad", "0"))
             self.send_response(code)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
