@@ -73,6 +73,8 @@ pub enum Need {
     /// nghttp2's clients, `nghttp` and `h2load` (`.ci/run` installs Debian's
     /// nghttp2-client).
     Nghttp2,
+    /// `systemd-analyze`, which checks a unit file (Debian's systemd package).
+    SystemdAnalyze,
 }
 
 impl Need {
@@ -93,6 +95,7 @@ impl Need {
             Need::Go => "go",
             Need::Chromium => "chromium",
             Need::Nghttp2 => "nghttp2",
+            Need::SystemdAnalyze => "systemd-analyze",
         }
     }
 }

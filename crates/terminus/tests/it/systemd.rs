@@ -157,3 +157,30 @@ fn a_stalled_worker_stops_the_watchdog_pings() {
     let after = notifications(&socket, Duration::from_secs(3), None);
     assert_eq!(pings(&after), 0, "{after:?}");
 }
+
+/// contrib/systemd/terminus.service passes `systemd-analyze verify` with its commands
+/// pointing at this build (a misspelt directive or a missing binary fails it).
+#[test]
+fn the_systemd_unit_verifies() {
+    let available = Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !terminus_testkit::runs_here(
+        terminus_testkit::Need::SystemdAnalyze,
+        available,
+        "systemd-analyze is not installed",
+    ) {
+        return;
+    }
+    let dir = TestDir::new("systemd-unit");
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let unit = std::fs::read_to_string(repo.join("contrib/systemd/terminus.service")).unwrap();
+    assert!(unit.contains("Type=notify"), "{unit}");
+    assert!(unit.contains("WatchdogSec="), "{unit}");
+    let unit = unit.replace("/usr/bin/terminus", terminus_bin());
+    let path = dir.write("terminus.service", unit);
+    let out = run(Command::new("systemd-analyze").args(["verify", path.to_str().unwrap()]));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
