@@ -390,6 +390,7 @@ impl Metrics {
         self.capacity.render(&mut out);
         BridgeMetrics.render(&mut out);
         terminus_quic::QUIC_METRICS.render(&mut out);
+        terminus_http::compress::stats::STATS.render(&mut out);
         self.proxy.render(&mut out);
         self.fleet.render(&mut out);
         if let Some(acme) = &self.acme {

@@ -115,6 +115,7 @@ impl Encoder {
 
 /// A body compressed in one coding as it streams (see the module's doc).
 pub struct Compressed {
+    coding: Coding,
     inner: Body,
     /// None once the stream has ended.
     encoder: Option<Encoder>,
@@ -138,6 +139,7 @@ impl Compressed {
             Err(e) => (None, Some(e)),
         };
         Compressed {
+            coding,
             inner,
             encoder,
             ready: VecDeque::new(),
@@ -153,6 +155,7 @@ impl Compressed {
             let out = e.output();
             if !out.is_empty() && out.len() >= at_least {
                 let data = std::mem::take(out);
+                super::stats::STATS.compressed(self.coding, 0, data.len());
                 self.ready.push_back(Frame::data(Bytes::from(data)));
             }
         }
@@ -162,6 +165,7 @@ impl Compressed {
     fn finish(&mut self) -> io::Result<()> {
         if let Some(e) = self.encoder.take() {
             let last = e.finish()?;
+            super::stats::STATS.compressed(self.coding, 0, last.len());
             if !last.is_empty() {
                 self.ready.push_back(Frame::data(Bytes::from(last)));
             }
@@ -200,6 +204,7 @@ impl hyper::body::Body for Compressed {
                 let piece = this.input.split_to(this.input.len().min(budget));
                 budget -= piece.len();
                 encoder.write(&piece)?;
+                super::stats::STATS.compressed(this.coding, piece.len(), 0);
                 this.unflushed = true;
                 this.take_output(CHUNK);
                 continue;

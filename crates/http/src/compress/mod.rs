@@ -22,6 +22,7 @@
 //! or not be compressed.
 
 pub mod encoder;
+pub mod stats;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
@@ -72,6 +73,11 @@ impl Coding {
             "gzip" => Some(Coding::Gzip),
             _ => None,
         }
+    }
+
+    /// Its place in [`Coding::ALL`].
+    fn index(self) -> usize {
+        self as usize
     }
 
     fn header_value(self) -> HeaderValue {
@@ -349,6 +355,7 @@ fn compress(resp: Response<Body>, coding: Coding, levels: Levels) -> Response<Bo
     parts
         .headers
         .insert(header::CONTENT_ENCODING, coding.header_value());
+    stats::STATS.response(coding);
     let body = Body::stream(Compressed::new(body, coding, levels, length));
     Response::from_parts(parts, body)
 }

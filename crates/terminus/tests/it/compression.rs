@@ -307,7 +307,7 @@ fn proxied_responses_are_compressed_as_they_stream_unless_encoded_or_no_transfor
         .in_server(
             "compress = [\"zstd\", \"br\", \"gzip\"]\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n",
         );
-    let server = ServerBuilder::with(&dir, &conf).start();
+    let server = ServerBuilder::with(&dir, &conf).admin().start();
     let direct = |query: &str| {
         let out = run(
             Command::new("curl").args(["-sS", &format!("http://{}/bytes?{query}", app.addr())])
@@ -369,6 +369,21 @@ fn proxied_responses_are_compressed_as_they_stream_unless_encoded_or_no_transfor
             );
             assert_eq!(decoded_sha256("-", &body), want, "{query}");
         }
+    }
+    // What was compressed, counted: 4 responses a coding (two modes, two versions), each
+    // of 300,000 bytes in and fewer out.
+    let metrics = server.metrics();
+    for coding in ["gzip", "br", "zstd"] {
+        let label = format!("coding=\"{coding}\"");
+        let responses = metric_sum(&metrics, "terminus_compressed_responses_total", &[&label]);
+        let bytes_in = metric_sum(&metrics, "terminus_compression_in_bytes_total", &[&label]);
+        let bytes_out = metric_sum(&metrics, "terminus_compression_out_bytes_total", &[&label]);
+        assert_eq!(responses, 4.0, "{coding}");
+        assert_eq!(bytes_in, 4.0 * 300_000.0, "{coding}");
+        assert!(
+            bytes_out > 0.0 && bytes_out * 4.0 < bytes_in,
+            "{coding}: {bytes_out}"
+        );
     }
 }
 

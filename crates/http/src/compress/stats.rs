@@ -1,0 +1,70 @@
+//! What compression has done, process-wide: responses compressed and bytes into and
+//! out of the encoders, by coding (`terminus_compression_*` in the server's metrics:
+//! the ratio an operator's traffic gets, and what it costs).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use terminus_metrics::{Exposition, Kind, Render};
+
+use super::Coding;
+
+/// The counters, one set for the process.
+pub static STATS: Stats = Stats::new();
+
+/// Per coding, in [`Coding::ALL`]'s order.
+pub struct Stats {
+    responses: [AtomicU64; 3],
+    bytes_in: [AtomicU64; 3],
+    bytes_out: [AtomicU64; 3],
+}
+
+impl Stats {
+    const fn new() -> Self {
+        const ZERO: AtomicU64 = AtomicU64::new(0);
+        Stats {
+            responses: [ZERO; 3],
+            bytes_in: [ZERO; 3],
+            bytes_out: [ZERO; 3],
+        }
+    }
+
+    pub(super) fn response(&self, coding: Coding) {
+        self.responses[coding.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn compressed(&self, coding: Coding, bytes_in: usize, bytes_out: usize) {
+        self.bytes_in[coding.index()].fetch_add(bytes_in as u64, Ordering::Relaxed);
+        self.bytes_out[coding.index()].fetch_add(bytes_out as u64, Ordering::Relaxed);
+    }
+}
+
+impl Render for Stats {
+    fn render(&self, out: &mut Exposition) {
+        let by_coding = |counters: &'static [AtomicU64; 3]| {
+            Coding::ALL.into_iter().map(move |c| {
+                (
+                    format!("coding=\"{}\"", c.token()),
+                    counters[c.index()].load(Ordering::Relaxed),
+                )
+            })
+        };
+        out.family(
+            "terminus_compressed_responses_total",
+            Kind::Counter,
+            "Responses compressed on the fly, by coding (precompressed copies are not counted: nothing is compressed for them).",
+            by_coding(&STATS.responses),
+        );
+        out.family(
+            "terminus_compression_in_bytes_total",
+            Kind::Counter,
+            "Bytes given to the encoders, by coding.",
+            by_coding(&STATS.bytes_in),
+        );
+        out.family(
+            "terminus_compression_out_bytes_total",
+            Kind::Counter,
+            "Bytes the encoders made of them, by coding.",
+            by_coding(&STATS.bytes_out),
+        );
+    }
+}
