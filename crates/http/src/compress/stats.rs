@@ -20,11 +20,10 @@ pub struct Stats {
 
 impl Stats {
     const fn new() -> Self {
-        const ZERO: AtomicU64 = AtomicU64::new(0);
         Stats {
-            responses: [ZERO; 3],
-            bytes_in: [ZERO; 3],
-            bytes_out: [ZERO; 3],
+            responses: [const { AtomicU64::new(0) }; 3],
+            bytes_in: [const { AtomicU64::new(0) }; 3],
+            bytes_out: [const { AtomicU64::new(0) }; 3],
         }
     }
 
