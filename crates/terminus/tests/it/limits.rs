@@ -50,7 +50,8 @@ rate = "off""#,
     ));
     let server = ServerBuilder::with(&dir, &conf).admin().start();
 
-    // 127.0.0.1 at 30/s for 4 s (keep-alive: two workers, whichever takes it).
+    // 127.0.0.1 at 30/s for 4 s, a new connection each time: its requests land on both
+    // workers (SO_REUSEPORT spreads connections by port), which count them together.
     let seconds = 4.0;
     let flood = load_in_background(
         [
@@ -61,6 +62,7 @@ rate = "off""#,
             "30",
             "-d",
             "4s",
+            "--new-connection",
             "-k",
         ]
         .map(str::to_owned)
@@ -97,6 +99,10 @@ rate = "off""#,
         server.metric("terminus_limited_requests_total", &[]),
         refused
     );
+    for worker in ["worker=\"0\"", "worker=\"1\""] {
+        let took = server.metric("terminus_worker_handshakes_total", &[worker]);
+        assert!(took >= 20.0, "{worker} took {took} of the connections");
+    }
 
     // A route's own rate, counted by a header: the second request within the minute is
     // refused with the time until the next (whole seconds, rounded up)...
