@@ -11,8 +11,12 @@
 //! - [`tenant`]: tenants and their accounts: quotas (committed and peak ACU, SCU),
 //!   admission against them, over-quota actions, accounting, and the share of a fleet's
 //!   quota an instance enforces;
-//! - [`meter`]: the rate meter (GCRA) quotas are kept with.
+//! - [`meter`]: the rate meter (GCRA) quotas are kept with;
+//! - [`clients`]: per-client limits: a request rate with a burst per client (nginx's
+//!   `limit_req`) in a table of bounded size shared by the workers, and connections open
+//!   per client address (nginx's `limit_conn`).
 
 pub mod bound;
+pub mod clients;
 pub mod meter;
 pub mod tenant;

@@ -22,7 +22,7 @@ pub(crate) struct Meter {
 
 impl Meter {
     /// A meter of `rate` units per second letting `burst` seconds of it through at once.
-    pub(crate) fn new(rate: f64, burst: f64) -> Self {
+    pub(crate) const fn new(rate: f64, burst: f64) -> Self {
         Self {
             rate,
             tolerance: burst,
@@ -54,6 +54,12 @@ impl Meter {
             self.tat = now + (self.tat - now) * self.rate / rate;
         }
         self.rate = rate;
+    }
+
+    /// The theoretical arrival time: from then on the meter is as good as a new one (it
+    /// owes nothing), so up to then it holds what a new one would not.
+    pub(crate) fn due(&self) -> f64 {
+        self.tat
     }
 
     /// Corrects what was charged by `units` (negative: gives some back), once the true

@@ -1,7 +1,8 @@
 //! The TOML configuration file, from text to a typed [`Config`] with every default filled
 //! in. Each section has its own module and resolving function: `listen`, `servers`
 //! (`[[server]]`, `[[stream]]`, their routes, certificates and headers), `tls`, `crypto`,
-//! `tenant`, `upstream`, `acme`, `fleet` and `http3`; `resolve` puts them together with
+//! `tenant`, `upstream`, `acme`, `fleet` and `http3`; `access` and `rate` (a server's or
+//! route's allow and deny rules, its request rate per client); `resolve` puts them together with
 //! the small sections (timeouts, limits, log, admin, files), and [`Overrides`] applies the
 //! command line's flags last. `schema` is the file as written (serde), `Ctx` the file
 //! being read (its lines, its folder).
@@ -33,6 +34,7 @@ mod headers;
 mod http3;
 mod listen;
 mod overrides;
+mod rate;
 mod resolve;
 mod route;
 mod schema;
@@ -48,6 +50,7 @@ pub use crypto::{BackendChoice, Crypto};
 pub use files::CacheSettings;
 pub use listen::{KtlsMode, Listen, Plain};
 pub use overrides::Overrides;
+pub use rate::{RateKey, RateLimit};
 pub use route::{RouteConfig, RouteTarget, REDIRECT_PLACEHOLDERS};
 pub use schema::{parse_duration, ConfigDuration};
 pub use servers::{CertPaths, ErrorPage, ServerConfig};
@@ -130,6 +133,12 @@ pub struct Config {
     pub max_connections: usize,
     /// Admission control's bound on a worker's handshake work (zero: off).
     pub handshake_queue: Duration,
+    /// `limits.connections_per_client`: connections one client address may hold open
+    /// (IPv6 by its /64); `None`: no limit.
+    pub connections_per_client: Option<u32>,
+    /// `limits.rate_keys`: the most clients the rate limits remember at once (read at
+    /// start: a reload keeps the table).
+    pub rate_keys: usize,
     /// `log.access`.
     pub access_log: AccessLogTarget,
     /// `log.level`.

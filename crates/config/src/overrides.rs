@@ -130,6 +130,7 @@ impl Config {
                 target: RouteTarget::Root(root.clone()),
                 line: None,
                 access: None,
+                rate: None,
                 compression,
                 rewrite: None,
                 intercept_errors: false,

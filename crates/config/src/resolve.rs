@@ -27,6 +27,7 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     let acme = acme::resolve(raw, &listen, ctx)?;
     let servers = servers::resolve(raw, &upstreams, acme.as_ref(), server_tenants, ctx)?;
     crate::access::check_http3(raw, &listen, ctx)?;
+    crate::rate::check_http3(raw, &listen, ctx)?;
     let mut crypto = crypto::resolve(raw, ctx)?;
     let ticket_keys = tls::ticket_keys(raw, ctx)?;
     let tls = tls::resolve(raw, ctx)?;
@@ -64,6 +65,11 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             "handshake_queue",
             Duration::from_secs(1),
         )?,
+        connections_per_client: crate::rate::connections_per_client(
+            raw.limits.connections_per_client.as_ref(),
+            ctx,
+        )?,
+        rate_keys: crate::rate::rate_keys(raw.limits.rate_keys.as_ref(), ctx)?,
         access_log: match raw.log.access.as_ref().map(|a| a.get_ref().as_str()) {
             None | Some("off") => AccessLogTarget::Off,
             Some("stdout") => AccessLogTarget::Stdout,

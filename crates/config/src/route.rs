@@ -9,7 +9,8 @@ use toml::Spanned;
 
 use super::access::resolve_access;
 use super::compress::{resolve_codings, with_codings};
-use super::{Access, ConfigError, Ctx};
+use super::rate::resolve_rate;
+use super::{Access, ConfigError, Ctx, RateLimit};
 use terminus_http::compress::Compression;
 
 /// A `[[server.route]]` as written: a path prefix and what answers under it.
@@ -21,6 +22,8 @@ pub struct RouteSection {
     pub root: Option<Spanned<String>>,
     /// `access`: allow and deny rules in place of the server's.
     pub access: Option<Spanned<Vec<String>>>,
+    /// `rate`: requests per client in place of the server's (`"off"`: none).
+    pub rate: Option<Spanned<toml::Value>>,
     /// `redirect = { to = "https://new.example{uri}", status = 301 }`.
     pub redirect: Option<Spanned<RedirectSection>>,
     /// `compress`: the route's codings in place of its server's (`[]`: none).
@@ -71,6 +74,8 @@ pub struct RouteConfig {
     pub line: Option<usize>,
     /// Its own `access` rules, in place of its server's.
     pub access: Option<Access>,
+    /// Its own `rate`, in place of its server's: `Some(None)` for none (`"off"`).
+    pub rate: Option<Option<RateLimit>>,
     /// How its responses are compressed (its own `compress`, else its server's); None:
     /// not at all.
     pub compression: Option<Compression>,
@@ -156,6 +161,7 @@ pub(super) fn resolve_routes(
             target,
             line: ctx.line_of(r.path.span()),
             access: resolve_access(r.access.as_ref(), ctx)?,
+            rate: resolve_rate(r.rate.as_ref(), true, ctx)?,
             compression: match resolve_codings(r.compress.as_ref(), "compress", ctx)? {
                 Some(codings) => with_codings(section, codings),
                 None => server_compression.cloned(),
@@ -175,6 +181,7 @@ pub(super) fn resolve_routes(
             target: RouteTarget::Root(ctx.path(root.get_ref())),
             line: ctx.line_of(root.span()),
             access: None,
+            rate: None,
             compression: server_compression.cloned(),
             rewrite: None,
             intercept_errors: false,

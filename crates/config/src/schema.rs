@@ -134,6 +134,10 @@ pub struct TimeoutsSection {
 pub struct LimitsSection {
     pub max_connections: Option<usize>,
     pub handshake_queue: Option<Spanned<String>>,
+    /// Connections one client address may hold open (nginx's `limit_conn`).
+    pub connections_per_client: Option<Spanned<i64>>,
+    /// The most clients the rate limits remember at once.
+    pub rate_keys: Option<Spanned<i64>>,
 }
 
 /// `[http3]`: QUIC's admission, per worker, and 0-RTT.
@@ -179,6 +183,8 @@ pub struct ServerSection {
     pub tenant: Option<Spanned<String>>,
     /// `access`: allow and deny rules, in order.
     pub access: Option<Spanned<Vec<String>>>,
+    /// `rate = { requests = 10, per = "1s", burst = 20 }`: requests per client.
+    pub rate: Option<Spanned<toml::Value>>,
     /// A capacity of its own (a tenant named after its first name).
     pub capacity: Option<Spanned<CapacitySection>>,
     /// `compress`: the codings made on the fly, preferred first.

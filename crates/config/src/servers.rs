@@ -49,6 +49,8 @@ pub struct ServerConfig {
     pub tenant: Option<String>,
     /// `access`: who may send it requests (empty: everyone).
     pub access: crate::Access,
+    /// `rate`: how many requests a client may make (a route's own replaces it).
+    pub rate: Option<crate::RateLimit>,
     /// `precompressed`: the codings whose copies beside a file are served, preferred
     /// first (its routes' `compression` says what is compressed on the fly).
     pub precompressed: Vec<terminus_http::compress::Coding>,
@@ -82,6 +84,7 @@ impl ServerConfig {
             headers: Vec::new(),
             tenant: None,
             access: crate::Access::default(),
+            rate: None,
             precompressed: Vec::new(),
             error_pages: Vec::new(),
         }
@@ -187,6 +190,7 @@ fn resolve_server(
         },
         tenant,
         access: crate::access::resolve_access(s.access.as_ref(), ctx)?.unwrap_or_default(),
+        rate: crate::rate::resolve_rate(s.rate.as_ref(), false, ctx)?.flatten(),
         precompressed: compress::resolve_codings(s.precompressed.as_ref(), "precompressed", ctx)?
             .unwrap_or_default(),
         error_pages: error_pages(s.error_pages.as_ref(), ctx)?,

@@ -134,6 +134,7 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             proxy_metrics: &terminus_proxy::ProxyMetrics::default(),
             tenants: &machine.tenants,
             tickets: Fleet::start(config.ticket_keys, None, None)?.ticketer(),
+            clients: &std::sync::Arc::new(terminus_admission::clients::Clients::new(64)),
         },
     )?;
     let mut warnings = Vec::new();

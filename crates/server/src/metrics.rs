@@ -187,6 +187,8 @@ pub struct Metrics {
     fleet: Arc<terminus_fleet::Fleet>,
     /// ACME orders and certificates, where a server has `certificates = "acme"`.
     acme: Option<Arc<terminus_acme::AcmeMetrics>>,
+    /// The per-client limits: what they refused, what their tables hold.
+    clients: Arc<terminus_admission::clients::Clients>,
 }
 
 /// Completed handshakes by version, suite and key type: label values seen at run time
@@ -216,6 +218,7 @@ impl Metrics {
         proxy: Arc<ProxyMetrics>,
         fleet: Arc<terminus_fleet::Fleet>,
         acme: Option<Arc<terminus_acme::AcmeMetrics>>,
+        clients: Arc<terminus_admission::clients::Clients>,
     ) -> Self {
         Self {
             connections_open: Gauge::new(
@@ -282,6 +285,7 @@ impl Metrics {
             proxy,
             fleet,
             acme,
+            clients,
         }
     }
 
@@ -385,6 +389,7 @@ impl Metrics {
         for series in own {
             series.render(&mut out);
         }
+        self.clients.render(&mut out);
         self.traffic.render(&mut out);
         self.engine.render(&mut out);
         self.capacity.render(&mut out);

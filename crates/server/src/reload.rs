@@ -32,6 +32,8 @@ pub(crate) struct Reloader {
     pub(crate) proxy_metrics: Arc<terminus_proxy::ProxyMetrics>,
     pub(crate) fleet: Arc<terminus_fleet::Fleet>,
     pub(crate) machine: Arc<Machine>,
+    /// The per-client limits' counts, which a reload keeps.
+    pub(crate) clients: Arc<terminus_admission::clients::Clients>,
     pub(crate) handle: SiteHandle,
     pub(crate) checks: HealthChecks,
     /// A certificate the ACME manager stored.
@@ -160,6 +162,7 @@ impl Reloader {
             proxy_metrics: &self.proxy_metrics,
             tenants: &self.machine.tenants,
             tickets: self.fleet.ticketer(),
+            clients: &self.clients,
         };
         match Site::build(config, &kept) {
             Ok(site) => {
@@ -206,6 +209,7 @@ fn needs_restart(started: &Config, config: &Config) -> Vec<&'static str> {
             "limits.max_connections",
             config.max_connections != started.max_connections,
         ),
+        ("limits.rate_keys", config.rate_keys != started.rate_keys),
         (
             "limits.handshake_queue",
             config.handshake_queue != started.handshake_queue,

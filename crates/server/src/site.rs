@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use terminus_fleet::tickets::Ticketer;
 
+use terminus_admission::clients::Clients;
 use terminus_admission::tenant::{TenantAccount, Tenants};
 use terminus_engine::SigningKeyPair;
 use terminus_proxy::stream::StreamMode;
@@ -14,6 +15,7 @@ use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
 use crate::access_log::AccessLog;
 use crate::app::error_pages::ErrorPages;
+use crate::app::limits::RateRule;
 use crate::app::route::{Entry, Rewrite, Route, Routes};
 use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
 use terminus_http::files::{Caching, DocRoot};
@@ -39,6 +41,8 @@ pub struct Host {
     pub tenant: Arc<TenantAccount>,
     /// Who may send it requests (`[[server]] access`; a route's own rules replace it).
     pub access: terminus_config::Access,
+    /// How many requests a client may make (`[[server]] rate`; a route's own replaces it).
+    pub rate: Option<RateRule>,
     /// The codings whose copies beside a file its file routes serve, preferred first.
     pub precompressed: Vec<terminus_http::compress::Coding>,
     /// Its pages for the errors it answers itself (`error_pages`).
@@ -77,6 +81,10 @@ pub struct Site {
     pub signing_keys: Vec<Arc<SigningKeyPair>>,
     /// The reverse proxy's upstreams (routes hold them too).
     pub upstreams: Vec<Arc<Upstream>>,
+    /// The per-client limits' counts (kept across reloads), which `rate`s are asked of.
+    pub clients: Arc<Clients>,
+    /// `limits.connections_per_client`.
+    pub connections_per_client: Option<u32>,
 }
 
 /// What every [`Site`] is built with besides its configuration: the process's own state,
@@ -89,6 +97,8 @@ pub struct Kept<'a> {
     pub tenants: &'a Tenants,
     /// The session-ticket keys: a reload must not void the tickets issued.
     pub tickets: &'a Arc<Ticketer>,
+    /// The per-client limits' counts: a reload keeps what clients have used.
+    pub clients: &'a Arc<Clients>,
 }
 
 impl Site {
@@ -102,6 +112,7 @@ impl Site {
             proxy_metrics,
             tenants,
             tickets,
+            clients,
         } = *kept;
         let err = |line: Option<usize>, message: String, hint: Option<&str>| {
             config.error_at(line, message, hint)
@@ -213,6 +224,7 @@ impl Site {
                 stream,
                 headers: server.headers.clone(),
                 access: server.access.clone(),
+                rate: server.rate.as_ref().map(|r| RateRule::new(server, None, r)),
                 precompressed: server.precompressed.clone(),
                 error_pages,
                 tenant: tenant_of(config, server, tenants),
@@ -244,6 +256,8 @@ impl Site {
             certificates,
             signing_keys,
             upstreams,
+            clients: clients.clone(),
+            connections_per_client: config.connections_per_client,
         })
     }
 }
@@ -418,6 +432,10 @@ fn server_routes(
             prefix: r.path.clone(),
             route,
             access: r.access.clone(),
+            rate: r.rate.as_ref().map(|own| {
+                own.as_ref()
+                    .map(|limit| RateRule::new(server, Some(&r.path), limit))
+            }),
             compression: r.compression.clone(),
         });
     }

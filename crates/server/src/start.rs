@@ -34,6 +34,8 @@ pub(crate) struct Core {
     pub(crate) proxy_metrics: Arc<terminus_proxy::ProxyMetrics>,
     pub(crate) pool: Option<Arc<ThreadPool>>,
     pub(crate) metrics: Arc<Metrics>,
+    /// The per-client limits' counts, shared by the workers and kept across reloads.
+    pub(crate) clients: Arc<terminus_admission::clients::Clients>,
     pub(crate) challenges: Arc<terminus_acme::Challenges>,
     pub(crate) acme: Option<terminus_acme::Acme>,
     pub(crate) issued: async_mpsc::UnboundedReceiver<()>,
@@ -64,11 +66,13 @@ impl Core {
         if let Some(sync) = fleet.store_sync() {
             services.add(Thread::spawn("fleet-store", move |stop| sync.run(stop))?);
         }
+        let clients = Arc::new(terminus_admission::clients::Clients::new(config.rate_keys));
         let kept = Kept {
             self_signed: &self_signed,
             proxy_metrics: &proxy_metrics,
             tenants: &machine.tenants,
             tickets: fleet.ticketer(),
+            clients: &clients,
         };
         let site = Site::build(config, &kept)?;
         machine.measure(&site);
@@ -97,6 +101,7 @@ impl Core {
             proxy_metrics.clone(),
             fleet.clone(),
             acme.as_ref().map(terminus_acme::Acme::metrics),
+            clients.clone(),
         ));
         let core = Self {
             backend,
@@ -107,6 +112,7 @@ impl Core {
             proxy_metrics,
             pool,
             metrics,
+            clients,
             challenges,
             acme,
             issued,
@@ -194,6 +200,7 @@ impl Core {
             proxy_metrics: self.proxy_metrics,
             fleet: self.fleet,
             machine: self.machine,
+            clients: self.clients,
             handle,
             checks,
             issued: self.issued,

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -15,8 +15,9 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use crate::admission::Admission;
 use crate::listener::accept::{accept_loop, drain_before_batches, Acceptor};
 use crate::metrics::{Metrics, WorkerSeries};
-use crate::site::SiteHandle;
+use crate::site::{Site, SiteHandle};
 use crate::start::Gate;
+use terminus_admission::clients::ClientConnection;
 use terminus_config::Listen;
 use terminus_http as http;
 
@@ -199,10 +200,12 @@ pub fn run(
     })
 }
 
-/// Counts a connection open on this worker and in the metrics.
+/// Counts a connection open on this worker and in the metrics (and for its client
+/// address, where `limits.connections_per_client` counts them).
 pub(crate) struct OpenConnection {
     worker: Rc<Worker>,
     _permit: OwnedSemaphorePermit,
+    client: Option<ClientConnection>,
 }
 
 impl OpenConnection {
@@ -212,7 +215,20 @@ impl OpenConnection {
         Self {
             worker,
             _permit: permit,
+            client: None,
         }
+    }
+
+    /// Counts the connection for its client address `ip` (the PROXY header's, where the
+    /// listener takes one) against `limits.connections_per_client`, where the site has
+    /// one: false when the address already has that many open (counted in the metrics),
+    /// and the connection is to be closed.
+    pub(crate) fn count_client(&mut self, ip: IpAddr, site: &Site) -> bool {
+        let Some(limit) = site.connections_per_client else {
+            return true;
+        };
+        self.client = site.clients.connection(ip, limit);
+        self.client.is_some()
     }
 }
 

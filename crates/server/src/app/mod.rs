@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::site::Site;
 
 pub mod error_pages;
+pub mod limits;
 pub mod redirect;
 pub mod route;
 
@@ -91,6 +92,18 @@ impl ConnectionInfo {
         let access = chosen
             .and_then(|e| e.access.as_ref())
             .unwrap_or(&host.access);
+        let allowed = access.allows(self.peer.ip());
+        // Then the route's rate, else its server's (none for a route's "off"): counted
+        // only for a client the rules let in, and before any route answers (a missing
+        // route's 404 too: a scanner is limited as any client is).
+        let rate = match chosen.and_then(|e| e.rate.as_ref()) {
+            Some(own) => own.as_ref(),
+            None => host.rate.as_ref(),
+        };
+        let limited = match rate {
+            Some(rule) if allowed => rule.check(&self.site.clients, &req, self.peer.ip()),
+            _ => None,
+        };
         // What compressing the answer needs of the request, which the route takes.
         let method = req.method().clone();
         let compression = chosen.and_then(|e| e.compression.as_ref()).map(|c| {
@@ -106,10 +119,16 @@ impl ConnectionInfo {
                 }
             )
         });
-        let mut resp = match chosen {
-            _ if !access.allows(self.peer.ip()) => self.refuse(req, StatusCode::FORBIDDEN).await,
-            Some(entry) => entry.route.respond(req, head, self).await,
-            None => self.refuse(req, StatusCode::NOT_FOUND).await,
+        let mut resp = match (chosen, limited) {
+            _ if !allowed => self.refuse(req, StatusCode::FORBIDDEN).await,
+            // 429 (RFC 6585, as Caddy's rate_limit), where nginx's default is 503: the
+            // client, not the server, is to blame, and Retry-After says when to return.
+            (_, Some(wait)) => limits::with_retry_after(
+                self.refuse(req, StatusCode::TOO_MANY_REQUESTS).await,
+                wait,
+            ),
+            (Some(entry), None) => entry.route.respond(req, head, self).await,
+            (None, None) => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
         if let Some((compression, accept)) = compression {
             resp = compression.apply(resp, &method, accept.as_ref());

@@ -86,6 +86,8 @@ pub struct Entry {
     pub route: Route,
     /// Its own `access` rules, in place of its server's.
     pub access: Option<Access>,
+    /// Its own `rate`, in place of its server's (`Some(None)`: none).
+    pub rate: Option<Option<super::limits::RateRule>>,
     /// How its responses are compressed, if they are.
     pub compression: Option<Compression>,
 }
@@ -97,6 +99,7 @@ impl Entry {
             prefix: prefix.into(),
             route,
             access: None,
+            rate: None,
             compression: None,
         }
     }

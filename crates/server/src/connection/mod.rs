@@ -95,12 +95,17 @@ enum Ready {
 async fn handshake_stages(
     socket: TcpStream,
     peer: SocketAddr,
-    open: OpenConnection,
+    mut open: OpenConnection,
     admitted: Ticket,
     listen: &Listen,
     worker: &Rc<Worker>,
 ) -> Option<Ready> {
     let peer = client_address(&socket, peer, listen, worker).await?;
+    if !open.count_client(peer.ip(), &worker.shared.site.current()) {
+        admitted.cancel();
+        too_many_connections(&socket, peer);
+        return None;
+    }
     let keeps_forwarded = listen.keeps_forwarded(peer.ip());
     let accepted = Accepted::new(socket, peer, open, keeps_forwarded, listen.http3, worker);
     let started = (accepted.ctx.id(), accepted.ctx.timeline().accepted);
@@ -152,6 +157,14 @@ async fn client_address(
             None
         }
     }
+}
+
+/// A connection beyond its client address's `limits.connections_per_client`: reset
+/// before anything is read of it (no FIN exchange, no TIME_WAIT), as nginx's
+/// `limit_conn` closes one.
+fn too_many_connections(socket: &TcpStream, peer: SocketAddr) {
+    let _ = socket2::SockRef::from(socket).set_linger(Some(Duration::ZERO));
+    tracing::debug!(%peer, "limits.connections_per_client reached: connection closed");
 }
 
 /// Stage 0: a TCP connection just accepted, counted open until it is dropped.

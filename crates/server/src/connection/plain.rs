@@ -16,7 +16,7 @@ use terminus_config::Listen;
 pub(super) async fn run(
     socket: TcpStream,
     peer: SocketAddr,
-    _open: OpenConnection,
+    mut open: OpenConnection,
     admitted: Ticket,
     listen: &Listen,
     worker: Rc<Worker>,
@@ -25,6 +25,9 @@ pub(super) async fn run(
     let Some(peer) = super::client_address(&socket, peer, listen, &worker).await else {
         return;
     };
+    if !open.count_client(peer.ip(), &worker.shared.site.current()) {
+        return super::too_many_connections(&socket, peer);
+    }
     let _ = socket.set_nodelay(true);
     let site = worker.shared.site.current();
     let timeouts = site.timeouts.http;

@@ -30,6 +30,7 @@ mod http3;
 mod idle;
 mod ktls_guest;
 mod lifecycle;
+mod limits;
 mod load;
 mod mtls;
 mod observe;
