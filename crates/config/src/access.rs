@@ -32,30 +32,14 @@ impl Access {
     }
 }
 
-/// Access rules need the client's address, and HTTP/3 on a PROXY-protocol listener has
-/// only the balancer's (QUIC carries no PROXY header): refused together, rather than
-/// judging every HTTP/3 request by the balancer's address.
-pub(crate) fn check_http3(
-    raw: &crate::schema::ConfigFile,
-    listen: &[crate::Listen],
-    ctx: &Ctx<'_>,
-) -> Result<(), ConfigError> {
-    if !listen.iter().any(|l| l.http3 && l.proxy_protocol.is_some()) {
-        return Ok(());
-    }
-    let rules = raw.server.iter().find_map(|s| {
+/// The first `access` rules written, a server's or a route's (for the check of settings
+/// judged on the client's address against HTTP/3 behind a balancer).
+pub(crate) fn first_rules(raw: &crate::schema::ConfigFile) -> Option<&Spanned<Vec<String>>> {
+    raw.server.iter().find_map(|s| {
         s.access
             .as_ref()
             .or_else(|| s.route.iter().find_map(|r| r.access.as_ref()))
-    });
-    match rules {
-        None => Ok(()),
-        Some(rules) => Err(ctx.err(
-            Some(rules.span()),
-            "access rules with http3 on a proxy_protocol listener: QUIC carries no PROXY header, so HTTP/3 requests would be judged by the balancer's address",
-            Some("serve http3 on a listener without proxy_protocol, or leave it off there".to_owned()),
-        )),
-    }
+    })
 }
 
 /// `access = ["allow 10.0.0.0/8", "deny all"]` as written, its line for errors.

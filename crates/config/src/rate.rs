@@ -131,36 +131,21 @@ pub(crate) fn resolve_rate(
     })))
 }
 
-/// A rate counted by the client's address needs it, and HTTP/3 on a PROXY-protocol
-/// listener has only the balancer's (QUIC carries no PROXY header): refused together, as
-/// `access` rules are, rather than counting every HTTP/3 client as the balancer.
-pub(crate) fn check_http3(
-    raw: &crate::schema::ConfigFile,
-    listen: &[crate::Listen],
-    ctx: &Ctx<'_>,
-) -> Result<(), ConfigError> {
-    if !listen.iter().any(|l| l.http3 && l.proxy_protocol.is_some()) {
-        return Ok(());
-    }
+/// The first `rate` written that counts clients by their address, a server's or a
+/// route's (for the check of settings judged on the client's address against HTTP/3
+/// behind a balancer).
+pub(crate) fn first_by_address(raw: &crate::schema::ConfigFile) -> Option<&Spanned<toml::Value>> {
     let by_address = |rate: &&Spanned<toml::Value>| match rate.get_ref() {
         toml::Value::Table(t) => t.get("key").is_none_or(|k| k.as_str() == Some("client")),
         _ => false,
     };
-    let rate = raw.server.iter().find_map(|s| {
+    raw.server.iter().find_map(|s| {
         s.rate.as_ref().filter(by_address).or_else(|| {
             s.route
                 .iter()
                 .find_map(|r| r.rate.as_ref().filter(by_address))
         })
-    });
-    match rate {
-        None => Ok(()),
-        Some(rate) => Err(ctx.err(
-            Some(rate.span()),
-            "a rate per client address with http3 on a proxy_protocol listener: QUIC carries no PROXY header, so every HTTP/3 client would count as the balancer",
-            Some("serve http3 on a listener without proxy_protocol, or count by a header: key = \"header:X-Api-Key\"".to_owned()),
-        )),
-    }
+    })
 }
 
 /// `[limits] connections_per_client`: `None` when left out.

@@ -26,8 +26,7 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         tenant::resolve(&raw.tenant, &raw.server, handshake_timeout, ctx)?;
     let acme = acme::resolve(raw, &listen, ctx)?;
     let servers = servers::resolve(raw, &upstreams, acme.as_ref(), server_tenants, ctx)?;
-    crate::access::check_http3(raw, &listen, ctx)?;
-    crate::rate::check_http3(raw, &listen, ctx)?;
+    check_client_address_with_http3(raw, &listen, ctx)?;
     let mut crypto = crypto::resolve(raw, ctx)?;
     let ticket_keys = tls::ticket_keys(raw, ctx)?;
     let tls = tls::resolve(raw, ctx)?;
@@ -126,6 +125,35 @@ fn log_level(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<tracing::Level, ConfigEr
 
 /// QUIC has one TLS configuration for every host: a host's client certificates would not
 /// be asked for over it.
+/// Settings judged on the client's address (`access` rules, a `rate` per address) and
+/// HTTP/3 on a PROXY-protocol listener are refused together: QUIC carries no PROXY
+/// header, so every HTTP/3 request would come from the balancer's address.
+fn check_client_address_with_http3(
+    raw: &crate::schema::ConfigFile,
+    listen: &[crate::Listen],
+    ctx: &Ctx<'_>,
+) -> Result<(), ConfigError> {
+    if !listen.iter().any(|l| l.http3 && l.proxy_protocol.is_some()) {
+        return Ok(());
+    }
+    let behind = "serve http3 on a listener without proxy_protocol, or leave it off there";
+    if let Some(rules) = crate::access::first_rules(raw) {
+        return Err(ctx.err(
+            Some(rules.span()),
+            "access rules with http3 on a proxy_protocol listener: QUIC carries no PROXY header, so HTTP/3 requests would be judged by the balancer's address",
+            Some(behind.to_owned()),
+        ));
+    }
+    if let Some(rate) = crate::rate::first_by_address(raw) {
+        return Err(ctx.err(
+            Some(rate.span()),
+            "a rate per client address with http3 on a proxy_protocol listener: QUIC carries no PROXY header, so every HTTP/3 client would count as the balancer",
+            Some(format!("{behind}; or count by a header: key = \"header:X-Api-Key\"")),
+        ));
+    }
+    Ok(())
+}
+
 fn check_http3_client_auth(config: &Config, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
     if !config.listen.iter().any(|l| l.http3) {
         return Ok(());
