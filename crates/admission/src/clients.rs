@@ -373,7 +373,7 @@ impl Render for Clients {
         out.family(
             "terminus_rate_keys",
             Kind::Gauge,
-            "Clients (addresses or keys) the rate limits hold a meter for now, all workers together.",
+            "Clients (addresses or keys) the rate limits hold a meter for, all workers together: entries in use, never freed (a full table reuses its entries), so after a flood it stays at terminus_rate_keys_max.",
             [(String::new(), self.rates.held())],
         );
         out.family(
