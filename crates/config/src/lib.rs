@@ -98,6 +98,16 @@ pub enum AccessLogTarget {
     File(PathBuf),
 }
 
+/// How the access log writes a request (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One line of space-separated fields, nginx's "combined" in shape.
+    #[default]
+    Text,
+    /// One JSON object a line, as log shippers (Vector, Fluent Bit, Filebeat) read.
+    Json,
+}
+
 /// A fully resolved configuration with every default filled in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -141,6 +151,11 @@ pub struct Config {
     pub rate_keys: usize,
     /// `log.access`.
     pub access_log: AccessLogTarget,
+    /// `log.format`: the access log's.
+    pub log_format: LogFormat,
+    /// `log.error`: the file the error log is appended to; `None`, standard error (read
+    /// at start).
+    pub error_log: Option<PathBuf>,
     /// `log.level`.
     pub log_level: tracing::Level,
     /// `admin.listen`: where `/metrics` and `/capacity` are served.
@@ -480,6 +495,7 @@ mod tests {
                 "TLS 1.2 is enabled but no configured group works with it",
             ),
             ("[log]\nlevel = \"loud\"\n", 2, "log level"),
+            ("[log]\nformat = \"xml\"\n", 2, "log format \"xml\" is not known"),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, Some(line), "{text:?}: {e}");
@@ -488,6 +504,14 @@ mod tests {
         assert_eq!(
             parse("[log]\nlevel = \"debug\"\n").unwrap().log_level,
             tracing::Level::DEBUG
+        );
+        let json = parse("[log]\nformat = \"json\"\nerror = \"/var/log/t/error.log\"\n").unwrap();
+        assert_eq!(json.log_format, LogFormat::Json);
+        assert_eq!(json.error_log, Some(PathBuf::from("/var/log/t/error.log")));
+        let default = parse("").unwrap();
+        assert_eq!(
+            (default.log_format, default.error_log),
+            (LogFormat::Text, None)
         );
     }
 

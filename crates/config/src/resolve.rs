@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::schema::ConfigFile;
 use crate::{acme, crypto, fleet, http3, listen, servers, tenant, tls, upstream};
-use crate::{AccessLogTarget, Config, ConfigError, Ctx};
+use crate::{AccessLogTarget, Config, ConfigError, Ctx, LogFormat};
 
 pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
     // Sections are resolved in one fixed order, so that of two mistakes in a file the
@@ -74,6 +74,11 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             Some("stdout") => AccessLogTarget::Stdout,
             Some(p) => AccessLogTarget::File(ctx.path(p)),
         },
+        log_format: log_format(raw, ctx)?,
+        error_log: match raw.log.error.as_ref().map(|a| a.get_ref().as_str()) {
+            None | Some("stderr") => None,
+            Some(p) => Some(ctx.path(p)),
+        },
         log_level: log_level(raw, ctx)?,
         admin: raw
             .admin
@@ -103,6 +108,19 @@ fn check_timeouts(config: &Config, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// `log.format`.
+fn log_format(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<LogFormat, ConfigError> {
+    match raw.log.format.as_ref().map(|f| (f, f.get_ref().as_str())) {
+        None | Some((_, "text")) => Ok(LogFormat::Text),
+        Some((_, "json")) => Ok(LogFormat::Json),
+        Some((f, other)) => Err(ctx.err(
+            Some(f.span()),
+            format!("log format {other:?} is not known"),
+            Some("use \"text\" or \"json\"".to_owned()),
+        )),
+    }
 }
 
 /// `log.level`.

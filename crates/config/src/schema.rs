@@ -154,6 +154,8 @@ pub struct Http3Section {
 #[serde(deny_unknown_fields)]
 pub struct LogSection {
     pub access: Option<Spanned<String>>,
+    pub format: Option<Spanned<String>>,
+    pub error: Option<Spanned<String>>,
     pub level: Option<Spanned<String>>,
 }
 

@@ -5,7 +5,6 @@
 //! [`run`] starts everything and blocks until SIGTERM/SIGINT has drained the workers;
 //! SIGHUP reloads the configuration and certificates in place.
 
-mod access_log;
 mod admin;
 mod admission;
 mod app;
@@ -13,6 +12,7 @@ mod capacity;
 mod connection;
 mod health_checks;
 mod listener;
+pub mod logs;
 mod memory;
 mod metrics;
 mod notify;
@@ -93,11 +93,11 @@ pub enum StartError {
 }
 
 impl ServerOptions {
-    /// The configured log level; info when the configuration does not load (`run`
-    /// reports why).
-    pub fn log_level(&self) -> tracing::Level {
+    /// The configured log level and error log file (`log.level`, `log.error`); info to
+    /// standard error when the configuration does not load (`run` reports why).
+    pub fn log_settings(&self) -> (tracing::Level, Option<std::path::PathBuf>) {
         self.load_config()
-            .map_or(tracing::Level::INFO, |c| c.log_level)
+            .map_or((tracing::Level::INFO, None), |c| (c.log_level, c.error_log))
     }
 
     fn load_config(&self) -> Result<Config, ConfigError> {
@@ -224,6 +224,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     core.reloader(&options, config, handle, checks, (notifier, heartbeats))
         .serve(signals);
     services.stop_all();
+    // The workers, which make the access log's lines, have stopped: what the logs hold
+    // is written.
+    logs::close_access();
     let (threads, sockets) = service::leftovers();
     if threads.is_empty() && sockets == 0 {
         tracing::info!("terminus stopped: every service joined, no thread or socket left");

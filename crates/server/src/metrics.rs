@@ -396,6 +396,7 @@ impl Metrics {
         BridgeMetrics.render(&mut out);
         terminus_quic::QUIC_METRICS.render(&mut out);
         terminus_http::compress::stats::STATS.render(&mut out);
+        crate::logs::LogMetrics.render(&mut out);
         self.proxy.render(&mut out);
         self.fleet.render(&mut out);
         if let Some(acme) = &self.acme {

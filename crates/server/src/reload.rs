@@ -1,5 +1,5 @@
 //! Serving until told to stop: the signals terminus answers (SIGTERM and SIGINT drain and
-//! stop, SIGHUP reloads) and the ACME manager's word that it stored a certificate, which
+//! stop, SIGHUP reloads, SIGUSR1 reopens the log files) and the ACME manager's word that it stored a certificate, which
 //! rebuilds the site. A reload builds a new [`Site`] from the file and its certificates
 //! and swaps it in; a broken configuration is logged and the running one kept; settings
 //! only a restart changes are named in a warning.
@@ -51,6 +51,7 @@ pub(crate) struct Signals {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr1: Signal,
 }
 
 impl Signals {
@@ -58,12 +59,13 @@ impl Signals {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (term, int, hup) = {
+        let (term, int, hup, usr1) = {
             let _enter = runtime.enter();
             (
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::hangup())?,
+                signal(SignalKind::user_defined1())?,
             )
         };
         Ok(Self {
@@ -71,6 +73,7 @@ impl Signals {
             term,
             int,
             hup,
+            usr1,
         })
     }
 }
@@ -83,6 +86,7 @@ impl Reloader {
             mut term,
             mut int,
             mut hup,
+            mut usr1,
         } = signals;
         // Pinged at half the watchdog's timeout; a worker is wedged when its last beat is
         // older than that (it beats every `notify::BEAT`).
@@ -98,6 +102,12 @@ impl Reloader {
                         self.notifier.reloading();
                         let outcome = self.reload();
                         self.notifier.ready(outcome);
+                    }
+                    // logrotate has renamed the files (nginx's USR1, HAProxy's
+                    // convention for its own logs).
+                    _ = usr1.recv() => {
+                        tracing::info!("SIGUSR1: reopening the log files");
+                        crate::logs::reopen();
                     }
                     _ = watchdog.tick(), if period.is_some() => {
                         let stale = self
@@ -205,6 +215,7 @@ fn needs_restart(started: &Config, config: &Config) -> Vec<&'static str> {
                 || placement::simd_cores(config) != placement::simd_cores(started),
         ),
         ("admin", config.admin != started.admin),
+        ("log.error", config.error_log != started.error_log),
         (
             "limits.max_connections",
             config.max_connections != started.max_connections,

@@ -120,7 +120,7 @@ impl Service for CryptoThreads {
 }
 
 /// What is left of the process once every service has stopped: its threads besides the
-/// caller's, and its network sockets (TCP and UDP: listeners, clients, upstreams, the
+/// caller's and those that live as long as the process (the error log's writer), and its network sockets (TCP and UDP: listeners, clients, upstreams, the
 /// fleet's store; not tokio's signal pipe, which lives as long as the process). Both are
 /// none after a clean shutdown; anything else is a service that did not stop.
 pub(crate) fn leftovers() -> (Vec<String>, usize) {
@@ -134,6 +134,7 @@ pub(crate) fn leftovers() -> (Vec<String>, usize) {
             std::fs::read_to_string(task.path().join("comm"))
                 .map_or_else(|_| "?".to_owned(), |name| name.trim().to_owned())
         })
+        .filter(|name| !crate::logs::PROCESS_THREADS.contains(&name.as_str()))
         .collect();
     // A network socket's inode is in one of these tables; a Unix socket's is not.
     let network: std::collections::HashSet<String> = ["tcp", "tcp6", "udp", "udp6"]

@@ -13,10 +13,10 @@ use terminus_proxy::stream::StreamMode;
 use terminus_proxy::{ProxyMetrics, Upstream};
 use terminus_tls::{LoadedCert, SniResolver, VirtualHostCerts};
 
-use crate::access_log::AccessLog;
 use crate::app::error_pages::ErrorPages;
 use crate::app::limits::RateRule;
 use crate::app::route::{Entry, Rewrite, Route, Routes};
+use crate::logs::{self, AccessLog};
 use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
 use terminus_http::files::{Caching, DocRoot};
 
@@ -194,7 +194,7 @@ impl Site {
             config.default_server_index(),
         ));
         let (tls, verifying) = tls_configs(config, &resolver, tickets, &err)?;
-        let access_log = AccessLog::open(&config.access_log).map_err(|e| {
+        let access_log = logs::access(&config.access_log, config.log_format).map_err(|e| {
             err(
                 None,
                 format!("access log: {e}"),

@@ -139,19 +139,38 @@ struct ServeArgs {
     ktls: Option<String>,
 }
 
-/// Logs to stderr at `level`, unless RUST_LOG says otherwise. Colour only on a terminal
-/// (and not under `NO_COLOR`): escapes would litter a log file or the journal.
-fn init_logging(level: &str) {
+/// Logs at `level`, unless RUST_LOG says otherwise, to standard error or to the error
+/// log file `log.error` names (written by a thread of its own, reopened on SIGUSR1).
+/// Colour only on a terminal (and not under `NO_COLOR`): escapes would litter a log file
+/// or the journal.
+fn init_logging(level: &str, file: Option<&std::path::Path>) -> Result<(), String> {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match file {
+        None => {
+            let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            builder
+                .with_ansi(colour)
+                .with_writer(std::io::stderr)
+                .init();
+        }
+        Some(path) => {
+            let log = terminus_server::logs::ErrorLog::open(path)
+                .map_err(|e| format!("log.error {}: {e}", path.display()))?;
+            // The log lives as long as the process: its handle is leaked to the
+            // subscriber, which is global.
+            let log: &'static terminus_server::logs::ErrorLog = Box::leak(Box::new(log));
+            builder
+                .with_ansi(false)
+                .with_writer(move || log.line())
+                .init();
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -181,9 +200,16 @@ fn main() -> ExitCode {
                 },
             };
             // A config that does not load is reported by `run` itself.
-            let level = options.log_level().as_str().to_ascii_lowercase();
-            init_logging(&level);
-            match terminus_server::run(options) {
+            let (level, error_log) = options.log_settings();
+            if let Err(e) = init_logging(&level.as_str().to_ascii_lowercase(), error_log.as_deref())
+            {
+                eprintln!("terminus: error: {e}");
+                return ExitCode::FAILURE;
+            }
+            let ran = terminus_server::run(options);
+            // What the error log holds is written before the process ends.
+            terminus_server::logs::close_error();
+            match ran {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("terminus: error: {e}");
@@ -192,7 +218,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Check { config } => {
-            init_logging("warn");
+            let _ = init_logging("warn", None);
             let options = ServerOptions {
                 config_path: Some(config.clone()),
                 overrides: Overrides::default(),

@@ -47,6 +47,8 @@ pub struct ConnectionInfo {
     /// What every response says of HTTP/3 on this port (`Alt-Svc`), where the listener
     /// serves it.
     pub alt_svc: Option<hyper::header::HeaderValue>,
+    /// The TLS version agreed ("TLSv1.3", "TLSv1.2"), for the access log.
+    pub tls_version: &'static str,
 }
 
 impl ConnectionInfo {
@@ -143,6 +145,7 @@ impl Responder for ConnectionInfo {
         req: Request<RequestBody>,
         head: Option<terminus_http::h1::RawHead>,
     ) -> Response<Body> {
+        let started = crate::logs::access::Started(std::time::Instant::now());
         let host = &self.site.hosts[self.host];
         let method = req.method().clone();
         let (mut resp, intercept) = self.answer(req, head).await;
@@ -162,6 +165,7 @@ impl Responder for ConnectionInfo {
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }
+        resp.extensions_mut().insert(started);
         resp
     }
 
@@ -174,46 +178,28 @@ impl Responder for ConnectionInfo {
             len.and_then(|l| l.parse().ok()).unwrap_or(-1)
         });
         if let Some(log) = &self.site.access_log {
-            let len = len.unwrap_or("-");
-            // Proxied: which server answered, its status and header time (nginx's
-            // $upstream_addr, $upstream_status, $upstream_header_time).
-            let upstream =
-                resp.extensions()
-                    .get::<terminus_http::Upstreamed>()
-                    .map_or(String::new(), |u| {
-                        format!(
-                            " upstream={} upstream_status={} upstream_time={:.3}",
-                            u.server,
-                            u.status,
-                            u.header_time.as_secs_f64()
-                        )
-                    });
-            // The connection's handshake, on each of its requests (Tengine's
-            // $ssl_handshake_time): its total and its crypto requests' queue wait.
             let took = &self.handshake.breakdown;
-            // A server asking for client certificates: nginx's $ssl_client_verify and
-            // $ssl_client_s_dn.
-            let client = self
-                .origin
-                .client_verify()
-                .map_or(String::new(), |(verify, subject)| {
-                    format!(
-                        " client_verify={verify} client_subject=\"{}\"",
-                        subject.unwrap_or("-").replace('"', "'")
-                    )
-                });
-            log.write(format_args!(
-                "{} \"{} {} {:?}\" {} {} \"{}\"{upstream}{client} handshake_time={:.4} crypto_wait={:.4}",
-                self.peer,
-                method,
-                target,
+            log.request(&crate::logs::access::RequestLine {
+                client: self.peer,
+                method: method.as_str(),
+                path: target,
                 version,
-                resp.status().as_u16(),
-                len,
-                self.sni.as_deref().unwrap_or("-"),
-                took.total.as_secs_f64(),
-                took.get(terminus_observe::Phase::CryptoQueue).as_secs_f64(),
-            ));
+                status: resp.status().as_u16(),
+                bytes: len.and_then(|l| l.parse().ok()),
+                duration: resp
+                    .extensions()
+                    .get::<crate::logs::access::Started>()
+                    .map(|s| s.0.elapsed()),
+                tls: Some(crate::logs::access::Tls {
+                    sni: self.sni.as_deref(),
+                    version: self.tls_version,
+                    tenant: self.site.hosts[self.host].tenant.name(),
+                    client_verify: self.origin.client_verify(),
+                    handshake: took.total,
+                    crypto_wait: took.get(terminus_observe::Phase::CryptoQueue),
+                }),
+                upstream: resp.extensions().get::<terminus_http::Upstreamed>(),
+            });
         }
     }
 

@@ -91,20 +91,21 @@ impl Responder for Redirect {
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {
         self.metrics.response(resp.status().as_u16(), version);
         if let Some(log) = &self.site.access_log {
-            let len = resp
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-");
-            log.write(format_args!(
-                "{} \"{} {} {:?}\" {} {} \"-\" plain",
-                self.peer,
-                method,
-                target,
+            log.request(&crate::logs::access::RequestLine {
+                client: self.peer,
+                method: method.as_str(),
+                path: target,
                 version,
-                resp.status().as_u16(),
-                len
-            ));
+                status: resp.status().as_u16(),
+                bytes: resp
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse().ok()),
+                // Answered at once, from the head alone.
+                duration: None,
+                tls: None,
+                upstream: None,
+            });
         }
     }
 }

@@ -120,6 +120,7 @@ impl Established {
             upstream_pool: worker.upstream_pool.clone(),
             origin,
             handshake: observed,
+            tls_version: super::handshake::version_label(done.session.version),
             // RFC 7838; nginx's documented `add_header Alt-Svc 'h3=":443"; ma=86400'`.
             alt_svc: http3.then(|| {
                 hyper::header::HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", local.port()))

@@ -184,7 +184,7 @@ pub(crate) fn observe(
     Observed::new(id, ended, breakdown, set)
 }
 
-fn version_label(version: rustls::ProtocolVersion) -> &'static str {
+pub(super) fn version_label(version: rustls::ProtocolVersion) -> &'static str {
     match version {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",

@@ -69,6 +69,7 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         upstream_pool: worker.upstream_pool.clone(),
         handshake: observed,
         alt_svc: None,
+        tls_version: "TLSv1.3",
     };
     terminus_http::h3::server::serve(
         h3,

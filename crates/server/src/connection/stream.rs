@@ -124,19 +124,19 @@ impl Log<'_> {
         }
         conn.finished(mode, relay, up, down);
         if let Some(log) = &self.site.access_log {
-            let mode = match mode {
-                StreamMode::Terminate => "terminate",
-                StreamMode::Passthrough => "passthrough",
-            };
-            let end = match &ended {
-                Ok(()) => "closed".to_owned(),
-                Err(e) => format!("\"{e}\""),
-            };
-            log.write(format_args!(
-                "{peer} \"STREAM {mode}\" {down} {up} \"{}\" upstream={server} time={:.3} end={end}",
-                self.sni.unwrap_or("-"),
-                self.started.elapsed().as_secs_f64(),
-            ));
+            log.stream(&crate::logs::access::StreamLine {
+                client: peer,
+                mode: match mode {
+                    StreamMode::Terminate => "terminate",
+                    StreamMode::Passthrough => "passthrough",
+                },
+                sni: self.sni,
+                upstream: server,
+                sent: down,
+                received: up,
+                duration: self.started.elapsed(),
+                error: ended.as_ref().err().map(ToString::to_string),
+            });
         }
     }
 }

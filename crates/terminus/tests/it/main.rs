@@ -32,6 +32,7 @@ mod ktls_guest;
 mod lifecycle;
 mod limits;
 mod load;
+mod logs;
 mod mtls;
 mod observe;
 mod overload;

@@ -143,7 +143,7 @@ fn requests_reach_the_upstream_with_forwarding_headers_and_without_hop_by_hop_on
         header_value(&head, "content-length").as_deref(),
         Some("1234")
     );
-    let log = std::fs::read_to_string(dir.path("access.log")).unwrap();
+    let log = log_when(&dir.path("access.log"), |t| t.contains("/app/sha256"));
     let line = log
         .lines()
         .find(|l| l.contains("/app/sha256"))
@@ -1303,7 +1303,9 @@ fn streams_terminate_or_pass_through_by_sni() {
     );
     assert!(received > 20_000_000.0, "{received}");
     // One access log line per stream: mode, bytes each way, SNI, server.
-    let log = std::fs::read_to_string(dir.path("access.log")).unwrap();
+    let log = log_when(&dir.path("access.log"), |t| {
+        t.contains("\"STREAM passthrough\"")
+    });
     assert!(
         log.lines().any(|l| l.contains("\"STREAM passthrough\"")
             && l.contains("\"pass.test\"")

@@ -853,3 +853,17 @@ pub fn chromium(profile: &Path) -> Command {
         .arg(format!("--user-data-dir={}", profile.display()));
     cmd
 }
+
+/// The log file at `path` once `done` holds of its text (the access log is written by a
+/// thread of its own, moments after the answer), or as it is after 10 s for the caller's
+/// assertion to show.
+pub fn log_when(path: &Path, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if done(&text) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,189 @@
+//! The log files as an operator rotates them: logrotate's rename then SIGUSR1 under load
+//! (every request's line in exactly one file, counted against the requests a client
+//! sent), the JSON access log read by Python's json with every field present, and the
+//! error log (`log.error`) reopened by the same signal.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// Fields every JSON access log line carries (null where they do not apply).
+const FIELDS: &[&str] = &[
+    "time",
+    "client",
+    "method",
+    "path",
+    "status",
+    "bytes",
+    "duration",
+    "sni",
+    "tls_version",
+    "upstream",
+    "upstream_status",
+    "upstream_time",
+    "tenant",
+];
+
+/// Sends `threads` x `each` requests over HTTP/1.1 keep-alive, each with a path of its
+/// own (`/index.html?r=<thread>-<i>`), and prints how many got a 200.
+const CLIENT: &str = r#"
+import http.client, ssl, sys, threading
+port, threads, each = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+ctx = ssl._create_unverified_context()
+ok = [0] * threads
+def run(t):
+    conn = http.client.HTTPSConnection("localhost", port, context=ctx)
+    for i in range(each):
+        conn.request("GET", f"/index.html?r={t}-{i}")
+        resp = conn.getresponse()
+        resp.read()
+        ok[t] += resp.status == 200
+    conn.close()
+ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(sum(ok))
+"#;
+
+#[test]
+fn rotating_logs_under_load_loses_and_repeats_no_line() {
+    let dir = TestDir::new("logs-rotate");
+    dir.write("www/index.html", "hello\n");
+    let pair = make_cert(dir.root(), "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    let access = dir.path("access.log");
+    let error = dir.path("error.log");
+    let conf = Config::new(&dir, &pair).before(&format!(
+        "[log]\naccess = \"{}\"\nformat = \"json\"\nerror = \"{}\"",
+        access.display(),
+        error.display()
+    ));
+    let server = ServerBuilder::with(&dir, &conf).admin().start();
+    let (threads, each) = (4usize, 1500usize);
+    let client = {
+        let port = server.port().to_string();
+        std::thread::spawn(move || {
+            run(Command::new("python3").args([
+                "-c",
+                CLIENT,
+                &port,
+                &threads.to_string(),
+                &each.to_string(),
+            ]))
+        })
+    };
+    // Rotated twice while the load runs, as logrotate does: rename, then the signal.
+    let lines = |s: &Server| s.metric("terminus_log_lines_total", &["log=\"access\""]);
+    for rotation in 1..=2 {
+        let before = lines(&server);
+        eventually(
+            Duration::from_secs(30),
+            "lines written between rotations",
+            || lines(&server) > before + 1000.0,
+        );
+        for log in [&access, &error] {
+            let rotated = format!("{}.{rotation}", log.display());
+            std::fs::rename(log, rotated).unwrap();
+        }
+        server.signal("USR1");
+    }
+    let out = client.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = threads * each;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        sent.to_string()
+    );
+    eventually(Duration::from_secs(10), "every line written", || {
+        lines(&server) >= sent as f64
+    });
+    assert_eq!(
+        server.metric("terminus_log_lines_dropped_total", &["log=\"access\""]),
+        0.0
+    );
+
+    // Every file parsed by Python's json; each request's path once, across the files.
+    let files: Vec<String> = [".2", ".1", ""]
+        .iter()
+        .map(|s| format!("{}{s}", access.display()))
+        .collect();
+    let checked = run(Command::new("python3")
+        .args([
+            "-c",
+            r#"
+import json, sys
+fields = sys.argv[1].split(",")
+paths, per_file = [], []
+for name in sys.argv[2:]:
+    n = 0
+    for line in open(name):
+        entry = json.loads(line)
+        missing = [f for f in fields if f not in entry]
+        assert not missing, (missing, line)
+        assert entry["status"] == 200 and entry["bytes"] == 6, line
+        assert entry["method"] == "GET" and entry["tls_version"] in ("TLSv1.3", "TLSv1.2"), line
+        assert entry["tenant"] and entry["sni"] == "localhost", line
+        assert entry["upstream"] is None and isinstance(entry["duration"], float), line
+        paths.append(entry["path"])
+        n += 1
+    per_file.append(n)
+print(json.dumps({"paths": paths, "per_file": per_file}))
+"#,
+            &FIELDS.join(","),
+        ])
+        .args(&files));
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
+    let per_file: Vec<u64> = report["per_file"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert!(
+        per_file.iter().all(|&n| n > 0),
+        "each rotation split the lines: {per_file:?}"
+    );
+    let paths: Vec<&str> = report["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(paths.len(), sent, "lines {per_file:?} for {sent} requests");
+    let unique: BTreeSet<&str> = paths.iter().copied().collect();
+    let expected: BTreeSet<String> = (0..threads)
+        .flat_map(|t| (0..each).map(move |i| format!("/index.html?r={t}-{i}")))
+        .collect();
+    assert_eq!(
+        unique,
+        expected.iter().map(String::as_str).collect(),
+        "no line lost or doubled"
+    );
+
+    // The error log was reopened too: a reload's lines are in the new file.
+    server.signal("HUP");
+    eventually(
+        Duration::from_secs(10),
+        "the reload in the new error log",
+        || std::fs::read_to_string(&error).is_ok_and(|t| t.contains("reload")),
+    );
+    let rotated = std::fs::read_to_string(dir.path("error.log.1")).unwrap();
+    assert!(
+        rotated.contains("terminus started") && rotated.contains("SIGUSR1"),
+        "the first error log has the start and the first signal: {rotated}"
+    );
+    assert!(
+        !server.stderr().contains("terminus started"),
+        "the error log, not standard error"
+    );
+}
