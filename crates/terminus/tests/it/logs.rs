@@ -187,3 +187,51 @@ print(json.dumps({"paths": paths, "per_file": per_file}))
         "the error log, not standard error"
     );
 }
+
+#[test]
+fn a_stalled_log_file_drops_and_counts_lines_and_never_holds_up_requests() {
+    let dir = TestDir::new("logs-stall");
+    dir.write("www/index.html", "hello\n");
+    let pair = make_cert(dir.root(), "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    // The access log is a FIFO nobody reads: once the pipe's 64 KiB are full, the log's
+    // thread blocks in write(2) as on a disk that stopped answering.
+    let fifo = dir.path("access.log");
+    assert!(run(Command::new("mkfifo").arg(&fifo)).status.success());
+    let reader = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap()
+    };
+    let conf = Config::new(&dir, &pair).before(&format!(
+        "[log]\naccess = \"{}\"",
+        fifo.display()
+    ));
+    let server = ServerBuilder::with(&dir, &conf).admin().start();
+    let report = load(&[
+        &server.url("/index.html"),
+        "--connections",
+        "8",
+        "--duration",
+        "4s",
+        "-k",
+    ]);
+    let answered = report["requests"].as_u64().unwrap();
+    assert_eq!(report["errors_total"], 0, "{report:#}");
+    // The queue (16,384 lines) and the pipe are far less than 4 s of requests: had a
+    // full queue held the workers, the load would have stalled at about that many.
+    assert!(answered > 20_000, "{report:#}");
+    let dropped = server.metric("terminus_log_lines_dropped_total", &["log=\"access\""]);
+    let written = server.metric("terminus_log_lines_total", &["log=\"access\""]);
+    assert!(dropped > 0.0, "dropped {dropped}, written {written}");
+    let responses = server.metric("terminus_http_responses_total", &[]);
+    assert!(
+        written + dropped <= responses && responses >= answered as f64,
+        "written {written} + dropped {dropped}, {responses} responses, {answered} answered"
+    );
+    // Still serving while the log is stalled.
+    assert_eq!(status(&server, &[], "/index.html"), 200);
+    drop(reader);
+}
