@@ -205,10 +205,7 @@ fn a_stalled_log_file_drops_and_counts_lines_and_never_holds_up_requests() {
             .open(&fifo)
             .unwrap()
     };
-    let conf = Config::new(&dir, &pair).before(&format!(
-        "[log]\naccess = \"{}\"",
-        fifo.display()
-    ));
+    let conf = Config::new(&dir, &pair).before(&format!("[log]\naccess = \"{}\"", fifo.display()));
     let server = ServerBuilder::with(&dir, &conf).admin().start();
     let report = load(&[
         &server.url("/index.html"),
