@@ -303,5 +303,9 @@ mod tests {
             "{balanced}rate = {{ requests = 1, key = \"header:X-Api-Key\" }}\n"
         ))
         .expect("a header's rate");
+        // Connections counted by address: the balancer's too, for QUIC.
+        let e = parse(&format!("{balanced}[limits]\nconnections_per_client = 4\n")).unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        assert!(e.to_string().contains("balancer"), "{e}");
     }
 }

@@ -162,6 +162,13 @@ fn check_client_address_with_http3(
             Some(behind.to_owned()),
         ));
     }
+    if let Some(limit) = &raw.limits.connections_per_client {
+        return Err(ctx.err(
+            Some(limit.span()),
+            "limits.connections_per_client with http3 on a proxy_protocol listener: QUIC carries no PROXY header, so every HTTP/3 client would count as the balancer",
+            Some(behind.to_owned()),
+        ));
+    }
     if let Some(rate) = crate::rate::first_by_address(raw) {
         return Err(ctx.err(
             Some(rate.span()),

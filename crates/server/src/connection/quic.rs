@@ -55,7 +55,19 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         );
         return;
     };
-    let open = OpenConnection::new(worker.clone(), permit);
+    let mut open = OpenConnection::new(worker.clone(), permit);
+    // Counted for its address as a TCP connection is, only later: once the handshake
+    // has been paid for (a QUIC Initial carries no connection to refuse cheaply before
+    // it; the handshake admission and the rates guard that CPU).
+    if !open.count_client(remote.ip(), &site) {
+        tracing::debug!(peer = %remote, "limits.connections_per_client reached: QUIC connection closed");
+        h3::quic::OpenStreams::<bytes::Bytes>::close(
+            &mut h3,
+            h3::error::Code::H3_EXCESSIVE_LOAD,
+            b"too many connections from this address",
+        );
+        return;
+    }
     let info = ConnectionInfo {
         origin: terminus_proxy::Origin::new(remote, local, "https")
             .keeping_forwarded(listen.keeps_forwarded(remote.ip())),

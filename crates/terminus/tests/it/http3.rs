@@ -432,6 +432,70 @@ fn quic_storm_with(
     })
 }
 
+/// `limits.connections_per_client` counts QUIC connections with TCP's: with one allowed,
+/// a second QUIC connection from the address is closed with H3_EXCESSIVE_LOAD once its
+/// handshake is done, the first is untouched, and once the first has closed a new one
+/// stays.
+#[test]
+fn connections_per_client_closes_the_quic_connection_too_many_and_spares_the_first() {
+    let dir = TestDir::new("h3-per-client");
+    let (server, port) = h3_server_full(
+        &dir,
+        KeyKind::EcdsaP256,
+        "scalar",
+        "",
+        "[limits]\nconnections_per_client = 1\n",
+        1,
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let endpoint = quinn_client(None);
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let connect = || async {
+            endpoint
+                .connect(addr, "localhost")
+                .unwrap()
+                .await
+                .expect("the handshake completes")
+        };
+        // Closed by the server within `within`: its error code.
+        let closed_within = |conn: quinn::Connection, within: Duration| async move {
+            match tokio::time::timeout(within, conn.closed()).await {
+                Ok(quinn::ConnectionError::ApplicationClosed(close)) => {
+                    Some(u64::from(close.error_code))
+                }
+                Ok(other) => panic!("closed otherwise: {other}"),
+                Err(_) => None,
+            }
+        };
+        let first = connect().await;
+        let second = connect().await;
+        assert_eq!(
+            closed_within(second, Duration::from_secs(5)).await,
+            Some(0x107),
+            "H3_EXCESSIVE_LOAD"
+        );
+        assert!(first.close_reason().is_none(), "the first is untouched");
+        first.close(0u32.into(), b"done");
+        // The server sees the first close, then a new connection is counted alone.
+        let mut kept = false;
+        for _ in 0..20 {
+            if closed_within(connect().await, Duration::from_millis(500))
+                .await
+                .is_none()
+            {
+                kept = true;
+                break;
+            }
+        }
+        assert!(kept, "a new connection stays once the first has closed");
+    });
+    assert!(server.metric("terminus_limited_connections_total", &[]) >= 1.0);
+}
+
 /// A quinn client endpoint offering h3 (and only `group` where given), with no
 /// resumption, trusting any certificate; to be made within a tokio runtime.
 fn quinn_client(group: Option<&'static dyn rustls::crypto::SupportedKxGroup>) -> quinn::Endpoint {
