@@ -35,6 +35,7 @@ mod load;
 mod mtls;
 mod observe;
 mod overload;
+mod package;
 mod proxy;
 mod record_layer;
 mod redirects;
