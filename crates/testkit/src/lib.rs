@@ -75,6 +75,11 @@ pub enum Need {
     Nghttp2,
     /// `systemd-analyze`, which checks a unit file (Debian's systemd package).
     SystemdAnalyze,
+    /// dpkg-dev's `dpkg-shlibdeps` beside dpkg's `dpkg-deb`, which build and read the
+    /// Debian package (`.ci/run` installs dpkg-dev).
+    DpkgDev,
+    /// logrotate, which reads contrib/logrotate/terminus (`.ci/run` installs Debian's).
+    Logrotate,
 }
 
 impl Need {
@@ -96,6 +101,8 @@ impl Need {
             Need::Chromium => "chromium",
             Need::Nghttp2 => "nghttp2",
             Need::SystemdAnalyze => "systemd-analyze",
+            Need::DpkgDev => "dpkg-dev",
+            Need::Logrotate => "logrotate",
         }
     }
 }

@@ -36,6 +36,7 @@ mod logs;
 mod mtls;
 mod observe;
 mod overload;
+mod package;
 mod proxy;
 mod record_layer;
 mod redirects;
