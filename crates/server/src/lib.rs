@@ -135,6 +135,7 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             tenants: &machine.tenants,
             tickets: Fleet::start(config.ticket_keys, None, None)?.ticketer(),
             clients: &std::sync::Arc::new(terminus_admission::clients::Clients::new(64)),
+            checking: true,
         },
     )?;
     let mut warnings = Vec::new();

@@ -173,6 +173,7 @@ impl Reloader {
             tenants: &self.machine.tenants,
             tickets: self.fleet.ticketer(),
             clients: &self.clients,
+            checking: false,
         };
         match Site::build(config, &kept) {
             Ok(site) => {

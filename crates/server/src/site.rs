@@ -99,6 +99,9 @@ pub struct Kept<'a> {
     pub tickets: &'a Arc<Ticketer>,
     /// The per-client limits' counts: a reload keeps what clients have used.
     pub clients: &'a Arc<Clients>,
+    /// `terminus check`: log files are looked at, not opened (a check run as root must
+    /// not create a root-owned log the service then cannot write).
+    pub checking: bool,
 }
 
 impl Site {
@@ -113,6 +116,7 @@ impl Site {
             tenants,
             tickets,
             clients,
+            checking,
         } = *kept;
         let err = |line: Option<usize>, message: String, hint: Option<&str>| {
             config.error_at(line, message, hint)
@@ -194,7 +198,12 @@ impl Site {
             config.default_server_index(),
         ));
         let (tls, verifying) = tls_configs(config, &resolver, tickets, &err)?;
-        let access_log = logs::access(&config.access_log, config.log_format).map_err(|e| {
+        let opened = if checking {
+            logs::check_access(&config.access_log).map(|()| None)
+        } else {
+            logs::access(&config.access_log, config.log_format)
+        };
+        let access_log = opened.map_err(|e| {
             err(
                 None,
                 format!("access log: {e}"),

@@ -73,6 +73,7 @@ impl Core {
             tenants: &machine.tenants,
             tickets: fleet.ticketer(),
             clients: &clients,
+            checking: false,
         };
         let site = Site::build(config, &kept)?;
         machine.measure(&site);

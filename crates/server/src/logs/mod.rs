@@ -46,6 +46,29 @@ pub(crate) fn access(target: &AccessLogTarget, format: LogFormat) -> io::Result<
     Ok(Some(AccessLog::new(writer, format)))
 }
 
+/// What `terminus check` asks of the access log `target`: a file there can be appended to,
+/// or its folder exists; nothing is created, and no thread started.
+pub(crate) fn check_access(target: &AccessLogTarget) -> io::Result<()> {
+    let AccessLogTarget::File(path) = target else {
+        return Ok(());
+    };
+    match std::fs::OpenOptions::new().append(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let folder = path.parent().unwrap_or(std::path::Path::new("."));
+            if folder.as_os_str().is_empty() || folder.is_dir() {
+                Ok(())
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("its folder {} does not exist", folder.display()),
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn open(role: Role, sink: Sink, name: &str, counts: &'static Counts) -> io::Result<Writer> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, _, thread)) = open.iter().find(|(r, s, _)| *r == role && *s == sink) {

@@ -232,3 +232,31 @@ fn a_stalled_log_file_drops_and_counts_lines_and_never_holds_up_requests() {
     assert_eq!(status(&server, &[], "/index.html"), 200);
     drop(reader);
 }
+
+/// `terminus check` looks at the access log without creating it (a check run as root
+/// must not leave a root-owned file the service cannot write), and refuses a log whose
+/// folder does not exist.
+#[test]
+fn check_creates_no_log_file_and_refuses_a_missing_folder() {
+    let dir = TestDir::new("logs-check");
+    dir.write("www/index.html", "hello\n");
+    let pair = make_cert(dir.root(), "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    let access = dir.path("access.log");
+    let conf = Config::new(&dir, &pair)
+        .before(&format!("[log]\naccess = \"{}\"", access.display()))
+        .write(&dir);
+    let out = run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!access.exists(), "check created the access log");
+    let missing = dir.path("no/such/folder/access.log");
+    let conf = Config::new(&dir, &pair)
+        .before(&format!("[log]\naccess = \"{}\"", missing.display()))
+        .write(&dir);
+    let out = run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("access log"), "{err}");
+}
