@@ -104,8 +104,8 @@ fn render_request(l: &RequestLine<'_>, format: LogFormat, now: SystemTime) -> Ve
                 "{} [{}] \"{} {} {:?}\" {} ",
                 l.client,
                 Timestamp(now),
-                l.method,
-                l.path,
+                Escaped(l.method),
+                Escaped(l.path),
                 l.version,
                 l.status
             );
@@ -118,13 +118,13 @@ fn render_request(l: &RequestLine<'_>, format: LogFormat, now: SystemTime) -> Ve
             match &l.tls {
                 None => s.push_str(" \"-\" plain"),
                 Some(tls) => {
-                    let _ = write!(s, " \"{}\"", tls.sni.unwrap_or("-"));
+                    let _ = write!(s, " \"{}\"", Escaped(tls.sni.unwrap_or("-")));
                     text_upstream(&mut s, l.upstream);
                     if let Some((verify, subject)) = tls.client_verify {
                         let _ = write!(
                             s,
                             " client_verify={verify} client_subject=\"{}\"",
-                            subject.unwrap_or("-").replace('"', "'")
+                            Escaped(subject.unwrap_or("-"))
                         );
                     }
                     let _ = write!(
@@ -190,7 +190,7 @@ fn render_stream(l: &StreamLine<'_>, format: LogFormat, now: SystemTime) -> Vec<
             let end = l
                 .error
                 .as_ref()
-                .map_or_else(|| "closed".to_owned(), |e| format!("\"{e}\""));
+                .map_or_else(|| "closed".to_owned(), |e| format!("\"{}\"", Escaped(e)));
             format!(
                 "{} [{}] \"STREAM {}\" {} {} \"{}\" upstream={} time={:.3} end={end}\n",
                 l.client,
@@ -198,7 +198,7 @@ fn render_stream(l: &StreamLine<'_>, format: LogFormat, now: SystemTime) -> Vec<
                 l.mode,
                 l.sent,
                 l.received,
-                l.sni.unwrap_or("-"),
+                Escaped(l.sni.unwrap_or("-")),
                 l.upstream,
                 l.duration.as_secs_f64(),
             )
@@ -268,6 +268,26 @@ fn json_line(value: &impl Serialize) -> Vec<u8> {
     let mut line = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     line.push(b'\n');
     line
+}
+
+/// What a client sent, made safe for a text line as nginx's `escape=default` does: `"`,
+/// `\\` and control characters written `\xHH`, so that no field can end early or forge a
+/// line of its own.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            if c == '"' || c == '\\' || c.is_control() {
+                for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                    write!(f, "\\x{b:02X}")?;
+                }
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn protocol(version: Version) -> &'static str {
@@ -441,6 +461,21 @@ mod tests {
         assert_eq!(
             (&v["scheme"], &v["tls_version"]),
             (&"http".into(), &serde_json::Value::Null)
+        );
+    }
+
+    #[test]
+    fn text_lines_escape_what_could_end_a_field_or_forge_a_line() {
+        let line = render_request(
+            &request("/a\"b\\c\nfake 200\u{7f}é", Some("s\"n"), None),
+            LogFormat::Text,
+            at(0, 0),
+        );
+        let line = String::from_utf8(line).unwrap();
+        assert_eq!(line.matches('\n').count(), 1, "{line}");
+        assert!(
+            line.contains("\"GET /a\\x22b\\x5Cc\\x0Afake 200\\x7Fé HTTP/1.1\" 200 - \"s\\x22n\""),
+            "{line}"
         );
     }
 
