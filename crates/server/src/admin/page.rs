@@ -143,6 +143,8 @@ impl Cell {
 pub(super) enum Unit {
     /// A whole number, thousands separated by commas.
     Count,
+    /// A whole number that names something (an epoch), not counted: no separators.
+    Number,
     /// Two decimals.
     Decimal,
     /// Seconds shown as milliseconds, three decimals.
@@ -164,6 +166,7 @@ impl Unit {
     pub(super) fn name(self) -> &'static str {
         match self {
             Unit::Count => "n",
+            Unit::Number => "int",
             Unit::Decimal => "dec",
             Unit::Ms => "ms",
             Unit::Percent => "%",
@@ -180,6 +183,7 @@ impl Unit {
         };
         match self {
             Unit::Count => grouped(v, 0),
+            Unit::Number => format!("{v:.0}"),
             Unit::Decimal | Unit::Fill => grouped(v, 2),
             Unit::Ms => grouped(v * 1e3, 3),
             Unit::Percent => format!("{}%", grouped(v * 100.0, 1)),
@@ -384,6 +388,7 @@ mod tests {
         assert_eq!(Unit::Percent.format(Some(0.1234)), "12.3%");
         assert_eq!(Unit::Ms.format(Some(0.000_25)), "0.250");
         assert_eq!(Unit::Count.format(None), "–");
+        assert_eq!(Unit::Number.format(Some(83_141.0)), "83141");
         assert_eq!(Unit::Count.format(Some(f64::NAN)), "–");
         assert_eq!(Unit::Health.format(Some(0.0)), "down");
     }

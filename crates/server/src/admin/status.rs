@@ -780,7 +780,7 @@ fn crypto(r: &Reads<'_>, rates: Option<&Rates>, backend: &str) -> Section {
                 r.fig(fill.clone(), Unit::Fill),
                 Cell::derived(now, Unit::Fill, fill.text()),
                 r.fig(of("terminus_crypto_queue_depth"), Unit::Count),
-                r.fig(of("terminus_crypto_crossover"), Unit::Count),
+                r.fig(of("terminus_crypto_crossover"), Unit::Number),
             ]
         })
         .collect();
@@ -904,7 +904,7 @@ fn fleet(r: &Reads<'_>, peers: Option<&[String]>) -> Section {
     s.rows.push(row(
         "ticket key epoch",
         series("terminus_ticket_key_epoch"),
-        Unit::Count,
+        Unit::Number,
     ));
     for source in r
         .rows("terminus_ticket_keys_held", &["source"])
