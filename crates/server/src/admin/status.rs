@@ -579,7 +579,7 @@ fn connections(r: &Reads<'_>) -> Section {
             Cell::text(""),
         ],
         vec![
-            Cell::text("client addresses with one open"),
+            Cell::text("addresses counted for connections_per_client"),
             r.fig(series("terminus_connection_clients"), Unit::Count),
             Cell::text(""),
         ],
