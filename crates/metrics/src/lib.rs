@@ -232,6 +232,11 @@ impl<const N: usize> Labelled<N> {
         self.values[i].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Sets the `i`th series to `n` (a gauge that says a state, not a count).
+    pub fn set(&self, i: usize, n: i64) {
+        self.values[i].store(n, Ordering::Relaxed);
+    }
+
     /// The `i`th series' value.
     pub fn get(&self, i: usize) -> i64 {
         self.values[i].load(Ordering::Relaxed)

@@ -62,6 +62,36 @@ impl Scrape {
         out
     }
 
+    /// The distinct values of `labels` on `name`'s samples that match `filter`, in the
+    /// order the page has them (a sample without one of them is left out): the rows of a
+    /// table with a row per upstream server, say.
+    pub fn label_sets(
+        &self,
+        name: &str,
+        labels: &[&str],
+        filter: &[(&str, &str)],
+    ) -> Vec<Vec<String>> {
+        let mut out: Vec<Vec<String>> = Vec::new();
+        for s in self.samples.iter().filter(|s| s.matches(name, filter)) {
+            let Some(values) = labels
+                .iter()
+                .map(|l| s.label(l).map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+            else {
+                continue;
+            };
+            if !out.contains(&values) {
+                out.push(values);
+            }
+        }
+        out
+    }
+
+    /// Whether the page has a sample of `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.samples.iter().any(|s| s.name == name)
+    }
+
     /// The histogram `name`, its label sets matching `filter` merged.
     pub fn histogram(&self, name: &str, filter: &[(&str, &str)]) -> Histogram {
         // Bounds are non-negative, whose bit patterns order as their values (+Inf last).
@@ -214,6 +244,22 @@ up 1
             by.into_iter().collect::<Vec<_>>(),
             [("x".into(), 3.0), ("y".into(), 4.0)]
         );
+    }
+
+    #[test]
+    fn label_sets_are_the_distinct_values_in_page_order() {
+        let s = Scrape::parse(PAGE);
+        assert_eq!(
+            s.label_sets("c_total", &["backend", "op"], &[]),
+            [vec!["scalar", "x"], vec!["scalar", "y"]]
+        );
+        assert_eq!(s.label_sets("c_total", &["backend"], &[]), [vec!["scalar"]]);
+        assert!(s.label_sets("c_total", &["nope"], &[]).is_empty());
+        assert_eq!(
+            s.label_sets("t_seconds_count", &["phase"], &[]),
+            [vec!["a"], vec!["b"]]
+        );
+        assert!(s.has("up") && !s.has("down"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Per upstream server series: requests, responses by class, failures by cause, new and
-//! reused connections, retries, health changes, bytes, latency. They live in a registry
-//! that outlives reloads (a server kept across a reload keeps counting; one removed
-//! keeps its last values), and each family is written once with every server's samples.
+//! reused connections, retries, health changes and whether it is in rotation, bytes,
+//! latency. They live in a registry that outlives reloads (a server kept across a reload
+//! keeps counting; one removed keeps its last values), and each family is written once
+//! with every server's samples.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -83,6 +84,8 @@ pub struct ServerMetrics {
     connections: Labelled<2>,
     retries: Labelled<2>,
     health: Labelled<2>,
+    /// 1 in rotation, 0 out.
+    up: Labelled<1>,
     bytes: Labelled<2>,
     active: Labelled<1>,
     idle: Labelled<1>,
@@ -130,6 +133,15 @@ impl ServerMetrics {
                 "Times the server was taken out of rotation or brought back.",
                 label_values("to", ["down", "up"], &rest),
             ),
+            up: {
+                let up = Labelled::gauge(
+                    "terminus_upstream_up",
+                    "1 while the server is in rotation; 0 from its health (passive or active) taking it out until it is seen answering again.",
+                    one(),
+                );
+                up.set(0, 1);
+                up
+            },
             bytes: Labelled::counter(
                 "terminus_upstream_bytes_total",
                 "Body bytes sent to and received from an upstream server.",
@@ -192,6 +204,13 @@ impl ServerMetrics {
 
     pub(crate) fn health_change(&self, up: bool) {
         self.health.inc(up as usize);
+        self.up.set(0, i64::from(up));
+    }
+
+    /// A new server of this address in the upstream (at start, or a reload's): its
+    /// health starts afresh, in rotation.
+    pub(crate) fn in_rotation(&self) {
+        self.up.set(0, 1);
     }
 
     pub(crate) fn sent(&self, n: u64) {
@@ -253,13 +272,14 @@ impl Render for ProxyMetrics {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         // Family by family: a family's samples must be together on the page.
-        let families: [fn(&ServerMetrics) -> &dyn Render; 12] = [
+        let families: [fn(&ServerMetrics) -> &dyn Render; 13] = [
             |s| &s.requests,
             |s| &s.responses,
             |s| &s.failures,
             |s| &s.connections,
             |s| &s.retries,
             |s| &s.health,
+            |s| &s.up,
             |s| &s.bytes,
             |s| &s.active,
             |s| &s.idle,
@@ -290,4 +310,38 @@ fn pairs(a: (&str, [&str; 2]), b: (&str, [&str; 2]), rest: &str) -> [String; 4] 
             b.1[i % 2]
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(metrics: &ProxyMetrics) -> String {
+        let mut out = Exposition::new();
+        metrics.render(&mut out);
+        out.into_text()
+            .lines()
+            .find(|l| l.starts_with("terminus_upstream_up{"))
+            .expect("the series")
+            .to_owned()
+    }
+
+    /// In rotation from the start, out when health takes it out, back when it comes
+    /// back, and in again for a reload's new server of the same address (its health
+    /// starts afresh) though the series outlives the reload.
+    #[test]
+    fn up_says_whether_the_server_is_in_rotation() {
+        let metrics = ProxyMetrics::default();
+        let address: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let server = metrics.server("app", address);
+        let line = "terminus_upstream_up{upstream=\"app\",server=\"127.0.0.1:8080\"}";
+        assert_eq!(up(&metrics), format!("{line} 1"));
+        server.health_change(false);
+        assert_eq!(up(&metrics), format!("{line} 0"));
+        server.health_change(true);
+        assert_eq!(up(&metrics), format!("{line} 1"));
+        server.health_change(false);
+        metrics.server("app", address).in_rotation();
+        assert_eq!(up(&metrics), format!("{line} 1"));
+    }
 }

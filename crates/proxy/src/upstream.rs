@@ -115,8 +115,11 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn new(spec: ServerSpec, upstream: &str, metrics: &ProxyMetrics) -> Self {
+        // The series outlive reloads; this server's health starts afresh.
+        let series = metrics.server(upstream, spec.address);
+        series.in_rotation();
         Server {
-            metrics: metrics.server(upstream, spec.address),
+            metrics: series,
             spec,
             health: Health::default(),
             active: AtomicUsize::new(0),

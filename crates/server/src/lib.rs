@@ -210,7 +210,8 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         .map(|_| notify::Heartbeats::new(core.placed.workers));
     shared.heartbeats = heartbeats.clone();
     if let Some(listener) = bound.admin.take() {
-        start::start_admin(listener, core.metrics.clone(), &mut services)?;
+        let listeners = admin::Listener::all(&bound.addrs, &config);
+        start::start_admin(listener, core.metrics.clone(), listeners, &mut services)?;
     }
     // Everything start-up needs is acquired before any worker accepts: a connection
     // flood arriving with the first accept must not leave us without the descriptors

@@ -368,6 +368,20 @@ impl Metrics {
         self.capacity.json(self.fleet.shares())
     }
 
+    /// The fleet's instances this one has seen report on tenants' quotas (itself among
+    /// them), by id; `None` without a store sharing quotas.
+    pub(crate) fn fleet_instances(&self) -> Option<Vec<String>> {
+        let mut ids: Vec<String> = self
+            .fleet
+            .shares()?
+            .into_values()
+            .flat_map(|view| view.instances.into_iter().map(|(id, _, _)| id))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        Some(ids)
+    }
+
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = Exposition::new();

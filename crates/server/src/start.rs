@@ -390,10 +390,12 @@ impl Service for Workers {
     }
 }
 
-/// The admin listener's thread, serving `/metrics` and `/capacity`.
+/// The admin listener's thread, serving the status page, `/metrics` and `/capacity`;
+/// the page describes `listeners`.
 pub(crate) fn start_admin(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    listeners: Vec<admin::Listener>,
     services: &mut Services,
 ) -> Result<(), StartError> {
     let addr = listener.local_addr()?;
@@ -401,11 +403,12 @@ pub(crate) fn start_admin(
         .enable_all()
         .build()?;
     services.add(Thread::spawn("admin", move |stop| {
-        if let Err(e) = admin::run(runtime, listener, metrics, stop) {
+        if let Err(e) = admin::run(runtime, listener, metrics, listeners, stop) {
             tracing::error!("admin listener failed: {e}");
         }
     })?);
     println!("admin on http://{addr}/metrics");
+    tracing::info!("status page on http://{addr}/");
     Ok(())
 }
 

@@ -43,5 +43,6 @@ mod redirects;
 mod rewrites;
 mod speed;
 mod static_files;
+mod status_page;
 mod systemd;
 mod tenants;
