@@ -101,7 +101,8 @@ pub enum AccessLogTarget {
 /// How the access log writes a request (`log.format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
-    /// One line of space-separated fields, nginx's "combined" in shape.
+    /// One line of space-separated fields, nginx-like (client, time, request line, status,
+    /// bytes), key=value fields after them.
     #[default]
     Text,
     /// One JSON object a line, as log shippers (Vector, Fluent Bit, Filebeat) read.
@@ -496,6 +497,8 @@ mod tests {
             ),
             ("[log]\nlevel = \"loud\"\n", 2, "log level"),
             ("[log]\nformat = \"xml\"\n", 2, "log format \"xml\" is not known"),
+            ("[log]\nerror = \"off\"\n", 2, "log.error cannot be \"off\""),
+            ("[log]\naccess = \"stderr\"\n", 2, "cannot go to standard error"),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, Some(line), "{text:?}: {e}");

@@ -69,16 +69,9 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             ctx,
         )?,
         rate_keys: crate::rate::rate_keys(raw.limits.rate_keys.as_ref(), ctx)?,
-        access_log: match raw.log.access.as_ref().map(|a| a.get_ref().as_str()) {
-            None | Some("off") => AccessLogTarget::Off,
-            Some("stdout") => AccessLogTarget::Stdout,
-            Some(p) => AccessLogTarget::File(ctx.path(p)),
-        },
+        access_log: access_log(raw, ctx)?,
         log_format: log_format(raw, ctx)?,
-        error_log: match raw.log.error.as_ref().map(|a| a.get_ref().as_str()) {
-            None | Some("stderr") => None,
-            Some(p) => Some(ctx.path(p)),
-        },
+        error_log: error_log(raw, ctx)?,
         log_level: log_level(raw, ctx)?,
         admin: raw
             .admin
@@ -108,6 +101,41 @@ fn check_timeouts(config: &Config, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// `log.access`: a word that names a stream is not taken for a file of that name.
+fn access_log(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<AccessLogTarget, ConfigError> {
+    Ok(
+        match raw.log.access.as_ref().map(|a| (a, a.get_ref().as_str())) {
+            None | Some((_, "off")) => AccessLogTarget::Off,
+            Some((_, "stdout")) => AccessLogTarget::Stdout,
+            Some((a, "stderr")) => {
+                return Err(ctx.err(
+                    Some(a.span()),
+                    "log.access cannot go to standard error (the error log's)",
+                    Some("use \"stdout\", a file path or \"off\"".to_owned()),
+                ))
+            }
+            Some((_, p)) => AccessLogTarget::File(ctx.path(p)),
+        },
+    )
+}
+
+/// `log.error`: standard error (`None`) or a file.
+fn error_log(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Option<std::path::PathBuf>, ConfigError> {
+    Ok(
+        match raw.log.error.as_ref().map(|a| (a, a.get_ref().as_str())) {
+            None | Some((_, "stderr")) => None,
+            Some((a, word @ ("stdout" | "off"))) => {
+                return Err(ctx.err(
+                    Some(a.span()),
+                    format!("log.error cannot be {word:?}: errors are always logged"),
+                    Some("use \"stderr\" (the journal, under systemd) or a file path".to_owned()),
+                ))
+            }
+            Some((_, p)) => Some(ctx.path(p)),
+        },
+    )
 }
 
 /// `log.format`.

@@ -138,6 +138,15 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
             checking: true,
         },
     )?;
+    if let Some(path) = &config.error_log {
+        logs::check_file(path).map_err(|e| {
+            config.error_at(
+                None,
+                format!("error log {}: {e}", path.display()),
+                Some("log.error is \"stderr\" or a writable file path"),
+            )
+        })?;
+    }
     let mut warnings = Vec::new();
     let mut found = Vec::new();
     if let Some(store) = &config.fleet {
@@ -191,6 +200,9 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
 /// Starts terminus and blocks until SIGTERM or SIGINT has drained the workers and every
 /// service has stopped.
 pub fn run(options: ServerOptions) -> Result<(), StartError> {
+    // First: until the handlers are in place a signal's default action applies, and
+    // SIGUSR1's (logrotate's) or SIGHUP's would end the process while it starts.
+    let signals = Signals::listen()?;
     let config = options.load_config()?;
     start::raise_open_file_limit(config.max_connections);
     terminus_engine::warm_up_csprng();
@@ -213,10 +225,9 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         let listeners = admin::Listener::all(&bound.addrs, &config);
         start::start_admin(listener, core.metrics.clone(), listeners, &mut services)?;
     }
-    // Everything start-up needs is acquired before any worker accepts: a connection
-    // flood arriving with the first accept must not leave us without the descriptors
-    // for the signals or a worker's event loop.
-    let signals = Signals::listen()?;
+    // Everything start-up needs is acquired before any worker accepts (the signals'
+    // descriptors first of all): a connection flood arriving with the first accept must
+    // not leave us without the descriptors for a worker's event loop.
     let (workers, gate) = Workers::start(&config, &core.placed, &mut bound, shared, shutdown_tx)?;
     services.add(workers);
     gate.open();

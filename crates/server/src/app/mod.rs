@@ -165,7 +165,11 @@ impl Responder for ConnectionInfo {
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }
-        resp.extensions_mut().insert(started);
+        // For the access log's duration only: an extension costs a request allocations
+        // (the map, its entry) that a server without an access log does not pay.
+        if self.site.access_log.is_some() {
+            resp.extensions_mut().insert(started);
+        }
         resp
     }
 

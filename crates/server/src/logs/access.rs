@@ -1,6 +1,6 @@
 //! The access log's lines: what is recorded of a request (or of a TCP stream), and how
-//! each format writes it. `text` is nginx's "combined" in shape, with key=value fields
-//! after it; `json` is one object a line, named as log shippers' HTTP schemas name
+//! each format writes it. `text` is nginx-like (client, time, request line, status, bytes),
+//! with key=value fields after it; `json` is one object a line, named as log shippers' HTTP schemas name
 //! them (Vector's and Caddy's `client`, `method`, `path`, `status`, `bytes`,
 //! `duration`), every field present (`null` where it does not apply) so that a parser
 //! needs no schema per line.
@@ -271,14 +271,14 @@ fn json_line(value: &impl Serialize) -> Vec<u8> {
 }
 
 /// What a client sent, made safe for a text line as nginx's `escape=default` does: `"`,
-/// `\\` and control characters written `\xHH`, so that no field can end early or forge a
-/// line of its own.
+/// `\\`, control characters and every byte beyond ASCII written `\xHH`, so that no field
+/// can end early, forge a line of its own, or turn a terminal's text around (U+202E).
 struct Escaped<'a>(&'a str);
 
 impl std::fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for c in self.0.chars() {
-            if c == '"' || c == '\\' || c.is_control() {
+            if c == '"' || c == '\\' || c.is_ascii_control() || !c.is_ascii() {
                 for b in c.encode_utf8(&mut [0; 4]).bytes() {
                     write!(f, "\\x{b:02X}")?;
                 }
@@ -474,7 +474,9 @@ mod tests {
         let line = String::from_utf8(line).unwrap();
         assert_eq!(line.matches('\n').count(), 1, "{line}");
         assert!(
-            line.contains("\"GET /a\\x22b\\x5Cc\\x0Afake 200\\x7Fé HTTP/1.1\" 200 - \"s\\x22n\""),
+            line.contains(
+                "\"GET /a\\x22b\\x5Cc\\x0Afake 200\\x7F\\xC3\\xA9 HTTP/1.1\" 200 - \"s\\x22n\""
+            ),
             "{line}"
         );
     }

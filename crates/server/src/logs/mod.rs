@@ -46,12 +46,17 @@ pub(crate) fn access(target: &AccessLogTarget, format: LogFormat) -> io::Result<
     Ok(Some(AccessLog::new(writer, format)))
 }
 
-/// What `terminus check` asks of the access log `target`: a file there can be appended to,
-/// or its folder exists; nothing is created, and no thread started.
+/// What `terminus check` asks of the access log `target`: see [`check_file`].
 pub(crate) fn check_access(target: &AccessLogTarget) -> io::Result<()> {
-    let AccessLogTarget::File(path) = target else {
-        return Ok(());
-    };
+    match target {
+        AccessLogTarget::File(path) => check_file(path),
+        AccessLogTarget::Off | AccessLogTarget::Stdout => Ok(()),
+    }
+}
+
+/// What `terminus check` asks of a log file: the file can be appended to, or its folder
+/// exists; nothing is created, and no thread started.
+pub(crate) fn check_file(path: &std::path::Path) -> io::Result<()> {
     match std::fs::OpenOptions::new().append(true).open(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -79,11 +84,29 @@ fn open(role: Role, sink: Sink, name: &str, counts: &'static Counts) -> io::Resu
     Ok(writer)
 }
 
-/// SIGUSR1: every log file is opened again at its path.
+/// SIGUSR1: every log file is opened again at its path (once those no site names any
+/// more are closed: a reopening must not bring back a file a reload left).
 pub(crate) fn reopen() {
+    release_unused();
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     for (_, _, thread) in open.iter() {
         thread.writer().reopen();
+    }
+}
+
+/// Closes the access logs no site names any more (a reload changed `log.access`, and
+/// the connections of the sites that named them have ended).
+pub(crate) fn release_unused() {
+    let unused: Vec<Thread> = {
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let (unused, kept) = std::mem::take(&mut *open)
+            .into_iter()
+            .partition(|(role, _, thread)| *role == Role::Access && !thread.writer().in_use());
+        *open = kept;
+        unused.into_iter().map(|(_, _, thread)| thread).collect()
+    };
+    for thread in unused {
+        thread.close();
     }
 }
 

@@ -146,6 +146,9 @@ const CONTENTS: &[(&str, &str)] = &[
     ("./usr/", DIR),
     ("./usr/bin/", DIR),
     ("./usr/bin/terminus", EXECUTABLE),
+    ("./usr/lib/", DIR),
+    ("./usr/lib/modules-load.d/", DIR),
+    ("./usr/lib/modules-load.d/terminus.conf", FILE),
     ("./usr/share/", DIR),
     ("./usr/share/doc/", DIR),
     ("./usr/share/doc/terminus/", DIR),
@@ -285,6 +288,10 @@ fn the_deb_holds_binary_unit_config_and_logrotate_as_debian_has_them_and_its_con
         ),
         ("etc/terminus/terminus.toml", "contrib/debian/terminus.toml"),
         ("etc/logrotate.d/terminus", "contrib/logrotate/terminus"),
+        (
+            "usr/lib/modules-load.d/terminus.conf",
+            "contrib/debian/modules-load.conf",
+        ),
         ("usr/share/doc/terminus/README.md", "README.md"),
         (
             "usr/share/doc/terminus/examples/terminus.example.toml",
