@@ -424,19 +424,23 @@ mod tests {
         let (writer, thread) = Writer::open(Sink::File(path.clone()), "log-test", counts).unwrap();
         // Half the lines, then the rename and the signal while the thread may still be
         // writing them, then the rest: fewer than the queue holds, so none is dropped.
+        // The thread writes a batch to the file it has before it looks at the flag, and
+        // looks after every batch of 1,024 at most: both files get lines.
+        let (half_tx, half) = mpsc::channel::<()>();
         let (renamed_tx, renamed) = mpsc::channel::<()>();
         let sender = {
             let writer = writer.clone();
             std::thread::spawn(move || {
                 for i in 0..12_000 {
                     if i == 6_000 {
+                        half_tx.send(()).unwrap();
                         renamed.recv().unwrap();
                     }
                     writer.send(format!("{i}\n").into_bytes());
                 }
             })
         };
-        std::thread::sleep(Duration::from_millis(1));
+        half.recv().unwrap();
         std::fs::rename(&path, d.join("access.log.1")).unwrap();
         writer.reopen();
         renamed_tx.send(()).unwrap();
