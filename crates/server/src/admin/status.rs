@@ -106,15 +106,24 @@ impl Status {
         let now = Instant::now();
         let scrape = Arc::new(Scrape::parse(&self.metrics.render()));
         let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        // Against a read at least MIN_INTERVAL old, else none (the figures show "-"): a
+        // rate over a few milliseconds is noise, and a single event would read as a
+        // thousand a second.
         let base = reads
             .iter()
             .rev()
             .find(|(at, _)| now.duration_since(*at) >= MIN_INTERVAL)
-            .or(reads.front())
             .map(|(at, s)| (now.duration_since(*at), s.clone()));
-        reads.push_back((now, scrape.clone()));
-        while reads.len() > KEPT {
-            reads.pop_front();
+        // Kept only once the newest kept is MIN_INTERVAL old: a client polling ten
+        // times a second must not leave every viewer's base a tenth of a second old.
+        let spaced = reads
+            .back()
+            .is_none_or(|(at, _)| now.duration_since(*at) >= MIN_INTERVAL);
+        if spaced {
+            reads.push_back((now, scrape.clone()));
+            while reads.len() > KEPT {
+                reads.pop_front();
+            }
         }
         (scrape, base)
     }
@@ -307,11 +316,15 @@ impl Reads<'_> {
     /// The values of `labels` on `name`'s samples, sorted as numbers where they are.
     fn rows(&self, name: &str, labels: &[&str]) -> Vec<Vec<String>> {
         let mut sets = self.now.label_sets(name, labels, &[]);
+        // Numbers first, in their order, then the rest as text: a total order (a mixed
+        // comparison is not, and sort_by may panic on one).
         sets.sort_by(|a, b| {
             let number = |v: &[String]| v.first().and_then(|x| x.parse::<u64>().ok());
             match (number(a), number(b)) {
-                (Some(x), Some(y)) => x.cmp(&y),
-                _ => a.cmp(b),
+                (Some(x), Some(y)) => x.cmp(&y).then_with(|| a.cmp(b)),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => a.cmp(b),
             }
         });
         sets

@@ -424,7 +424,9 @@ fn the_status_page_is_read_only_and_runs_only_its_own_script() {
     let post = head(&["-X", "POST", "--data", "x"], "/");
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
     assert_eq!(header_value(&post, "allow").as_deref(), Some("GET, HEAD"));
-    // /status.json is the model both views render: its figures and the live rates.
+    // /status.json is the model both views render: its figures and the live rates (which
+    // need a read a second old: the admin listener's first is made as it starts).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let doc: serde_json::Value =
         serde_json::from_slice(&server.admin_get("/status.json").stdout).unwrap();
     let ids: Vec<&str> = doc["sections"]
