@@ -216,18 +216,10 @@ fn grouped(v: f64, places: usize) -> String {
 }
 
 /// Unix seconds as `YYYY-MM-DD HH:MM UTC`, or `HH:MM:SS` with `seconds` (the proleptic
-/// Gregorian calendar; the days to a date by Howard Hinnant's `civil_from_days`).
+/// Gregorian calendar, by the access log's `civil_from_days`).
 pub(super) fn date(unix: i64, seconds: bool) -> String {
     let (days, secs) = (unix.div_euclid(86_400), unix.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = crate::logs::access::civil_from_days(days);
     let mut out = format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}",
         secs / 3600,

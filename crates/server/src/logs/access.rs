@@ -345,7 +345,7 @@ impl std::fmt::Display for Timestamp {
 
 /// The proleptic Gregorian date of `days` after 1970-01-01 (Howard Hinnant's
 /// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
