@@ -145,7 +145,13 @@ impl Responder for ConnectionInfo {
         req: Request<RequestBody>,
         head: Option<terminus_http::h1::RawHead>,
     ) -> Response<Body> {
-        let started = crate::logs::access::Started(std::time::Instant::now());
+        // For the access log's duration only: the clock read, and the extension (its map
+        // and entry: allocations), are not a request's cost without an access log.
+        let started = self
+            .site
+            .access_log
+            .is_some()
+            .then(|| crate::logs::access::Started(std::time::Instant::now()));
         let host = &self.site.hosts[self.host];
         let method = req.method().clone();
         let (mut resp, intercept) = self.answer(req, head).await;
@@ -165,9 +171,7 @@ impl Responder for ConnectionInfo {
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }
-        // For the access log's duration only: an extension costs a request allocations
-        // (the map, its entry) that a server without an access log does not pay.
-        if self.site.access_log.is_some() {
+        if let Some(started) = started {
             resp.extensions_mut().insert(started);
         }
         resp
