@@ -11,6 +11,7 @@ struct terminus_handshake {
 	unsigned long to_crypto_ns;
 	unsigned long crypto_queue_ns;
 	unsigned long crypto_compute_ns;
+	unsigned long remote_sign_ns;
 	unsigned long server_ns;
 	unsigned long client_ns;
 	unsigned long resumed;

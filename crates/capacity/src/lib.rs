@@ -263,7 +263,9 @@ pub fn operation(kind: OpKind, key: Option<KeyAlgorithm>) -> Operation {
         (_, Some(KeyAlgorithm::Rsa { .. })) => Operation::Rsa4096,
         (_, Some(KeyAlgorithm::EcdsaP256)) => Operation::EcdsaP256,
         (_, Some(KeyAlgorithm::EcdsaP384)) => Operation::EcdsaP384,
-        (OpKind::RsaSign, None) => Operation::Rsa2048,
+        // A remote signature is charged as the signature it is (with its key it is
+        // matched above): a tenant's quota counts handshakes, wherever they sign.
+        (OpKind::RsaSign | OpKind::RemoteSign, None) => Operation::Rsa2048,
         (OpKind::EcdsaSign, None) => Operation::EcdsaP256,
         (OpKind::X25519, None) => Operation::X25519,
         (OpKind::P256, None) => Operation::EcdhP256,

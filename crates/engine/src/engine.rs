@@ -138,7 +138,8 @@ impl Engine {
     ) -> Result<CryptoOutput, CryptoError> {
         let kind = op.kind();
         let key = match &op {
-            CryptoOp::Sign { key, .. } => Some(key.algorithm()),
+            CryptoOp::Sign { key, .. } | CryptoOp::SignDigest { key, .. } => Some(key.algorithm()),
+            CryptoOp::RemoteSign { key, .. } => Some(key.algorithm()),
             _ => None,
         };
         if key.is_some() && !ctx.may_sign() {
@@ -150,23 +151,22 @@ impl Engine {
         let started = job.queued_at;
         let dispatched = Dispatched::default();
         let parked = Parked::new(self, kind);
-        let (queue_full, everyone_parked) = {
-            let mut st = self.inner.state.borrow_mut();
-            let rank = st.fair.rank(ctx, kind, key);
-            st.queues[kind.index()].push_back((job, dispatched.clone(), rank));
-            (
-                st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind),
-                st.everyone_parked(),
-            )
-        };
-        if everyone_parked {
-            // Nothing else can join any queue now: compute everything that waits.
-            self.flush_all(Some(&dispatched)).await;
-        } else if queue_full {
-            // Only this queue is ready; the others keep gathering.
-            self.flush(kind, Some(&dispatched)).await;
+        if kind == OpKind::RemoteSign {
+            // The signer batches: a request waiting here for company would only add
+            // its wait to the round trip. The keyless client coalesces the writes of
+            // requests made in the same turn of the event loop.
+            dispatched.set(Some((started, 1)));
+            let (op, reply) = job.into_parts();
+            match op {
+                CryptoOp::RemoteSign {
+                    key,
+                    scheme,
+                    digest,
+                } => key.sign(scheme, digest, reply),
+                _ => unreachable!("the kind was RemoteSign"),
+            }
         } else {
-            self.arm_flush(kind);
+            self.queue(job, kind, key, &dispatched, ctx).await;
         }
         let result = answer
             .await
@@ -185,6 +185,37 @@ impl Engine {
             ok: result.is_ok(),
         });
         result
+    }
+
+    /// Queues `job` and flushes as the policy says: at once when nothing else can join
+    /// a batch or its queue holds a full one, else when the worker runs out of work or
+    /// the oldest has waited long enough.
+    async fn queue(
+        &self,
+        job: Job,
+        kind: OpKind,
+        key: Option<crate::KeyAlgorithm>,
+        dispatched: &Dispatched,
+        ctx: &HandshakeContext,
+    ) {
+        let (queue_full, everyone_parked) = {
+            let mut st = self.inner.state.borrow_mut();
+            let rank = st.fair.rank(ctx, kind, key);
+            st.queues[kind.index()].push_back((job, dispatched.clone(), rank));
+            (
+                st.queues[kind.index()].len() >= self.inner.backend.max_batch(kind),
+                st.everyone_parked(),
+            )
+        };
+        if everyone_parked {
+            // Nothing else can join any queue now: compute everything that waits.
+            self.flush_all(Some(dispatched)).await;
+        } else if queue_full {
+            // Only this queue is ready; the others keep gathering.
+            self.flush(kind, Some(dispatched)).await;
+        } else {
+            self.arm_flush(kind);
+        }
     }
 
     /// Flushes every queue that holds requests, in full batches where possible (see

@@ -40,7 +40,7 @@ pub(crate) fn is_hybrid(op: &CryptoOp) -> bool {
         CryptoOp::KxGenerate { group }
         | CryptoOp::KxAgree { group, .. }
         | CryptoOp::KxGenerateAgree { group, .. } => group.kem().is_some(),
-        CryptoOp::Sign { .. } => false,
+        CryptoOp::Sign { .. } | CryptoOp::SignDigest { .. } | CryptoOp::RemoteSign { .. } => false,
     }
 }
 
@@ -119,7 +119,9 @@ pub(crate) fn split(op: CryptoOp) -> Result<(KemHalf, CryptoOp), CryptoError> {
                 },
             ))
         }
-        CryptoOp::Sign { .. } => unreachable!("split is only called for hybrid exchanges"),
+        CryptoOp::Sign { .. } | CryptoOp::SignDigest { .. } | CryptoOp::RemoteSign { .. } => {
+            unreachable!("split is only called for hybrid exchanges")
+        }
     }
 }
 

@@ -12,6 +12,9 @@
 //! - [`MultibufferBackend`] batches up to 8 operations into one crypto_mb (AVX-512 IFMA)
 //!   call, computing batches below the crossover scalar.
 //!
+//! A signature with a key held by a keyless signer elsewhere ([`RemoteKey`]) is not
+//! queued: it goes to the key's client at once, and the signer batches.
+//!
 //! Each request comes with its handshake's [`HandshakeContext`]: the [`Payer`] it is
 //! charged to (a tenant, whose quota `terminus-admission` keeps) and the [`Timeline`] the
 //! engine records its queueing and batching in.
@@ -30,6 +33,7 @@ mod metrics;
 pub mod multibuffer;
 mod op;
 mod payer;
+mod remote;
 pub mod scalar;
 mod signing_key;
 mod threads;
@@ -44,6 +48,7 @@ pub use op::{
     CryptoError, CryptoOp, CryptoOutput, HybridPrivateKey, KxGroup, KxPrivateKey, OpKind,
 };
 pub use payer::Payer;
+pub use remote::RemoteKey;
 pub use scalar::{warm_up_csprng, ScalarBackend};
-pub use signing_key::{BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
+pub use signing_key::{scheme_digest, BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
 pub use threads::{ThreadPool, ThreadPoolBackend};

@@ -7,6 +7,7 @@ use aws_lc_rs::{agreement, kem};
 use rustls::{NamedGroup, SignatureScheme};
 use zeroize::Zeroizing;
 
+use crate::remote::RemoteKey;
 use crate::signing_key::SigningKeyPair;
 
 /// Key-exchange groups that run through the engine.
@@ -161,6 +162,27 @@ pub enum CryptoOp {
         /// The bytes to sign.
         message: Vec<u8>,
     },
+    /// Sign a digest someone else computed with `key` using `scheme`, whose hash made
+    /// it: a keyless signer's requests, which carry the digest, not the message.
+    SignDigest {
+        /// The private key.
+        key: Arc<SigningKeyPair>,
+        /// The scheme; its hash must be the digest's (and for ECDSA, the curve's).
+        scheme: SignatureScheme,
+        /// The digest, as long as the scheme's hash makes.
+        digest: Vec<u8>,
+    },
+    /// Have a keyless signer elsewhere sign `digest` with a key this process does not
+    /// hold. Not batched here: the request goes to [`RemoteKey::sign`] at once, and the
+    /// signer batches.
+    RemoteSign {
+        /// The key, and the signers that hold it.
+        key: Arc<dyn RemoteKey>,
+        /// The scheme the client and rustls chose.
+        scheme: SignatureScheme,
+        /// The digest of what rustls asked to sign, by the scheme's hash.
+        digest: Vec<u8>,
+    },
     /// Generate an ephemeral key pair (TLS 1.2: the ServerKeyExchange share).
     KxGenerate {
         /// The group to generate in.
@@ -188,12 +210,15 @@ impl CryptoOp {
     /// The queue this operation goes to.
     pub fn kind(&self) -> OpKind {
         match self {
-            CryptoOp::Sign { key, .. } => match key.algorithm() {
-                crate::KeyAlgorithm::Rsa { .. } => OpKind::RsaSign,
-                crate::KeyAlgorithm::EcdsaP256 | crate::KeyAlgorithm::EcdsaP384 => {
-                    OpKind::EcdsaSign
+            CryptoOp::Sign { key, .. } | CryptoOp::SignDigest { key, .. } => {
+                match key.algorithm() {
+                    crate::KeyAlgorithm::Rsa { .. } => OpKind::RsaSign,
+                    crate::KeyAlgorithm::EcdsaP256 | crate::KeyAlgorithm::EcdsaP384 => {
+                        OpKind::EcdsaSign
+                    }
                 }
-            },
+            }
+            CryptoOp::RemoteSign { .. } => OpKind::RemoteSign,
             CryptoOp::KxGenerate { group }
             | CryptoOp::KxAgree { group, .. }
             | CryptoOp::KxGenerateAgree { group, .. } => group.op_kind(),
@@ -206,6 +231,10 @@ impl fmt::Debug for CryptoOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CryptoOp::Sign { scheme, .. } => write!(f, "Sign({scheme:?})"),
+            CryptoOp::SignDigest { scheme, .. } => write!(f, "SignDigest({scheme:?})"),
+            CryptoOp::RemoteSign { scheme, key, .. } => {
+                write!(f, "RemoteSign({scheme:?}, {key:?})")
+            }
             CryptoOp::KxGenerate { group } => write!(f, "KxGenerate({})", group.name()),
             CryptoOp::KxAgree { group, .. } => write!(f, "KxAgree({})", group.name()),
             CryptoOp::KxGenerateAgree { group, .. } => {
@@ -275,6 +304,10 @@ pub enum CryptoError {
     #[error("a {0} exchange was completed with a private key of another group")]
     /// [`CryptoOp::KxAgree`] got a private key its group does not make.
     KeyMismatch(&'static str),
+    #[error("keyless signer: {0}")]
+    /// A remote signature failed: the signers could not be reached, did not answer in
+    /// time, or refused.
+    Remote(String),
     #[error("the engine answered a {} request with a result of another kind", .0.name())]
     /// The backend answered with another kind of output.
     WrongOutput(OpKind),
@@ -296,11 +329,14 @@ pub enum OpKind {
     /// X25519MLKEM768 key exchange: its own queue, so that its metrics show how much of
     /// the traffic is post-quantum; its X25519 halves are batched together.
     X25519MlKem768,
+    /// Signatures made by a keyless signer elsewhere: never queued here (the signer
+    /// batches), counted apart so that a handshake's `remote_sign` time shows.
+    RemoteSign,
 }
 
 impl OpKind {
     /// How many queues there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 7;
     /// Every queue, in index order.
     pub const ALL: [OpKind; Self::COUNT] = [
         OpKind::RsaSign,
@@ -309,6 +345,7 @@ impl OpKind {
         OpKind::P256,
         OpKind::P384,
         OpKind::X25519MlKem768,
+        OpKind::RemoteSign,
     ];
 
     /// The queue's index in per-kind arrays.
@@ -325,6 +362,7 @@ impl OpKind {
             OpKind::P256 => "p256",
             OpKind::P384 => "p384",
             OpKind::X25519MlKem768 => "x25519mlkem768",
+            OpKind::RemoteSign => "remote_sign",
         }
     }
 }

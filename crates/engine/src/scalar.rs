@@ -24,6 +24,17 @@ pub fn compute(op: CryptoOp) -> Result<CryptoOutput, CryptoError> {
         } => key
             .sign_scalar(scheme, &message)
             .map(CryptoOutput::Signature),
+        CryptoOp::SignDigest {
+            key,
+            scheme,
+            digest,
+        } => key
+            .sign_digest_scalar(scheme, &digest)
+            .map(CryptoOutput::Signature),
+        // Only the keyless client can reach the key (the engine never queues these).
+        CryptoOp::RemoteSign { .. } => Err(CryptoError::Remote(
+            "a remote signature was asked of a local backend".into(),
+        )),
         CryptoOp::KxGenerate { group } => {
             let (private_key, public) = generate(group)?;
             Ok(CryptoOutput::KeyPair {

@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use aws_lc_rs::digest;
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
@@ -194,6 +195,33 @@ impl SigningKeyPair {
         &self.spki
     }
 
+    /// Signs a `digest` made by `scheme`'s hash on the calling thread with aws-lc-rs
+    /// (a keyless signer's request). ECDSA takes only its curve's hash (TLS 1.3's
+    /// pairings, and the only schemes terminus offers for the key).
+    pub(crate) fn sign_digest_scalar(
+        &self,
+        scheme: SignatureScheme,
+        digest: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
+        if !self.algorithm.schemes().contains(&scheme) {
+            return Err(CryptoError::SchemeMismatch(scheme));
+        }
+        let digest = digest::Digest::import_less_safe(digest, scheme_digest(scheme)?)
+            .map_err(|_| CryptoError::SignFailed)?;
+        match &self.pair {
+            Pair::Rsa(rsa) => {
+                let mut sig = vec![0u8; rsa.public_modulus_len()];
+                rsa.sign_digest(rsa_encoding(scheme)?, &digest, &mut sig)
+                    .map_err(|_| CryptoError::SignFailed)?;
+                Ok(sig)
+            }
+            Pair::Ecdsa(ec) => ec
+                .sign_digest(&digest)
+                .map(|s| s.as_ref().to_vec())
+                .map_err(|_| CryptoError::SignFailed),
+        }
+    }
+
     /// Signs on the calling thread with aws-lc-rs.
     pub(crate) fn sign_scalar(
         &self,
@@ -203,15 +231,7 @@ impl SigningKeyPair {
         let rng = SystemRandom::new();
         match &self.pair {
             Pair::Rsa(rsa) => {
-                let padding: &'static dyn signature::RsaEncoding = match scheme {
-                    SignatureScheme::RSA_PKCS1_SHA256 => &signature::RSA_PKCS1_SHA256,
-                    SignatureScheme::RSA_PKCS1_SHA384 => &signature::RSA_PKCS1_SHA384,
-                    SignatureScheme::RSA_PKCS1_SHA512 => &signature::RSA_PKCS1_SHA512,
-                    SignatureScheme::RSA_PSS_SHA256 => &signature::RSA_PSS_SHA256,
-                    SignatureScheme::RSA_PSS_SHA384 => &signature::RSA_PSS_SHA384,
-                    SignatureScheme::RSA_PSS_SHA512 => &signature::RSA_PSS_SHA512,
-                    other => return Err(CryptoError::SchemeMismatch(other)),
-                };
+                let padding = rsa_encoding(scheme)?;
                 let mut sig = vec![0u8; rsa.public_modulus_len()];
                 rsa.sign(padding, &rng, message, &mut sig)
                     .map_err(|_| CryptoError::SignFailed)?;
@@ -228,4 +248,35 @@ impl SigningKeyPair {
             }
         }
     }
+}
+
+/// aws-lc-rs's encoding for an RSA `scheme`.
+fn rsa_encoding(
+    scheme: SignatureScheme,
+) -> Result<&'static dyn signature::RsaEncoding, CryptoError> {
+    Ok(match scheme {
+        SignatureScheme::RSA_PKCS1_SHA256 => &signature::RSA_PKCS1_SHA256,
+        SignatureScheme::RSA_PKCS1_SHA384 => &signature::RSA_PKCS1_SHA384,
+        SignatureScheme::RSA_PKCS1_SHA512 => &signature::RSA_PKCS1_SHA512,
+        SignatureScheme::RSA_PSS_SHA256 => &signature::RSA_PSS_SHA256,
+        SignatureScheme::RSA_PSS_SHA384 => &signature::RSA_PSS_SHA384,
+        SignatureScheme::RSA_PSS_SHA512 => &signature::RSA_PSS_SHA512,
+        other => return Err(CryptoError::SchemeMismatch(other)),
+    })
+}
+
+/// The hash a signature `scheme` signs with: what a digest for it must be.
+pub fn scheme_digest(scheme: SignatureScheme) -> Result<&'static digest::Algorithm, CryptoError> {
+    Ok(match scheme {
+        SignatureScheme::RSA_PKCS1_SHA256
+        | SignatureScheme::RSA_PSS_SHA256
+        | SignatureScheme::ECDSA_NISTP256_SHA256 => &digest::SHA256,
+        SignatureScheme::RSA_PKCS1_SHA384
+        | SignatureScheme::RSA_PSS_SHA384
+        | SignatureScheme::ECDSA_NISTP384_SHA384 => &digest::SHA384,
+        SignatureScheme::RSA_PKCS1_SHA512
+        | SignatureScheme::RSA_PSS_SHA512
+        | SignatureScheme::ECDSA_NISTP521_SHA512 => &digest::SHA512,
+        other => return Err(CryptoError::SchemeMismatch(other)),
+    })
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use terminus_engine::Timeline;
+use terminus_engine::{OpKind, Timeline};
 
 /// Where a handshake was, between two events of its timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub enum Phase {
     CryptoQueue,
     /// Crypto requests being computed by the backend.
     CryptoCompute,
+    /// A signature requested of a keyless signer: the round trip, the signer's queue
+    /// and its batch.
+    RemoteSign,
     /// Everything else on the server: rustls between crypto requests, writing flights,
     /// runnable but waiting for the worker.
     Server,
@@ -40,13 +43,14 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in the order a full handshake meets them.
-    pub const ALL: [Phase; 8] = [
+    pub const ALL: [Phase; 9] = [
         Phase::HelloWait,
         Phase::HelloRead,
         Phase::Admission,
         Phase::ToCrypto,
         Phase::CryptoQueue,
         Phase::CryptoCompute,
+        Phase::RemoteSign,
         Phase::Server,
         Phase::Client,
     ];
@@ -63,6 +67,7 @@ impl Phase {
             Phase::ToCrypto => "to_crypto",
             Phase::CryptoQueue => "crypto_queue",
             Phase::CryptoCompute => "crypto_compute",
+            Phase::RemoteSign => "remote_sign",
             Phase::Server => "server",
             Phase::Client => "client",
         }
@@ -100,6 +105,11 @@ impl Breakdown {
             events.push((first.at, Phase::Server));
         }
         for e in &t.crypto {
+            if e.kind == OpKind::RemoteSign {
+                events.push((e.queued, Phase::RemoteSign));
+                events.push((e.answered, Phase::Server));
+                continue;
+            }
             events.push((e.queued, Phase::CryptoQueue));
             if let Some((at, _)) = e.dispatched {
                 events.push((at, Phase::CryptoCompute));

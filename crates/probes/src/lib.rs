@@ -33,8 +33,8 @@ pub struct HandshakeRecord {
     /// Accept to the handshake's end (to the failure, for one that failed).
     pub total_ns: u64,
     /// hello_wait, hello_read, admission, to_crypto, crypto_queue, crypto_compute,
-    /// server, client; all zero for a failed handshake.
-    pub phases_ns: [u64; 8],
+    /// remote_sign, server, client; all zero for a failed handshake.
+    pub phases_ns: [u64; 9],
     /// 1 when a session was resumed.
     pub resumed: u64,
     /// `TLSv1.3`, `TLSv1.2`, or empty.

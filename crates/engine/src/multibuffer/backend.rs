@@ -64,7 +64,7 @@ impl MultibufferBackend {
         let mut groups: Vec<(Operation, Vec<(CryptoOp, Reply)>)> = Vec::new();
         for (op, reply) in jobs {
             let batched = match &op {
-                CryptoOp::Sign { key, scheme, .. }
+                CryptoOp::Sign { key, scheme, .. } | CryptoOp::SignDigest { key, scheme, .. }
                     if key.algorithm().schemes().contains(scheme) =>
                 {
                     Operation::for_key(key)
@@ -103,6 +103,14 @@ impl MultibufferBackend {
                     .rsa_crt()
                     .zip(Encoding::for_scheme(*scheme))
                     .and_then(|(k, e)| e.encode(message, k.bits())),
+                CryptoOp::SignDigest {
+                    key,
+                    scheme,
+                    digest,
+                } => key
+                    .rsa_crt()
+                    .zip(Encoding::for_scheme(*scheme))
+                    .and_then(|(k, e)| e.encode_digest(digest, k.bits())),
                 _ => None,
             };
             match encoded {
@@ -148,20 +156,39 @@ impl MultibufferBackend {
         }
     }
 
-    /// One mb8 call over ECDSA signatures with keys on one curve.
+    /// One mb8 call over ECDSA signatures with keys on one curve: messages hashed here,
+    /// digests (a keyless signer's requests) as they came.
     fn ecdsa_sign(&self, group: Vec<(CryptoOp, Reply)>) {
         let (ops, replies): (Vec<CryptoOp>, Vec<Reply>) = group.into_iter().unzip();
-        let inputs: Vec<(&EcKey, &[u8])> = ops
+        let hashed: Vec<Option<aws_lc_rs::digest::Digest>> = ops
             .iter()
             .map(|op| match op {
-                CryptoOp::Sign { key, message, .. } => match key.batch_key() {
-                    Some(BatchKey::Ecdsa(k)) => (k, message.as_slice()),
-                    _ => unreachable!("grouped by ECDSA key"),
-                },
-                _ => unreachable!("grouped signatures"),
+                CryptoOp::Sign {
+                    scheme, message, ..
+                } => crate::scheme_digest(*scheme)
+                    .ok()
+                    .map(|alg| aws_lc_rs::digest::digest(alg, message)),
+                _ => None,
             })
             .collect();
-        let results = ecdsa::sign_on(&*self.kernels, &inputs);
+        let inputs: Vec<(&EcKey, &[u8])> = ops
+            .iter()
+            .zip(&hashed)
+            .map(|(op, hashed)| {
+                let (key, digest) = match op {
+                    CryptoOp::Sign { key, .. } => {
+                        (key, hashed.as_ref().map_or(&[][..], |d| d.as_ref()))
+                    }
+                    CryptoOp::SignDigest { key, digest, .. } => (key, digest.as_slice()),
+                    _ => unreachable!("grouped signatures"),
+                };
+                match key.batch_key() {
+                    Some(BatchKey::Ecdsa(k)) => (k, digest),
+                    _ => unreachable!("grouped by ECDSA key"),
+                }
+            })
+            .collect();
+        let results = ecdsa::sign_digests_on(&*self.kernels, &inputs);
         for ((op, reply), result) in ops.into_iter().zip(replies).zip(results) {
             match result {
                 Ok(signature) => reply.complete(Ok(CryptoOutput::Signature(signature))),
@@ -190,6 +217,8 @@ impl Backend for MultibufferBackend {
             Some(OpKind::P256) => self.kx_batch(KxGroup::Secp256r1, jobs),
             Some(OpKind::P384) => self.kx_batch(KxGroup::Secp384r1, jobs),
             Some(OpKind::X25519MlKem768) => self.kx_batch(KxGroup::X25519MlKem768, jobs),
+            // Never queued (see `Engine::submit`); scalar::compute answers with an error.
+            Some(OpKind::RemoteSign) => self.scalar_all(jobs),
             None => {}
         }
     }
@@ -205,7 +234,7 @@ struct RsaLane {
 impl RsaLane {
     fn key(&self) -> &RsaCrtKey {
         match &self.op {
-            CryptoOp::Sign { key, .. } => key
+            CryptoOp::Sign { key, .. } | CryptoOp::SignDigest { key, .. } => key
                 .rsa_crt()
                 .expect("lanes are made from keys with a CRT form"),
             _ => unreachable!("RSA lanes hold signatures"),

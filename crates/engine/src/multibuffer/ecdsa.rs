@@ -78,6 +78,24 @@ pub(crate) fn sign_on(
     kernels: &dyn Kernels,
     lanes: &[(&EcKey, &[u8])],
 ) -> Vec<Result<Vec<u8>, LaneError>> {
+    let digests: Vec<digest::Digest> = lanes
+        .iter()
+        .map(|(k, m)| digest::digest(digest_algorithm(k.curve), m))
+        .collect();
+    let lanes: Vec<(&EcKey, &[u8])> = lanes
+        .iter()
+        .zip(&digests)
+        .map(|((k, _), d)| (*k, d.as_ref()))
+        .collect();
+    sign_digests_on(kernels, &lanes)
+}
+
+/// ECDSA signatures of digests made by each key's curve's hash (a keyless signer's
+/// requests), on `kernels`; a digest of another length is refused as bad input.
+pub(crate) fn sign_digests_on(
+    kernels: &dyn Kernels,
+    lanes: &[(&EcKey, &[u8])],
+) -> Vec<Result<Vec<u8>, LaneError>> {
     assert!(!lanes.is_empty() && lanes.len() <= mb::LANES, "1..=8 lanes");
     let curve = lanes[0].0.curve;
     assert!(
@@ -86,13 +104,16 @@ pub(crate) fn sign_on(
     );
     let len = curve.byte_len();
     let rng = SystemRandom::new();
-    let digests: Vec<digest::Digest> = lanes
-        .iter()
-        .map(|(_, m)| digest::digest(digest_algorithm(curve), m))
-        .collect();
+    let hash_len = digest_algorithm(curve).output_len();
+    let digests: Vec<&[u8]> = lanes.iter().map(|(_, d)| *d).collect();
     let nonces: Vec<Option<Zeroizing<Vec<u64>>>> = lanes
         .iter()
-        .map(|_| curve.random_scalar(&rng).and_then(|k| curve.limbs_of(&k)))
+        .map(|(_, d)| {
+            // A digest of the wrong length has no lane (the kernel reads hash_len bytes).
+            (d.len() == hash_len)
+                .then(|| curve.random_scalar(&rng).and_then(|k| curve.limbs_of(&k)))
+                .flatten()
+        })
         .collect();
     let valid: Vec<bool> = nonces.iter().map(Option::is_some).collect();
     let Some(filler) = valid.iter().position(|&v| v) else {
@@ -103,7 +124,7 @@ pub(crate) fn sign_on(
     let mut s = vec![0u8; mb::LANES * len];
     let status = kernels.ecdsa_sign(
         curve,
-        std::array::from_fn(|i| digests[lane(i)].as_ref()),
+        std::array::from_fn(|i| digests[lane(i)]),
         std::array::from_fn(|i| {
             nonces[lane(i)]
                 .as_ref()

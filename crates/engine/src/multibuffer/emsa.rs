@@ -42,14 +42,31 @@ impl Encoding {
         })
     }
 
+    /// The hash the encoding signs with.
+    pub fn digest_algorithm(self) -> &'static digest::Algorithm {
+        match self {
+            Encoding::Pkcs1(alg, _) | Encoding::Pss(alg) => alg,
+        }
+    }
+
     /// The encoded message for a modulus of `mod_bits` bits, as big-endian bytes of the
     /// modulus length (the RSA input). None if the key is too small for the hash.
     pub fn encode(self, message: &[u8], mod_bits: usize) -> Option<Vec<u8>> {
+        let hash = digest::digest(self.digest_algorithm(), message);
+        self.encode_digest(hash.as_ref(), mod_bits)
+    }
+
+    /// [`Encoding::encode`] of a message whose digest by the encoding's hash is `hash`
+    /// (a keyless signer's request). None if the digest is not that hash's length, or
+    /// the key is too small for it.
+    pub fn encode_digest(self, hash: &[u8], mod_bits: usize) -> Option<Vec<u8>> {
+        if hash.len() != self.digest_algorithm().output_len() {
+            return None;
+        }
         let k = mod_bits.div_ceil(8);
         match self {
-            Encoding::Pkcs1(alg, info) => {
-                let hash = digest::digest(alg, message);
-                let t_len = info.len() + hash.as_ref().len();
+            Encoding::Pkcs1(_, info) => {
+                let t_len = info.len() + hash.len();
                 if k < t_len + 11 {
                     return None;
                 }
@@ -58,7 +75,7 @@ impl Encoding {
                 em.resize(k - t_len - 1, 0xff);
                 em.push(0x00);
                 em.extend_from_slice(info);
-                em.extend_from_slice(hash.as_ref());
+                em.extend_from_slice(hash);
                 Some(em)
             }
             Encoding::Pss(alg) => {
@@ -69,12 +86,11 @@ impl Encoding {
                 if em_len < h_len + s_len + 2 {
                     return None;
                 }
-                let m_hash = digest::digest(alg, message);
                 let mut salt = vec![0u8; s_len];
                 SystemRandom::new().fill(&mut salt).ok()?;
                 let mut ctx = digest::Context::new(alg);
                 ctx.update(&[0u8; 8]);
-                ctx.update(m_hash.as_ref());
+                ctx.update(hash);
                 ctx.update(&salt);
                 let h = ctx.finish();
                 let db_len = em_len - h_len - 1;

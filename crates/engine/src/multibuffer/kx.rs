@@ -243,7 +243,9 @@ pub(crate) fn compute_on(kernels: &dyn Kernels, group: KxGroup, ops: Vec<CryptoO
                     .map(|shared| CryptoOutput::PublicAndShared { public, shared })
             }),
             CryptoOp::KxAgree { .. } => secret.expect("agreed").map(CryptoOutput::Shared),
-            CryptoOp::Sign { .. } => unreachable!("key-exchange batches hold no signatures"),
+            CryptoOp::Sign { .. } | CryptoOp::SignDigest { .. } | CryptoOp::RemoteSign { .. } => {
+                unreachable!("key-exchange batches hold no signatures")
+            }
         });
     }
     let results = results

@@ -15,13 +15,14 @@ struct Set {
     first_response: f64,
 }
 
-const PHASES: [&str; 8] = [
+const PHASES: [&str; 9] = [
     "hello_wait",
     "hello_read",
     "admission",
     "to_crypto",
     "crypto_queue",
     "crypto_compute",
+    "remote_sign",
     "server",
     "client",
 ];

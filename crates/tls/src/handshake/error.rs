@@ -65,9 +65,10 @@ impl Classify for HandshakeError {
 fn crypto_source(e: &CryptoError) -> Source {
     match e {
         CryptoError::BadPeerKey(_) => Source::Client,
-        CryptoError::SignFailed | CryptoError::KeyGenFailed(_) | CryptoError::BackendGone(_) => {
-            Source::CryptoBackend
-        }
+        CryptoError::SignFailed
+        | CryptoError::KeyGenFailed(_)
+        | CryptoError::BackendGone(_)
+        | CryptoError::Remote(_) => Source::CryptoBackend,
         CryptoError::SchemeMismatch(_)
         | CryptoError::KeyMismatch(_)
         | CryptoError::WrongOutput(_)
