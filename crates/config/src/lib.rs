@@ -32,6 +32,7 @@ mod files;
 mod fleet;
 mod headers;
 mod http3;
+mod keyless;
 mod listen;
 mod overrides;
 mod rate;
@@ -48,6 +49,7 @@ pub use access::Access;
 pub use cidr::Cidr;
 pub use crypto::{BackendChoice, Crypto};
 pub use files::CacheSettings;
+pub use keyless::{KeySource, RemoteKeyConfig, SignerConfig};
 pub use listen::{KtlsMode, Listen, Plain};
 pub use overrides::Overrides;
 pub use rate::{RateKey, RateLimit};
@@ -126,6 +128,8 @@ pub struct Config {
     pub ticket_keys: terminus_fleet::tickets::Rotation,
     /// `[fleet]`: the store the ticket keys are shared through, if any.
     pub fleet: Option<terminus_fleet::store::StoreSettings>,
+    /// `[signer]`: this instance signs for keyless terminators, if set.
+    pub signer: Option<SignerConfig>,
     /// `[http3]`: which new QUIC connections each worker takes.
     pub http3: terminus_quic::Limits,
     /// `[http3] early_data`: 0-RTT taken (with the session cache).

@@ -111,7 +111,7 @@ impl Config {
                 .iter()
                 .map(|(cert, key)| CertPaths {
                     cert: cert.clone(),
-                    key: key.clone(),
+                    key: crate::KeySource::File(key.clone()),
                     line: None,
                 })
                 .collect();

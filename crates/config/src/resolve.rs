@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::schema::ConfigFile;
-use crate::{acme, crypto, fleet, http3, listen, servers, tenant, tls, upstream};
+use crate::{acme, crypto, fleet, http3, keyless, listen, servers, tenant, tls, upstream};
 use crate::{AccessLogTarget, Config, ConfigError, Ctx, LogFormat};
 
 pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigError> {
@@ -32,6 +32,7 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     let tls = tls::resolve(raw, ctx)?;
     let http3_early_data = http3::early_data(raw, ctx, &tls)?;
     let fleet = fleet::resolve(raw, ctx, ticket_keys)?;
+    let signer = keyless::resolve_signer(raw, ctx)?;
     let http3 = http3::limits(raw, ctx)?;
     crypto.max_batch_delay = crypto::max_batch_delay(raw, ctx)?;
     let config = Config {
@@ -43,6 +44,7 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
         tls,
         ticket_keys,
         fleet,
+        signer,
         http3,
         acme,
         crypto,

@@ -48,6 +48,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub http3: Http3Section,
     pub acme: Option<Spanned<super::acme::AcmeSection>>,
+    pub signer: Option<Spanned<super::keyless::SignerSection>>,
 }
 
 /// `[fleet]`: the store instances share ticket keys through.
@@ -201,7 +202,7 @@ pub struct ServerSection {
 #[serde(deny_unknown_fields)]
 pub struct CertificateSection {
     pub cert: Spanned<String>,
-    pub key: Spanned<String>,
+    pub key: Spanned<super::keyless::KeyEntry>,
 }
 
 /// A duration in a typed section, checked as the file is read (so its error has a line).

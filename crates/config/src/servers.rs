@@ -17,8 +17,8 @@ use crate::{ConfigError, Ctx, RouteConfig, StreamTarget};
 pub struct CertPaths {
     /// The PEM chain, leaf first.
     pub cert: std::path::PathBuf,
-    /// Its private key, PEM.
-    pub key: std::path::PathBuf,
+    /// Its private key: a PEM file, or keyless signers.
+    pub key: crate::KeySource,
     /// Line of the `[[server.certificate]]` entry, for errors.
     pub line: Option<usize>,
 }
@@ -295,12 +295,14 @@ fn names_and_certificates(
     }
     let certificates = certificate
         .iter()
-        .map(|c| CertPaths {
-            cert: ctx.path(c.cert.get_ref()),
-            key: ctx.path(c.key.get_ref()),
-            line: ctx.line_of(c.cert.span()),
+        .map(|c| {
+            Ok(CertPaths {
+                cert: ctx.path(c.cert.get_ref()),
+                key: crate::keyless::resolve_key(&c.key, ctx)?,
+                line: ctx.line_of(c.cert.span()),
+            })
         })
-        .collect::<Vec<_>>();
+        .collect::<Result<Vec<_>, ConfigError>>()?;
     if certificates.len() > 2 {
         return Err(ctx.err(
             Some(names.span()),

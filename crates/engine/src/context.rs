@@ -84,6 +84,8 @@ impl Timeline {
 pub struct HandshakeContext {
     id: u64,
     host: Option<Arc<str>>,
+    /// The client's address (after a PROXY header), for a keyless signer's audit.
+    client: Option<std::net::IpAddr>,
     /// Who is charged, once admitted (a tenant's hold on its quota).
     payer: std::cell::OnceCell<Box<dyn Payer>>,
     timeline: RefCell<Timeline>,
@@ -112,10 +114,22 @@ impl HandshakeContext {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             host: None,
+            client: None,
             payer: std::cell::OnceCell::new(),
             timeline: RefCell::new(Timeline::new(accepted)),
             first_signature: RefCell::new(None),
         }
+    }
+
+    /// The context of a handshake with the client at `ip`.
+    pub fn with_client(mut self, ip: std::net::IpAddr) -> Self {
+        self.client = Some(ip);
+        self
+    }
+
+    /// The client's address, where the connection told it.
+    pub fn client(&self) -> Option<std::net::IpAddr> {
+        self.client
     }
 
     /// A context for a handshake starting now, outside a server connection (the load

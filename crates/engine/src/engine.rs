@@ -162,7 +162,13 @@ impl Engine {
                     key,
                     scheme,
                     digest,
-                } => key.sign(scheme, digest, reply),
+                } => {
+                    let about = crate::RemoteHandshake {
+                        server_name: ctx.host().map(Arc::from),
+                        client: ctx.client(),
+                    };
+                    key.sign(scheme, digest, about, reply)
+                }
                 _ => unreachable!("the kind was RemoteSign"),
             }
         } else {

@@ -48,7 +48,7 @@ pub use op::{
     CryptoError, CryptoOp, CryptoOutput, HybridPrivateKey, KxGroup, KxPrivateKey, OpKind,
 };
 pub use payer::Payer;
-pub use remote::RemoteKey;
+pub use remote::{Handshake as RemoteHandshake, RemoteKey};
 pub use scalar::{warm_up_csprng, ScalarBackend};
 pub use signing_key::{scheme_digest, BatchKey, KeyAlgorithm, KeyError, SigningKeyPair};
 pub use threads::{ThreadPool, ThreadPoolBackend};

@@ -22,8 +22,25 @@ pub trait RemoteKey: Send + Sync + fmt::Debug {
     /// The DER SubjectPublicKeyInfo (from the certificate: this process has no key).
     fn subject_public_key_info(&self) -> &[u8];
 
-    /// Sends a request to sign `digest` (by `scheme`'s hash) and answers `reply` with
-    /// the signature or why there is none, within the key's deadline. Called on the
-    /// worker's thread, inside its runtime: the implementation may spawn local tasks.
-    fn sign(self: Arc<Self>, scheme: SignatureScheme, digest: Vec<u8>, reply: Reply);
+    /// Sends a request to sign `digest` (by `scheme`'s hash) for the handshake `about`,
+    /// and answers `reply` with the signature or why there is none, within the key's
+    /// deadline. Called on the worker's thread, inside its runtime: the implementation
+    /// may spawn local tasks.
+    fn sign(
+        self: Arc<Self>,
+        scheme: SignatureScheme,
+        digest: Vec<u8>,
+        about: Handshake,
+        reply: Reply,
+    );
+}
+
+/// What a signer is told of the handshake it signs for (its audit log's): the SNI and
+/// the client's address, where known.
+#[derive(Debug, Clone, Default)]
+pub struct Handshake {
+    /// The name the client asked for.
+    pub server_name: Option<Arc<str>>,
+    /// The client's address.
+    pub client: Option<std::net::IpAddr>,
 }

@@ -108,6 +108,27 @@ pub enum Op {
 }
 
 impl Op {
+    /// A short name for logs: `rsa_pss_sha256`, `ecdsa_sha384`, `ping`...
+    pub fn name(self) -> &'static str {
+        use Hash::*;
+        match self {
+            Op::Sign(Sign::RsaPkcs1(Sha256)) => "rsa_pkcs1_sha256",
+            Op::Sign(Sign::RsaPkcs1(Sha384)) => "rsa_pkcs1_sha384",
+            Op::Sign(Sign::RsaPkcs1(Sha512)) => "rsa_pkcs1_sha512",
+            Op::Sign(Sign::RsaPss(Sha256)) => "rsa_pss_sha256",
+            Op::Sign(Sign::RsaPss(Sha384)) => "rsa_pss_sha384",
+            Op::Sign(Sign::RsaPss(Sha512)) => "rsa_pss_sha512",
+            Op::Sign(Sign::Ecdsa(Sha256)) => "ecdsa_sha256",
+            Op::Sign(Sign::Ecdsa(Sha384)) => "ecdsa_sha384",
+            Op::Sign(Sign::Ecdsa(Sha512)) => "ecdsa_sha512",
+            Op::Ping => "ping",
+            Op::Pong => "pong",
+            Op::Response => "response",
+            Op::Error => "error",
+            Op::Other(_) => "other",
+        }
+    }
+
     /// The byte on the wire.
     pub fn code(self) -> u8 {
         use Hash::*;
@@ -190,6 +211,23 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// A short name for logs and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::CryptoFailed => "crypto_failed",
+            ErrorCode::KeyNotFound => "key_not_found",
+            ErrorCode::Read => "read",
+            ErrorCode::VersionMismatch => "version_mismatch",
+            ErrorCode::BadOpcode => "bad_opcode",
+            ErrorCode::UnexpectedOpcode => "unexpected_opcode",
+            ErrorCode::Format => "format",
+            ErrorCode::Internal => "internal",
+            ErrorCode::CertNotFound => "cert_not_found",
+            ErrorCode::Expired => "expired",
+            ErrorCode::Other(_) => "other",
+        }
+    }
+
     /// The byte on the wire.
     pub fn code(self) -> u8 {
         match self {

@@ -49,7 +49,7 @@ pub(crate) async fn run(
     mut events: mpsc::Receiver<ConnectionEvent>,
     in_flight: InFlight,
 ) {
-    let mut ctx = HandshakeContext::new(Instant::now());
+    let mut ctx = HandshakeContext::new(Instant::now()).with_client(conn.remote_address().ip());
     terminus_probes::handshake_start(ctx.id());
     let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
     let admission = Admitting::default();

@@ -19,6 +19,7 @@ mod notify;
 mod placement;
 mod reload;
 mod service;
+mod signer;
 mod site;
 mod start;
 mod worker;
@@ -76,6 +77,9 @@ pub enum StartError {
     #[error("[fleet]: {0}")]
     /// The fleet's store settings cannot work, or (`check`) the store does not answer.
     Fleet(#[from] terminus_fleet::StoreError),
+    #[error("{0}")]
+    /// `[signer]`'s files cannot be used (the message names the file).
+    Signer(String),
     #[error("cannot listen on {addr}: {source}")]
     /// A listener's address cannot be bound.
     Listen {
@@ -146,6 +150,10 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
                 Some("log.error is \"stderr\" or a writable file path"),
             )
         })?;
+    }
+    if let Some(signer) = &config.signer {
+        signer::SignerService::load(signer, config.handshake_timeout)
+            .map_err(StartError::Signer)?;
     }
     let mut warnings = Vec::new();
     let mut found = Vec::new();

@@ -17,7 +17,9 @@ use crate::app::error_pages::ErrorPages;
 use crate::app::limits::RateRule;
 use crate::app::route::{Entry, Rewrite, Route, Routes};
 use crate::logs::{self, AccessLog};
-use terminus_config::{Config, ConfigError, RouteTarget, DEFAULT_TENANT};
+use terminus_config::{
+    Config, ConfigError, KeySource, RemoteKeyConfig, RouteTarget, DEFAULT_TENANT,
+};
 use terminus_http::files::{Caching, DocRoot};
 
 #[derive(Debug)]
@@ -155,7 +157,7 @@ impl Site {
                 ));
             }
             for cert in loaded {
-                signing_keys.push(cert.key.clone());
+                signing_keys.extend(cert.key.clone());
                 certificates.push((
                     server.names.join(","),
                     cert.algorithm.label(),
@@ -394,15 +396,64 @@ fn server_certificates(
         .certificates
         .iter()
         .map(|c| {
-            LoadedCert::from_files(&c.cert, &c.key).map_err(|e| {
+            let loaded = match &c.key {
+                KeySource::File(key) => LoadedCert::from_files(&c.cert, key),
+                KeySource::Signers(remote) => {
+                    let signers = signer_set(remote).map_err(|e| {
+                        config.error_at(c.line.or(server.line), e, Some("the signers' ca, and this terminator's cert and key, must be readable PEM files"))
+                    })?;
+                    LoadedCert::with_remote_key(&c.cert, |spki| {
+                        let key = terminus_keyless::client::RemoteSigningKey::new(spki, signers)?;
+                        Ok(Arc::new(key) as Arc<dyn terminus_engine::RemoteKey>)
+                    })
+                }
+            };
+            loaded.map_err(|e| {
                 config.error_at(
                     c.line.or(server.line),
                     e.to_string(),
-                    Some("each [[server.certificate]] needs a PEM chain (leaf first) and its unencrypted key"),
+                    Some("each [[server.certificate]] needs a PEM chain (leaf first) and its unencrypted key (or key = { signer = ... })"),
                 )
             })
         })
         .collect()
+}
+
+/// The signers of a remote key: certificates (and reloads) naming the same signers the
+/// same way, with the same files, share one set, so that they share its connections
+/// and its marks of who is down; a reload after the files changed makes a new one.
+fn signer_set(
+    remote: &RemoteKeyConfig,
+) -> Result<Arc<terminus_keyless::client::SignerSet>, String> {
+    type Sets = Vec<(
+        RemoteKeyConfig,
+        Vec<u8>,
+        Arc<terminus_keyless::client::SignerSet>,
+    )>;
+    static SETS: std::sync::Mutex<Sets> = std::sync::Mutex::new(Vec::new());
+    let mut files = Vec::new();
+    for path in [&remote.ca, &remote.cert, &remote.key] {
+        files.extend(std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    let files = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &files)
+        .as_ref()
+        .to_vec();
+    let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
+    // Sets no site holds any more go (their workers' connections close with them).
+    sets.retain(|(_, _, set)| Arc::strong_count(set) > 1);
+    if let Some((_, _, set)) = sets.iter().find(|(c, f, _)| c == remote && *f == files) {
+        return Ok(set.clone());
+    }
+    let tls = terminus_keyless::client::client_config(&remote.ca, &remote.cert, &remote.key)?;
+    let metrics = terminus_keyless::metrics::ClientMetrics::for_signers(&remote.signers);
+    let set = Arc::new(terminus_keyless::client::SignerSet::new(
+        remote.signers.clone(),
+        tls,
+        remote.timeout,
+        metrics,
+    )?);
+    sets.push((remote.clone(), files, set.clone()));
+    Ok(set)
 }
 
 /// An HTTP server's routes, docroots opened; the built-in page where it has none.

@@ -172,6 +172,13 @@ impl Core {
                 .map(|(addr, _)| addr.port())
                 .filter(|&port| port != 443),
             heartbeats: None,
+            signer: match &config.signer {
+                None => None,
+                Some(signer) => Some(Arc::new(
+                    crate::signer::SignerService::load(signer, config.handshake_timeout)
+                        .map_err(StartError::Signer)?,
+                )),
+            },
         })
     }
 
@@ -223,6 +230,10 @@ pub(crate) struct Bound {
     pub(crate) quic_per_worker: Vec<Vec<(UdpSocket, terminus_quic::Member)>>,
     /// The admin listener.
     pub(crate) admin: Option<TcpListener>,
+    /// Each worker's `[signer]` listeners (SO_REUSEPORT).
+    pub(crate) signer_per_worker: Vec<Vec<TcpListener>>,
+    /// Their addresses.
+    pub(crate) signer_addrs: Vec<SocketAddr>,
 }
 
 impl Bound {
@@ -245,12 +256,16 @@ impl Bound {
             .admin
             .map(|addr| TcpListener::bind(addr).map_err(|source| listen((addr, source))))
             .transpose()?;
+        let signer = config.signer.as_ref().map_or(&[][..], |s| &s.listen[..]);
+        let signer = listener::bind_all(signer, workers).map_err(listen)?;
         Ok(Self {
             per_worker,
             addrs,
             http3,
             quic_per_worker,
             admin,
+            signer_per_worker: signer.per_worker,
+            signer_addrs: signer.addrs,
         })
     }
 
@@ -265,6 +280,11 @@ impl Bound {
             }
             println!("listening on https://{addr}/");
             tracing::info!("listener {addr}: ktls {}", l.ktls.name());
+        }
+        if !self.signer_addrs.is_empty() {
+            for addr in &self.signer_addrs {
+                println!("keyless signer on {addr} (mutual TLS)");
+            }
         }
         tracing::info!(
             "terminus started: {} workers{}, crypto backend {}{}, config {}",
@@ -332,6 +352,7 @@ impl Workers {
     ) -> Result<(Self, Arc<Gate>), StartError> {
         let per_worker = std::mem::take(&mut bound.per_worker);
         let mut quic = std::mem::take(&mut bound.quic_per_worker).into_iter();
+        let mut signer = std::mem::take(&mut bound.signer_per_worker).into_iter();
         let gate = Gate::new();
         let (ready_tx, ready_rx) = mpsc::channel();
         let mut workers = Workers {
@@ -343,11 +364,19 @@ impl Workers {
             let listeners = listeners.into_iter().zip(config.listen.iter().cloned());
             let listeners = listeners.collect();
             let quic_sockets = quic.next().unwrap_or_default();
+            let signer_sockets = signer.next().unwrap_or_default();
             let (shared, cpus) = (shared.clone(), placed.cpus_of_worker(id, config.pin));
             let (gate, ready) = (gate.clone(), ready_tx.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("worker-{id}"))
-                .spawn(move || worker::run(id, listeners, quic_sockets, cpus, shared, ready, gate));
+                .spawn(move || {
+                    let sockets = worker::Sockets {
+                        listeners,
+                        quic: quic_sockets,
+                        signer: signer_sockets,
+                    };
+                    worker::run(id, sockets, cpus, shared, ready, gate)
+                });
             match spawned {
                 Ok(thread) => workers.threads.push(thread),
                 Err(e) => {

@@ -44,6 +44,18 @@ pub struct Shared {
     pub https_port: Option<u16>,
     /// Where each worker beats while systemd's watchdog watches.
     pub heartbeats: Option<Arc<crate::notify::Heartbeats>>,
+    /// `[signer]`: the keys and TLS its listeners serve terminators with.
+    pub(crate) signer: Option<Arc<crate::signer::SignerService>>,
+}
+
+/// A worker's sockets, bound at start-up.
+pub(crate) struct Sockets {
+    /// Its TLS (and plain) listeners, each with its settings.
+    pub listeners: Vec<(std::net::TcpListener, Listen)>,
+    /// Its QUIC sockets.
+    pub quic: Vec<(std::net::UdpSocket, terminus_quic::Member)>,
+    /// Its `[signer]` listeners.
+    pub signer: Vec<std::net::TcpListener>,
 }
 
 pub(crate) struct Worker {
@@ -66,11 +78,9 @@ pub(crate) struct Worker {
 /// It reports on `ready` whether its event loop could be built, then waits at the `start`
 /// gate until the main thread opens it (every worker ready, every start-up resource
 /// held), so nothing is accepted before that.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
+pub(crate) fn run(
     id: usize,
-    listeners: Vec<(std::net::TcpListener, Listen)>,
-    quic_sockets: Vec<(std::net::UdpSocket, terminus_quic::Member)>,
+    sockets: Sockets,
     cpus: Option<Vec<usize>>,
     shared: Shared,
     ready: mpsc::Sender<io::Result<()>>,
@@ -131,6 +141,11 @@ pub fn run(
             }
         });
     }
+    let Sockets {
+        listeners,
+        quic: quic_sockets,
+        signer: signer_sockets,
+    } = sockets;
     local.block_on(&runtime, async move {
         let engine = shared.engine.build(shared.metrics.engine.clone());
         let flush_tasks = engine.clone();
@@ -161,6 +176,9 @@ pub fn run(
         }
         for acceptor in acceptors {
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
+        }
+        for socket in signer_sockets {
+            tokio::task::spawn_local(crate::signer::accept_loop(socket, worker.clone()));
         }
         if let Some((config, limits)) = &worker.shared.quic {
             // The sockets were bound for the http3 listeners, in their order.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rustls::pki_types::CertificateDer;
 use rustls::sign::CertifiedKey;
 use sha2::{Digest, Sha256};
-use terminus_engine::{KeyAlgorithm, KeyError, SigningKeyPair};
+use terminus_engine::{KeyAlgorithm, KeyError, RemoteKey, SigningKeyPair};
 
 use crate::handshake::EngineSigningKey;
 
@@ -67,6 +67,14 @@ pub enum CertError {
         /// Why the key cannot be used.
         source: KeyError,
     },
+    /// The certificate's key cannot be used from keyless signers.
+    #[error("{}: the certificate's key cannot be signed with remotely: {detail}", path.display())]
+    RemoteKey {
+        /// The certificate file.
+        path: PathBuf,
+        /// Why.
+        detail: String,
+    },
     /// The private key is not the certificate's.
     #[error("{}: the private key does not match the certificate in {}", key.display(), cert.display())]
     Mismatch {
@@ -84,8 +92,9 @@ pub struct LoadedCert {
     pub certified: Arc<CertifiedKey>,
     /// The key's kind, which decides the signature schemes it serves.
     pub algorithm: KeyAlgorithm,
-    /// The private key, as the engine signs with it.
-    pub key: Arc<SigningKeyPair>,
+    /// The private key, as the engine signs with it; None for a key on keyless
+    /// signers.
+    pub key: Option<Arc<SigningKeyPair>>,
 }
 
 impl LoadedCert {
@@ -127,7 +136,34 @@ impl LoadedCert {
         Ok(Self {
             certified: Arc::new(certified),
             algorithm,
-            key,
+            key: Some(key),
+        })
+    }
+
+    /// The chain in `cert_path` (leaf first) whose private key is on keyless signers:
+    /// `remote` makes the engine's key from the leaf's SubjectPublicKeyInfo. No key file
+    /// is read; the signers prove they hold the key at the first handshake.
+    pub fn with_remote_key(
+        cert_path: &Path,
+        remote: impl FnOnce(&[u8]) -> Result<Arc<dyn RemoteKey>, String>,
+    ) -> Result<Self, CertError> {
+        let chain = parse_chain(&read(cert_path)?, cert_path)?;
+        let bad = |detail: String| CertError::BadCertificate {
+            path: cert_path.to_owned(),
+            detail,
+        };
+        let (_, leaf) = x509_parser::parse_x509_certificate(chain[0].as_ref())
+            .map_err(|e| bad(e.to_string()))?;
+        let key = remote(leaf.public_key().raw).map_err(|detail| CertError::RemoteKey {
+            path: cert_path.to_owned(),
+            detail,
+        })?;
+        let algorithm = key.algorithm();
+        let certified = CertifiedKey::new(chain, Arc::new(EngineSigningKey::remote(key)));
+        Ok(Self {
+            certified: Arc::new(certified),
+            algorithm,
+            key: None,
         })
     }
 
@@ -142,7 +178,7 @@ impl LoadedCert {
         Ok(Self {
             certified: Arc::new(certified),
             algorithm,
-            key,
+            key: Some(key),
         })
     }
 
@@ -150,6 +186,12 @@ impl LoadedCert {
     pub fn fingerprint(&self) -> String {
         fingerprint(&self.certified.cert[0])
     }
+}
+
+/// A private key from a PEM file (PKCS#8, PKCS#1 or SEC1), as the engine signs with it:
+/// a keyless signer's keys, which come without their certificates.
+pub fn load_signing_key(path: &Path) -> Result<SigningKeyPair, CertError> {
+    parse_key(&read(path)?, path)
 }
 
 /// Colon-separated upper-case hex SHA-256 of a DER certificate.

@@ -195,7 +195,7 @@ impl Accepted {
         let _ = socket.set_nodelay(true);
         let site = worker.shared.site.current();
         let now = Instant::now();
-        let ctx = HandshakeContext::new(now.into_std());
+        let ctx = HandshakeContext::new(now.into_std()).with_client(peer.ip());
         terminus_probes::handshake_start(ctx.id());
         Self {
             socket,

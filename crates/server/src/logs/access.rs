@@ -93,6 +93,67 @@ impl AccessLog {
         self.writer
             .send(render_stream(line, self.format, SystemTime::now()));
     }
+
+    /// A signature this keyless signer answered: the signer's audit line.
+    pub(crate) fn signature(&self, record: &terminus_keyless::signer::AuditRecord) {
+        self.writer
+            .send(render_signature(record, self.format, SystemTime::now()));
+    }
+}
+
+/// The audit line of a signature: who asked (address, certificate subject), with which
+/// key, for which handshake (SNI, client, as the terminator said), and how it went.
+/// Never the digest or the signature.
+fn render_signature(
+    r: &terminus_keyless::signer::AuditRecord,
+    format: LogFormat,
+    now: SystemTime,
+) -> Vec<u8> {
+    let op = r.op.map_or("-", |o| o.name());
+    let outcome = r.error.map_or("signed", |e| e.name());
+    let key = r.key.map(|k| format!("{k:?}"));
+    let client = r.client_ip.map(|ip| ip.to_string());
+    match format {
+        LogFormat::Text => format!(
+            "{} [{}] \"SIGN {op}\" {outcome} \"{}\" key={} sni=\"{}\" tls_client={} time={:.6}\n",
+            r.peer,
+            Timestamp(now),
+            Escaped(&r.terminator),
+            key.as_deref().unwrap_or("-"),
+            Escaped(r.server_name.as_deref().unwrap_or("-")),
+            client.as_deref().unwrap_or("-"),
+            r.took.as_secs_f64(),
+        )
+        .into_bytes(),
+        LogFormat::Json => json_line(&JsonSignature {
+            time: Timestamp(now).rfc3339(),
+            client: r.peer.ip().to_string(),
+            client_port: r.peer.port(),
+            method: "SIGN",
+            op,
+            outcome,
+            terminator: &r.terminator,
+            key: key.as_deref(),
+            sni: r.server_name.as_deref(),
+            tls_client: client.as_deref(),
+            duration: r.took.as_secs_f64(),
+        }),
+    }
+}
+
+#[derive(Serialize)]
+struct JsonSignature<'a> {
+    time: String,
+    client: String,
+    client_port: u16,
+    method: &'static str,
+    op: &'static str,
+    outcome: &'static str,
+    terminator: &'a str,
+    key: Option<&'a str>,
+    sni: Option<&'a str>,
+    tls_client: Option<&'a str>,
+    duration: f64,
 }
 
 fn render_request(l: &RequestLine<'_>, format: LogFormat, now: SystemTime) -> Vec<u8> {
