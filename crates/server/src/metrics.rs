@@ -411,6 +411,7 @@ impl Metrics {
         terminus_quic::QUIC_METRICS.render(&mut out);
         terminus_http::compress::stats::STATS.render(&mut out);
         crate::logs::LogMetrics.render(&mut out);
+        terminus_keyless::metrics::KeylessMetrics.render(&mut out);
         self.proxy.render(&mut out);
         self.fleet.render(&mut out);
         if let Some(acme) = &self.acme {

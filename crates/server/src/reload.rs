@@ -228,6 +228,7 @@ fn needs_restart(started: &Config, config: &Config) -> Vec<&'static str> {
         ),
         ("tls.ticket_keys", config.ticket_keys != started.ticket_keys),
         ("[fleet]", config.fleet != started.fleet),
+        ("[signer]", config.signer != started.signer),
         (
             "[acme] or the servers with certificates = \"acme\"",
             config.acme != started.acme || acme_servers(config) != acme_servers(started),

@@ -271,6 +271,11 @@ impl Bound {
 
     /// The listening addresses on standard output, and what started in the log.
     pub(crate) fn announce(&self, config: &Config, core: &Core) {
+        // Before the HTTPS listeners: what reads the first `listening on https://` line
+        // (tests, scripts) has seen these by then.
+        for addr in &self.signer_addrs {
+            println!("keyless signer on {addr} (mutual TLS)");
+        }
         for (addr, l) in self.addrs.iter().zip(&config.listen) {
             if l.plain.is_some() {
                 println!(
@@ -281,11 +286,7 @@ impl Bound {
             println!("listening on https://{addr}/");
             tracing::info!("listener {addr}: ktls {}", l.ktls.name());
         }
-        if !self.signer_addrs.is_empty() {
-            for addr in &self.signer_addrs {
-                println!("keyless signer on {addr} (mutual TLS)");
-            }
-        }
+
         tracing::info!(
             "terminus started: {} workers{}, crypto backend {}{}, config {}",
             core.placed.workers,

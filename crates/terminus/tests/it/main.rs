@@ -28,6 +28,7 @@ mod http1;
 mod http2;
 mod http3;
 mod idle;
+mod keyless;
 mod ktls_guest;
 mod lifecycle;
 mod limits;

@@ -1,0 +1,336 @@
+//! Keyless signing between two real terminus processes: a signer holding the keys
+//! (`[signer]`, mutual TLS) and a terminator whose certificates name the signers instead
+//! of key files, with curl and `openssl s_client` as clients. What is checked: the
+//! handshake completes with the certificate whose key only the signer has, for RSA and
+//! ECDSA and TLS 1.2 and 1.3; the signer's audit line says who asked, for which SNI;
+//! a terminator without a certificate from the signer's CA is refused; a killed signer
+//! is failed over at once; a signer that does not answer fails the handshake by the
+//! deadline (never a hang) and the next goes to another.
+
+use std::net::{SocketAddr, TcpListener};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// The keyless set-up's files: a CA both sides trust, the signer's and the terminator's
+/// certificates from it, and the site's certificates (RSA-2048, ECDSA P-256) whose keys
+/// only the signer is given.
+struct Pki {
+    dir: TestDir,
+    rsa: CertPair,
+    ecdsa: CertPair,
+}
+
+fn pki(test: &str) -> Pki {
+    let dir = TestDir::new(test);
+    let ca = Ca::new(&dir.0, "ca", "keyless CA", 2);
+    ca.issue(&dir.0, "signer", &Leaf::server("localhost"));
+    let stranger = Ca::new(&dir.0, "stranger-ca", "another CA", 2);
+    ca.issue(&dir.0, "terminator", &Leaf::client("terminator-1"));
+    stranger.issue(&dir.0, "stranger", &Leaf::client("stranger"));
+    let rsa = make_cert(&dir.0, "site-rsa", KeyKind::Rsa(2048), &["site.test"]);
+    let ecdsa = make_cert(&dir.0, "site-ecdsa", KeyKind::EcdsaP256, &["site.test"]);
+    Pki { dir, rsa, ecdsa }
+}
+
+/// A signer holding both site keys, its audit lines in `dir/NAME-audit.log`; with the
+/// address terminators name it by (`localhost`, its certificate's name).
+fn signer(pki: &Pki, name: &str) -> (Server, String) {
+    let d = &pki.dir;
+    let conf = d.write(
+        &format!("{name}.toml"),
+        format!(
+            r#"listen = ["127.0.0.1:0"]
+workers = 2
+[log]
+access = "{audit}"
+format = "json"
+[signer]
+listen = "127.0.0.1:0"
+ca = "{ca}"
+certificate = {{ cert = "{cert}", key = "{key}" }}
+[[signer.key]]
+file = "{rsa}"
+[[signer.key]]
+file = "{ecdsa}"
+"#,
+            audit = d.path(&format!("{name}-audit.log")).display(),
+            ca = d.path("ca.pem").display(),
+            cert = d.path("signer.pem").display(),
+            key = d.path("signer.key").display(),
+            rsa = pki.rsa.key.display(),
+            ecdsa = pki.ecdsa.key.display(),
+        ),
+    );
+    let server = ServerBuilder::config(&conf).admin().start();
+    let addr: SocketAddr = server
+        .stdout_lines
+        .iter()
+        .find_map(|l| l.strip_prefix("keyless signer on "))
+        .and_then(|l| l.split(' ').next())
+        .expect("the signer announces its address")
+        .parse()
+        .unwrap();
+    (server, format!("localhost:{}", addr.port()))
+}
+
+/// A terminator serving site.test with both certificates, their keys on `signers`,
+/// showing the client certificate `identity` (`terminator` or `stranger`).
+fn terminator(pki: &Pki, signers: &[String], identity: &str, timeout: &str) -> Server {
+    let d = &pki.dir;
+    let list: Vec<String> = signers.iter().map(|s| format!("\"{s}\"")).collect();
+    let key = format!(
+        "{{ signer = [{}], ca = \"{}\", cert = \"{}\", key = \"{}\", timeout = \"{timeout}\" }}",
+        list.join(", "),
+        d.path("ca.pem").display(),
+        d.path(&format!("{identity}.pem")).display(),
+        d.path(&format!("{identity}.key")).display(),
+    );
+    let conf = d.write(
+        "terminator.toml",
+        format!(
+            r#"listen = ["127.0.0.1:0"]
+workers = 2
+[[server]]
+names = ["site.test"]
+[[server.certificate]]
+cert = "{rsa}"
+key = {key}
+[[server.certificate]]
+cert = "{ecdsa}"
+key = {key}
+"#,
+            rsa = pki.rsa.cert.display(),
+            ecdsa = pki.ecdsa.cert.display(),
+        ),
+    );
+    ServerBuilder::config(&conf).admin().start()
+}
+
+/// curl's status for https://site.test/ with the certificate verified against `ca`
+/// (the site's own, self-signed), and how long it took.
+fn get(server: &Server, ca: &CertPair, extra: &[&str]) -> (u16, Duration) {
+    let started = Instant::now();
+    let mut args = vec!["-o", "/dev/null", "-w", "%{http_code}", "--cacert"];
+    args.push(ca.cert.to_str().unwrap());
+    args.extend_from_slice(extra);
+    let out = run(Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--resolve"])
+        .arg(format!("site.test:{}:127.0.0.1", server.port()))
+        .args(&args)
+        .arg(format!("https://site.test:{}/", server.port())));
+    let code = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (code, started.elapsed())
+}
+
+#[test]
+fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
+    let pki = pki("keyless-sign");
+    let (signer, addr) = signer(&pki, "signer");
+    let terminator = terminator(&pki, &[addr.clone()], "terminator", "2s");
+    // RSA: a client that cannot take ECDSA (TLS 1.3 offering PSS only; TLS 1.2 with an
+    // ECDHE-RSA suite only), the chain verified against the RSA certificate.
+    let s_client = run(Command::new("openssl")
+        .args([
+            "s_client",
+            "-tls1_3",
+            "-sigalgs",
+            "rsa_pss_rsae_sha256",
+            "-verify_return_error",
+        ])
+        .args(["-servername", "site.test", "-connect"])
+        .arg(format!("127.0.0.1:{}", terminator.port()))
+        .arg("-CAfile")
+        .arg(&pki.rsa.cert)
+        .stdin(std::process::Stdio::null()));
+    let text = String::from_utf8_lossy(&s_client.stdout);
+    assert!(
+        text.contains("Verify return code: 0 (ok)"),
+        "{text}\n{}",
+        terminator.stderr()
+    );
+    assert!(text.contains("Peer signature type: RSA-PSS"), "{text}");
+    let (code, _) = get(
+        &terminator,
+        &pki.rsa,
+        &[
+            "--tls-max",
+            "1.2",
+            "--ciphers",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        ],
+    );
+    assert_eq!(code, 200, "RSA over TLS 1.2: {}", terminator.stderr());
+    // ECDSA, verified against the ECDSA certificate.
+    for extra in [&["--tlsv1.3"][..], &["--tls-max", "1.2"][..]] {
+        let (code, _) = get(&terminator, &pki.ecdsa, extra);
+        assert_eq!(code, 200, "ECDSA over {extra:?}: {}", terminator.stderr());
+    }
+    // The terminator signed nothing itself; the signer signed each of the four.
+    assert_eq!(
+        terminator.metric("terminus_crypto_requests_total", &["op=\"rsa_sign\""]),
+        0.0
+    );
+    assert_eq!(
+        terminator.metric("terminus_crypto_requests_total", &["op=\"ecdsa_sign\""]),
+        0.0
+    );
+    assert_eq!(
+        terminator.metric("terminus_keyless_signatures_total", &[]),
+        4.0
+    );
+    assert_eq!(
+        signer.metric("terminus_signer_requests_total", &["outcome=\"signed\""]),
+        4.0
+    );
+    let read = || std::fs::read_to_string(pki.dir.path("signer-audit.log")).unwrap_or_default();
+    eventually(Duration::from_secs(5), "four audit lines", || {
+        read().lines().count() >= 4
+    });
+    let audit = read();
+    for line in audit.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["method"], "SIGN", "{line}");
+        assert_eq!(v["outcome"], "signed", "{line}");
+        assert_eq!(v["terminator"], "CN=terminator-1", "{line}");
+        assert_eq!(v["sni"], "site.test", "{line}");
+        assert_eq!(v["tls_client"], "127.0.0.1", "{line}");
+        assert!(v["key"].as_str().unwrap().starts_with("ski:"), "{line}");
+    }
+}
+
+#[test]
+fn a_terminator_without_a_certificate_from_the_signers_ca_is_refused() {
+    let pki = pki("keyless-refused");
+    let (signer, addr) = signer(&pki, "signer");
+    let terminator = terminator(&pki, &[addr.clone()], "stranger", "2s");
+    let (code, took) = get(&terminator, &pki.rsa, &[]);
+    assert_eq!(code, 0, "a handshake signed for a stranger");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(signer.metric("terminus_signer_requests_total", &[]), 0.0);
+    assert!(terminator.metric("terminus_keyless_failures_total", &["cause=\"connection\""]) >= 1.0);
+}
+
+/// A killed signer (SIGKILL: its connections reset) costs no handshake: requests on
+/// its connection and after go to the other signer at once.
+#[test]
+fn a_killed_signer_is_failed_over_at_once() {
+    let pki = pki("keyless-failover");
+    let (mut first, first_addr) = signer(&pki, "first");
+    let (second, second_addr) = signer(&pki, "second");
+    let terminator = terminator(&pki, &[first_addr, second_addr], "terminator", "2s");
+    for _ in 0..4 {
+        assert_eq!(get(&terminator, &pki.ecdsa, &[]).0, 200);
+    }
+    assert!(
+        first.metric("terminus_signer_requests_total", &["outcome=\"signed\""]) > 0.0,
+        "the load spreads"
+    );
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    for i in 0..6 {
+        let (code, took) = get(&terminator, &pki.ecdsa, &[]);
+        assert_eq!(
+            code,
+            200,
+            "handshake {i} after the kill: {}",
+            terminator.stderr()
+        );
+        assert!(took < Duration::from_secs(1), "handshake {i} took {took:?}");
+    }
+    assert!(second.metric("terminus_signer_requests_total", &["outcome=\"signed\""]) >= 6.0);
+}
+
+/// A signer that accepts connections and never answers: the handshake fails by the
+/// deadline (300 ms) with an alert, not a hang; the signer is marked down and the next
+/// handshake goes to the one that answers.
+#[test]
+fn a_signer_that_does_not_answer_fails_the_handshake_by_the_deadline() {
+    let pki = pki("keyless-deadline");
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for conn in silent.incoming().take(4) {
+            kept.push(conn);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let (_good, good_addr) = signer(&pki, "good");
+    // Only the silent one first: the handshake must end by its deadline.
+    let lone = terminator(
+        &pki,
+        &[format!("localhost:{}", silent_addr.port())],
+        "terminator",
+        "300ms",
+    );
+    let (code, took) = get(&lone, &pki.ecdsa, &[]);
+    assert_eq!(code, 0);
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert!(lone.metric("terminus_keyless_failures_total", &["cause=\"timeout\""]) >= 1.0);
+    drop(lone);
+    // With a good signer beside it: after at most one handshake per worker that meets the
+    // silent one, every handshake goes to the good one.
+    let both = terminator(
+        &pki,
+        &[format!("localhost:{}", silent_addr.port()), good_addr],
+        "terminator",
+        "300ms",
+    );
+    let results: Vec<(u16, Duration)> = (0..8).map(|_| get(&both, &pki.ecdsa, &[])).collect();
+    let failed = results.iter().filter(|(code, _)| *code != 200).count();
+    assert!(failed <= 2, "{results:?}");
+    assert!(
+        results[4..].iter().all(|(code, _)| *code == 200),
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|(_, took)| *took < Duration::from_secs(2)),
+        "{results:?}"
+    );
+    drop(held);
+}
+
+#[test]
+fn keyless_settings_are_checked_with_their_line() {
+    let dir = TestDir::new("keyless-config");
+    let pair = make_cert(&dir.0, "site", KeyKind::EcdsaP256, &["site.test"]);
+    let cases = [
+        (
+            "[signer]\nlisten = \"127.0.0.1:0\"\n[[signer.key]]\nfile = \"k.pem\"\n".to_owned(),
+            "[signer] needs ca",
+        ),
+        (
+            format!(
+                "[[server]]\nnames = [\"a.test\"]\n[[server.certificate]]\ncert = \"{}\"\nkey = {{ signer = \"keys:2407\" }}\n",
+                pair.cert.display()
+            ),
+            "needs ca",
+        ),
+        (
+            format!(
+                "[[server]]\nnames = [\"a.test\"]\n[[server.certificate]]\ncert = \"{}\"\nkey = {{ signer = \"keys\", ca = \"a\", cert = \"b\", key = \"c\" }}\n",
+                pair.cert.display()
+            ),
+            "is not host:port",
+        ),
+    ];
+    for (text, wanted) in cases {
+        let conf = dir.write("bad.toml", &text);
+        let out =
+            run(Command::new(terminus_bin()).args(["check", "--config", conf.to_str().unwrap()]));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text} passed");
+        assert!(err.contains(wanted), "{text}: {err}");
+        assert!(err.contains("bad.toml:"), "no file:line in {err}");
+    }
+}
