@@ -131,7 +131,7 @@ fn get(server: &Server, ca: &CertPair, extra: &[&str]) -> (u16, Duration) {
 fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
     let pki = pki("keyless-sign");
     let (signer, addr) = signer(&pki, "signer");
-    let terminator = terminator(&pki, &[addr.clone()], "terminator", "2s");
+    let terminator = terminator(&pki, std::slice::from_ref(&addr), "terminator", "2s");
     // RSA: a client that cannot take ECDSA (TLS 1.3 offering PSS only; TLS 1.2 with an
     // ECDHE-RSA suite only), the chain verified against the RSA certificate.
     let s_client = run(Command::new("openssl")
@@ -207,7 +207,7 @@ fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
 fn a_terminator_without_a_certificate_from_the_signers_ca_is_refused() {
     let pki = pki("keyless-refused");
     let (signer, addr) = signer(&pki, "signer");
-    let terminator = terminator(&pki, &[addr.clone()], "stranger", "2s");
+    let terminator = terminator(&pki, std::slice::from_ref(&addr), "stranger", "2s");
     let (code, took) = get(&terminator, &pki.rsa, &[]);
     assert_eq!(code, 0, "a handshake signed for a stranger");
     assert!(took < Duration::from_secs(3), "{took:?}");
