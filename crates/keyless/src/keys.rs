@@ -73,33 +73,68 @@ pub fn sign_of(scheme: SignatureScheme) -> Option<Sign> {
 mod tests {
     use super::*;
 
-    /// The SKI is what a certificate authority writes in the certificate's
-    /// subjectKeyIdentifier by RFC 5280's first method: rcgen computes it that way, so the
-    /// identity of a key is checked against an independent computation.
+    /// The SKI is what OpenSSL writes in a certificate's subjectKeyIdentifier
+    /// (`hash`: RFC 5280's first method), and the RSA identity is the SHA-256 of the
+    /// modulus as `openssl rsa -modulus` prints it: both checked against OpenSSL, an
+    /// implementation apart from this one.
     #[test]
-    fn ski_is_rfc_5280_method_1() {
-        for alg in [
-            &rcgen::PKCS_ECDSA_P256_SHA256,
-            &rcgen::PKCS_ECDSA_P384_SHA384,
+    fn key_ids_match_what_openssl_computes() {
+        let dir = terminus_testkit::TestDir::new("keyless-ski");
+        for (stem, algorithm) in [
+            ("rsa", &["-newkey", "rsa:2048"][..]),
+            (
+                "p256",
+                &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"][..],
+            ),
+            (
+                "p384",
+                &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"][..],
+            ),
         ] {
-            let key = rcgen::KeyPair::generate_for(alg).unwrap();
-            let params = rcgen::CertificateParams::new(vec!["a.test".into()]).unwrap();
-            let cert = params.self_signed(&key).unwrap();
-            let (_, parsed) = x509_parser::parse_x509_certificate(cert.der()).unwrap();
-            let ext = parsed
-                .get_extension_unique(
-                    &x509_parser::oid_registry::OID_X509_EXT_SUBJECT_KEY_IDENTIFIER,
-                )
-                .unwrap()
-                .unwrap();
-            let x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(ski) =
-                ext.parsed_extension()
-            else {
-                panic!("not an SKI")
-            };
-            let (ours, modulus) = key_ids(&key.public_key_der()).unwrap();
-            assert_eq!(ours, KeyId::Ski(ski.0.try_into().unwrap()));
-            assert!(modulus.is_none(), "ECDSA has no modulus identity");
+            let key = dir.path(&format!("{stem}.key"));
+            let cert = dir.path(&format!("{stem}.pem"));
+            let mut args = vec!["req", "-x509", "-nodes", "-subj", "/CN=k", "-days", "1"];
+            args.extend_from_slice(algorithm);
+            args.extend(["-addext", "subjectKeyIdentifier=hash", "-outform", "DER"]);
+            args.extend([
+                "-keyout",
+                key.to_str().unwrap(),
+                "-out",
+                cert.to_str().unwrap(),
+            ]);
+            terminus_testkit::openssl(&args);
+            let der = std::fs::read(&cert).unwrap();
+            let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let ski = parsed
+                .extensions()
+                .iter()
+                .find_map(|e| match e.parsed_extension() {
+                    x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => {
+                        Some(k.0.to_vec())
+                    }
+                    _ => None,
+                })
+                .expect("openssl wrote a subjectKeyIdentifier");
+            let (ours, modulus) = key_ids(parsed.public_key().raw).unwrap();
+            assert_eq!(ours, KeyId::Ski(ski.try_into().unwrap()), "{stem}");
+            if stem == "rsa" {
+                let printed = terminus_testkit::openssl_stdout(&[
+                    "rsa",
+                    "-in",
+                    key.to_str().unwrap(),
+                    "-noout",
+                    "-modulus",
+                ]);
+                let hex = String::from_utf8(printed).unwrap();
+                let hex = hex.trim().strip_prefix("Modulus=").unwrap();
+                let d = digest::digest(&digest::SHA256, hex.as_bytes());
+                assert_eq!(
+                    modulus,
+                    Some(KeyId::ModulusDigest(d.as_ref().try_into().unwrap()))
+                );
+            } else {
+                assert!(modulus.is_none(), "{stem}: ECDSA has no modulus identity");
+            }
         }
     }
 

@@ -422,7 +422,7 @@ fn top_shows_a_loaded_server_once_as_json_and_as_text() {
     assert_eq!(json["backend"].as_str(), Some("scalar"), "{json:#}");
     // Every phase has a p50; their shares of the time add up to all of it.
     let phases = json["phases"].as_object().unwrap();
-    assert_eq!(phases.len(), 8, "{json:#}");
+    assert_eq!(phases.len(), 9, "{json:#}");
     let share: f64 = phases.values().map(|p| p["share"].as_f64().unwrap()).sum();
     assert!(
         (share - 1.0).abs() < 0.01,
