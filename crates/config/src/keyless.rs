@@ -107,8 +107,9 @@ pub struct RemoteKeyConfig {
     pub timeout: Duration,
 }
 
-/// The default of `[signer] deadline`.
-pub const SIGNER_DEADLINE: Duration = Duration::from_secs(1);
+/// The default of `[signer] deadline`: no longer than a terminator's default `timeout`,
+/// so that an overloaded signer does not sign what nobody waits for any more.
+pub const SIGNER_DEADLINE: Duration = Duration::from_millis(500);
 /// The default of a remote key's `timeout`.
 pub const REMOTE_TIMEOUT: Duration = Duration::from_millis(500);
 

@@ -141,6 +141,11 @@ impl Job {
         self.op.kind()
     }
 
+    /// Whether nobody waits for the answer any more.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.reply.0.is_closed()
+    }
+
     /// The operation, and where its answer goes.
     pub fn into_parts(self) -> (CryptoOp, Reply) {
         (self.op, self.reply)

@@ -273,6 +273,9 @@ impl Engine {
                 } else {
                     q.drain(..).collect()
                 };
+                if taken.is_empty() {
+                    return;
+                }
                 taken
                     .into_iter()
                     .map(|(job, dispatched, rank)| {
@@ -280,10 +283,14 @@ impl Engine {
                         dispatched.set(Some((now, n)));
                         job
                     })
+                    // Nobody waits for these any more (their handshake timed out, or a
+                    // keyless terminator gave up): computing them would only delay the
+                    // others.
+                    .filter(|job| !job.abandoned())
                     .collect()
             };
             if batch.is_empty() {
-                return;
+                continue;
             }
             let metrics = &self.inner.metrics;
             terminus_probes::batch(kind.name(), batch.len(), metrics.backend().name());

@@ -323,3 +323,32 @@ fn the_before_dispatch_hook_runs_ahead_of_every_batch() {
         assert_eq!(*seen.borrow(), vec![0, 1, 2]);
     });
 }
+
+/// A request whose handshake gave up while it waited for its batch (its submit dropped:
+/// a handshake timeout, a keyless terminator's deadline) is not computed: the batch
+/// that goes holds only the requests still waited for.
+#[test]
+fn an_abandoned_request_is_not_computed() {
+    local(async {
+        let (engine, batches) = engine(8);
+        let _guards: Vec<_> = (0..4).map(|_| engine.handshake_started()).collect();
+        let e = engine.clone();
+        let gives_up = tokio::task::spawn_local(async move {
+            e.submit(kx(), &HandshakeContext::starting_now()).await
+        });
+        let e = engine.clone();
+        let waits = tokio::task::spawn_local(async move {
+            e.submit(kx(), &HandshakeContext::starting_now()).await
+        });
+        tokio::task::yield_now().await;
+        assert!(batches.borrow().is_empty(), "both wait for company");
+        gives_up.abort();
+        let _ = gives_up.await;
+        assert!(waits.await.unwrap().is_ok());
+        assert_eq!(
+            *batches.borrow(),
+            vec![1],
+            "only the request still waited for"
+        );
+    });
+}

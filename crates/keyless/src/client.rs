@@ -170,38 +170,45 @@ impl SignerSet {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut last = String::from("no signer");
         for i in self.order() {
+            // Too little time left to blame a signer for not answering in it.
+            if deadline.saturating_duration_since(tokio::time::Instant::now()) < self.timeout / 10 {
+                break;
+            }
             let started = Instant::now();
             let mut request = Message::sign(0, sign, key, digest.clone());
             request.server_name = about.server_name.as_deref().map(str::to_owned);
             request.client_ip = about.client;
+            let address = &self.signers[i].address;
             match tokio::time::timeout_at(deadline, self.ask(i, request)).await {
-                Ok(Ok(answer)) => {
+                Ok(Ok(answer)) if answer.op == Some(Op::Response) => {
                     self.metrics.answered(i, started.elapsed());
-                    return match answer.op {
-                        Some(Op::Response) => Ok(answer.payload),
-                        _ => {
-                            let code =
-                                ErrorCode::from_code(answer.payload.first().copied().unwrap_or(0));
-                            self.metrics.failed(i, "refused");
-                            Err(CryptoError::Remote(format!(
-                                "signer {} refused: {code}",
-                                self.signers[i].address
-                            )))
-                        }
-                    };
+                    return Ok(answer.payload);
+                }
+                Ok(Ok(answer)) => {
+                    let code = ErrorCode::from_code(answer.payload.first().copied().unwrap_or(0));
+                    self.metrics.failed(i, "refused");
+                    last = format!("signer {address} refused: {code}");
+                    // Another signer may hold the key (a rolling deployment) or be less
+                    // busy; a refusal of the request itself would be the same anywhere.
+                    if !matches!(
+                        code,
+                        ErrorCode::KeyNotFound | ErrorCode::Expired | ErrorCode::Internal
+                    ) {
+                        break;
+                    }
                 }
                 Ok(Err(e)) => {
                     // Unreachable, or gone with the request: the next signer, at once.
                     self.metrics.failed(i, "connection");
                     self.mark_down(i, &e.to_string());
-                    last = format!("signer {}: {e}", self.signers[i].address);
+                    last = format!("signer {address}: {e}");
                 }
                 Err(_) => {
                     self.metrics.failed(i, "timeout");
                     self.mark_down(i, "no answer within the deadline");
                     return Err(CryptoError::Remote(format!(
-                        "signer {} did not answer within {:?}",
-                        self.signers[i].address, self.timeout
+                        "signer {address} did not answer within {:?}",
+                        self.timeout
                     )));
                 }
             }
@@ -210,10 +217,11 @@ impl SignerSet {
     }
 
     /// Sends `request` to signer `i` on this worker's connection to it, and waits for
-    /// its answer.
+    /// its answer. Dropped (its deadline passed), it takes its ID off the connection.
     async fn ask(&self, i: usize, mut request: Message) -> io::Result<Message> {
         let conn = self.connection(i).await?;
         let (id, answer) = conn.register();
+        let _pending = Pending { conn: &conn, id };
         request.id = id;
         let bytes = request
             .encode(true)
@@ -227,35 +235,52 @@ impl SignerSet {
         })
     }
 
-    /// This worker's connection to signer `i`, made now if it has none.
+    /// This worker's connection to signer `i`, made now if it has none. Making it (or
+    /// waiting for another request making it) may take a third of the timeout: a signer
+    /// that does not accept in that leaves time to ask another.
     async fn connection(&self, i: usize) -> io::Result<Rc<Conn>> {
+        let budget = self.timeout / 3;
         let slot = POOL.with(|p| {
-            let mut pool = p.borrow_mut();
-            // Sets a reload left behind: their connections close.
-            pool.retain(|_, (alive, slot)| {
-                let keep = alive.strong_count() > 0;
-                if !keep {
-                    close_slot(slot);
-                }
-                keep
-            });
-            pool.entry((self.id, i))
+            p.borrow_mut()
+                .entry((self.id, i))
                 .or_insert_with(|| (Arc::downgrade(&self.alive), Rc::default()))
                 .1
                 .clone()
         });
-        let mut conn = slot.lock().await;
-        if let Some(c) = conn.as_ref().filter(|c| !c.closed.get()) {
-            return Ok(c.clone());
-        }
-        let signer = &self.signers[i];
-        let tcp = TcpStream::connect(signer.address.as_str()).await?;
-        tcp.set_nodelay(true)?;
-        let tls = self.connector.connect(signer.name.clone(), tcp).await?;
-        self.metrics.connected(i);
-        let c = Conn::start(tls);
-        *conn = Some(c.clone());
-        Ok(c)
+        let connecting = async {
+            let mut conn = slot.lock().await;
+            if let Some(c) = conn.as_ref().filter(|c| !c.closed.get()) {
+                return Ok(c.clone());
+            }
+            let signer = &self.signers[i];
+            let tcp = TcpStream::connect(signer.address.as_str()).await?;
+            tcp.set_nodelay(true)?;
+            let tls = self.connector.connect(signer.name.clone(), tcp).await?;
+            self.metrics.connected(i);
+            let c = Conn::start(tls);
+            *conn = Some(c.clone());
+            Ok(c)
+        };
+        tokio::time::timeout(budget, connecting)
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection within {budget:?}"),
+                ))
+            })
+    }
+}
+
+/// Takes a request's ID off its connection when the request ends, answered or not.
+struct Pending<'a> {
+    conn: &'a Conn,
+    id: u32,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.conn.pending.borrow_mut().remove(&self.id);
     }
 }
 
@@ -276,6 +301,20 @@ fn close_slot(slot: &Slot) {
     if let Some(conn) = slot.try_lock().ok().and_then(|c| c.clone()) {
         conn.close();
     }
+}
+
+/// Closes this worker's connections of signer sets no site uses any more (a reload
+/// changed them): call it every few seconds on every worker.
+pub fn sweep() {
+    POOL.with(|p| {
+        p.borrow_mut().retain(|_, (alive, slot)| {
+            let keep = alive.strong_count() > 0;
+            if !keep {
+                close_slot(slot);
+            }
+            keep
+        })
+    });
 }
 
 /// The TLS client configuration a terminator reaches its signers with: their
@@ -301,13 +340,24 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
-/// One multiplexed connection to a signer.
+/// One multiplexed connection to a signer. Its reading and writing tasks end when it is
+/// closed or dropped (the last request and the pool let go of it), and the socket with
+/// them: a connection a mark-down or a reload left behind does not linger.
 struct Conn {
     pending: RefCell<HashMap<u32, oneshot::Sender<Message>>>,
-    out: RefCell<Vec<u8>>,
-    wake: Notify,
+    out: Rc<RefCell<Vec<u8>>>,
+    wake: Rc<Notify>,
     next_id: Cell<u32>,
     closed: Cell<bool>,
+    tasks: RefCell<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for task in self.tasks.get_mut().drain(..) {
+            task.abort();
+        }
+    }
 }
 
 impl Conn {
@@ -317,23 +367,29 @@ impl Conn {
     {
         let conn = Rc::new(Conn {
             pending: RefCell::default(),
-            out: RefCell::default(),
-            wake: Notify::new(),
+            out: Rc::default(),
+            wake: Rc::new(Notify::new()),
             next_id: Cell::new(1),
             closed: Cell::new(false),
+            tasks: RefCell::default(),
         });
         let (mut reader, mut writer) = tokio::io::split(stream);
-        let w = conn.clone();
-        tokio::task::spawn_local(async move {
+        let (out, wake, w) = (conn.out.clone(), conn.wake.clone(), Rc::downgrade(&conn));
+        let writing = tokio::task::spawn_local(async move {
             let mut buf = Vec::new();
-            while !w.closed.get() {
-                w.wake.notified().await;
-                std::mem::swap(&mut buf, &mut *w.out.borrow_mut());
+            loop {
+                wake.notified().await;
+                if w.upgrade().is_none_or(|c| c.closed.get()) {
+                    break;
+                }
+                std::mem::swap(&mut buf, &mut *out.borrow_mut());
                 if buf.is_empty() {
                     continue;
                 }
                 if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
-                    w.close();
+                    if let Some(c) = w.upgrade() {
+                        c.close();
+                    }
                     break;
                 }
                 buf.clear();
@@ -342,7 +398,7 @@ impl Conn {
             let _ = writer.shutdown().await;
         });
         let r = Rc::downgrade(&conn);
-        tokio::task::spawn_local(async move {
+        let reading = tokio::task::spawn_local(async move {
             let mut body = Vec::new();
             loop {
                 let mut head = [0u8; HEADER_LEN];
@@ -370,6 +426,9 @@ impl Conn {
                 }
             }
         });
+        conn.tasks
+            .borrow_mut()
+            .extend([writing.abort_handle(), reading.abort_handle()]);
         conn
     }
 
@@ -378,7 +437,8 @@ impl Conn {
         let id = self.next_id.get();
         self.next_id.set(id.wrapping_add(1).max(1));
         let (tx, rx) = oneshot::channel();
-        self.pending.borrow_mut().insert(id, tx);
+        let replaced = self.pending.borrow_mut().insert(id, tx);
+        debug_assert!(replaced.is_none(), "request ID {id} reused while pending");
         (id, rx)
     }
 
@@ -387,11 +447,15 @@ impl Conn {
         self.wake.notify_one();
     }
 
-    /// Fails every request waiting on the connection (their senders dropped).
+    /// Fails every request waiting on the connection (their senders dropped), and ends
+    /// its tasks: the writer after sending close_notify, the reader at once.
     fn close(&self) {
         self.closed.set(true);
         self.pending.borrow_mut().clear();
         self.wake.notify_one();
+        if let Some(reading) = self.tasks.borrow().get(1) {
+            reading.abort();
+        }
     }
 }
 
@@ -460,11 +524,24 @@ fn algorithm_of(spki: &[u8]) -> Result<KeyAlgorithm, String> {
                 ))
             }
         }
-        PublicKey::EC(point) => match point.key_size() {
-            256 => Ok(KeyAlgorithm::EcdsaP256),
-            384 => Ok(KeyAlgorithm::EcdsaP384),
-            n => Err(format!("EC key of {n} bits (use P-256 or P-384)")),
-        },
+        PublicKey::EC(_) => {
+            // The named curve, not the point's size: secp256k1 or brainpool points are
+            // as long as P-256's.
+            let curve = parsed
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok());
+            match curve {
+                Some(oid) if oid == x509_parser::oid_registry::OID_EC_P256 => {
+                    Ok(KeyAlgorithm::EcdsaP256)
+                }
+                Some(oid) if oid == x509_parser::oid_registry::OID_NIST_EC_P384 => {
+                    Ok(KeyAlgorithm::EcdsaP384)
+                }
+                _ => Err("an EC key on a curve other than P-256 or P-384".into()),
+            }
+        }
         _ => Err("not an RSA or ECDSA P-256/P-384 key".into()),
     }
 }

@@ -81,6 +81,26 @@ pub struct Worker {
     pub busy: Option<f64>,
 }
 
+/// A terminator's traffic to one keyless signer over the interval.
+#[derive(Debug, Clone, Default)]
+pub struct Signer {
+    /// Signatures answered per second.
+    pub signatures: f64,
+    /// Failed requests per second, by cause.
+    pub failures: BTreeMap<String, f64>,
+    /// Request sent to answer read.
+    pub round_trip: Latency,
+}
+
+/// This instance's own signing for keyless terminators over the interval.
+#[derive(Debug, Clone, Default)]
+pub struct Signing {
+    /// Requests answered per second, by outcome (`signed`, or the error).
+    pub requests: BTreeMap<String, f64>,
+    /// Read to answered: the signer's queue and batch.
+    pub time: Latency,
+}
+
 /// What changed between two scrapes, per second.
 #[derive(Debug, Clone)]
 pub struct Rates {
@@ -114,6 +134,10 @@ pub struct Rates {
     pub userspace: f64,
     /// By worker (its number).
     pub workers: BTreeMap<String, Worker>,
+    /// Keyless signers this terminator asked, by address.
+    pub signers: BTreeMap<String, Signer>,
+    /// Signing for keyless terminators, where this instance is a signer that answered.
+    pub signing: Option<Signing>,
 }
 
 impl Rates {
@@ -187,6 +211,39 @@ impl Rates {
                 )
             })
             .collect();
+        let mut signers: BTreeMap<String, Signer> = BTreeMap::new();
+        for (signer, _) in b.by("terminus_keyless_signatures_total", "signer", &[]) {
+            let filter = [("signer", signer.as_str())];
+            let failures = {
+                let earlier = a.by("terminus_keyless_failures_total", "cause", &filter);
+                b.by("terminus_keyless_failures_total", "cause", &filter)
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            ((v - earlier.get(&k).copied().unwrap_or(0.0)) / seconds).max(0.0),
+                        )
+                    })
+                    .filter(|(_, v)| *v > 0.0)
+                    .collect()
+            };
+            signers.insert(
+                signer.clone(),
+                Signer {
+                    signatures: rate("terminus_keyless_signatures_total", &filter),
+                    failures,
+                    round_trip: Latency::of(&histogram(
+                        "terminus_keyless_round_trip_seconds",
+                        &filter,
+                    )),
+                },
+            );
+        }
+        let signing_requests = rates("terminus_signer_requests_total", "outcome");
+        let signing = (!signing_requests.is_empty()).then(|| Signing {
+            requests: signing_requests,
+            time: Latency::of(&histogram("terminus_signer_request_seconds", &[])),
+        });
         Self {
             seconds,
             backend: backend.to_owned(),
@@ -212,6 +269,8 @@ impl Rates {
                 &[("path", "userspace")],
             ),
             workers,
+            signers,
+            signing,
         }
     }
 
@@ -288,6 +347,17 @@ impl Rates {
             "connections_open": self.open,
             "ktls_share": self.ktls_share().map(|s| round(s, 3)),
             "workers": workers,
+            "keyless_signers": self.signers.iter().map(|(addr, s)| {
+                (addr.clone(), json!({
+                    "signatures_per_s": round(s.signatures, 1),
+                    "failures_per_s": per_s(&s.failures),
+                    "round_trip": s.round_trip.json(),
+                }))
+            }).collect::<Map<String, Value>>(),
+            "signing": self.signing.as_ref().map(|s| json!({
+                "requests_per_s": per_s(&s.requests),
+                "time": s.time.json(),
+            })),
         })
     }
 }

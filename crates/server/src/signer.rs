@@ -16,6 +16,10 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::worker::Worker;
 
+/// The most connections (terminators' and handshakes in progress) one worker's signer
+/// listeners hold at once.
+const MAX_CONNECTIONS: usize = 1024;
+
 /// What every worker's signer listeners share.
 pub(crate) struct SignerService {
     acceptor: TlsAcceptor,
@@ -82,6 +86,9 @@ pub(crate) async fn accept_loop(listener: std::net::TcpListener, worker: Rc<Work
         }
     };
     let mut shutdown = worker.shared.shutdown.clone();
+    // Terminators keep a connection per worker each; this bounds what anyone who can
+    // reach the port can hold, handshakes included, on this worker.
+    let room = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -95,9 +102,16 @@ pub(crate) async fn accept_loop(listener: std::net::TcpListener, worker: Rc<Work
                 continue;
             }
         };
+        let Ok(permit) = room.clone().try_acquire_owned() else {
+            tracing::warn!(
+                "signer: {MAX_CONNECTIONS} connections open on this worker; {peer} turned away"
+            );
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let (service, worker) = (service.clone(), worker.clone());
         tokio::task::spawn_local(async move {
+            let _permit = permit;
             let handshake =
                 tokio::time::timeout(service.handshake_timeout, service.acceptor.accept(tcp)).await;
             let stream = match handshake {

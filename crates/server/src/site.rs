@@ -428,7 +428,7 @@ fn signer_set(
     type Sets = Vec<(
         RemoteKeyConfig,
         Vec<u8>,
-        Arc<terminus_keyless::client::SignerSet>,
+        std::sync::Weak<terminus_keyless::client::SignerSet>,
     )>;
     static SETS: std::sync::Mutex<Sets> = std::sync::Mutex::new(Vec::new());
     let mut files = Vec::new();
@@ -439,10 +439,15 @@ fn signer_set(
         .as_ref()
         .to_vec();
     let mut sets = SETS.lock().unwrap_or_else(|e| e.into_inner());
-    // Sets no site holds any more go (their workers' connections close with them).
-    sets.retain(|(_, _, set)| Arc::strong_count(set) > 1);
-    if let Some((_, _, set)) = sets.iter().find(|(c, f, _)| c == remote && *f == files) {
-        return Ok(set.clone());
+    // Sets no site holds any more are gone (the workers' sweeps close their
+    // connections).
+    sets.retain(|(_, _, set)| set.strong_count() > 0);
+    if let Some(set) = sets
+        .iter()
+        .find(|(c, f, _)| c == remote && *f == files)
+        .and_then(|(_, _, set)| set.upgrade())
+    {
+        return Ok(set);
     }
     let tls = terminus_keyless::client::client_config(&remote.ca, &remote.cert, &remote.key)?;
     let metrics = terminus_keyless::metrics::ClientMetrics::for_signers(&remote.signers);
@@ -452,7 +457,7 @@ fn signer_set(
         remote.timeout,
         metrics,
     )?);
-    sets.push((remote.clone(), files, set.clone()));
+    sets.push((remote.clone(), files, Arc::downgrade(&set)));
     Ok(set)
 }
 

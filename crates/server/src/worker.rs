@@ -308,5 +308,7 @@ async fn trim_coroutine_stacks() {
     loop {
         tick.tick().await;
         terminus_tls::handshake::bridge::trim_idle_stacks();
+        // And the connections to keyless signers a reload left behind.
+        terminus_keyless::client::sweep();
     }
 }

@@ -170,6 +170,32 @@ impl View {
                     .join("  ")
             }
         };
+        if !self.signers.is_empty() {
+            line(String::new());
+            line(format!(
+                "{:<24} {:>8} {:>9} {:>9}  failures/s",
+                "keyless signer", "sig/s", "rtt p50", "rtt p99"
+            ));
+            for (addr, s) in &self.signers {
+                line(format!(
+                    "{:<24} {:>8.1} {:>9} {:>9}  {}",
+                    addr,
+                    s.signatures,
+                    ms(s.round_trip.p50),
+                    ms(s.round_trip.p99),
+                    causes(&s.failures)
+                ));
+            }
+        }
+        if let Some(s) = &self.signing {
+            line(String::new());
+            line(format!(
+                "signing for terminators: {}   read to answered p50 {} ms, p99 {} ms (batch fill: the crypto table)",
+                causes(&s.requests),
+                ms(s.time.p50),
+                ms(s.time.p99)
+            ));
+        }
         line(String::new());
         line(format!("failed/s   {}", causes(&self.failed)));
         line(format!("refused/s  {}", causes(&self.refused)));
