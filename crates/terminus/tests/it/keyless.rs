@@ -138,19 +138,15 @@ fn get(server: &Server, ca: &CertPair, extra: &[&str]) -> (u16, Duration) {
     (code, started.elapsed())
 }
 
-#[test]
-fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
-    let pki = pki("keyless-sign");
-    let (signer, addr) = signer(&pki, "signer");
-    let terminator = terminator(&pki, std::slice::from_ref(&addr), "terminator", "2s");
-    // RSA: a client that cannot take ECDSA (TLS 1.3 offering PSS only; TLS 1.2 with an
-    // ECDHE-RSA suite only), the chain verified against the RSA certificate.
+/// `openssl s_client` offering only `sigalgs` over `version`, the chain verified
+/// against the RSA certificate; the signature type it reports must be `signed_with`.
+fn rsa_handshake(terminator: &Server, pki: &Pki, version: &str, sigalgs: &str, signed_with: &str) {
     let s_client = run(Command::new("openssl")
         .args([
             "s_client",
-            "-tls1_3",
+            version,
             "-sigalgs",
-            "rsa_pss_rsae_sha256",
+            sigalgs,
             "-verify_return_error",
         ])
         .args(["-servername", "site.test", "-connect"])
@@ -164,7 +160,26 @@ fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
         "{text}\n{}",
         terminator.stderr()
     );
-    assert!(text.contains("Peer signature type: RSA-PSS"), "{text}");
+    assert!(
+        text.contains(&format!("Peer signature type: {signed_with}\n")),
+        "{text}"
+    );
+}
+
+#[test]
+fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
+    let pki = pki("keyless-sign");
+    let (signer, addr) = signer(&pki, "signer");
+    let terminator = terminator(&pki, std::slice::from_ref(&addr), "terminator", "2s");
+    // RSA: a client that cannot take ECDSA (TLS 1.3 offering PSS only; TLS 1.2 with an
+    // ECDHE-RSA suite only), the chain verified against the RSA certificate.
+    rsa_handshake(
+        &terminator,
+        &pki,
+        "-tls1_3",
+        "rsa_pss_rsae_sha256",
+        "RSA-PSS",
+    );
     let (code, _) = get(
         &terminator,
         &pki.rsa,
@@ -177,26 +192,7 @@ fn handshakes_are_signed_by_the_signer_for_rsa_and_ecdsa_on_tls_1_2_and_1_3() {
     );
     assert_eq!(code, 200, "RSA over TLS 1.2: {}", terminator.stderr());
     // RSA PKCS#1 v1.5 (TLS 1.2's rsa_pkcs1_sha256 offered alone).
-    let s_client = run(Command::new("openssl")
-        .args([
-            "s_client",
-            "-tls1_2",
-            "-sigalgs",
-            "RSA+SHA256",
-            "-verify_return_error",
-        ])
-        .args(["-servername", "site.test", "-connect"])
-        .arg(format!("127.0.0.1:{}", terminator.port()))
-        .arg("-CAfile")
-        .arg(&pki.rsa.cert)
-        .stdin(std::process::Stdio::null()));
-    let text = String::from_utf8_lossy(&s_client.stdout);
-    assert!(
-        text.contains("Verify return code: 0 (ok)"),
-        "{text}\n{}",
-        terminator.stderr()
-    );
-    assert!(text.contains("Peer signature type: RSA\n"), "{text}");
+    rsa_handshake(&terminator, &pki, "-tls1_2", "RSA+SHA256", "RSA");
     // ECDSA, verified against the ECDSA certificate.
     for extra in [&["--tlsv1.3"][..], &["--tls-max", "1.2"][..]] {
         let (code, _) = get(&terminator, &pki.ecdsa, extra);
