@@ -158,6 +158,11 @@ impl HandshakeContext {
         self.host.as_deref()
     }
 
+    /// The host, shared (what a keyless request carries, without a copy).
+    pub fn host_shared(&self) -> Option<Arc<str>> {
+        self.host.clone()
+    }
+
     /// Charges the handshake's crypto requests to `payer` (the tenant that admitted it),
     /// which also decides where they stand in the engine's queues.
     ///

@@ -164,7 +164,7 @@ impl Engine {
                     digest,
                 } => {
                     let about = crate::RemoteHandshake {
-                        server_name: ctx.host().map(Arc::from),
+                        server_name: ctx.host_shared(),
                         client: ctx.client(),
                     };
                     key.sign(scheme, digest, about, reply)

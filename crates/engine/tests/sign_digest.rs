@@ -26,41 +26,35 @@ struct Key {
     schemes: &'static [SignatureScheme],
 }
 
-const RSA: &[SignatureScheme] = &[
-    SignatureScheme::RSA_PSS_SHA256,
-    SignatureScheme::RSA_PSS_SHA384,
-    SignatureScheme::RSA_PSS_SHA512,
-    SignatureScheme::RSA_PKCS1_SHA256,
-    SignatureScheme::RSA_PKCS1_SHA384,
-    SignatureScheme::RSA_PKCS1_SHA512,
-];
-
 fn keys() -> Vec<Key> {
     let rsa = RsaKeyPair::generate(KeySize::Rsa2048).unwrap();
     let rsa_der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&rsa).unwrap();
-    let mut keys = vec![Key {
-        pair: Arc::new(SigningKeyPair::from_der(rsa_der.as_ref()).unwrap()),
-        public: rsa.public_key().as_ref().to_vec(),
-        schemes: RSA,
-    }];
-    for (alg, scheme) in [
-        (
-            &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
-            &[SignatureScheme::ECDSA_NISTP256_SHA256][..],
-        ),
-        (
-            &signature::ECDSA_P384_SHA384_ASN1_SIGNING,
-            &[SignatureScheme::ECDSA_NISTP384_SHA384][..],
-        ),
+    let mut keys = vec![(
+        rsa_der.as_ref().to_vec(),
+        rsa.public_key().as_ref().to_vec(),
+    )];
+    for alg in [
+        &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+        &signature::ECDSA_P384_SHA384_ASN1_SIGNING,
     ] {
         let ec = EcdsaKeyPair::generate(alg).unwrap();
-        keys.push(Key {
-            pair: Arc::new(SigningKeyPair::from_der(ec.to_pkcs8v1().unwrap().as_ref()).unwrap()),
-            public: ec.public_key().as_ref().to_vec(),
-            schemes: scheme,
-        });
+        keys.push((
+            ec.to_pkcs8v1().unwrap().as_ref().to_vec(),
+            ec.public_key().as_ref().to_vec(),
+        ));
     }
-    keys
+    keys.into_iter()
+        .map(|(der, public)| {
+            let pair = Arc::new(SigningKeyPair::from_der(&der).unwrap());
+            // Every scheme terminus offers for the key: what a terminator may ask.
+            let schemes = pair.algorithm().schemes();
+            Key {
+                pair,
+                public,
+                schemes,
+            }
+        })
+        .collect()
 }
 
 fn verifier(scheme: SignatureScheme) -> &'static dyn signature::VerificationAlgorithm {
