@@ -14,9 +14,12 @@
 //! - [`meter`]: the rate meter (GCRA) quotas are kept with;
 //! - [`clients`]: per-client limits: a request rate with a burst per client (nginx's
 //!   `limit_req`) in a table of bounded size shared by the workers, and connections open
-//!   per client address (nginx's `limit_conn`).
+//!   per client address (nginx's `limit_conn`);
+//! - [`unauthenticated`]: what connections that have not authenticated yet may hold of
+//!   a worker (the keyless signer's): a small budget, bounded per address, oldest out.
 
 pub mod bound;
 pub mod clients;
 pub mod meter;
 pub mod tenant;
+pub mod unauthenticated;

@@ -97,12 +97,50 @@ fn outcome(error: Option<ErrorCode>) -> usize {
     }
 }
 
+/// Why a signer closed a connection before serving it, as the `reason` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its source address held its share of unauthenticated connections already.
+    AddressFull,
+    /// The unauthenticated budget was full, and it was the oldest.
+    Evicted,
+    /// It did not finish its handshake in time.
+    HandshakeTimeout,
+    /// Its handshake failed (no certificate, one not from the CA, bad TLS).
+    HandshakeFailed,
+    /// It authenticated, with the worker's terminator connections all taken.
+    Full,
+}
+
+impl Refusal {
+    /// Every reason, in the label's order.
+    pub const ALL: [Refusal; 5] = [
+        Refusal::AddressFull,
+        Refusal::Evicted,
+        Refusal::HandshakeTimeout,
+        Refusal::HandshakeFailed,
+        Refusal::Full,
+    ];
+
+    /// Its `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::AddressFull => "address_full",
+            Refusal::Evicted => "evicted",
+            Refusal::HandshakeTimeout => "handshake_timeout",
+            Refusal::HandshakeFailed => "handshake_failed",
+            Refusal::Full => "full",
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Registry {
     clients: Mutex<BTreeMap<String, Arc<SignerSeries>>>,
     requests: [AtomicU64; OUTCOMES.len()],
     request_time: Buckets,
     connections: AtomicU64,
+    refused: [AtomicU64; Refusal::ALL.len()],
 }
 
 fn registry() -> &'static Registry {
@@ -112,6 +150,7 @@ fn registry() -> &'static Registry {
         requests: Default::default(),
         request_time: Buckets::new(SECONDS),
         connections: AtomicU64::new(0),
+        refused: Default::default(),
     })
 }
 
@@ -125,6 +164,11 @@ pub fn signer_answered(error: Option<ErrorCode>, took: Duration) {
 /// Counts a terminator's connection the signer accepted (past mutual TLS).
 pub fn signer_connection() {
     registry().connections.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a connection the signer closed before serving it.
+pub fn signer_refused(why: Refusal) {
+    registry().refused[why as usize].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Every keyless series, for the server's exposition.
@@ -213,5 +257,18 @@ impl Render for KeylessMetrics {
             "Terminators' connections accepted past mutual TLS.",
         );
         out.sample(CONNS, "", r.connections.load(Ordering::Relaxed));
+        const REFUSED: &str = "terminus_signer_refused_total";
+        out.header(
+            REFUSED,
+            Kind::Counter,
+            "Connections the signer closed before serving them, by reason: address_full (its address held its share of unauthenticated connections), evicted (the oldest unauthenticated one, for a newcomer), handshake_timeout, handshake_failed (no or a bad client certificate), full (every terminator slot taken).",
+        );
+        for (why, n) in Refusal::ALL.iter().zip(&r.refused) {
+            out.sample(
+                REFUSED,
+                &format!("reason=\"{}\"", why.label()),
+                n.load(Ordering::Relaxed),
+            );
+        }
     }
 }

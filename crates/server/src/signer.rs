@@ -4,21 +4,47 @@
 //! engine through `terminus-keyless`'s signer, batched with every other connection's.
 //! Every answered signature is a line in the access log: who asked (the terminator's
 //! certificate subject), which key, for which SNI and client, and how it went.
+//!
+//! Whoever can reach the port can open connections, so what a connection may hold
+//! before it shows a certificate is a small budget of its own ([`Gate`]): 64 per
+//! worker, 8 per source address, the oldest closed for a newcomer when full, 3 seconds
+//! to finish mutual TLS. Terminators past it have 1,024 places per worker that strangers
+//! never take. Who was turned away is counted by reason and said at most once per 10 s.
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use terminus_admission::unauthenticated::{Admit, Ticket, Unauthenticated};
 
 use terminus_config::SignerConfig;
+use terminus_keyless::metrics::Refusal;
 use terminus_keyless::signer::{self, AuditRecord, Serving, SignerKeys};
 use terminus_tls::client_auth::{ClientAuthMode, ClientAuthPolicy, ClientIdentity};
+use tokio::task::AbortHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::worker::Worker;
 
-/// The most connections (terminators' and handshakes in progress) one worker's signer
-/// listeners hold at once.
-const MAX_CONNECTIONS: usize = 1024;
+/// The most terminators' connections (past mutual TLS) one worker serves at once.
+const TERMINATORS: usize = 1024;
+
+/// The most connections one worker holds that have not shown a certificate yet: apart
+/// from [`TERMINATORS`], so that strangers never take a terminator's place.
+const UNAUTHENTICATED: usize = 64;
+
+/// The most of [`UNAUTHENTICATED`] one source address holds.
+const UNAUTHENTICATED_PER_ADDRESS: usize = 8;
+
+/// How long a connection has to finish mutual TLS (or less, if the configured handshake
+/// timeout is less): a terminator on a data-centre network needs a round trip or two.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(3);
+
+/// A worker writes at most one line about connections it turned away per this long;
+/// `terminus_signer_refused_total` counts them all.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// What every worker's signer listeners share.
 pub(crate) struct SignerService {
@@ -73,8 +99,105 @@ impl SignerService {
     }
 }
 
-/// Accepts terminators' connections on `listener` for `worker` until the worker stops.
-pub(crate) async fn accept_loop(listener: std::net::TcpListener, worker: Rc<Worker>) {
+/// What one worker's signer listeners admit: strangers' handshakes in a budget of
+/// their own ([`Unauthenticated`]), terminators past mutual TLS up to [`TERMINATORS`],
+/// and the warnings about who was turned away, throttled.
+pub(crate) struct Gate {
+    strangers: RefCell<Unauthenticated>,
+    /// The handshakes in progress, to close the one a newcomer evicts.
+    handshakes: RefCell<HashMap<Ticket, AbortHandle>>,
+    terminators: Cell<usize>,
+    warnings: RefCell<Throttled>,
+}
+
+impl Gate {
+    pub(crate) fn new() -> Rc<Self> {
+        Rc::new(Gate {
+            strangers: RefCell::new(Unauthenticated::new(
+                UNAUTHENTICATED,
+                UNAUTHENTICATED_PER_ADDRESS,
+            )),
+            handshakes: RefCell::default(),
+            terminators: Cell::new(0),
+            warnings: RefCell::new(Throttled::default()),
+        })
+    }
+
+    /// Counts a connection closed unserved, and says so (throttled).
+    fn refuse(&self, why: Refusal, line: impl FnOnce() -> String) {
+        terminus_keyless::metrics::signer_refused(why);
+        self.warnings.borrow_mut().warn(line);
+    }
+
+    /// A terminator's place, if one is free.
+    fn terminator(self: &Rc<Self>) -> Option<TerminatorSlot> {
+        if self.terminators.get() >= TERMINATORS {
+            return None;
+        }
+        self.terminators.set(self.terminators.get() + 1);
+        Some(TerminatorSlot(self.clone()))
+    }
+}
+
+/// An unauthenticated connection's place: given back when its handshake ends, whichever
+/// way (its task aborted too).
+struct Stranger {
+    gate: Rc<Gate>,
+    ticket: Ticket,
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        self.gate.strangers.borrow_mut().done(self.ticket);
+        self.gate.handshakes.borrow_mut().remove(&self.ticket);
+    }
+}
+
+/// A terminator's place, held while it is served.
+struct TerminatorSlot(Rc<Gate>);
+
+impl Drop for TerminatorSlot {
+    fn drop(&mut self) {
+        self.0.terminators.set(self.0.terminators.get() - 1);
+    }
+}
+
+/// One warning per [`WARN_EVERY`] at most; the ones held back are counted into the
+/// next.
+#[derive(Default)]
+struct Throttled {
+    last: Option<Instant>,
+    held: u64,
+}
+
+impl Throttled {
+    fn warn(&mut self, line: impl FnOnce() -> String) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < WARN_EVERY)
+        {
+            self.held += 1;
+            return;
+        }
+        match std::mem::take(&mut self.held) {
+            0 => tracing::warn!("{}", line()),
+            held => tracing::warn!(
+                "{} (and {held} more turned away since the last such line: terminus_signer_refused_total has them by reason)",
+                line()
+            ),
+        }
+        self.last = Some(now);
+    }
+}
+
+/// Accepts terminators' connections on `listener` for `worker` until the worker stops;
+/// `gate` is the worker's, shared by its signer listeners.
+pub(crate) async fn accept_loop(
+    listener: std::net::TcpListener,
+    worker: Rc<Worker>,
+    gate: Rc<Gate>,
+) {
     let Some(service) = worker.shared.signer.clone() else {
         return;
     };
@@ -86,9 +209,7 @@ pub(crate) async fn accept_loop(listener: std::net::TcpListener, worker: Rc<Work
         }
     };
     let mut shutdown = worker.shared.shutdown.clone();
-    // Terminators keep a connection per worker each; this bounds what anyone who can
-    // reach the port can hold, handshakes included, on this worker.
-    let room = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let deadline = HANDSHAKE_DEADLINE.min(service.handshake_timeout);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -102,28 +223,54 @@ pub(crate) async fn accept_loop(listener: std::net::TcpListener, worker: Rc<Work
                 continue;
             }
         };
-        let Ok(permit) = room.clone().try_acquire_owned() else {
-            tracing::warn!(
-                "signer: {MAX_CONNECTIONS} connections open on this worker; {peer} turned away"
-            );
-            continue;
+        let admitted = gate.strangers.borrow_mut().admit(peer.ip());
+        let (ticket, evict) = match admitted {
+            Admit::Yes { ticket, evict } => (ticket, evict),
+            Admit::AddressFull => {
+                gate.refuse(Refusal::AddressFull, || {
+                    format!("signer: {peer} turned away: its address holds {UNAUTHENTICATED_PER_ADDRESS} connections without a certificate")
+                });
+                continue;
+            }
         };
+        if let Some(old) = evict {
+            if let Some(task) = gate.handshakes.borrow_mut().remove(&old) {
+                task.abort();
+            }
+            gate.refuse(Refusal::Evicted, || {
+                format!("signer: {UNAUTHENTICATED} connections without a certificate on this worker: the oldest closed for {peer}")
+            });
+        }
         let _ = tcp.set_nodelay(true);
+        let stranger = Stranger {
+            gate: gate.clone(),
+            ticket,
+        };
         let (service, worker) = (service.clone(), worker.clone());
-        tokio::task::spawn_local(async move {
-            let _permit = permit;
-            let handshake =
-                tokio::time::timeout(service.handshake_timeout, service.acceptor.accept(tcp)).await;
+        let task = tokio::task::spawn_local(async move {
+            let gate = stranger.gate.clone();
+            let handshake = tokio::time::timeout(deadline, service.acceptor.accept(tcp)).await;
+            drop(stranger);
             let stream = match handshake {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    tracing::warn!("signer: terminator {peer} refused: {e}");
+                    gate.refuse(Refusal::HandshakeFailed, || {
+                        format!("signer: terminator {peer} refused: {e}")
+                    });
                     return;
                 }
                 Err(_) => {
-                    tracing::warn!("signer: terminator {peer} did not complete its handshake");
+                    gate.refuse(Refusal::HandshakeTimeout, || {
+                        format!("signer: terminator {peer} did not complete its handshake within {deadline:?}")
+                    });
                     return;
                 }
+            };
+            let Some(_slot) = gate.terminator() else {
+                gate.refuse(Refusal::Full, || {
+                    format!("signer: {TERMINATORS} terminators connected to this worker; {peer} turned away")
+                });
+                return;
             };
             let subject: Rc<str> = stream
                 .get_ref()
@@ -142,6 +289,9 @@ pub(crate) async fn accept_loop(listener: std::net::TcpListener, worker: Rc<Work
             };
             signer::serve(stream, peer, subject, serving).await;
         });
+        gate.handshakes
+            .borrow_mut()
+            .insert(ticket, task.abort_handle());
     }
 }
 

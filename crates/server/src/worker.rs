@@ -177,8 +177,13 @@ pub(crate) fn run(
         for acceptor in acceptors {
             tokio::task::spawn_local(accept_loop(acceptor, worker.clone()));
         }
+        let signer_gate = crate::signer::Gate::new();
         for socket in signer_sockets {
-            tokio::task::spawn_local(crate::signer::accept_loop(socket, worker.clone()));
+            tokio::task::spawn_local(crate::signer::accept_loop(
+                socket,
+                worker.clone(),
+                signer_gate.clone(),
+            ));
         }
         if let Some((config, limits)) = &worker.shared.quic {
             // The sockets were bound for the http3 listeners, in their order.

@@ -37,12 +37,17 @@ fn pki(test: &str) -> Pki {
 /// A signer holding both site keys, its audit lines in `dir/NAME-audit.log`; with the
 /// address terminators name it by (`localhost`, its certificate's name).
 fn signer(pki: &Pki, name: &str) -> (Server, String) {
+    signer_with(pki, name, 2)
+}
+
+/// [`signer`] with `workers` workers.
+fn signer_with(pki: &Pki, name: &str, workers: usize) -> (Server, String) {
     let d = &pki.dir;
     let conf = d.write(
         &format!("{name}.toml"),
         format!(
             r#"listen = ["127.0.0.1:0"]
-workers = 2
+workers = {workers}
 [log]
 access = "{audit}"
 format = "json"
@@ -376,4 +381,98 @@ fn keyless_settings_are_checked_with_their_line() {
         assert!(err.contains(wanted), "{text}: {err}");
         assert!(err.contains("bad.toml:"), "no file:line in {err}");
     }
+}
+
+/// Opens `count` TCP connections to `port` on 127.0.0.1 from `sources` in turn (other
+/// loopback addresses), and holds them without sending a byte.
+fn idle_wave(port: u16, sources: &[std::net::Ipv4Addr], count: usize) -> Vec<std::net::TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    (0..count)
+        .map(|i| {
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            let from = SocketAddr::from((sources[i % sources.len()], 0));
+            socket.bind(&from.into()).unwrap();
+            socket
+                .connect(&SocketAddr::from(([127, 0, 0, 1], port)).into())
+                .unwrap();
+            socket.into()
+        })
+        .collect()
+}
+
+/// The signer's connections turned away, every reason together.
+fn turned_away(signer: &Server) -> f64 {
+    metric_sum(&signer.metrics(), "terminus_signer_refused_total", &[])
+}
+
+/// 1,100 idle connections from one address (127.0.0.2), more than a worker's 1,024
+/// places for terminators, held while a terminator starts: strangers get only their
+/// own small budget (8 from one address), so the terminator connects, signs, and its
+/// clients get 200; the signer counts every one it turned away and says so in a line
+/// or two, not one per peer.
+#[test]
+fn a_wave_of_idle_connections_from_one_address_leaves_room_for_a_terminator() {
+    let pki = pki("keyless-wave");
+    let (signer, addr) = signer_with(&pki, "signer", 1);
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let wave = idle_wave(port, &[[127, 0, 0, 2].into()], 1100);
+    eventually(Duration::from_secs(10), "the signer sees the wave", || {
+        signer.metric(
+            "terminus_signer_refused_total",
+            &["reason=\"address_full\""],
+        ) >= 1092.0
+    });
+    let terminator = terminator(&pki, std::slice::from_ref(&addr), "terminator", "2s");
+    for i in 0..4 {
+        let (code, _) = get(&terminator, &pki.ecdsa, &[]);
+        assert_eq!(
+            code,
+            200,
+            "request {i} during the wave: {}",
+            terminator.stderr()
+        );
+    }
+    assert!(signer.metric("terminus_signer_requests_total", &["outcome=\"signed\""]) >= 4.0);
+    let lines = signer
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("signer:"))
+        .count();
+    assert!(
+        (1..=3).contains(&lines),
+        "{lines} warnings for one wave:\n{}",
+        signer.stderr()
+    );
+    drop(wave);
+}
+
+/// The same wave from 100 addresses, 11 each: within every address's share, so the
+/// budget for strangers fills and each newcomer closes the oldest; a terminator's
+/// handshake, newer than them all, finishes, and its clients get 200.
+#[test]
+fn a_wave_of_idle_connections_from_many_addresses_gives_way_to_a_terminator() {
+    let pki = pki("keyless-wave-spread");
+    let (signer, addr) = signer_with(&pki, "signer", 1);
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let sources: Vec<std::net::Ipv4Addr> = (10..110).map(|i| [127, 0, 1, i].into()).collect();
+    let wave = idle_wave(port, &sources, 1100);
+    eventually(Duration::from_secs(10), "the signer sees the wave", || {
+        turned_away(&signer) >= 1100.0 - 64.0
+    });
+    assert!(
+        signer.metric("terminus_signer_refused_total", &["reason=\"evicted\""]) >= 200.0,
+        "{}",
+        signer.metrics()
+    );
+    let terminator = terminator(&pki, std::slice::from_ref(&addr), "terminator", "2s");
+    for i in 0..4 {
+        let (code, _) = get(&terminator, &pki.ecdsa, &[]);
+        assert_eq!(
+            code,
+            200,
+            "request {i} during the wave: {}",
+            terminator.stderr()
+        );
+    }
+    drop(wave);
 }
