@@ -71,6 +71,8 @@ pub(crate) struct Worker {
     /// When a `ktls = "required"` refusal was last logged, and how many since.
     ktls_refusal_log: Cell<(Option<Instant>, u64)>,
     pub(crate) files: Rc<http::files::FileCache>,
+    /// What its responses' encoders may hold, all connections together.
+    pub(crate) compression: Rc<http::compress::WorkerMemory>,
     pub(crate) upstream_pool: Rc<terminus_proxy::Pool>,
 }
 
@@ -160,6 +162,7 @@ pub(crate) fn run(
             ktls_causes_logged: Cell::new(0),
             ktls_refusal_log: Cell::new((None, 0)),
             files: Rc::default(),
+            compression: http::compress::WorkerMemory::new(http::compress::memory::PER_WORKER),
             upstream_pool: Rc::default(),
         });
         let http3: Vec<Listen> = listeners

@@ -6,7 +6,7 @@
 //! before its end, and compresses as well as it can. Trailers pass through after the
 //! encoder's end.
 //!
-//! Windows are kept small (brotli 256 KiB, zstd 512 KiB and its tables 1 MiB at most,
+//! Windows are kept small (brotli 256 KiB, zstd 256 KiB and its tables 1 MiB at most,
 //! gzip's fixed 32 KiB): a server compressing thousands of responses at once (server-sent
 //! events hold theirs for their whole life) pays an encoder's memory for each. One poll
 //! compresses at most [`INPUT_PER_POLL`] bytes, so that no response holds up the
@@ -20,6 +20,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::Frame;
 
+use super::memory::Reserved;
 use super::{Coding, Levels};
 use crate::body::Body;
 
@@ -34,8 +35,9 @@ const INPUT_PER_POLL: usize = 64 * 1024;
 /// brotli's window, log2: 256 KiB.
 const BROTLI_WINDOW_LOG: u32 = 18;
 
-/// zstd's window, log2: 512 KiB.
-const ZSTD_WINDOW_LOG: u32 = 19;
+/// zstd's window, log2: 256 KiB (web pages, scripts and styles are mostly smaller;
+/// beyond it a larger window gains a few percent for its memory).
+const ZSTD_WINDOW_LOG: u32 = 18;
 
 /// zstd's hash and chain tables, log2 of their entries (4 bytes each) at most: 512 KiB
 /// each.
@@ -116,37 +118,59 @@ impl Encoder {
 /// A body compressed in one coding as it streams (see the module's doc).
 pub struct Compressed {
     coding: Coding,
+    levels: Levels,
+    /// The length of the body beneath, if known (zstd sizes its tables to it).
+    length: Option<u64>,
     inner: Body,
-    /// None once the stream has ended.
+    /// Made when the first bytes are ready to go (a response whose body has not
+    /// started, as an event stream before its first event, holds none), dropped at the
+    /// end.
     encoder: Option<Encoder>,
+    /// The stream has ended: its last output is in `ready`.
+    ended: bool,
+    /// The encoder's memory, reserved against its connection's and worker's budgets
+    /// until the end.
+    reserved: Option<Reserved>,
     /// Frames ready to leave: data, then trailers at the end.
     ready: VecDeque<Frame<Bytes>>,
     /// Input written since the encoder last flushed.
     unflushed: bool,
-    /// The encoder could not be made: the first poll says why.
-    failed: Option<io::Error>,
     /// Input taken from the body beneath and not yet compressed.
     input: Bytes,
 }
 
 impl Compressed {
-    /// `inner` compressed in `coding`; `length` is its length if known.
-    pub fn new(inner: Body, coding: Coding, levels: Levels, length: Option<u64>) -> Self {
-        // zstd could refuse its parameters (it does not, for these): then the body
-        // fails at once, and the client sees a truncated message.
-        let (encoder, failed) = match Encoder::new(coding, levels, length) {
-            Ok(e) => (Some(e), None),
-            Err(e) => (None, Some(e)),
-        };
+    /// `inner` compressed in `coding`; `length` is its length if known; `reserved` is
+    /// its encoder's memory, held until the end.
+    pub fn new(
+        inner: Body,
+        coding: Coding,
+        levels: Levels,
+        length: Option<u64>,
+        reserved: Option<Reserved>,
+    ) -> Self {
         Compressed {
             coding,
+            levels,
+            length,
             inner,
-            encoder,
+            encoder: None,
+            ended: false,
+            reserved,
             ready: VecDeque::new(),
             unflushed: false,
-            failed,
             input: Bytes::new(),
         }
+    }
+
+    /// The encoder, made now if it was not yet. (zstd could refuse its parameters: it
+    /// does not, for these; then the body fails, and the client sees a truncated
+    /// message.)
+    fn encoder(&mut self) -> io::Result<&mut Encoder> {
+        if self.encoder.is_none() {
+            self.encoder = Some(Encoder::new(self.coding, self.levels, self.length)?);
+        }
+        Ok(self.encoder.as_mut().expect("made above"))
     }
 
     /// Moves the encoder's output, if any, to the frames ready to leave.
@@ -161,14 +185,16 @@ impl Compressed {
         }
     }
 
-    /// Ends the encoder's stream; its last output goes to the ready frames.
+    /// Ends the encoder's stream (an empty body's too: its coding's empty stream); its
+    /// last output goes to the ready frames, and its memory is given back.
     fn finish(&mut self) -> io::Result<()> {
-        if let Some(e) = self.encoder.take() {
-            let last = e.finish()?;
-            super::stats::STATS.compressed(self.coding, 0, last.len());
-            if !last.is_empty() {
-                self.ready.push_back(Frame::data(Bytes::from(last)));
-            }
+        self.encoder()?;
+        let last = self.encoder.take().expect("made above").finish()?;
+        self.ended = true;
+        self.reserved = None;
+        super::stats::STATS.compressed(self.coding, 0, last.len());
+        if !last.is_empty() {
+            self.ready.push_back(Frame::data(Bytes::from(last)));
         }
         Ok(())
     }
@@ -183,17 +209,14 @@ impl hyper::body::Body for Compressed {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = &mut *self;
-        if let Some(e) = this.failed.take() {
-            return Poll::Ready(Some(Err(e)));
-        }
         let mut budget = INPUT_PER_POLL;
         loop {
             if let Some(frame) = this.ready.pop_front() {
                 return Poll::Ready(Some(Ok(frame)));
             }
-            let Some(encoder) = this.encoder.as_mut() else {
+            if this.ended {
                 return Poll::Ready(None);
-            };
+            }
             if !this.input.is_empty() {
                 if budget == 0 {
                     // This poll has compressed its share: the worker's other tasks run
@@ -203,7 +226,7 @@ impl hyper::body::Body for Compressed {
                 }
                 let piece = this.input.split_to(this.input.len().min(budget));
                 budget -= piece.len();
-                encoder.write(&piece)?;
+                this.encoder()?.write(&piece)?;
                 super::stats::STATS.compressed(this.coding, piece.len(), 0);
                 this.unflushed = true;
                 this.take_output(CHUNK);
@@ -224,6 +247,8 @@ impl hyper::body::Body for Compressed {
                     // The body beneath failed: so does this one (the client sees a
                     // truncated message), and nothing more is sent.
                     this.encoder = None;
+                    this.reserved = None;
+                    this.ended = true;
                     this.ready.clear();
                     return Poll::Ready(Some(Err(e)));
                 }
@@ -231,7 +256,7 @@ impl hyper::body::Body for Compressed {
                 Poll::Pending => {
                     // Nothing more for now: what was written leaves, decodable.
                     if this.unflushed {
-                        encoder.flush()?;
+                        this.encoder()?.flush()?;
                         this.unflushed = false;
                         this.take_output(1);
                     }
@@ -244,8 +269,7 @@ impl hyper::body::Body for Compressed {
     }
 
     fn is_end_stream(&self) -> bool {
-        // A failed encoder has its error to report yet.
-        self.encoder.is_none() && self.ready.is_empty() && self.failed.is_none()
+        self.ended && self.ready.is_empty()
     }
 }
 
@@ -296,6 +320,7 @@ mod tests {
                 coding,
                 levels(),
                 Some(plain.len() as u64),
+                None,
             );
             let rt = tokio::runtime::Builder::new_current_thread()
                 .build()
@@ -337,8 +362,13 @@ mod tests {
             let events: VecDeque<Bytes> = (0..3)
                 .map(|i| Bytes::from(format!("data: event {i}\n\n")))
                 .collect();
-            let mut body =
-                Compressed::new(Body::stream(Trickle(events, false)), coding, levels(), None);
+            let mut body = Compressed::new(
+                Body::stream(Trickle(events, false)),
+                coding,
+                levels(),
+                None,
+                None,
+            );
             let waker = futures_util::task::noop_waker();
             let mut cx = Context::from_waker(&waker);
             let mut sent = Vec::new();

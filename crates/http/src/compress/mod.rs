@@ -22,7 +22,10 @@
 //! or not be compressed.
 
 pub mod encoder;
+pub mod memory;
 pub mod stats;
+
+use std::rc::Rc;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode};
@@ -31,6 +34,7 @@ use crate::body::Body;
 use crate::h1::{Fields, PassedFields};
 
 pub use encoder::Compressed;
+pub use memory::{ConnectionMemory, WorkerMemory};
 
 /// A content coding terminus can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,12 +130,14 @@ pub const DEFAULT_TYPES: [&str; 9] = [
 
 impl Compression {
     /// Compresses `resp` (the answer to a `method` request that said `accept`) if it
-    /// should be, and says `Vary: Accept-Encoding` on any response that could have been.
+    /// should be and its encoder fits in `memory` (its connection's), and says
+    /// `Vary: Accept-Encoding` on any response that could have been.
     pub fn apply(
         &self,
         mut resp: Response<Body>,
         method: &Method,
         accept: Option<&HeaderValue>,
+        memory: &Rc<ConnectionMemory>,
     ) -> Response<Body> {
         if self.codings.is_empty() || method == Method::CONNECT {
             return resp;
@@ -159,9 +165,15 @@ impl Compression {
         if head {
             return resp;
         }
-        match negotiate(accept, &self.codings) {
-            Some(coding) => compress(resp, coding, self.levels),
-            None => resp,
+        let Some(coding) = negotiate(accept, &self.codings) else {
+            return resp;
+        };
+        match memory.reserve(coding) {
+            Some(reserved) => compress(resp, coding, self.levels, reserved),
+            None => {
+                stats::STATS.no_memory();
+                resp
+            }
         }
     }
 
@@ -324,7 +336,12 @@ fn qvalue(v: &str) -> Option<u16> {
 
 /// `resp` with its body compressed in `coding`: `Content-Encoding` set, `Content-Length`
 /// and `Accept-Ranges` dropped, its `ETag` weak.
-fn compress(resp: Response<Body>, coding: Coding, levels: Levels) -> Response<Body> {
+fn compress(
+    resp: Response<Body>,
+    coding: Coding,
+    levels: Levels,
+    reserved: memory::Reserved,
+) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     let length = parts
         .headers
@@ -356,7 +373,13 @@ fn compress(resp: Response<Body>, coding: Coding, levels: Levels) -> Response<Bo
         .headers
         .insert(header::CONTENT_ENCODING, coding.header_value());
     stats::STATS.response(coding);
-    let body = Body::stream(Compressed::new(body, coding, levels, length));
+    let body = Body::stream(Compressed::new(
+        body,
+        coding,
+        levels,
+        length,
+        Some(reserved),
+    ));
     Response::from_parts(parts, body)
 }
 

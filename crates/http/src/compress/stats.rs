@@ -16,6 +16,7 @@ pub struct Stats {
     responses: [AtomicU64; 3],
     bytes_in: [AtomicU64; 3],
     bytes_out: [AtomicU64; 3],
+    no_memory: AtomicU64,
 }
 
 impl Stats {
@@ -24,11 +25,16 @@ impl Stats {
             responses: [const { AtomicU64::new(0) }; 3],
             bytes_in: [const { AtomicU64::new(0) }; 3],
             bytes_out: [const { AtomicU64::new(0) }; 3],
+            no_memory: AtomicU64::new(0),
         }
     }
 
     pub(super) fn response(&self, coding: Coding) {
         self.responses[coding.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn no_memory(&self) {
+        self.no_memory.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn compressed(&self, coding: Coding, bytes_in: usize, bytes_out: usize) {
@@ -64,6 +70,16 @@ impl Render for Stats {
             Kind::Counter,
             "Bytes the encoders made of them, by coding.",
             by_coding(&STATS.bytes_out),
+        );
+        out.header(
+            "terminus_compression_no_memory_total",
+            Kind::Counter,
+            "Responses that would have been compressed, sent uncompressed because their connection's or worker's compression memory was taken.",
+        );
+        out.sample(
+            "terminus_compression_no_memory_total",
+            "",
+            STATS.no_memory.load(Ordering::Relaxed),
         );
     }
 }

@@ -38,6 +38,8 @@ pub struct ConnectionInfo {
     pub metrics: Arc<Metrics>,
     /// The worker's open-file cache.
     pub files: Rc<files::FileCache>,
+    /// What this connection's responses' encoders may hold (within its worker's).
+    pub compression: Rc<terminus_http::compress::ConnectionMemory>,
     /// The worker's idle upstream connections.
     pub upstream_pool: Rc<terminus_proxy::Pool>,
     /// Who the connection's requests come from, as proxied requests tell upstreams.
@@ -133,7 +135,7 @@ impl ConnectionInfo {
             (None, None) => self.refuse(req, StatusCode::NOT_FOUND).await,
         };
         if let Some((compression, accept)) = compression {
-            resp = compression.apply(resp, &method, accept.as_ref());
+            resp = compression.apply(resp, &method, accept.as_ref(), &self.compression);
         }
         (resp, intercept)
     }

@@ -117,6 +117,10 @@ impl Established {
             local,
             metrics: metrics.clone(),
             files: worker.files.clone(),
+            compression: terminus_http::compress::ConnectionMemory::new(
+                &worker.compression,
+                terminus_http::compress::memory::PER_CONNECTION,
+            ),
             upstream_pool: worker.upstream_pool.clone(),
             origin,
             handshake: observed,

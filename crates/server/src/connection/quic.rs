@@ -78,6 +78,10 @@ async fn serve(worker: Rc<Worker>, listen: Rc<Listen>, established: terminus_qui
         local,
         metrics: worker.shared.metrics.clone(),
         files: worker.files.clone(),
+        compression: terminus_http::compress::ConnectionMemory::new(
+            &worker.compression,
+            terminus_http::compress::memory::PER_CONNECTION,
+        ),
         upstream_pool: worker.upstream_pool.clone(),
         handshake: observed,
         alt_svc: None,
