@@ -231,7 +231,17 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     shared.heartbeats = heartbeats.clone();
     if let Some(listener) = bound.admin.take() {
         let listeners = admin::Listener::all(&bound.addrs, &config);
-        start::start_admin(listener, core.metrics.clone(), listeners, &mut services)?;
+        let timeouts = terminus_http::Timeouts {
+            request_header: config.request_header_timeout,
+            keepalive: config.keepalive_timeout,
+        };
+        start::start_admin(
+            listener,
+            core.metrics.clone(),
+            listeners,
+            timeouts,
+            &mut services,
+        )?;
     }
     // Everything start-up needs is acquired before any worker accepts (the signals'
     // descriptors first of all): a connection flood arriving with the first accept must

@@ -426,6 +426,7 @@ pub(crate) fn start_admin(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     listeners: Vec<admin::Listener>,
+    timeouts: terminus_http::Timeouts,
     services: &mut Services,
 ) -> Result<(), StartError> {
     let addr = listener.local_addr()?;
@@ -433,7 +434,7 @@ pub(crate) fn start_admin(
         .enable_all()
         .build()?;
     services.add(Thread::spawn("admin", move |stop| {
-        if let Err(e) = admin::run(runtime, listener, metrics, listeners, stop) {
+        if let Err(e) = admin::run(runtime, listener, metrics, listeners, timeouts, stop) {
             tracing::error!("admin listener failed: {e}");
         }
     })?);

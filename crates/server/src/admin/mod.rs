@@ -1,19 +1,23 @@
 //! The admin listener: `GET /`, the status page ([`status`] has its figures, [`page`]
 //! renders them), `GET /status.json` (the same figures, for the page's script),
 //! `GET /metrics` (Prometheus), `GET /capacity` (the crypto capacity table, JSON) and
-//! `GET /healthz`; plain HTTP, read-only (every other method is refused), meant for
-//! loopback or a management network.
+//! `GET /healthz`; plain HTTP on terminus's own HTTP/1.1 server, with the site's request
+//! and keep-alive deadlines and a cap on connections, read-only (every other method is
+//! refused), meant for loopback or a management network.
 
 mod page;
 mod status;
 
+use std::cell::Cell;
 use std::net::TcpListener as StdListener;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{header, Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{header, Method, Request, Response, StatusCode, Version};
+use terminus_http::body::{Body, RequestBody};
+use terminus_http::h1::RawHead;
+use terminus_http::{Responder, Timeouts};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -21,23 +25,39 @@ use crate::metrics::Metrics;
 pub(crate) use status::Listener;
 use status::Status;
 
-fn respond(
-    req: &Request<hyper::body::Incoming>,
-    metrics: &Metrics,
-    status: &Status,
-) -> Response<Full<Bytes>> {
+/// The most connections the admin listener holds at once: scrapers and a few browsers.
+/// Past it a connection is closed at accept, so that whoever reaches the port cannot
+/// spend the process's descriptors (its TLS listeners need them).
+const MAX_CONNECTIONS: usize = 64;
+
+/// What answers the admin listener's requests.
+struct Admin {
+    metrics: Arc<Metrics>,
+    status: Arc<Status>,
+}
+
+impl Responder for Admin {
+    async fn respond(&self, req: Request<RequestBody>, _head: Option<RawHead>) -> Response<Body> {
+        respond(req.method(), req.uri().path(), &self.metrics, &self.status)
+    }
+
+    /// The admin listener's answers are not the site's traffic: not counted.
+    fn record(&self, _: &Method, _: &str, _: Version, _: &Response<Body>) {}
+}
+
+fn respond(method: &Method, path: &str, metrics: &Metrics, status: &Status) -> Response<Body> {
     let mut response = Response::builder().header(header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+    if method != Method::GET && method != Method::HEAD {
         return response
             .status(StatusCode::METHOD_NOT_ALLOWED)
             .header(header::ALLOW, "GET, HEAD")
             .header(header::CONTENT_TYPE, "text/plain")
-            .body(Full::new(Bytes::from_static(
+            .body(Body::bytes(Bytes::from_static(
                 b"the admin listener is read-only: GET or HEAD\n",
             )))
             .expect("valid response");
     }
-    let (code, ctype, body) = match req.uri().path() {
+    let (code, ctype, body) = match path {
         "/" => {
             response = response
                 .header(
@@ -68,26 +88,33 @@ fn respond(
     response
         .status(code)
         .header(header::CONTENT_TYPE, ctype)
-        .body(Full::new(Bytes::from(body)))
+        .header(header::CONTENT_LENGTH, body.len())
+        .body(Body::bytes(Bytes::from(body)))
         .expect("valid response")
 }
 
-/// Serves the admin endpoints on `listener` with `runtime` until `shutdown` turns true;
-/// the status page describes `listeners`.
+/// Serves the admin endpoints on `listener` with `runtime` until `shutdown` turns true,
+/// on terminus's own HTTP/1.1 server with the site's `timeouts` (a request head's
+/// deadline, keep-alive) and at most [`MAX_CONNECTIONS`] at once; the status page
+/// describes `listeners`.
 pub fn run(
     runtime: tokio::runtime::Runtime,
     listener: StdListener,
     metrics: Arc<Metrics>,
     listeners: Vec<Listener>,
+    timeouts: Timeouts,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     // Its first read of /metrics now, so that the first view has rates.
     let status = Arc::new(Status::new(metrics.clone(), listeners));
-    runtime.block_on(async move {
+    let admin = Rc::new(Admin { metrics, status });
+    let open = Rc::new(Cell::new(0usize));
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(async move {
         let listener = TcpListener::from_std(listener)?;
         loop {
-            let (socket, _) = tokio::select! {
+            let (socket, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
@@ -98,16 +125,18 @@ pub fn run(
                 },
                 _ = shutdown.wait_for(|&s| s) => return Ok(()),
             };
-            let (metrics, status) = (metrics.clone(), status.clone());
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let resp = respond(&req, &metrics, &status);
-                    async move { Ok::<_, std::convert::Infallible>(resp) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(socket), service)
-                    .await;
+            if open.get() >= MAX_CONNECTIONS {
+                tracing::debug!(
+                    "admin listener: {MAX_CONNECTIONS} connections open; {peer} closed"
+                );
+                continue;
+            }
+            open.set(open.get() + 1);
+            let (admin, open, shutdown) = (admin.clone(), open.clone(), shutdown.clone());
+            tokio::task::spawn_local(async move {
+                terminus_http::serve_plain(socket, &*admin, timeouts, shutdown).await;
+                open.set(open.get() - 1);
             });
         }
-    })
+    }))
 }

@@ -14,6 +14,7 @@ mod harness;
 
 mod access;
 mod acme;
+mod admin;
 mod architecture;
 mod capacity;
 mod clients;
