@@ -182,9 +182,7 @@ impl Render for Fleet {
 pub fn instance_id() -> String {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "host".into());
+        let host = terminus_sys::hostname().unwrap_or_else(|_| "host".into());
         let mut random = [0u8; 3];
         let _ = aws_lc_rs::rand::fill(&mut random);
         format!(

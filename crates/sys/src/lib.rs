@@ -253,6 +253,20 @@ pub fn set_socket_buffers(socket: impl AsFd, bytes: usize) -> io::Result<usize> 
     Ok(usize::try_from(granted).unwrap_or(0) / 2)
 }
 
+/// This host's name (`gethostname`: the UTS namespace's, as `hostname` prints it). Not
+/// read from /proc/sys/kernel/hostname, which a service with systemd's `ProcSubset=pid`
+/// (the packaged unit) cannot see.
+pub fn hostname() -> io::Result<String> {
+    // HOST_NAME_MAX is 64 on Linux; room for it and the NUL.
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which we own.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..len]).into_owned())
+}
+
 /// The CPUs this thread may run on (its affinity mask), in order.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is a plain bitmask for which all-zero is valid; sched_getaffinity
@@ -342,6 +356,12 @@ mod tests {
         let root = unsafe { libc::geteuid() } == 0;
         let want = if root { 1 << 20 } else { (1 << 20).min(max) };
         assert!(granted >= want, "granted {granted}, wanted {want}");
+    }
+
+    #[test]
+    fn the_hostname_is_the_kernels() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(hostname().unwrap(), kernel.trim());
     }
 
     #[test]

@@ -81,7 +81,8 @@ fn client(addr: SocketAddr, certs: &[LoadedCert]) -> Result<(), String> {
 
 /// [`client`], its request written before the handshake ends: rustls sends it right
 /// after its Finished, in the same write, so it reaches the server with the Finished.
-fn client_sending_with_its_finished(addr: SocketAddr, certs: &[LoadedCert]) -> Result<(), String> {
+/// Returns the byte the server answered.
+fn client_sending_with_its_finished(addr: SocketAddr, certs: &[LoadedCert]) -> Result<u8, String> {
     let config = ClientConfig::builder()
         .with_root_certificates(roots(certs))
         .with_no_client_auth();
@@ -97,7 +98,18 @@ fn client_sending_with_its_finished(addr: SocketAddr, certs: &[LoadedCert]) -> R
     let mut tls = StreamOwned::new(conn, tcp);
     tls.flush().map_err(|e| e.to_string())?;
     let mut byte = [0u8; 1];
-    tls.read_exact(&mut byte).map_err(|e| e.to_string())
+    tls.read_exact(&mut byte).map_err(|e| e.to_string())?;
+    Ok(byte[0])
+}
+
+/// What the server side of [`serve_one`] saw once the handshake was done.
+#[derive(Debug)]
+struct Served {
+    /// Bytes read with the record that completed the handshake, which rustls did not
+    /// see and the record layer was given.
+    pending: usize,
+    /// The first plaintext the record layer gave: the clients' 4-byte request.
+    request: [u8; 4],
 }
 
 /// Runs both stages for one connection of `client` (on its own thread) on `engine`;
@@ -106,7 +118,7 @@ fn serve_one<T: Send + 'static>(
     engine: Engine,
     client: fn(SocketAddr, &[LoadedCert]) -> T,
 ) -> (
-    Result<(), HandshakeError>,
+    Result<Served, HandshakeError>,
     HandshakeContext,
     T,
     Arc<TenantAccount>,
@@ -143,18 +155,31 @@ fn serve_one<T: Send + 'static>(
             ctx.hello(sni, hello.first_byte());
             ctx.charge_to(admitted(&charged));
             let done = handshake(&socket, hello, config, &engine, &ctx, &counters).await?;
-            // Let the client finish: read its data, answer one plaintext byte.
+            let pending = done.pending.len();
+            // Let the client finish: read its request, answer one plaintext byte. A
+            // request the record layer never opens would leave both sides waiting until
+            // the client's read timeout: fail sooner, saying so.
             let mut stream = terminus_tls::SecureStream::after(
                 socket,
                 done,
                 Arc::new(TrafficCounters::default()),
             )?;
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut buf = [0u8; 4];
-            stream.read_exact(&mut buf).await?;
+            let mut request = [0u8; 4];
+            tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                stream.read_exact(&mut request),
+            )
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request came out of the record layer within 5 s",
+                )
+            })??;
             stream.write_all(b"!").await?;
             stream.flush().await?;
-            Ok::<_, HandshakeError>(())
+            Ok::<_, HandshakeError>(Served { pending, request })
         }
         .await;
         (result, ctx, client)
@@ -165,15 +190,24 @@ fn serve_one<T: Send + 'static>(
 /// rustls is not offered the records after the one that completes the handshake: the
 /// request that came with the Finished is the record layer's to open (rustls given it
 /// would decrypt it itself, and the handshake would end in a state the driver refuses).
+/// The request's record was read with the Finished and handed over (`pending`), it comes
+/// out of the record layer as the plaintext the client wrote, and the answer reaches the
+/// client.
 #[test]
 fn a_request_sent_with_the_finished_is_read_by_the_record_layer() {
     let (result, ctx, client, _) = serve_one(
         engine(Box::new(ScalarBackend)),
         client_sending_with_its_finished,
     );
-    result.unwrap();
-    client.unwrap();
+    let served = result.unwrap();
     assert!(ctx.timeline().finished.is_some());
+    // At least the request's record: 4 bytes, the content type, a 16-byte tag, a header.
+    assert!(
+        served.pending >= 5 + 4 + 1 + 16,
+        "the request did not come with the Finished: {served:?}"
+    );
+    assert_eq!(&served.request, b"ping", "the record layer's plaintext");
+    assert_eq!(client, Ok(b'!'), "the answer, as the client read it");
 }
 
 #[test]
