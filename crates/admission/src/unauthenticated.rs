@@ -5,12 +5,14 @@
 //!
 //! - at most `limit` at once on a worker, so that strangers never hold what a
 //!   terminator needs once it is known;
-//! - at most `per_address` from one source address, so that one host cannot take the
-//!   budget;
-//! - when the budget is full, the oldest is evicted for the newcomer: many hosts that
-//!   open connections and wait hold the budget only as long as nobody new comes, and a
-//!   real peer's handshake (a round trip or two) finishes long before `limit` newer
-//!   connections push it out.
+//! - at most `per_address` from one source address (an IPv6 address by its /64, as
+//!   [`crate::clients::counted_address`] counts clients), so that one host cannot take
+//!   the budget;
+//! - when the budget is full, the newcomer takes the place of the oldest connection of
+//!   the address that holds the most: hosts that open connections and wait hold the
+//!   budget only as long as nobody new comes, and a host that churns connections to push
+//!   others out evicts its own first. A lone peer's handshake is evicted only when every
+//!   address holds one place, by connections from 64 addresses (/64s) at once.
 //!
 //! Policy without I/O: the caller closes what [`Admit::Yes`] says to evict and calls
 //! [`Unauthenticated::done`] when a connection authenticates or ends.
@@ -62,11 +64,12 @@ impl Unauthenticated {
 
     /// A connection from `addr` asks to start its handshake.
     pub fn admit(&mut self, addr: IpAddr) -> Admit {
+        let addr = crate::clients::counted_address(addr);
         if self.by_address.get(&addr).copied().unwrap_or(0) >= self.per_address {
             return Admit::AddressFull;
         }
         let evict = if self.open.len() >= self.limit {
-            self.open.first_key_value().map(|(&t, _)| t)
+            self.victim()
         } else {
             None
         };
@@ -78,6 +81,16 @@ impl Unauthenticated {
         self.open.insert(ticket, addr);
         *self.by_address.entry(addr).or_insert(0) += 1;
         Admit::Yes { ticket, evict }
+    }
+
+    /// The oldest connection of the address holding the most (the oldest of all among
+    /// equals). The table is small (its `limit`): a scan costs less than an index.
+    fn victim(&self) -> Option<Ticket> {
+        let most = self.by_address.values().copied().max()?;
+        self.open
+            .iter()
+            .find(|(_, a)| self.by_address.get(a) == Some(&most))
+            .map(|(&t, _)| t)
     }
 
     /// `ticket`'s connection authenticated, or ended; nothing if it was evicted already.
@@ -148,6 +161,25 @@ mod tests {
         // Its own `done`, when its task ends, changes nothing.
         t.done(a);
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn a_host_that_churns_connections_evicts_its_own_before_a_lone_peers() {
+        let mut t = Unauthenticated::new(8, 4);
+        let (lone, _) = ticket(t.admit(ip(9)));
+        for i in 0..1000 {
+            let (_, evict) = ticket(t.admit(ip(1 + (i % 3) as u8)));
+            assert_ne!(evict, Some(lone), "newcomer {i} evicted the lone peer");
+        }
+    }
+
+    #[test]
+    fn an_ipv6_host_is_counted_by_its_64() {
+        let mut t = Unauthenticated::new(16, 2);
+        let in_64 = |low: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, low]);
+        ticket(t.admit(in_64(1)));
+        ticket(t.admit(in_64(2)));
+        assert_eq!(t.admit(in_64(3)), Admit::AddressFull);
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //!
 //! Whoever can reach the port can open connections, so what a connection may hold
 //! before it shows a certificate is a small budget of its own ([`Gate`]): 64 per
-//! worker, 8 per source address, the oldest closed for a newcomer when full, 3 seconds
-//! to finish mutual TLS. Terminators past it have 1,024 places per worker that strangers
+//! worker, 8 per source address (an IPv6 one by its /64), and when full a newcomer takes
+//! the place of the oldest from the address holding the most; 3 seconds (or the
+//! handshake timeout, if less) to finish mutual TLS. Terminators past it have 1,024 places per worker that strangers
 //! never take. Who was turned away is counted by reason and said at most once per 10 s.
 
 use std::cell::{Cell, RefCell};
@@ -234,7 +235,9 @@ pub(crate) async fn accept_loop(
             }
         };
         if let Some(old) = evict {
-            if let Some(task) = gate.handshakes.borrow_mut().remove(&old) {
+            // Its task's future is dropped later, on this thread: no borrow is held then.
+            let task = gate.handshakes.borrow_mut().remove(&old);
+            if let Some(task) = task {
                 task.abort();
             }
             gate.refuse(Refusal::Evicted, || {

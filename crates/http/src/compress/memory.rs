@@ -15,7 +15,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use super::Coding;
+use super::{Coding, Levels};
 
 /// A connection's compression memory, at most: 5 zstd or brotli encoders at once, 18
 /// gzip ones (a page's scripts and styles over one HTTP/2 connection are mostly sent
@@ -26,11 +26,15 @@ pub const PER_CONNECTION: usize = 8 << 20;
 pub const PER_WORKER: usize = 128 << 20;
 
 impl Coding {
-    /// What one encoder of this coding holds at the levels a server uses, with the
-    /// input and output it keeps between polls (measured: see the module's doc).
-    fn memory(self) -> usize {
+    /// What one encoder of this coding holds at `levels`, with the input and output it
+    /// keeps between polls (measured at the default levels: see the module's doc; brotli
+    /// 5 and 6 hash into 1 and 2 MiB of buckets more than its default's).
+    fn memory(self, levels: Levels) -> usize {
         match self {
-            Coding::Zstd | Coding::Brotli => 1536 << 10,
+            Coding::Zstd => 1536 << 10,
+            Coding::Brotli if levels.brotli >= 6 => 3584 << 10,
+            Coding::Brotli if levels.brotli == 5 => 2560 << 10,
+            Coding::Brotli => 1536 << 10,
             Coding::Gzip => 448 << 10,
         }
     }
@@ -76,9 +80,9 @@ impl ConnectionMemory {
         })
     }
 
-    /// An encoder of `coding`'s memory, if both budgets have it.
-    pub fn reserve(self: &Rc<Self>, coding: Coding) -> Option<Reserved> {
-        let bytes = coding.memory();
+    /// An encoder of `coding`'s memory at `levels`, if both budgets have it.
+    pub fn reserve(self: &Rc<Self>, coding: Coding, levels: Levels) -> Option<Reserved> {
+        let bytes = coding.memory(levels);
         let (mine, workers) = (self.used.get() + bytes, self.worker.used.get() + bytes);
         if mine > self.limit || workers > self.worker.limit {
             return None;
@@ -111,25 +115,37 @@ impl Drop for Reserved {
 mod tests {
     use super::*;
 
+    const L: Levels = Levels {
+        gzip: 2,
+        brotli: 3,
+        zstd: 3,
+    };
+
     #[test]
     fn a_connection_gets_its_share_and_the_worker_bounds_them_all() {
-        let worker = WorkerMemory::new(3 * Coding::Zstd.memory());
-        let a = ConnectionMemory::new(&worker, 2 * Coding::Zstd.memory());
-        let b = ConnectionMemory::new(&worker, 2 * Coding::Zstd.memory());
-        let a1 = a.reserve(Coding::Zstd).unwrap();
-        let _a2 = a.reserve(Coding::Zstd).unwrap();
-        assert!(a.reserve(Coding::Zstd).is_none(), "past the connection's");
-        let _b1 = b.reserve(Coding::Zstd).unwrap();
-        assert!(b.reserve(Coding::Zstd).is_none(), "past the worker's");
+        let worker = WorkerMemory::new(3 * Coding::Zstd.memory(L));
+        let a = ConnectionMemory::new(&worker, 2 * Coding::Zstd.memory(L));
+        let b = ConnectionMemory::new(&worker, 2 * Coding::Zstd.memory(L));
+        let a1 = a.reserve(Coding::Zstd, L).unwrap();
+        let _a2 = a.reserve(Coding::Zstd, L).unwrap();
+        assert!(
+            a.reserve(Coding::Zstd, L).is_none(),
+            "past the connection's"
+        );
+        let _b1 = b.reserve(Coding::Zstd, L).unwrap();
+        assert!(b.reserve(Coding::Zstd, L).is_none(), "past the worker's");
         drop(a1);
-        assert!(b.reserve(Coding::Zstd).is_some(), "given back");
+        assert!(b.reserve(Coding::Zstd, L).is_some(), "given back");
     }
 
     #[test]
     fn everything_reserved_is_given_back() {
         let worker = WorkerMemory::new(PER_WORKER);
         let c = ConnectionMemory::new(&worker, PER_CONNECTION);
-        let held: Vec<_> = Coding::ALL.iter().filter_map(|&k| c.reserve(k)).collect();
+        let held: Vec<_> = Coding::ALL
+            .iter()
+            .filter_map(|&k| c.reserve(k, L))
+            .collect();
         assert!(worker.used() > 0);
         drop(held);
         assert_eq!(worker.used(), 0);

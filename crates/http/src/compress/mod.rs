@@ -168,7 +168,7 @@ impl Compression {
         let Some(coding) = negotiate(accept, &self.codings) else {
             return resp;
         };
-        match memory.reserve(coding) {
+        match memory.reserve(coding, self.levels) {
             Some(reserved) => compress(resp, coding, self.levels, reserved),
             None => {
                 stats::STATS.no_memory();

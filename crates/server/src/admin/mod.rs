@@ -30,6 +30,22 @@ use status::Status;
 /// spend the process's descriptors (its TLS listeners need them).
 const MAX_CONNECTIONS: usize = 64;
 
+/// A connection's place under [`MAX_CONNECTIONS`], given back however its task ends.
+struct Place(Rc<Cell<usize>>);
+
+impl Place {
+    fn take(open: &Rc<Cell<usize>>) -> Place {
+        open.set(open.get() + 1);
+        Place(open.clone())
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// What answers the admin listener's requests.
 struct Admin {
     metrics: Arc<Metrics>,
@@ -131,11 +147,11 @@ pub fn run(
                 );
                 continue;
             }
-            open.set(open.get() + 1);
-            let (admin, open, shutdown) = (admin.clone(), open.clone(), shutdown.clone());
+            let place = Place::take(&open);
+            let (admin, shutdown) = (admin.clone(), shutdown.clone());
             tokio::task::spawn_local(async move {
+                let _place = place;
                 terminus_http::serve_plain(socket, &*admin, timeouts, shutdown).await;
-                open.set(open.get() - 1);
             });
         }
     }))

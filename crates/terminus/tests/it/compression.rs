@@ -525,10 +525,10 @@ fn stalled_streams_growth(server: &Server, coding: &str) -> (u64, usize) {
 
 /// The attack on compression's memory: 128 HTTP/2 streams on one connection, each
 /// asking for a large text in zstd, br or gzip and reading nothing. Each encoder is
-/// reserved against the connection's 4 MiB (and the worker's 64 MiB) before it is made:
-/// past that, responses go out uncompressed, so the server's memory grows by less than
-/// README's bound (16 MiB) whatever the coding; it grew by 180 MiB with zstd without
-/// the budget. Responses within the budget are still compressed.
+/// reserved against the connection's 8 MiB (and the worker's 128 MiB) before it is
+/// made: past that, responses go out uncompressed, so the server's memory grows by less
+/// than README's bound (16 MiB) whatever the coding; it grew by 175 MiB with zstd
+/// without the budget. Responses within the budget are still compressed.
 #[test]
 fn stalled_http2_streams_hold_compression_memory_to_the_connections_budget() {
     let dir = TestDir::new("compression-stalled-streams");
