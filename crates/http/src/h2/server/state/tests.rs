@@ -695,7 +695,7 @@ fn receiving_keeps_to_our_windows() {
 #[test]
 fn the_connection_window_opens_only_as_far_as_the_caller_opens_it() {
     let mut out = Vec::new();
-    let mut conn = Connection::new(Config::default(), &mut out);
+    let conn = Connection::new(Config::default(), &mut out);
     assert_eq!(conn.connection_allowance(), 65_535, "the protocol's window");
     assert_eq!(conn.connection_window_wanted(), (1 << 20) - 65_535);
     let mut c = Client::new();
