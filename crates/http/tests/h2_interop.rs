@@ -49,6 +49,9 @@ async fn serve(mut socket: TcpStream) {
         ..Config::default()
     };
     let mut conn = Connection::new(config, &mut out);
+    // The connection's window opens as far as the caller says (the server's worker
+    // budget; here, always all the way).
+    conn.open_connection_window(conn.connection_window_wanted(), &mut out);
     let mut input = Vec::new();
     let mut read = vec![0u8; 16 << 10];
     let mut sending: Vec<Sending> = Vec::new();
@@ -127,6 +130,10 @@ async fn serve(mut socket: TcpStream) {
         }
         for (stream, n) in taken {
             conn.release(stream, n, &mut out);
+            conn.consumed(n);
+        }
+        if conn.connection_window_wanted() >= 16 << 10 {
+            conn.open_connection_window(conn.connection_window_wanted(), &mut out);
         }
         sending.retain(|s| !gone.contains(&s.stream));
         received.retain(|r| !gone.contains(&r.0) && !answer.iter().any(|a| a.0 == r.0));

@@ -8,13 +8,14 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
-use hyper::body::{Body, Frame};
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -59,7 +60,7 @@ pub async fn forward<B>(
     origin: &Origin,
 ) -> Result<Response<terminus_http::Body>, ProxyError>
 where
-    B: Body<Data = Bytes, Error = io::Error> + 'static,
+    B: Body<Data = Bytes, Error = io::Error> + Unpin + 'static,
 {
     let attempt = Attempt {
         timeouts: upstream.spec.timeouts,
@@ -67,7 +68,7 @@ where
         trailers: has_token(req.headers(), header::TE, "trailers"),
     };
     let (mut parts, body) = req.into_parts();
-    let body = body.map_frame(clean_trailer_frame as fn(Frame<Bytes>) -> Frame<Bytes>);
+    let body = Cleaned(body);
     let error = |kind, status, server: Option<usize>, detail: String| ProxyError {
         kind,
         status,
@@ -339,15 +340,42 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// A request body's frame as the server gets it: trailers cleaned as the head is
-/// ([`clean_trailers`]), data untouched.
-fn clean_trailer_frame(frame: Frame<Bytes>) -> Frame<Bytes> {
-    match frame.into_trailers() {
-        Ok(mut trailers) => {
-            clean_trailers(&mut trailers);
-            Frame::trailers(trailers)
-        }
-        Err(frame) => frame,
+/// The client's request body as the server gets it: trailers cleaned as the head is
+/// ([`clean_trailers`]), data untouched, and its size and end as the client's body tells
+/// them, so that a body of known length goes with `Content-Length` (and the pump holds it
+/// to that length) rather than chunked.
+struct Cleaned<B>(B);
+
+impl<B> Body for Cleaned<B>
+where
+    B: Body<Data = Bytes, Error = io::Error> + Unpin,
+{
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        Pin::new(&mut self.0).poll_frame(cx).map(|frame| {
+            frame.map(|frame| {
+                frame.map(|frame| match frame.into_trailers() {
+                    Ok(mut trailers) => {
+                        clean_trailers(&mut trailers);
+                        Frame::trailers(trailers)
+                    }
+                    Err(frame) => frame,
+                })
+            })
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0.size_hint()
     }
 }
 

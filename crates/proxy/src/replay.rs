@@ -7,7 +7,10 @@
 //! each frame it reads is held ([`HOLD_LIMIT`] bytes at most, by reference count, not
 //! copied) until the response begins. A body larger than that cannot be sent again once
 //! any of it is out, as in HAProxy (whose L7 retries need the request in one buffer) and
-//! Envoy (its retry buffer limit).
+//! Envoy (its retry buffer limit). What is held counts in the worker's request-body
+//! budget ([`terminus_http::body::budget`]): a body that would take the worker past it
+//! is not held either, so that requests stalled at an upstream cannot make a worker hold
+//! more than its budget however many there are.
 
 use std::cell::RefCell;
 use std::io;
@@ -18,6 +21,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper::HeaderMap;
+use terminus_http::body::budget;
 
 /// The most body bytes held for sending again (beyond: not held, not resent).
 pub const HOLD_LIMIT: usize = 64 * 1024;
@@ -93,9 +97,22 @@ impl<B> Keeper<B> {
 
     /// The response has begun: nothing will be sent again, so nothing more is held.
     pub(crate) fn release(&self) {
-        let mut s = self.0.borrow_mut();
-        s.holding = false;
-        s.held = Vec::new();
+        self.0.borrow_mut().stop_holding();
+    }
+}
+
+impl<B> State<B> {
+    /// Nothing is held from now on: what was is dropped, its bytes back in the budget.
+    fn stop_holding(&mut self) {
+        self.holding = false;
+        self.held = Vec::new();
+        budget::give(std::mem::take(&mut self.held_bytes));
+    }
+}
+
+impl<B> Drop for State<B> {
+    fn drop(&mut self) {
+        budget::give(self.held_bytes);
     }
 }
 
@@ -127,29 +144,29 @@ impl<B: Body<Data = Bytes, Error = io::Error>> Body for Replayable<B> {
             }
             Some(Err(e)) => {
                 // What follows a failure is no body: nothing of it goes again.
-                s.holding = false;
-                s.held = Vec::new();
+                s.stop_holding();
                 return Poll::Ready(Some(Err(e)));
             }
         };
         if s.holding {
             let held = if let Some(data) = frame.data_ref() {
-                s.held_bytes += data.len();
+                // Past the limit, or past the worker's budget: not held.
+                let n = data.len();
+                if s.held_bytes + n > HOLD_LIMIT || !budget::try_take(n) {
+                    s.stop_holding();
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                s.held_bytes += n;
                 Held::Data(data.clone())
             } else if let Some(map) = frame.trailers_ref() {
                 Held::Trailers(map.clone())
             } else {
                 // A frame kind hyper may add later: not held, so not resendable.
-                s.holding = false;
+                s.stop_holding();
                 return Poll::Ready(Some(Ok(frame)));
             };
-            if s.held_bytes > HOLD_LIMIT {
-                s.holding = false;
-                s.held = Vec::new();
-            } else {
-                s.held.push(held);
-                this.next = s.held.len();
-            }
+            s.held.push(held);
+            this.next = s.held.len();
         }
         Poll::Ready(Some(Ok(frame)))
     }
@@ -207,6 +224,31 @@ mod tests {
         let keeper = again.keeper();
         assert_eq!(read_all(again).await, b"abcd");
         assert_eq!(read_all(keeper.rewind().expect("held")).await, b"abcd");
+    }
+
+    #[tokio::test]
+    async fn what_is_held_counts_in_the_workers_budget_and_nothing_is_held_past_it() {
+        let first = Replayable::new(body(&[b"ab", b"cd"]));
+        let keeper = first.keeper();
+        assert_eq!(read_all(first).await, b"abcd");
+        assert_eq!(budget::held(), 4);
+        keeper.release();
+        assert_eq!(budget::held(), 0, "released");
+
+        let first = Replayable::new(body(&[b"ab"]));
+        let keeper = first.keeper();
+        assert_eq!(read_all(first).await, b"ab");
+        drop(keeper);
+        assert_eq!(budget::held(), 0, "dropped");
+
+        // The worker's budget all but spent elsewhere: the body is sent, not held.
+        assert!(budget::try_take(budget::WORKER_LIMIT - 3));
+        let first = Replayable::new(body(&[b"ab", b"cd"]));
+        let keeper = first.keeper();
+        assert_eq!(read_all(first).await, b"abcd");
+        assert!(keeper.rewind().is_none(), "over the budget: not held");
+        assert_eq!(budget::held(), budget::WORKER_LIMIT - 3);
+        budget::give(budget::WORKER_LIMIT - 3);
     }
 
     #[tokio::test]

@@ -51,6 +51,21 @@ pub struct Host {
     pub error_pages: ErrorPages,
 }
 
+impl Host {
+    /// The host a request that names none is given (HTTP/1.0 without `Host`, HTTP/2 or
+    /// HTTP/3 without `:authority` or `host`): this server's first exact name (a
+    /// wildcard names no one host), else its first name, as nginx's `$host` falls back
+    /// on the `server_name`. An upstream is then told a host as RFC 9112 section 3.2
+    /// requires, the same one whatever the client's HTTP version.
+    pub fn default_name(&self) -> &str {
+        self.names
+            .iter()
+            .find(|n| !n.starts_with("*."))
+            .or(self.names.first())
+            .map_or("", String::as_str)
+    }
+}
+
 /// A connection's timeouts: its handshake's, then HTTP's.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {

@@ -2,6 +2,7 @@
 //! the connection as the client takes it. Neither is ever held whole unless it is small
 //! and already in memory.
 
+pub mod budget;
 mod request;
 mod response;
 

@@ -75,6 +75,13 @@ impl ConnectionInfo {
             Ok(name) => name,
             Err(status) => return (self.refuse(req, status).await, false),
         };
+        if named.is_none() {
+            // No host named: the request is its handshake's server's, and says so from
+            // here on, so that routes and upstreams see one host whatever the version.
+            if let Ok(value) = header::HeaderValue::from_str(host.default_name()) {
+                req.headers_mut().insert(header::HOST, value);
+            }
+        }
         // Host (or :authority) naming another configured server: that server's
         // certificate was not shown and its tenant did not pay (RFC 9110 section
         // 15.5.20). An unknown name is the handshake's server's to answer. (With one

@@ -261,8 +261,8 @@ async fn redirect(
     let path = uri.path();
     let query = uri.query().unwrap_or("");
     let path_and_query = uri.path_and_query().map_or(path, |p| p.as_str());
-    // The settled host's name, without its port, lowercased (nginx's `$host`); the
-    // server's first name for a request that named none.
+    // The settled host's name, without its port, lowercased (nginx's `$host`); a
+    // request that named none was given its server's (`Host::default_name`).
     let named = uri
         .authority()
         .map(|a| a.host().to_owned())
@@ -278,11 +278,7 @@ async fn redirect(
         .filter(|h| !h.is_empty());
     let host = match named {
         Some(name) => name.to_ascii_lowercase(),
-        None => cx.site.hosts[cx.host]
-            .names
-            .first()
-            .cloned()
-            .unwrap_or_default(),
+        None => cx.site.hosts[cx.host].default_name().to_ascii_lowercase(),
     };
     let host = host.as_str();
     // One pass over `to`: what a placeholder brings in is never read as one.

@@ -40,6 +40,7 @@ mod observe;
 mod overload;
 mod package;
 mod proxy;
+mod proxy_wire;
 mod record_layer;
 mod redirects;
 mod rewrites;

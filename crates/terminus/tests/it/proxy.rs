@@ -46,7 +46,7 @@ fn upstream_connections(server: &Server) -> (f64, f64) {
 }
 
 /// app.py (named "a") behind terminus at /app/.
-fn one_app(test: &str) -> (App, TestDir, Server) {
+pub(crate) fn one_app(test: &str) -> (App, TestDir, Server) {
     let app = App::start("a");
     let dir = TestDir::new(test);
     let server = proxy(&dir, &one_upstream(&app, ""), APP_ROUTE);
@@ -58,7 +58,7 @@ const APP_ROUTE: &str = "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\
 /// The upstream sees the path after the route's prefix unchanged (nginx `proxy_pass`
 /// without a URI): `/app/x` reaches the app as `/app/x`; app.py answers by its last
 /// segment, so routes are written as /app/ and requests as /app/<endpoint>.
-fn body(out: &std::process::Output) -> String {
+pub(crate) fn body(out: &std::process::Output) -> String {
     assert!(out.status.success(), "curl failed: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

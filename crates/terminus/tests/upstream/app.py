@@ -16,6 +16,8 @@ proxy passes the path on unchanged.
                      &type=T sets its Content-Type (application/octet-stream),
                      &cache=V a Cache-Control, &encoding=E a Content-Encoding
   /sha256            (any method with a body) the body's sha256 and length
+  /received          what became of each /sha256 body, in order, as JSON: its length
+                     where it came whole, "cut" where its connection ended first
   /trailers          a chunked body followed by trailers
   /gate               a chunked text/plain answer: "event 1", then nothing until a
                      request to /release arrives (30 s at most), then "event 2" and its end
@@ -56,6 +58,7 @@ PATTERN = bytes(range(256)) * 256  # 64 KiB
 KEEPALIVE_MS = float(os.environ.get("APP_KEEPALIVE_MS", "0"))
 CLOSES = {"clean": 0, "cut": 0}
 SEEN = []
+RECEIVED = []
 GATE = threading.Event()
 
 
@@ -136,9 +139,14 @@ class Handler(BaseHTTPRequestHandler):
         path = "/" + url.path.rsplit("/", 1)[-1]
         if path == "/sha256":
             h, n = hashlib.sha256(), 0
-            for piece in self.read_body():
-                h.update(piece)
-                n += len(piece)
+            try:
+                for piece in self.read_body():
+                    h.update(piece)
+                    n += len(piece)
+            except (ConnectionError, ValueError):
+                RECEIVED.append("cut")
+                raise
+            RECEIVED.append(n)
             return self.reply(200, f"{h.hexdigest()} {n}\n".encode())
         if path == "/echo":
             self.send_response(200)
@@ -153,6 +161,8 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/request-trailers":
             names = getattr(self, "trailer_names", [])
             return self.reply(200, json.dumps(names).encode(), "application/json")
+        if path == "/received":
+            return self.reply(200, json.dumps(RECEIVED).encode(), "application/json")
         if path == "/seen":
             return self.reply(200, json.dumps(SEEN).encode(), "application/json")
         if path == "/closes":

@@ -6,9 +6,11 @@
 //!
 //! Flow control is the back-pressure: the connection gives a stream's window back only
 //! for bytes the handler took ([`Shared::take_released`]), so a handler that stops
-//! reading stops the client within one window.
+//! reading stops the client within one window; and the connection's window only for
+//! bytes no stream holds any more ([`Consumed`]: taken, or dropped with their stream),
+//! so that all the streams of a connection hold no more than its window.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
@@ -34,6 +36,37 @@ enum End {
     Aborted,
 }
 
+/// Body bytes of any of a connection's streams that left its buffers (the handler took
+/// them, or they were dropped with their stream or reader), for the connection's window:
+/// counted whenever that happens, after the stream is gone too.
+#[derive(Debug, Default)]
+pub(crate) struct Consumed {
+    bytes: Cell<usize>,
+    /// The connection task, woken when there is window to give back.
+    conn: RefCell<Option<Waker>>,
+}
+
+impl Consumed {
+    fn add(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.bytes.set(self.bytes.get() + n);
+        if let Some(w) = &*self.conn.borrow() {
+            w.wake_by_ref();
+        }
+    }
+
+    /// What left the buffers since last asked; `conn` is woken when more does.
+    pub(crate) fn take(&self, conn: &Waker) -> usize {
+        let mut slot = self.conn.borrow_mut();
+        if !slot.as_ref().is_some_and(|w| w.will_wake(conn)) {
+            *slot = Some(conn.clone());
+        }
+        self.bytes.replace(0)
+    }
+}
+
 /// One stream's request body between the connection and the handler.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -53,14 +86,19 @@ pub(crate) struct Shared {
     reader: Option<Waker>,
     /// The connection task, woken when there is window to give back.
     conn: Option<Waker>,
+    /// The connection's count of bytes out of every stream's buffers.
+    consumed: Rc<Consumed>,
 }
 
 /// The connection's end of a stream's request body.
 pub(crate) type Inbound = Rc<RefCell<Shared>>;
 
 /// A request body for a stream whose HEADERS did not end it: the connection's end and
-/// the handler's.
-pub(crate) fn request_body(content_length: Option<u64>) -> (Inbound, RequestStream) {
+/// the handler's. `consumed` is the connection's count of bytes out of the buffers.
+pub(crate) fn request_body(
+    content_length: Option<u64>,
+    consumed: &Rc<Consumed>,
+) -> (Inbound, RequestStream) {
     let shared = Rc::new(RefCell::new(Shared {
         chunks: VecDeque::new(),
         tail: BytesMut::new(),
@@ -71,18 +109,21 @@ pub(crate) fn request_body(content_length: Option<u64>) -> (Inbound, RequestStre
         reader_gone: false,
         reader: None,
         conn: None,
+        consumed: consumed.clone(),
     }));
     (shared.clone(), RequestStream(shared))
 }
 
 impl Shared {
     /// Body bytes arrived (copied out of the connection's read buffer). Returns false
-    /// when the handler is gone, and the caller gives their window back at once.
+    /// when the handler is gone, and the caller gives their stream window back at once
+    /// (they count as consumed here).
     pub(crate) fn push(&mut self, data: &[u8], end: bool) -> bool {
         if end {
             self.end = End::Whole;
         }
         if self.reader_gone {
+            self.consumed.add(data.len());
             return false;
         }
         if data.len() < SMALL_FRAME {
@@ -110,9 +151,16 @@ impl Shared {
         if self.end == End::No {
             self.end = End::Aborted;
         }
+        let dropped = self.unread();
         self.chunks.clear();
         self.tail = BytesMut::new();
+        self.consumed.add(dropped);
         self.wake_reader();
+    }
+
+    /// The bytes received and not taken.
+    fn unread(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum::<usize>() + self.tail.len()
     }
 
     /// Bytes the handler took since last asked, for the stream's window; `conn` is the
@@ -142,6 +190,7 @@ impl Shared {
 
     fn taken(&mut self, n: usize) {
         self.released += n;
+        self.consumed.add(n);
         if let Some(remaining) = &mut self.remaining {
             *remaining = remaining.saturating_sub(n as u64);
         }
@@ -194,9 +243,17 @@ impl RequestStream {
             && shared.trailers.is_none()
     }
 
+    /// What is left of the body: exact by its content-length, or without one, once the
+    /// client ended the body with the last of it still unread here (a small body sent
+    /// whole with its HEADERS), so that it can go on by its length. A body ending in
+    /// trailers stays of unknown size: only chunked framing carries them on.
     pub(crate) fn size_hint(&self) -> SizeHint {
-        match self.0.borrow().remaining {
+        let shared = self.0.borrow();
+        match shared.remaining {
             Some(n) => SizeHint::with_exact(n),
+            None if shared.end == End::Whole && shared.trailers.is_none() => {
+                SizeHint::with_exact(shared.unread() as u64)
+            }
             None => SizeHint::new(),
         }
     }
@@ -206,10 +263,12 @@ impl Drop for RequestStream {
     fn drop(&mut self) {
         let mut shared = self.0.borrow_mut();
         shared.reader_gone = true;
-        // What was received but not read is given back to the window as well.
-        let unread = shared.chunks.drain(..).map(|c| c.len()).sum::<usize>() + shared.tail.len();
+        // What was received but not read is given back to the windows as well.
+        let unread = shared.unread();
+        shared.chunks.clear();
         shared.tail = BytesMut::new();
         shared.released += unread;
+        shared.consumed.add(unread);
         if let Some(w) = &shared.conn {
             w.wake_by_ref();
         }

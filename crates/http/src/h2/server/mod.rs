@@ -6,7 +6,11 @@
 //! leaves in as few records as fit.
 //!
 //! A stream's request body goes to its handler through [`inbound`]; flow control is the
-//! back-pressure (a window is given back only for bytes the handler took). An RFC 8441
+//! back-pressure (a window is given back only for bytes the handler took). What all the
+//! streams of a connection may hold is its window (1 MiB), and what all the connections
+//! of a worker hold beyond each one's first 64 KiB is the worker's budget
+//! ([`crate::body::budget`]): the connection's window opens only with bytes taken from
+//! it, and waits for them when the worker holds its limit. An RFC 8441
 //! WebSocket the proxy accepted upstream turns its stream into a tunnel, run as a task
 //! of the worker with the stream as its byte stream.
 //!
@@ -40,10 +44,10 @@ use tokio::io::{AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
 pub(crate) use inbound::RequestStream;
-use inbound::{Inbound, Outbound, TunnelIo};
+use inbound::{Consumed, Inbound, Outbound, TunnelIo};
 pub use trouble::Http2Trouble;
 
-use crate::body::{Body, RequestBody};
+use crate::body::{budget, Body, RequestBody};
 use crate::buffers::{self, Lent};
 use crate::h1::server::ReadReady;
 use crate::Responder;
@@ -61,6 +65,25 @@ const FRAME_BUDGET: usize = 16 * 1024;
 /// until the client takes what was written: a client that does not read cannot make
 /// the server buffer for it (PING and SETTINGS floods included).
 const HIGH_WATER: usize = 64 * 1024;
+
+/// The connection's window is opened by at least this much at a time (or not at all):
+/// a WINDOW_UPDATE per 16 KiB frame's worth, not per frame.
+const MIN_WINDOW_UPDATE: u32 = 16 * 1024;
+
+/// The connection window every client has before any WINDOW_UPDATE (RFC 9113 section
+/// 6.9.2), which no budget can refuse: the worker's budget covers what is beyond it.
+const PROTOCOL_WINDOW: u64 = 65_535;
+
+/// What a connection holds of its worker's request-body budget ([`budget`]), given back
+/// when the connection ends.
+#[derive(Default)]
+struct Reserved(usize);
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        budget::give(self.0);
+    }
+}
 
 /// A response's future, boxed: a stream's handler, polled by the connection task.
 type Handler = Pin<Box<dyn Future<Output = Response<Body>>>>;
@@ -115,6 +138,8 @@ pub async fn serve<S, R>(
         codec,
         input: None,
         streams: Vec::new(),
+        consumed: Rc::default(),
+        reserved: Reserved::default(),
         moved: false,
         eof: false,
     };
@@ -198,6 +223,10 @@ struct H2<S, R> {
     /// of it is filled.
     input: Option<(Lent, usize)>,
     streams: Vec<Stream>,
+    /// Body bytes out of the streams' buffers, for the connection's window.
+    consumed: Rc<Consumed>,
+    /// What the connection's window holds of the worker's budget.
+    reserved: Reserved,
     /// Bytes moved since the idle timer last looked.
     moved: bool,
     eof: bool,
@@ -219,6 +248,7 @@ where
         loop {
             let mut progress = false;
             buffers::lend_output(&mut self.out);
+            self.settle_window(cx);
             match self.poll_write(cx) {
                 Poll::Ready(Ok(wrote)) => progress |= wrote,
                 Poll::Ready(Err(_)) => return Poll::Ready(()),
@@ -247,6 +277,39 @@ where
                 }
                 return Poll::Pending;
             }
+        }
+    }
+
+    /// Accounts the body bytes the streams gave up, and opens the connection's window
+    /// again as far as the worker's budget allows (up to `connection_window`): the
+    /// budget covers the window beyond the protocol's first 65,535 bytes, so every
+    /// connection can always take 64 KiB and one that wants more waits its turn.
+    fn settle_window(&mut self, cx: &mut Context<'_>) {
+        let consumed = self.consumed.take(cx.waker());
+        if consumed > 0 {
+            self.codec.consumed(consumed);
+        }
+        let allowance = self.codec.connection_allowance();
+        let covered = allowance.saturating_sub(PROTOCOL_WINDOW) as usize;
+        if self.reserved.0 > covered {
+            budget::give(self.reserved.0 - covered);
+            self.reserved.0 = covered;
+        }
+        let wanted = self.codec.connection_window_wanted();
+        if wanted < MIN_WINDOW_UPDATE {
+            return;
+        }
+        // What the window would hold beyond the protocol's, less what is reserved.
+        let beyond = (allowance + u64::from(wanted)).saturating_sub(PROTOCOL_WINDOW) as usize;
+        let needed = beyond - self.reserved.0;
+        let got = budget::take_up_to(needed, cx.waker());
+        let open = wanted - (needed - got) as u32;
+        if open >= MIN_WINDOW_UPDATE {
+            self.reserved.0 += got;
+            self.codec.open_connection_window(open, &mut self.out);
+        } else {
+            // Too little to be worth a frame: the budget wakes us when there is more.
+            budget::give(got);
         }
     }
 
@@ -316,8 +379,11 @@ where
         let codec = &mut self.codec;
         let streams = &mut self.streams;
         let responder = &self.responder;
+        let consumed = &self.consumed;
         let mut refused: Vec<u32> = Vec::new();
         let mut give_back: Vec<(u32, usize)> = Vec::new();
+        // Body bytes no stream took in: consumed at once.
+        let mut dropped = 0;
         let result = codec.receive(&buf[..*filled], &mut self.out, &mut |event| match event {
             Event::Request {
                 stream,
@@ -328,10 +394,10 @@ where
                 let (inbound, body, tunnel) = if end_stream {
                     (None, RequestBody::empty(), None)
                 } else if connect {
-                    let (inbound, body) = inbound::request_body(None);
+                    let (inbound, body) = inbound::request_body(None, consumed);
                     (Some(inbound), RequestBody::empty(), Some(body))
                 } else {
-                    let (inbound, body) = inbound::request_body(head.content_length());
+                    let (inbound, body) = inbound::request_body(head.content_length(), consumed);
                     (Some(inbound), RequestBody::h2(body), None)
                 };
                 let Some(req) = request::build(head, body) else {
@@ -360,11 +426,18 @@ where
                 data,
                 end_stream,
             } => {
-                let taken = streams
+                let inbound = streams
                     .iter()
                     .find(|s| s.id == stream)
-                    .and_then(|s| s.inbound.as_ref())
-                    .is_some_and(|i| i.borrow_mut().push(data, end_stream));
+                    .and_then(|s| s.inbound.as_ref());
+                // A reader gone counts what it is pushed as consumed itself.
+                let taken = match inbound {
+                    Some(i) => i.borrow_mut().push(data, end_stream),
+                    None => {
+                        dropped += data.len();
+                        false
+                    }
+                };
                 if !taken {
                     give_back.push((stream, data.len()));
                 }
@@ -420,6 +493,7 @@ where
         for (id, n) in give_back {
             codec.release(id, n, &mut self.out);
         }
+        codec.consumed(dropped);
         for stream in &self.streams {
             if let Some(inbound) = &stream.inbound {
                 let n = inbound.borrow_mut().take_released(cx.waker());

@@ -8,7 +8,11 @@
 //! for each open stream, its windows, which ends are closed, and its content-length
 //! count. Closed streams are forgotten but for the last few ids (to tell a stream that
 //! was closed from one never opened). Request bodies are the caller's to buffer: the
-//! stream windows we announce bound what a client may send ahead of [`Connection::release`].
+//! stream windows we announce bound what a client may send on one stream ahead of
+//! [`Connection::release`], and the connection's window what it may send on all of them
+//! ahead of [`Connection::consumed`]; the connection's window is opened only as far as
+//! the caller says ([`Connection::open_connection_window`]), so that what the caller
+//! holds for the client is the caller's to budget.
 //!
 //! What a client can do wrong is answered as section 5.4 says, a stream error where the
 //! stream alone is at fault and a connection error (GOAWAY, then the caller closes)
@@ -50,9 +54,10 @@ pub struct Config {
     /// SETTINGS_INITIAL_WINDOW_SIZE: what a client may send on a stream ahead of the
     /// caller taking it (nginx's preread 64 KiB).
     pub initial_window_size: u32,
-    /// The connection's receive window, given back as DATA arrives: stream windows
-    /// already bound what is buffered, so this only needs to be large enough not to
-    /// throttle several uploads at once.
+    /// The connection's receive window: the most a client may have sent ahead of the
+    /// caller taking it, all streams together (Envoy's edge setting and HAProxy's
+    /// `tune.h2.fe.rxbuf` are of this size). Given back as the caller takes the bytes,
+    /// and only as far as the caller opens it.
     pub connection_window: u32,
     /// SETTINGS_MAX_HEADER_LIST_SIZE: a request's fields at most, counted as section
     /// 6.5.2 does; a larger one is answered 431.
@@ -70,7 +75,7 @@ impl Default for Config {
         Self {
             max_concurrent_streams: 128,
             initial_window_size: 65_536,
-            connection_window: 16 << 20,
+            connection_window: 1 << 20,
             max_header_list_size: 32 << 10,
             header_table_size: 4096,
             connect_protocol: false,
@@ -241,7 +246,10 @@ pub struct Connection {
     /// Streams answered: the glitch limit grows with them (see [`Connection::glitch`]).
     answered: u32,
     send_window: i64,
+    /// What the client may still send on the connection.
     recv_window: i64,
+    /// Body bytes handed to the caller and not yet [`Connection::consumed`].
+    held: u64,
     /// The peer's SETTINGS_INITIAL_WINDOW_SIZE and SETTINGS_MAX_FRAME_SIZE.
     peer_initial_window: u32,
     peer_max_frame_size: u32,
@@ -259,8 +267,9 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// A connection; its SETTINGS (and the connection window's WINDOW_UPDATE) are
-    /// appended to `out`, to be sent at once (section 3.4).
+    /// A connection; its SETTINGS are appended to `out`, to be sent at once (section
+    /// 3.4). Its receive window is the protocol's 65,535 bytes until the caller opens it
+    /// further ([`Connection::open_connection_window`]).
     pub fn new(config: Config, out: &mut Vec<u8>) -> Self {
         let mut settings = vec![
             frame::Setting {
@@ -289,9 +298,6 @@ impl Connection {
             });
         }
         write::settings(out, &settings);
-        if config.connection_window > DEFAULT_WINDOW {
-            write::window_update(out, 0, config.connection_window - DEFAULT_WINDOW);
-        }
         Self {
             config,
             state: State::Preface,
@@ -304,7 +310,8 @@ impl Connection {
             recently_closed_next: 0,
             answered: 0,
             send_window: i64::from(DEFAULT_WINDOW),
-            recv_window: i64::from(config.connection_window.max(DEFAULT_WINDOW)),
+            recv_window: i64::from(DEFAULT_WINDOW),
+            held: 0,
             peer_initial_window: DEFAULT_WINDOW,
             peer_max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
             settings_acked: false,
@@ -480,19 +487,14 @@ impl Connection {
         F: FnMut(Event<'_>),
     {
         // Every DATA counts against the connection's window, a closed stream's too
-        // (section 6.9), and is given back at once: the streams' windows bound what
-        // is buffered.
+        // (section 6.9). What the caller is not handed (padding, a closed stream's
+        // data) is consumed at once; the rest once the caller says it took it.
         self.recv_window -= i64::from(flow_len);
         if self.recv_window < 0 {
             return Err(FrameError::Connection(
                 ErrorCode::FlowControlError,
                 "DATA beyond the connection's window",
             ));
-        }
-        let full = i64::from(self.config.connection_window.max(DEFAULT_WINDOW));
-        if self.recv_window < full / 2 {
-            write::window_update(out, 0, (full - self.recv_window) as u32);
-            self.recv_window = full;
         }
         if data.is_empty() && !end_stream {
             // An empty DATA frame serves nothing (CVE-2019-9518).
@@ -550,6 +552,7 @@ impl Connection {
             }
         }
         stream.remote_closed = end_stream;
+        self.held += data.len() as u64;
         on(Event::Data {
             stream: id,
             data,
@@ -786,6 +789,12 @@ impl Connection {
         let content_length = self.fields.content_length();
         if end_stream && content_length.is_some_and(|n| n > 0) {
             malformed = malformed.or(Some("no body after a content-length above 0"));
+        }
+        if end_stream && self.fields.protocol().is_some() {
+            // RFC 8441 section 4: an extended CONNECT's stream carries the tunnel, so
+            // one whose stream has already ended has nothing to carry; it is malformed
+            // (section 8.1.1), not a tunnel to open upstream and answer 200.
+            malformed = malformed.or(Some("an extended CONNECT that ended its stream"));
         }
         if let Some(why) = malformed {
             write::rst_stream(out, id, ErrorCode::ProtocolError);
@@ -1167,8 +1176,39 @@ impl Connection {
         Some(n)
     }
 
+    /// The caller is done with `n` bytes it was handed (took them, or dropped them):
+    /// they no longer count in what the connection holds for the client, and
+    /// [`Connection::connection_window_wanted`] grows by them.
+    pub fn consumed(&mut self, n: usize) {
+        self.held = self.held.saturating_sub(n as u64);
+    }
+
+    /// What the client may send on the connection and what the caller holds of what it
+    /// sent: the most the client can make the caller hold, as things stand.
+    pub fn connection_allowance(&self) -> u64 {
+        self.recv_window.max(0) as u64 + self.held
+    }
+
+    /// How far the connection's window would open to bring the allowance back to
+    /// [`Config::connection_window`].
+    pub fn connection_window_wanted(&self) -> u32 {
+        let target = u64::from(self.config.connection_window.max(DEFAULT_WINDOW));
+        target.saturating_sub(self.connection_allowance()) as u32
+    }
+
+    /// Opens the connection's window by `n` (a WINDOW_UPDATE on stream 0): the caller
+    /// is willing to hold that much more for the client.
+    pub fn open_connection_window(&mut self, n: u32, out: &mut Vec<u8>) {
+        if n == 0 || matches!(self.state, State::Failed(_)) {
+            return;
+        }
+        write::window_update(out, 0, n);
+        self.recv_window += i64::from(n);
+    }
+
     /// The caller took `n` bytes of `stream`'s body: once half its window is taken, the
-    /// client may send that much more (one WINDOW_UPDATE, not one per frame).
+    /// client may send that much more on the stream (one WINDOW_UPDATE, not one per
+    /// frame). The connection's window is apart ([`Connection::consumed`]).
     pub fn release(&mut self, id: u32, n: usize, out: &mut Vec<u8>) {
         let Some(i) = self.find(id) else {
             return;

@@ -33,7 +33,9 @@ fn raw_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 impl Client {
     fn with(config: Config) -> Self {
         let mut out = Vec::new();
-        let conn = Connection::new(config, &mut out);
+        let mut conn = Connection::new(config, &mut out);
+        // As the server does while its worker's budget allows.
+        conn.open_connection_window(conn.connection_window_wanted(), &mut out);
         let mut client = Self {
             conn,
             hpack: loona_hpack::Encoder::new(),
@@ -458,6 +460,36 @@ fn extended_connect_is_taken_when_announced() {
 }
 
 #[test]
+fn an_extended_connect_that_ended_its_stream_is_reset_as_malformed() {
+    let mut c = Client::with(Config {
+        connect_protocol: true,
+        ..Config::default()
+    });
+    let connect = [
+        (":method", "CONNECT"),
+        (":protocol", "websocket"),
+        (":scheme", "https"),
+        (":path", "/chat"),
+        (":authority", "example.com"),
+    ];
+    c.request(1, &connect, true);
+    let frames = c.frames();
+    let resets: Vec<_> = frames
+        .iter()
+        .filter(|(h, _)| h.kind == kind::RST_STREAM)
+        .map(|(h, p)| (h.stream, u32::from_be_bytes(p[..4].try_into().unwrap())))
+        .collect();
+    assert_eq!(resets, [(1, u32::from(ErrorCode::ProtocolError))]);
+    assert!(
+        frames.iter().all(|(h, _)| h.kind != kind::GOAWAY),
+        "a stream error, not the connection's"
+    );
+    assert!(!c.take_events().iter().any(|e| e.starts_with("request")));
+    c.request(3, &connect, false);
+    assert_eq!(c.take_events(), ["request 3 CONNECT /chat example.com"]);
+}
+
+#[test]
 fn trailers_end_the_body() {
     let mut c = Client::new();
     let mut fields = GET.to_vec();
@@ -656,6 +688,63 @@ fn receiving_keeps_to_our_windows() {
         [(1, ErrorCode::FlowControlError)],
         "past the window"
     );
+}
+
+/// The connection's window: the client may send no more than it was opened to, all
+/// streams together, and it opens again only by what the caller consumed and reopens.
+#[test]
+fn the_connection_window_opens_only_as_far_as_the_caller_opens_it() {
+    let mut out = Vec::new();
+    let conn = Connection::new(Config::default(), &mut out);
+    assert_eq!(conn.connection_allowance(), 65_535, "the protocol's window");
+    assert_eq!(conn.connection_window_wanted(), (1 << 20) - 65_535);
+    let mut c = Client::new();
+    assert_eq!(c.conn.connection_window_wanted(), 0, "opened to 1 MiB");
+    let mut fields = GET.to_vec();
+    fields[0] = (":method", "POST");
+    let chunk = vec![0u8; 16_384];
+    // Sixteen streams fill their 64 KiB windows: 1 MiB, the whole connection window.
+    for s in 0..16u32 {
+        let id = 1 + 2 * s;
+        c.request(id, &fields, false);
+        for _ in 0..4 {
+            let mut data = Vec::new();
+            write::data(&mut data, id, &chunk, false);
+            c.send(&data);
+        }
+    }
+    assert!(c.error.is_none());
+    assert_eq!(c.conn.connection_allowance(), 1 << 20, "all of it held");
+    assert_eq!(c.conn.connection_window_wanted(), 0);
+    c.frames();
+    // A seventeenth stream's first byte is past the connection's window.
+    c.request(33, &fields, false);
+    let mut data = Vec::new();
+    write::data(&mut data, 33, b"x", false);
+    c.send(&data);
+    assert_eq!(c.error.map(|e| e.code), Some(ErrorCode::FlowControlError));
+
+    // Consumed bytes are wanted back, and come back only when opened.
+    let mut c = Client::new();
+    c.request(1, &fields, false);
+    let mut data = Vec::new();
+    write::data(&mut data, 1, &chunk, false);
+    c.send(&data);
+    c.frames();
+    assert_eq!(c.conn.connection_window_wanted(), 0, "held, not consumed");
+    c.conn.consumed(16_384);
+    assert_eq!(c.conn.connection_window_wanted(), 16_384);
+    let mut out = Vec::new();
+    c.conn.open_connection_window(16_384, &mut out);
+    c.out = out;
+    let updates: Vec<(u32, u32)> = c
+        .frames()
+        .iter()
+        .filter(|(h, _)| h.kind == kind::WINDOW_UPDATE)
+        .map(|(h, p)| (h.stream, u32::from_be_bytes(p[..4].try_into().unwrap())))
+        .collect();
+    assert_eq!(updates, [(0, 16_384)]);
+    assert_eq!(c.conn.connection_window_wanted(), 0);
 }
 
 #[test]
