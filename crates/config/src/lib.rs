@@ -249,6 +249,20 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A name the operator gives something (a server, a tenant, an upstream, a signer),
+    /// which logs, `/metrics` labels and the status page show: control characters
+    /// (a newline, a tab, an escape) are refused, as they would show as something else.
+    fn name(&self, name: &str, span: Range<usize>, what: &str) -> Result<(), ConfigError> {
+        match name.chars().find(|c| c.is_control()) {
+            None => Ok(()),
+            Some(c) => Err(self.err(
+                Some(span),
+                format!("{what} {name:?} holds the control character {c:?}"),
+                Some("names are printable text: remove it".to_owned()),
+            )),
+        }
+    }
+
     /// An `IP:PORT` setting.
     fn addr(&self, s: &Spanned<String>, what: &str) -> Result<SocketAddr, ConfigError> {
         s.get_ref().parse().map_err(|_| {
@@ -437,6 +451,62 @@ mod tests {
             assert_eq!(e.line, Some(line), "{text:?}: {e}");
             assert!(e.message.contains(says), "{text:?}: {e}");
         }
+    }
+
+    /// Names reach logs, `/metrics` labels and the status page: quotes and backslashes
+    /// are theirs to hold (the exposition escapes them), control characters are refused
+    /// at the name's line.
+    #[test]
+    fn names_with_control_characters_are_refused_at_their_line() {
+        let quoted = "[[upstream]]\nname = 'a\"b\\c'\nservers = [\"127.0.0.1:1\"]\n[[tenant]]\nname = 'shop \"one\" \\'\ncapacity = { acu = 1 }\n";
+        let c = parse(quoted).unwrap();
+        assert_eq!(c.upstreams[0].name, "a\"b\\c");
+        assert_eq!(c.tenants[0].name, "shop \"one\" \\");
+        let signer = |s: &str| {
+            format!("[[server]]\nnames = [\"a\"]\n[[server.certificate]]\ncert = \"c.pem\"\nkey = {{ signer = \"{s}\", ca = \"ca.pem\", cert = \"t.pem\", key = \"t.key\" }}\n")
+        };
+        for (text, line, what) in [
+            ("[[upstream]]\nname = \"a\\nb\"\nservers = [\"127.0.0.1:1\"]\n".to_owned(), 2, "upstream name"),
+            ("\n[[tenant]]\nname = \"shop\\u0007\"\ncapacity = { acu = 1 }\n".to_owned(), 3, "tenant name"),
+            ("[[server]]\nnames = [\"a\", \"b\\u001b[31m\"]\n".to_owned(), 2, "server name"),
+            ("[[stream]]\nnames = [\"a\\u0000\"]\nupstream = \"u\"\n".to_owned(), 2, "server name"),
+            (signer("k\\r:2407"), 5, "signer"),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text:?}: {e}");
+            assert!(
+                e.message.starts_with(what) && e.message.contains("control character"),
+                "{text:?}: {e}"
+            );
+        }
+    }
+
+    /// SNI picks the first server that names a host: a second naming it would never be
+    /// served for it, its certificate included. Refused at the second, naming the first.
+    #[test]
+    fn a_name_given_to_two_servers_is_refused_naming_both_lines() {
+        for (second, name) in [
+            ("[\"b.example\", \"a.example\"]", "a.example"),
+            ("[\"A.Example.\"]", "A.Example."),
+            ("[\"*.example\"]", "*.example"),
+        ] {
+            let text = format!(
+                "[[server]]\nnames = [\"a.example\", \"*.example\"]\ndefault = true\n\n[[server]]\nnames = {second}\n"
+            );
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(6), "{text}: {e}");
+            assert_eq!(
+                e.message,
+                format!("{name:?} is already a name of the [[server]] at line 2"),
+                "{text}"
+            );
+            assert!(e.hint.unwrap().contains("give each name to one"));
+        }
+        // A wildcard and an exact name under it: the exact name wins, as in nginx.
+        let c = parse("[[server]]\nnames = [\"*.example\"]\n[[server]]\nnames = [\"a.example\"]\n").unwrap();
+        assert_eq!(c.servers.len(), 2);
+        // One server may list a name twice: nothing is hidden.
+        parse("[[server]]\nnames = [\"a.example\", \"a.example\"]\n").unwrap();
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub(crate) fn resolve(
         .zip(server_tenants)
         .map(|(s, tenant)| resolve_server(s, tenant, upstreams, acme, &compression, ctx))
         .collect::<Result<Vec<_>, _>>()?;
-    check_acme_names(raw, &servers, ctx)?;
+    check_names_unique(raw, ctx)?;
     if servers.iter().filter(|s| s.default).count() > 1 {
         let second = raw
             .server
@@ -123,18 +123,6 @@ pub(crate) fn resolve(
     for s in &raw.stream {
         let (line, certificates) =
             names_and_certificates(&s.names, &s.certificate, "[[stream]]", ctx)?;
-        let taken = |n: &String| {
-            servers
-                .iter()
-                .any(|o: &ServerConfig| o.names.iter().any(|m| m.eq_ignore_ascii_case(n)))
-        };
-        if let Some(name) = s.names.get_ref().iter().find(|n| taken(n)) {
-            return Err(ctx.err(
-                Some(s.names.span()),
-                format!("{name:?} is already the name of a [[server]] or [[stream]]"),
-                Some("SNI chooses between them: give each name to one".to_owned()),
-            ));
-        }
         servers.push(ServerConfig {
             names: s.names.get_ref().clone(),
             default: false,
@@ -234,38 +222,38 @@ fn error_pages(
         .collect()
 }
 
-/// Two ACME servers with one name would share its certificate file and each other's
-/// challenge answers.
-fn check_acme_names(
-    raw: &ConfigFile,
-    servers: &[ServerConfig],
-    ctx: &Ctx<'_>,
-) -> Result<(), ConfigError> {
-    let acme_names: Vec<String> = servers
-        .iter()
-        .filter(|s| s.acme)
-        .flat_map(|s| s.names.iter().map(|n| n.to_ascii_lowercase()))
-        .collect();
-    let repeated = (1..acme_names.len()).find(|&i| acme_names[..i].contains(&acme_names[i]));
-    let Some(name) = repeated.map(|i| &acme_names[i]) else {
-        return Ok(());
-    };
-    let at = raw
-        .server
-        .iter()
-        .filter(|s| {
-            s.names
-                .get_ref()
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(name))
-        })
-        .nth(1)
-        .map(|s| s.names.span());
-    Err(ctx.err(
-        at,
-        format!("{name:?} is named by two servers with certificates = \"acme\""),
-        Some("give each name to one server".to_owned()),
-    ))
+/// Each name belongs to one `[[server]]` or `[[stream]]`: SNI picks the first that
+/// names it, so a second would be silently unreachable by that name (its certificate
+/// never served, its routes never asked; two ACME servers would share a certificate
+/// file and each other's challenges). Names are compared as SNI compares them: case
+/// and a final dot aside. A wildcard and an exact name under it (`*.example.com`,
+/// `a.example.com`) are not the same name: the exact one wins, as in nginx's
+/// `server_name`.
+fn check_names_unique(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+    let entries = (raw.server.iter().map(|s| (&s.names, "[[server]]")))
+        .chain(raw.stream.iter().map(|s| (&s.names, "[[stream]]")));
+    // Each name's entry (its index among the servers and streams), kind and line.
+    let mut seen = std::collections::HashMap::new();
+    for (i, (names, what)) in entries.enumerate() {
+        let line = ctx.line_of(names.span()).unwrap_or(0);
+        for name in names.get_ref() {
+            let key = name.trim_end_matches('.').to_ascii_lowercase();
+            match seen.get(&key) {
+                Some(&(j, _, _)) if j == i => {}
+                Some(&(_, first, first_line)) => {
+                    return Err(ctx.err(
+                        Some(names.span()),
+                        format!("{name:?} is already a name of the {first} at line {first_line}"),
+                        Some("SNI picks one [[server]] or [[stream]] per name: give each name to one (an exact name under another's wildcard is fine: the exact name wins)".to_owned()),
+                    ));
+                }
+                None => {
+                    seen.insert(key, (i, what, line));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A `[[server]]`'s or `[[stream]]`'s names (checked) and certificates; the line of its
@@ -284,6 +272,7 @@ fn names_and_certificates(
         ));
     }
     for name in names.get_ref() {
+        ctx.name(name, names.span(), "server name")?;
         let bare = name.strip_prefix("*.").unwrap_or(name);
         if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
             return Err(ctx.err(

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use terminus_metrics::{Buckets, Exposition, Kind, Render};
+use terminus_metrics::{Buckets, Exposition, Kind, Labels, Render};
 
 use crate::protocol::ErrorCode;
 
@@ -144,7 +144,7 @@ impl Render for KeylessMetrics {
         for (signer, s) in clients.iter() {
             out.sample(
                 SIGNED,
-                &format!("signer=\"{signer}\""),
+                &Labels::of([("signer", signer)]),
                 s.answered.load(Ordering::Relaxed),
             );
         }
@@ -156,7 +156,7 @@ impl Render for KeylessMetrics {
         );
         for (signer, s) in clients.iter() {
             s.round_trip
-                .render(out, RTT, &format!("signer=\"{signer}\""));
+                .render(out, RTT, &Labels::of([("signer", signer)]));
         }
         const FAILED: &str = "terminus_keyless_failures_total";
         out.header(
@@ -168,7 +168,7 @@ impl Render for KeylessMetrics {
             for (cause, n) in CAUSES.iter().zip(&s.failures) {
                 out.sample(
                     FAILED,
-                    &format!("signer=\"{signer}\",cause=\"{cause}\""),
+                    &Labels::of([("signer", signer), ("cause", cause)]),
                     n.load(Ordering::Relaxed),
                 );
             }
@@ -182,7 +182,7 @@ impl Render for KeylessMetrics {
         for (signer, s) in clients.iter() {
             out.sample(
                 CONNECTED,
-                &format!("signer=\"{signer}\""),
+                &Labels::of([("signer", signer)]),
                 s.connections.load(Ordering::Relaxed),
             );
         }
@@ -195,7 +195,7 @@ impl Render for KeylessMetrics {
         for (name, n) in OUTCOMES.iter().zip(&r.requests) {
             out.sample(
                 REQUESTS,
-                &format!("outcome=\"{name}\""),
+                &Labels::of([("outcome", name)]),
                 n.load(Ordering::Relaxed),
             );
         }
@@ -205,13 +205,13 @@ impl Render for KeylessMetrics {
             Kind::Histogram,
             "Signing requests: read to answered (the signer's queue and batch).",
         );
-        r.request_time.render(out, TIME, "");
+        r.request_time.render(out, TIME, &Labels::NONE);
         const CONNS: &str = "terminus_signer_connections_total";
         out.header(
             CONNS,
             Kind::Counter,
             "Terminators' connections accepted past mutual TLS.",
         );
-        out.sample(CONNS, "", r.connections.load(Ordering::Relaxed));
+        out.sample(CONNS, &Labels::NONE, r.connections.load(Ordering::Relaxed));
     }
 }

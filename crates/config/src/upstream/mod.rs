@@ -97,6 +97,7 @@ pub(super) fn resolve_upstreams(
     raw.iter()
         .map(|u| {
             let name = u.name.get_ref();
+            ctx.name(name, u.name.span(), "upstream name")?;
             if name.is_empty() || !names.insert(name.clone()) {
                 return Err(ctx.err(
                     Some(u.name.span()),

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use terminus_metrics::{Exposition, Kind, Render};
+use terminus_metrics::{Exposition, Kind, Labels, Render};
 
 use super::Coding;
 
@@ -42,7 +42,7 @@ impl Render for Stats {
         let by_coding = |counters: &'static [AtomicU64; 3]| {
             Coding::ALL.into_iter().map(move |c| {
                 (
-                    format!("coding=\"{}\"", c.token()),
+                    Labels::of([("coding", c.token())]),
                     counters[c.index()].load(Ordering::Relaxed),
                 )
             })
