@@ -363,6 +363,24 @@ mod tests {
         assert_eq!(h[0].0, "strict-transport-security");
         assert_eq!(h[0].1, "max-age=600; preload");
         assert!(parse(server).unwrap().servers[0].headers.is_empty());
+        // Server replaces terminus's token; "" removes it.
+        let token = |text: &str| {
+            parse(&format!("{server}headers = {{ {text} }}\n"))
+                .unwrap()
+                .servers[0]
+                .server_header
+                .clone()
+        };
+        assert_eq!(token("Server = \"edge\"").unwrap(), "edge");
+        assert_eq!(token("server = \"\""), None);
+        assert_eq!(token("X-A = \"b\"").unwrap(), "terminus");
+        assert_eq!(
+            parse(server).unwrap().servers[0]
+                .server_header
+                .clone()
+                .unwrap(),
+            "terminus"
+        );
         for (bad, says) in [
             (
                 "\"Strict-Transport-Security\" = \"max-age=soon\"",
@@ -466,10 +484,26 @@ mod tests {
             format!("[[server]]\nnames = [\"a\"]\n[[server.certificate]]\ncert = \"c.pem\"\nkey = {{ signer = \"{s}\", ca = \"ca.pem\", cert = \"t.pem\", key = \"t.key\" }}\n")
         };
         for (text, line, what) in [
-            ("[[upstream]]\nname = \"a\\nb\"\nservers = [\"127.0.0.1:1\"]\n".to_owned(), 2, "upstream name"),
-            ("\n[[tenant]]\nname = \"shop\\u0007\"\ncapacity = { acu = 1 }\n".to_owned(), 3, "tenant name"),
-            ("[[server]]\nnames = [\"a\", \"b\\u001b[31m\"]\n".to_owned(), 2, "server name"),
-            ("[[stream]]\nnames = [\"a\\u0000\"]\nupstream = \"u\"\n".to_owned(), 2, "server name"),
+            (
+                "[[upstream]]\nname = \"a\\nb\"\nservers = [\"127.0.0.1:1\"]\n".to_owned(),
+                2,
+                "upstream name",
+            ),
+            (
+                "\n[[tenant]]\nname = \"shop\\u0007\"\ncapacity = { acu = 1 }\n".to_owned(),
+                3,
+                "tenant name",
+            ),
+            (
+                "[[server]]\nnames = [\"a\", \"b\\u001b[31m\"]\n".to_owned(),
+                2,
+                "server name",
+            ),
+            (
+                "[[stream]]\nnames = [\"a\\u0000\"]\nupstream = \"u\"\n".to_owned(),
+                2,
+                "server name",
+            ),
             (signer("k\\r:2407"), 5, "signer"),
         ] {
             let e = parse(&text).unwrap_err();
@@ -503,10 +537,119 @@ mod tests {
             assert!(e.hint.unwrap().contains("give each name to one"));
         }
         // A wildcard and an exact name under it: the exact name wins, as in nginx.
-        let c = parse("[[server]]\nnames = [\"*.example\"]\n[[server]]\nnames = [\"a.example\"]\n").unwrap();
+        let c = parse("[[server]]\nnames = [\"*.example\"]\n[[server]]\nnames = [\"a.example\"]\n")
+            .unwrap();
         assert_eq!(c.servers.len(), 2);
         // One server may list a name twice: nothing is hidden.
         parse("[[server]]\nnames = [\"a.example\", \"a.example\"]\n").unwrap();
+    }
+
+    /// The keys of every table the file may hold, read from this crate's own source: the
+    /// fields of each `#[derive(Deserialize)]` struct (the schema serde reads, so a key
+    /// added there is a key here). Keys read from a free-form table (`rate`) are not
+    /// fields, and are not found.
+    fn schema_keys() -> Vec<(String, String)> {
+        fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut keys = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for attribute in ["rename", "alias", "flatten"] {
+                // Written apart so that this file does not find itself.
+                let needle = format!("#[serde({attribute}");
+                assert!(
+                    !text.contains(&needle),
+                    "{}: {needle}: read it here too",
+                    file.display()
+                );
+            }
+            let mut lines = text.lines();
+            while let Some(line) = lines.next() {
+                if !(line.starts_with("#[derive(") && line.contains("Deserialize")) {
+                    continue;
+                }
+                let Some(head) = lines.by_ref().find(|l| !l.starts_with("#[")) else {
+                    break;
+                };
+                let Some(name) = head
+                    .strip_prefix("pub struct ")
+                    .and_then(|r| r.split_whitespace().next())
+                else {
+                    continue;
+                };
+                for field in lines.by_ref().take_while(|l| *l != "}") {
+                    let field = field.trim_start();
+                    let field = field.strip_prefix("pub ").unwrap_or(field);
+                    if let Some((key, _)) = field.split_once(": ") {
+                        if key
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                        {
+                            keys.push((name.to_owned(), key.to_owned()));
+                        }
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    /// Whether `key` is written as a key in `text`, commented out or not: `key =`,
+    /// `[key]`, `[[key]]`, `[section.key]` or `{ key = ... }`.
+    fn has_key(text: &str, key: &str) -> bool {
+        text.match_indices(key).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + key.len()..]
+                .trim_start_matches(' ')
+                .chars()
+                .next();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                && matches!(after, Some('=' | ']'))
+        })
+    }
+
+    /// terminus.example.toml says it shows every key: each field of the schema is in it
+    /// (optional ones commented out), and it is a valid file.
+    #[test]
+    fn the_example_has_every_key_of_the_schema() {
+        let keys = schema_keys();
+        assert!(keys.len() > 100, "the schema read: {keys:?}");
+        for probe in [
+            ("ConfigFile", "workers"),
+            ("LogSection", "format"),
+            ("SignerSection", "deadline"),
+            ("ListenOptions", "forwarded_from"),
+        ] {
+            assert!(
+                keys.contains(&(probe.0.to_owned(), probe.1.to_owned())),
+                "{probe:?} not read from the schema"
+            );
+        }
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../terminus.example.toml");
+        let text = std::fs::read_to_string(&example).unwrap();
+        let missing: Vec<String> = keys
+            .iter()
+            .filter(|(_, key)| !has_key(&text, key))
+            .map(|(table, key)| format!("{table}.{key}"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "terminus.example.toml lacks {missing:?}"
+        );
+        Config::parse(&text, &example.display().to_string(), &Overrides::default()).unwrap();
     }
 
     #[test]

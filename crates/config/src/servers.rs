@@ -43,8 +43,11 @@ pub struct ServerConfig {
     pub line: Option<usize>,
     /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
     pub stream: Option<StreamTarget>,
-    /// Headers added to every answer (`headers`).
+    /// Headers added to every answer (`headers`), `Server` apart.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The `Server` field of every answer: `terminus`, or what `headers` says (an
+    /// upstream's own replaced); None: none (`headers = { Server = "" }`).
+    pub server_header: Option<HeaderValue>,
     /// The tenant whose capacity its handshakes use; None: the default tenant.
     pub tenant: Option<String>,
     /// `access`: who may send it requests (empty: everyone).
@@ -82,6 +85,7 @@ impl ServerConfig {
             line: None,
             stream: None,
             headers: Vec::new(),
+            server_header: Some(headers::SERVER_TOKEN),
             tenant: None,
             access: crate::Access::default(),
             rate: None,
@@ -146,6 +150,10 @@ fn resolve_server(
     let own = compress::resolve_codings(s.compress.as_ref(), "compress", ctx)?
         .and_then(|codings| compress::with_codings(compression, codings));
     let (line, certificates) = names_and_certificates(&s.names, &s.certificate, "[[server]]", ctx)?;
+    let (headers, server_header) = match &s.headers {
+        Some(table) => headers::resolve(table, ctx)?,
+        None => (Vec::new(), Some(headers::SERVER_TOKEN)),
+    };
     let uses_acme = acme::server_uses_acme(
         s.certificates.as_ref(),
         &s.names,
@@ -172,10 +180,8 @@ fn resolve_server(
             .transpose()?,
         line,
         stream: None,
-        headers: match &s.headers {
-            Some(table) => headers::resolve(table, ctx)?,
-            None => Vec::new(),
-        },
+        headers,
+        server_header,
         tenant,
         access: crate::access::resolve_access(s.access.as_ref(), ctx)?.unwrap_or_default(),
         rate: crate::rate::resolve_rate(s.rate.as_ref(), false, ctx)?.flatten(),

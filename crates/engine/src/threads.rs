@@ -303,7 +303,11 @@ impl Render for ThreadPool {
             Kind::Gauge,
             "Operations waiting for a crypto thread.",
         );
-        out.sample("terminus_crypto_offload_queued", &Labels::NONE, self.queued());
+        out.sample(
+            "terminus_crypto_offload_queued",
+            &Labels::NONE,
+            self.queued(),
+        );
         self.backpressure_waits.render(out);
         self.computed.render(out);
         if self.kind == BackendKind::Multibuffer {

@@ -92,17 +92,16 @@ impl Labels {
     pub fn of<const N: usize>(pairs: [(&str, &str); N]) -> Self {
         pairs
             .into_iter()
-            .fold(Labels::NONE, |labels, (name, value)| labels.with(name, value))
+            .fold(Labels::NONE, |labels, (name, value)| {
+                labels.with(name, value)
+            })
     }
 
     /// These labels, then `name="value"`. `name` is a label name of the code's (letters,
     /// digits and `_`), never an operator's.
     pub fn with(mut self, name: &str, value: impl Display) -> Self {
         debug_assert!(
-            !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
             "{name:?} is not a label name"
         );
         if !self.0.is_empty() {
@@ -477,7 +476,12 @@ mod tests {
         let t = text(&l);
         assert!(t.contains("t_total{op=\"a\",backend=\"x\"} 0\n"), "{t}");
         assert!(t.contains("t_total{op=\"b\",backend=\"x\"} 1\n"), "{t}");
-        let s = Labelled::counter("t_seconds_sum", "S.", label_values("op", ["a"], &Labels::NONE)).scaled(1e6);
+        let s = Labelled::counter(
+            "t_seconds_sum",
+            "S.",
+            label_values("op", ["a"], &Labels::NONE),
+        )
+        .scaled(1e6);
         s.add(0, 1_500_000);
         assert!(text(&s).contains("t_seconds_sum{op=\"a\"} 1.5\n"));
     }

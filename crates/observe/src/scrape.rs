@@ -278,7 +278,11 @@ up 1
         let labels = terminus_metrics::Labels::of([("upstream", name), ("server", "s")]);
         let mut out = terminus_metrics::Exposition::new();
         out.sample("t_total", &labels, 2);
-        out.sample("t_total", &terminus_metrics::Labels::of([("upstream", "b")]), 3);
+        out.sample(
+            "t_total",
+            &terminus_metrics::Labels::of([("upstream", "b")]),
+            3,
+        );
         let s = Scrape::parse(&out.into_text());
         assert_eq!(s.sum("t_total", &[("upstream", name)]), 2.0);
         assert_eq!(s.sum("t_total", &[]), 5.0);

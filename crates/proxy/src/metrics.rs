@@ -311,9 +311,7 @@ const RELAYS: [&str; 2] = ["splice", "userspace"];
 /// Label values for two labels of two values each, the first varying slowest (the
 /// series of (a, b) is at index `a * 2 + b`).
 fn pairs(a: (&str, [&str; 2]), b: (&str, [&str; 2]), rest: &Labels) -> [Labels; 4] {
-    std::array::from_fn(|i| {
-        Labels::of([(a.0, a.1[i / 2]), (b.0, b.1[i % 2])]).and(rest)
-    })
+    std::array::from_fn(|i| Labels::of([(a.0, a.1[i / 2]), (b.0, b.1[i % 2])]).and(rest))
 }
 
 #[cfg(test)]
@@ -398,7 +396,10 @@ mod tests {
             check: Some(check.clone()),
         };
         let server = Server::new(spec(), "app", Some(&check), &metrics);
-        assert_eq!(server.health.probed(false, &checked, &check), Change::WentDown);
+        assert_eq!(
+            server.health.probed(false, &checked, &check),
+            Change::WentDown
+        );
         server.metrics.health_change(false);
         let still = Server::new(spec(), "app", Some(&check), &metrics);
         assert!(!still.health.is_up(now_ms() + 3_600_000));

@@ -16,10 +16,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use terminus_metrics::Labels;
 use terminus_observe::rates::{Latency, Rates};
 use terminus_observe::scrape::Scrape;
 use terminus_observe::Phase;
-use terminus_metrics::Labels;
 
 use super::page::{self, date, uptime, Cell, Fact, Page, Section, Tile, Unit};
 use crate::metrics::Metrics;

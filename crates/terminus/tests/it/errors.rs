@@ -228,6 +228,10 @@ fn help_documents_every_flag() {
     ] {
         assert!(text.contains(flag), "serve --help lacks {flag}");
     }
+    assert!(
+        text.contains("the status page") && text.contains("(GET / in a browser, /status.json)"),
+        "serve --help does not say where the status page is: {text}"
+    );
     let out = run(Command::new(terminus_bin()).arg("--help"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("serve") && text.contains("check"));

@@ -351,7 +351,11 @@ fn a_reload_keeps_a_server_passive_health_took_out() {
     eventually(Duration::from_secs(10), "the reload", || {
         server.stderr().contains("configuration reloaded")
     });
-    assert_eq!(of_dead("terminus_upstream_up"), 0.0, "still out after the reload");
+    assert_eq!(
+        of_dead("terminus_upstream_up"),
+        0.0,
+        "still out after the reload"
+    );
     for _ in 0..4 {
         assert_eq!(body(&curl(&server, &[], "/app/whoami")), "alive");
     }

@@ -391,6 +391,14 @@ health = {{ fails = 1, interval = "60s" }}
 fn the_status_page_is_read_only_and_runs_only_its_own_script() {
     let server = ServerBuilder::flags(&[]).admin().start();
     let admin = server.admin.unwrap();
+    // Start-up says where the page is.
+    assert!(
+        server
+            .stdout_lines
+            .contains(&format!("status page on http://{admin}/")),
+        "{:?}",
+        server.stdout_lines
+    );
     let head = |args: &[&str], path: &str| {
         let out = run(Command::new("curl")
             .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
@@ -492,9 +500,15 @@ fn names_with_quotes_and_backslashes_are_one_escaped_series_the_status_page_read
         .filter(|l| l.starts_with("terminus_upstream_requests_total{"))
         .collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].starts_with(&escaped), "{} is not {escaped}", lines[0]);
     assert!(
-        metrics.contains("terminus_tenant_quota_acu{tenant=\"shop \\\"one\\\" \\\\\",limit=\"committed\"} 200\n"),
+        lines[0].starts_with(&escaped),
+        "{} is not {escaped}",
+        lines[0]
+    );
+    assert!(
+        metrics.contains(
+            "terminus_tenant_quota_acu{tenant=\"shop \\\"one\\\" \\\\\",limit=\"committed\"} 200\n"
+        ),
         "{metrics}"
     );
 
@@ -513,7 +527,11 @@ fn names_with_quotes_and_backslashes_are_one_escaped_series_the_status_page_read
     let rows = upstreams["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{upstreams:#}");
     assert_eq!(rows[0][0]["t"], upstream, "{upstreams:#}");
-    assert_eq!(rows[0][1]["t"], format!("127.0.0.1:{dead}"), "{upstreams:#}");
+    assert_eq!(
+        rows[0][1]["t"],
+        format!("127.0.0.1:{dead}"),
+        "{upstreams:#}"
+    );
     // The requests figure is the series' value, found by its (escaped) selector.
     assert_eq!(rows[0][4]["v"], 1.0, "{upstreams:#}");
     let tenants = section("tenants");
