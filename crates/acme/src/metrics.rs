@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use terminus_metrics::{Exposition, Kind, Labelled, Render};
+use terminus_metrics::{label_values, Exposition, Kind, Labelled, Labels, Render};
 
 use crate::store::CertKind;
 
@@ -45,12 +45,12 @@ impl Default for AcmeMetrics {
             orders: Labelled::counter(
                 "terminus_acme_orders_total",
                 "ACME orders, by result.",
-                RESULTS.map(|r| format!("result=\"{r}\"")),
+                label_values("result", RESULTS, &Labels::NONE),
             ),
             fleet: Labelled::counter(
                 "terminus_acme_fleet_certificates_total",
                 "ACME certificates taken from the fleet's store (another instance ordered them) and given to it.",
-                ["way=\"taken\"".to_owned(), "way=\"given\"".to_owned()],
+                label_values("way", ["taken", "given"], &Labels::NONE),
             ),
             certificates: Mutex::default(),
         }
@@ -107,7 +107,7 @@ impl Render for AcmeMetrics {
             for ((name, key), times) in map.iter() {
                 let value = if pick == 0 { times.expiry } else { times.next };
                 if let Some(v) = value {
-                    out.sample(series, &format!("name=\"{name}\",key=\"{key}\""), v);
+                    out.sample(series, &Labels::of([("name", name), ("key", key)]), v);
                 }
             }
         }

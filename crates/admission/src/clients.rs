@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use terminus_metrics::{Counter, Exposition, Kind, Render};
+use terminus_metrics::{Counter, Exposition, Kind, Labels, Render};
 
 use crate::meter::Meter;
 
@@ -374,20 +374,20 @@ impl Render for Clients {
             "terminus_rate_keys",
             Kind::Gauge,
             "Clients (addresses or keys) the rate limits hold a meter for, all workers together: entries in use, never freed (a full table reuses its entries), so after a flood it stays at terminus_rate_keys_max.",
-            [(String::new(), self.rates.held())],
+            [(Labels::NONE, self.rates.held())],
         );
         out.family(
             "terminus_rate_keys_max",
             Kind::Gauge,
             "The most the rate limits hold (limits.rate_keys, rounded up to whole sets).",
-            [(String::new(), self.rates.capacity())],
+            [(Labels::NONE, self.rates.capacity())],
         );
         self.rates.forgiven.render(out);
         out.family(
             "terminus_connection_clients",
             Kind::Gauge,
             "Client addresses with connections open, counted for limits.connections_per_client.",
-            [(String::new(), self.connections.tracked())],
+            [(Labels::NONE, self.connections.tracked())],
         );
     }
 }

@@ -3,6 +3,9 @@
 //! Checked when the file is read: names and values must be valid, headers that frame the
 //! message or belong to one connection are refused, and Strict-Transport-Security must be
 //! what RFC 6797 defines (a browser keeps it for max-age, so a typo must not ship).
+//!
+//! `Server` is not added but replaces terminus's own token (an upstream's too), and
+//! `Server = ""` sends none (nginx `server_tokens`, Caddy `header -Server`).
 
 use std::collections::BTreeMap;
 
@@ -22,13 +25,21 @@ const REFUSED: [HeaderName; 7] = [
     header::DATE,
 ];
 
-/// The headers in the file's order of names, or an error at the table's line.
+/// What every answer of a server says in `Server` unless its `headers` say otherwise.
+pub(super) const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
+
+/// Headers added to answers, in order.
+pub(super) type Added = Vec<(HeaderName, HeaderValue)>;
+
+/// A server's `headers`: those added to its answers, in the file's order of names, and
+/// its `Server` (None: no `Server` field at all); or an error at the table's line.
 pub(super) fn resolve(
     table: &Spanned<BTreeMap<String, String>>,
     ctx: &Ctx<'_>,
-) -> Result<Vec<(HeaderName, HeaderValue)>, ConfigError> {
+) -> Result<(Added, Option<HeaderValue>), ConfigError> {
     let at = || Some(table.span());
     let mut headers = Vec::new();
+    let mut server = Some(SERVER_TOKEN);
     for (name, value) in table.get_ref() {
         let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
             return Err(ctx.err(
@@ -62,9 +73,13 @@ pub(super) fn resolve(
                 None,
             ));
         };
-        headers.push((parsed, value));
+        if parsed == header::SERVER {
+            server = (!value.is_empty()).then_some(value);
+        } else {
+            headers.push((parsed, value));
+        }
     }
-    Ok(headers)
+    Ok((headers, server))
 }
 
 /// RFC 6797 section 6.1: `max-age` (required, seconds), `includeSubDomains`; `preload`

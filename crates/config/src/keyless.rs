@@ -217,6 +217,7 @@ pub(crate) fn resolve_key(
         return Err(ctx.err(at, "signer = [] names no signer", Some(example.to_owned())));
     }
     for s in &signers {
+        ctx.name(s, key.span(), "signer")?;
         let port = s
             .rsplit_once(':')
             .and_then(|(h, p)| (!h.is_empty()).then_some(p));

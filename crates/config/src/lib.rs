@@ -249,6 +249,20 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A name the operator gives something (a server, a tenant, an upstream, a signer),
+    /// which logs, `/metrics` labels and the status page show: control characters
+    /// (a newline, a tab, an escape) are refused, as they would show as something else.
+    fn name(&self, name: &str, span: Range<usize>, what: &str) -> Result<(), ConfigError> {
+        match name.chars().find(|c| c.is_control()) {
+            None => Ok(()),
+            Some(c) => Err(self.err(
+                Some(span),
+                format!("{what} {name:?} holds the control character {c:?}"),
+                Some("names are printable text: remove it".to_owned()),
+            )),
+        }
+    }
+
     /// An `IP:PORT` setting.
     fn addr(&self, s: &Spanned<String>, what: &str) -> Result<SocketAddr, ConfigError> {
         s.get_ref().parse().map_err(|_| {
@@ -349,6 +363,24 @@ mod tests {
         assert_eq!(h[0].0, "strict-transport-security");
         assert_eq!(h[0].1, "max-age=600; preload");
         assert!(parse(server).unwrap().servers[0].headers.is_empty());
+        // Server replaces terminus's token; "" removes it.
+        let token = |text: &str| {
+            parse(&format!("{server}headers = {{ {text} }}\n"))
+                .unwrap()
+                .servers[0]
+                .server_header
+                .clone()
+        };
+        assert_eq!(token("Server = \"edge\"").unwrap(), "edge");
+        assert_eq!(token("server = \"\""), None);
+        assert_eq!(token("X-A = \"b\"").unwrap(), "terminus");
+        assert_eq!(
+            parse(server).unwrap().servers[0]
+                .server_header
+                .clone()
+                .unwrap(),
+            "terminus"
+        );
         for (bad, says) in [
             (
                 "\"Strict-Transport-Security\" = \"max-age=soon\"",
@@ -437,6 +469,187 @@ mod tests {
             assert_eq!(e.line, Some(line), "{text:?}: {e}");
             assert!(e.message.contains(says), "{text:?}: {e}");
         }
+    }
+
+    /// Names reach logs, `/metrics` labels and the status page: quotes and backslashes
+    /// are theirs to hold (the exposition escapes them), control characters are refused
+    /// at the name's line.
+    #[test]
+    fn names_with_control_characters_are_refused_at_their_line() {
+        let quoted = "[[upstream]]\nname = 'a\"b\\c'\nservers = [\"127.0.0.1:1\"]\n[[tenant]]\nname = 'shop \"one\" \\'\ncapacity = { acu = 1 }\n";
+        let c = parse(quoted).unwrap();
+        assert_eq!(c.upstreams[0].name, "a\"b\\c");
+        assert_eq!(c.tenants[0].name, "shop \"one\" \\");
+        let signer = |s: &str| {
+            format!("[[server]]\nnames = [\"a\"]\n[[server.certificate]]\ncert = \"c.pem\"\nkey = {{ signer = \"{s}\", ca = \"ca.pem\", cert = \"t.pem\", key = \"t.key\" }}\n")
+        };
+        for (text, line, what) in [
+            (
+                "[[upstream]]\nname = \"a\\nb\"\nservers = [\"127.0.0.1:1\"]\n".to_owned(),
+                2,
+                "upstream name",
+            ),
+            (
+                "\n[[tenant]]\nname = \"shop\\u0007\"\ncapacity = { acu = 1 }\n".to_owned(),
+                3,
+                "tenant name",
+            ),
+            (
+                "[[server]]\nnames = [\"a\", \"b\\u001b[31m\"]\n".to_owned(),
+                2,
+                "server name",
+            ),
+            (
+                "[[stream]]\nnames = [\"a\\u0000\"]\nupstream = \"u\"\n".to_owned(),
+                2,
+                "server name",
+            ),
+            (signer("k\\r:2407"), 5, "signer"),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text:?}: {e}");
+            assert!(
+                e.message.starts_with(what) && e.message.contains("control character"),
+                "{text:?}: {e}"
+            );
+        }
+    }
+
+    /// SNI picks the first server that names a host: a second naming it would never be
+    /// served for it, its certificate included. Refused at the second, naming the first.
+    #[test]
+    fn a_name_given_to_two_servers_is_refused_naming_both_lines() {
+        for (second, name) in [
+            ("[\"b.example\", \"a.example\"]", "a.example"),
+            ("[\"A.Example.\"]", "A.Example."),
+            ("[\"*.example\"]", "*.example"),
+        ] {
+            let text = format!(
+                "[[server]]\nnames = [\"a.example\", \"*.example\"]\ndefault = true\n\n[[server]]\nnames = {second}\n"
+            );
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(6), "{text}: {e}");
+            assert_eq!(
+                e.message,
+                format!("{name:?} is already a name of the [[server]] at line 2"),
+                "{text}"
+            );
+            assert!(e.hint.unwrap().contains("give each name to one"));
+        }
+        // A wildcard and an exact name under it: the exact name wins, as in nginx.
+        let c = parse("[[server]]\nnames = [\"*.example\"]\n[[server]]\nnames = [\"a.example\"]\n")
+            .unwrap();
+        assert_eq!(c.servers.len(), 2);
+        // One server may list a name twice: nothing is hidden.
+        parse("[[server]]\nnames = [\"a.example\", \"a.example\"]\n").unwrap();
+    }
+
+    /// The keys of every table the file may hold, read from this crate's own source: the
+    /// fields of each `#[derive(Deserialize)]` struct (the schema serde reads, so a key
+    /// added there is a key here). Keys read from a free-form table (`rate`) are not
+    /// fields, and are not found.
+    fn schema_keys() -> Vec<(String, String)> {
+        fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut keys = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for attribute in ["rename", "alias", "flatten"] {
+                // Written apart so that this file does not find itself.
+                let needle = format!("#[serde({attribute}");
+                assert!(
+                    !text.contains(&needle),
+                    "{}: {needle}: read it here too",
+                    file.display()
+                );
+            }
+            let mut lines = text.lines();
+            while let Some(line) = lines.next() {
+                if !(line.starts_with("#[derive(") && line.contains("Deserialize")) {
+                    continue;
+                }
+                let Some(head) = lines.by_ref().find(|l| !l.starts_with("#[")) else {
+                    break;
+                };
+                let Some(name) = head
+                    .strip_prefix("pub struct ")
+                    .and_then(|r| r.split_whitespace().next())
+                else {
+                    continue;
+                };
+                for field in lines.by_ref().take_while(|l| *l != "}") {
+                    let field = field.trim_start();
+                    let field = field.strip_prefix("pub ").unwrap_or(field);
+                    if let Some((key, _)) = field.split_once(": ") {
+                        if key
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                        {
+                            keys.push((name.to_owned(), key.to_owned()));
+                        }
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    /// Whether `key` is written as a key in `text`, commented out or not: `key =`,
+    /// `[key]`, `[[key]]`, `[section.key]` or `{ key = ... }`.
+    fn has_key(text: &str, key: &str) -> bool {
+        text.match_indices(key).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + key.len()..]
+                .trim_start_matches(' ')
+                .chars()
+                .next();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                && matches!(after, Some('=' | ']'))
+        })
+    }
+
+    /// terminus.example.toml says it shows every key: each field of the schema is in it
+    /// (optional ones commented out), and it is a valid file.
+    #[test]
+    fn the_example_has_every_key_of_the_schema() {
+        let keys = schema_keys();
+        assert!(keys.len() > 100, "the schema read: {keys:?}");
+        for probe in [
+            ("ConfigFile", "workers"),
+            ("LogSection", "format"),
+            ("SignerSection", "deadline"),
+            ("ListenOptions", "forwarded_from"),
+        ] {
+            assert!(
+                keys.contains(&(probe.0.to_owned(), probe.1.to_owned())),
+                "{probe:?} not read from the schema"
+            );
+        }
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../terminus.example.toml");
+        let text = std::fs::read_to_string(&example).unwrap();
+        let missing: Vec<String> = keys
+            .iter()
+            .filter(|(_, key)| !has_key(&text, key))
+            .map(|(table, key)| format!("{table}.{key}"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "terminus.example.toml lacks {missing:?}"
+        );
+        Config::parse(&text, &example.display().to_string(), &Overrides::default()).unwrap();
     }
 
     #[test]

@@ -43,8 +43,11 @@ pub struct ServerConfig {
     pub line: Option<usize>,
     /// A `[[stream]]`: its connections go to an upstream as bytes, not as HTTP.
     pub stream: Option<StreamTarget>,
-    /// Headers added to every answer (`headers`).
+    /// Headers added to every answer (`headers`), `Server` apart.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The `Server` field of every answer: `terminus`, or what `headers` says (an
+    /// upstream's own replaced); None: none (`headers = { Server = "" }`).
+    pub server_header: Option<HeaderValue>,
     /// The tenant whose capacity its handshakes use; None: the default tenant.
     pub tenant: Option<String>,
     /// `access`: who may send it requests (empty: everyone).
@@ -82,6 +85,7 @@ impl ServerConfig {
             line: None,
             stream: None,
             headers: Vec::new(),
+            server_header: Some(headers::SERVER_TOKEN),
             tenant: None,
             access: crate::Access::default(),
             rate: None,
@@ -107,7 +111,7 @@ pub(crate) fn resolve(
         .zip(server_tenants)
         .map(|(s, tenant)| resolve_server(s, tenant, upstreams, acme, &compression, ctx))
         .collect::<Result<Vec<_>, _>>()?;
-    check_acme_names(raw, &servers, ctx)?;
+    check_names_unique(raw, ctx)?;
     if servers.iter().filter(|s| s.default).count() > 1 {
         let second = raw
             .server
@@ -123,18 +127,6 @@ pub(crate) fn resolve(
     for s in &raw.stream {
         let (line, certificates) =
             names_and_certificates(&s.names, &s.certificate, "[[stream]]", ctx)?;
-        let taken = |n: &String| {
-            servers
-                .iter()
-                .any(|o: &ServerConfig| o.names.iter().any(|m| m.eq_ignore_ascii_case(n)))
-        };
-        if let Some(name) = s.names.get_ref().iter().find(|n| taken(n)) {
-            return Err(ctx.err(
-                Some(s.names.span()),
-                format!("{name:?} is already the name of a [[server]] or [[stream]]"),
-                Some("SNI chooses between them: give each name to one".to_owned()),
-            ));
-        }
         servers.push(ServerConfig {
             names: s.names.get_ref().clone(),
             default: false,
@@ -158,6 +150,10 @@ fn resolve_server(
     let own = compress::resolve_codings(s.compress.as_ref(), "compress", ctx)?
         .and_then(|codings| compress::with_codings(compression, codings));
     let (line, certificates) = names_and_certificates(&s.names, &s.certificate, "[[server]]", ctx)?;
+    let (headers, server_header) = match &s.headers {
+        Some(table) => headers::resolve(table, ctx)?,
+        None => (Vec::new(), Some(headers::SERVER_TOKEN)),
+    };
     let uses_acme = acme::server_uses_acme(
         s.certificates.as_ref(),
         &s.names,
@@ -184,10 +180,8 @@ fn resolve_server(
             .transpose()?,
         line,
         stream: None,
-        headers: match &s.headers {
-            Some(table) => headers::resolve(table, ctx)?,
-            None => Vec::new(),
-        },
+        headers,
+        server_header,
         tenant,
         access: crate::access::resolve_access(s.access.as_ref(), ctx)?.unwrap_or_default(),
         rate: crate::rate::resolve_rate(s.rate.as_ref(), false, ctx)?.flatten(),
@@ -234,38 +228,38 @@ fn error_pages(
         .collect()
 }
 
-/// Two ACME servers with one name would share its certificate file and each other's
-/// challenge answers.
-fn check_acme_names(
-    raw: &ConfigFile,
-    servers: &[ServerConfig],
-    ctx: &Ctx<'_>,
-) -> Result<(), ConfigError> {
-    let acme_names: Vec<String> = servers
-        .iter()
-        .filter(|s| s.acme)
-        .flat_map(|s| s.names.iter().map(|n| n.to_ascii_lowercase()))
-        .collect();
-    let repeated = (1..acme_names.len()).find(|&i| acme_names[..i].contains(&acme_names[i]));
-    let Some(name) = repeated.map(|i| &acme_names[i]) else {
-        return Ok(());
-    };
-    let at = raw
-        .server
-        .iter()
-        .filter(|s| {
-            s.names
-                .get_ref()
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(name))
-        })
-        .nth(1)
-        .map(|s| s.names.span());
-    Err(ctx.err(
-        at,
-        format!("{name:?} is named by two servers with certificates = \"acme\""),
-        Some("give each name to one server".to_owned()),
-    ))
+/// Each name belongs to one `[[server]]` or `[[stream]]`: SNI picks the first that
+/// names it, so a second would be silently unreachable by that name (its certificate
+/// never served, its routes never asked; two ACME servers would share a certificate
+/// file and each other's challenges). Names are compared as SNI compares them: case
+/// and a final dot aside. A wildcard and an exact name under it (`*.example.com`,
+/// `a.example.com`) are not the same name: the exact one wins, as in nginx's
+/// `server_name`.
+fn check_names_unique(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<(), ConfigError> {
+    let entries = (raw.server.iter().map(|s| (&s.names, "[[server]]")))
+        .chain(raw.stream.iter().map(|s| (&s.names, "[[stream]]")));
+    // Each name's entry (its index among the servers and streams), kind and line.
+    let mut seen = std::collections::HashMap::new();
+    for (i, (names, what)) in entries.enumerate() {
+        let line = ctx.line_of(names.span()).unwrap_or(0);
+        for name in names.get_ref() {
+            let key = name.trim_end_matches('.').to_ascii_lowercase();
+            match seen.get(&key) {
+                Some(&(j, _, _)) if j == i => {}
+                Some(&(_, first, first_line)) => {
+                    return Err(ctx.err(
+                        Some(names.span()),
+                        format!("{name:?} is already a name of the {first} at line {first_line}"),
+                        Some("SNI picks one [[server]] or [[stream]] per name: give each name to one (an exact name under another's wildcard is fine: the exact name wins)".to_owned()),
+                    ));
+                }
+                None => {
+                    seen.insert(key, (i, what, line));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A `[[server]]`'s or `[[stream]]`'s names (checked) and certificates; the line of its
@@ -284,6 +278,7 @@ fn names_and_certificates(
         ));
     }
     for name in names.get_ref() {
+        ctx.name(name, names.span(), "server name")?;
         let bare = name.strip_prefix("*.").unwrap_or(name);
         if bare.is_empty() || bare.contains('*') || bare.contains(char::is_whitespace) {
             return Err(ctx.err(

@@ -106,7 +106,7 @@ mod tests {
             ("[[stream]]\nnames = [\"a.test\"]\nupstream = \"db\"\nmode = \"proxy\"\n", 4, "not a stream mode"),
             ("[[stream]]\nnames = []\nupstream = \"db\"\n", 2, "at least one name"),
             ("[[stream]]\nnames = [\"a.test\"]\nupstream = \"db\"\nmode = \"passthrough\"\n[[stream.certificate]]\ncert = \"c.pem\"\nkey = \"k.pem\"\n", 6, "takes no certificate"),
-            ("[[server]]\nnames = [\"a.test\"]\n[[stream]]\nnames = [\"A.test\"]\nupstream = \"db\"\n", 4, "already the name"),
+            ("[[server]]\nnames = [\"a.test\"]\n[[stream]]\nnames = [\"A.test\"]\nupstream = \"db\"\n", 4, "already a name of the [[server]] at line 5"),
             ("[[stream]]\nnames = [\"a.test\"]\nupstream = \"db\"\nlisten = \"127.0.0.1:1\"\n", 4, "unknown field"),
         ] {
             let text = format!("{UP}{text}");

@@ -66,6 +66,7 @@ pub(super) fn resolve(
     let mut resolved: Vec<TenantConfig> = Vec::new();
     for t in tenants {
         let name = t.name.get_ref();
+        ctx.name(name, t.name.span(), "tenant name")?;
         if name.is_empty() || name == DEFAULT_TENANT {
             return Err(ctx.err(
                 Some(t.name.span()),

@@ -19,7 +19,7 @@ use aws_lc_rs::signature::{
     ECDSA_P384_SHA384_ASN1_SIGNING,
 };
 use rustls::SignatureScheme;
-use terminus_metrics::{Exposition, Kind, Render};
+use terminus_metrics::{Exposition, Kind, Labels, Render};
 
 use crate::multibuffer::emsa::Encoding;
 use crate::multibuffer::kernel::CryptoMb;
@@ -423,7 +423,9 @@ impl Render for Crossovers {
         const NAME: &str = "terminus_crypto_crossover";
         out.header(NAME, Kind::Gauge, "Smallest batch the multibuffer backend computes in one call (9: never); measured=\"1\" when measured on this CPU at start-up.");
         for (op, crossover, measured) in self.all() {
-            let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
+            let labels = Labels::NONE
+                .with("op", op.name())
+                .with("measured", u8::from(measured));
             out.sample(NAME, &labels, crossover);
         }
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Render};
+use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Labels, Render};
 
 use crate::backend::{BackendKind, FallbackCause};
 use crate::op::OpKind;
@@ -51,7 +51,7 @@ impl EngineMetrics {
             label_values(
                 "op",
                 OpKind::ALL.map(OpKind::name),
-                &format!("backend=\"{}\"", backend.name()),
+                &Labels::of([("backend", backend.name())]),
             )
         };
         Self {
@@ -90,12 +90,11 @@ impl EngineMetrics {
                 "terminus_crypto_fallbacks_total",
                 "Operations a batching backend recomputed on the scalar path after its batch failed them (the handshake went on).",
                 std::array::from_fn(|i| {
-                    format!(
-                        "op=\"{}\",cause=\"{}\",backend=\"{}\"",
-                        OpKind::ALL[i / CAUSES].name(),
-                        FallbackCause::ALL[i % CAUSES].name(),
-                        backend.name()
-                    )
+                    Labels::of([
+                        ("op", OpKind::ALL[i / CAUSES].name()),
+                        ("cause", FallbackCause::ALL[i % CAUSES].name()),
+                        ("backend", backend.name()),
+                    ])
                 }),
             ),
             latency: Labelled::counter(

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use terminus_metrics::{Counter, Exposition, Kind, Render};
+use terminus_metrics::{Counter, Exposition, Kind, Labels, Render};
 
 use crate::backend::{Backend, BackendKind, FallbackCause, Job};
 use crate::cost::Crossovers;
@@ -303,7 +303,11 @@ impl Render for ThreadPool {
             Kind::Gauge,
             "Operations waiting for a crypto thread.",
         );
-        out.sample("terminus_crypto_offload_queued", "", self.queued());
+        out.sample(
+            "terminus_crypto_offload_queued",
+            &Labels::NONE,
+            self.queued(),
+        );
         self.backpressure_waits.render(out);
         self.computed.render(out);
         if self.kind == BackendKind::Multibuffer {

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aws_lc_rs::hmac;
 use redis::aio::MultiplexedConnection;
 use redis::RedisResult;
-use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Render};
+use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Labels, Render};
 
 use crate::tickets::key::{hex, Kek};
 
@@ -650,7 +650,7 @@ impl ShareMetrics {
             ignored: Arc::new(Labelled::counter(
                 "terminus_fleet_share_reports_ignored_total",
                 "Quota share reports in the fleet's store ignored and deleted: unopened (not authenticated under this key file for their field: an older version's, another key file's, longer than any report, or forged) or stale (written more than a minute ago or stamped over 5 s ahead: a replay).",
-                label_values("reason", IGNORED, ""),
+                label_values("reason", IGNORED, &Labels::NONE),
             )),
             failed: Arc::new(Counter::new(
                 "terminus_fleet_share_rounds_failed_total",
@@ -689,7 +689,7 @@ impl Render for ShareMetrics {
         for (tenant, v) in view.iter() {
             out.sample(
                 "terminus_tenant_fleet_share",
-                &format!("tenant=\"{tenant}\""),
+                &Labels::of([("tenant", tenant)]),
                 v.share,
             );
         }
@@ -699,7 +699,7 @@ impl Render for ShareMetrics {
             "Instances sharing the tenants' quotas, as this one last saw them.",
         );
         let n = view.values().map(|v| v.instances.len()).max().unwrap_or(0);
-        out.sample("terminus_fleet_instances", "", n);
+        out.sample("terminus_fleet_instances", &Labels::NONE, n);
         drop(view);
         self.ignored.render(out);
         self.failed.render(out);

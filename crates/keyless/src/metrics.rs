@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use terminus_metrics::{Buckets, Exposition, Kind, Render};
+use terminus_metrics::{Buckets, Exposition, Kind, Labels, Render};
 
 use crate::protocol::ErrorCode;
 
@@ -188,7 +188,7 @@ impl Render for KeylessMetrics {
         for (signer, s) in clients.iter() {
             out.sample(
                 SIGNED,
-                &format!("signer=\"{signer}\""),
+                &Labels::of([("signer", signer)]),
                 s.answered.load(Ordering::Relaxed),
             );
         }
@@ -200,7 +200,7 @@ impl Render for KeylessMetrics {
         );
         for (signer, s) in clients.iter() {
             s.round_trip
-                .render(out, RTT, &format!("signer=\"{signer}\""));
+                .render(out, RTT, &Labels::of([("signer", signer)]));
         }
         const FAILED: &str = "terminus_keyless_failures_total";
         out.header(
@@ -212,7 +212,7 @@ impl Render for KeylessMetrics {
             for (cause, n) in CAUSES.iter().zip(&s.failures) {
                 out.sample(
                     FAILED,
-                    &format!("signer=\"{signer}\",cause=\"{cause}\""),
+                    &Labels::of([("signer", signer), ("cause", cause)]),
                     n.load(Ordering::Relaxed),
                 );
             }
@@ -226,7 +226,7 @@ impl Render for KeylessMetrics {
         for (signer, s) in clients.iter() {
             out.sample(
                 CONNECTED,
-                &format!("signer=\"{signer}\""),
+                &Labels::of([("signer", signer)]),
                 s.connections.load(Ordering::Relaxed),
             );
         }
@@ -239,7 +239,7 @@ impl Render for KeylessMetrics {
         for (name, n) in OUTCOMES.iter().zip(&r.requests) {
             out.sample(
                 REQUESTS,
-                &format!("outcome=\"{name}\""),
+                &Labels::of([("outcome", name)]),
                 n.load(Ordering::Relaxed),
             );
         }
@@ -249,14 +249,14 @@ impl Render for KeylessMetrics {
             Kind::Histogram,
             "Signing requests: read to answered (the signer's queue and batch).",
         );
-        r.request_time.render(out, TIME, "");
+        r.request_time.render(out, TIME, &Labels::NONE);
         const CONNS: &str = "terminus_signer_connections_total";
         out.header(
             CONNS,
             Kind::Counter,
             "Terminators' connections accepted past mutual TLS.",
         );
-        out.sample(CONNS, "", r.connections.load(Ordering::Relaxed));
+        out.sample(CONNS, &Labels::NONE, r.connections.load(Ordering::Relaxed));
         const REFUSED: &str = "terminus_signer_refused_total";
         out.header(
             REFUSED,
@@ -266,7 +266,7 @@ impl Render for KeylessMetrics {
         for (why, n) in Refusal::ALL.iter().zip(&r.refused) {
             out.sample(
                 REFUSED,
-                &format!("reason=\"{}\"", why.label()),
+                &Labels::of([("reason", why.label())]),
                 n.load(Ordering::Relaxed),
             );
         }

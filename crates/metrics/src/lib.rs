@@ -6,6 +6,11 @@
 //! written by [`Render::render`] into an [`Exposition`], the text format `GET /metrics`
 //! serves. Label values are fixed when the series is made, so rendering allocates
 //! nothing per sample and the label set cannot grow without bound.
+//!
+//! Labels are written by [`Labels`] alone, from (name, value) pairs, each value escaped
+//! as the text format requires (`\\`, `\"`, `\n`): a value holding a quote or a
+//! newline (an operator's upstream or tenant name) stays one label of one series and
+//! cannot add series of its own.
 
 use std::fmt::{Display, Write as _};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -44,12 +49,12 @@ impl Exposition {
         );
     }
 
-    /// One sample; `labels` is the text between the braces (`a="x",b="y"`), or empty.
-    pub fn sample(&mut self, name: &str, labels: &str, value: impl Display) {
-        if labels.is_empty() {
+    /// One sample, with `labels` (or [`Labels::NONE`]).
+    pub fn sample(&mut self, name: &str, labels: &Labels, value: impl Display) {
+        if labels.0.is_empty() {
             let _ = writeln!(self.text, "{name} {value}");
         } else {
-            let _ = writeln!(self.text, "{name}{{{labels}}} {value}");
+            let _ = writeln!(self.text, "{name}{{{}}} {value}", labels.0);
         }
     }
 
@@ -59,7 +64,7 @@ impl Exposition {
         name: &str,
         kind: Kind,
         help: &str,
-        samples: impl IntoIterator<Item = (String, V)>,
+        samples: impl IntoIterator<Item = (Labels, V)>,
     ) {
         self.header(name, kind, help);
         for (labels, value) in samples {
@@ -70,6 +75,74 @@ impl Exposition {
     /// The page's text.
     pub fn into_text(self) -> String {
         self.text
+    }
+}
+
+/// The label set of a sample, as written between its braces: `name="value"` pairs, each
+/// value escaped (backslash, double quote and newline, as the text exposition format
+/// says). The only way a label reaches the page, so no caller can forget to escape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(String);
+
+impl Labels {
+    /// No labels.
+    pub const NONE: Labels = Labels(String::new());
+
+    /// The labels `pairs`, in order.
+    pub fn of<const N: usize>(pairs: [(&str, &str); N]) -> Self {
+        pairs
+            .into_iter()
+            .fold(Labels::NONE, |labels, (name, value)| {
+                labels.with(name, value)
+            })
+    }
+
+    /// These labels, then `name="value"`. `name` is a label name of the code's (letters,
+    /// digits and `_`), never an operator's.
+    pub fn with(mut self, name: &str, value: impl Display) -> Self {
+        debug_assert!(
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            "{name:?} is not a label name"
+        );
+        if !self.0.is_empty() {
+            self.0.push(',');
+        }
+        self.0.push_str(name);
+        self.0.push_str("=\"");
+        let _ = write!(Escaping(&mut self.0), "{value}");
+        self.0.push('"');
+        self
+    }
+
+    /// These labels, then `more`'s.
+    pub fn and(mut self, more: &Labels) -> Self {
+        if !self.0.is_empty() && !more.0.is_empty() {
+            self.0.push(',');
+        }
+        self.0.push_str(&more.0);
+        self
+    }
+
+    /// The text between the braces (`a="x",b="y"`), empty for none.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Writes what it is given as a label value's text: `\`, `"` and a newline escaped.
+struct Escaping<'a>(&'a mut String);
+
+impl std::fmt::Write for Escaping<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        for c in s.chars() {
+            match c {
+                '\\' => self.0.push_str("\\\\"),
+                '"' => self.0.push_str("\\\""),
+                '\n' => self.0.push_str("\\n"),
+                c => self.0.push(c),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -144,7 +217,7 @@ impl Counter {
 impl Render for Counter {
     fn render(&self, out: &mut Exposition) {
         out.header(self.desc.name, Kind::Counter, self.desc.help);
-        out.sample(self.desc.name, "", self.get());
+        out.sample(self.desc.name, &Labels::NONE, self.get());
     }
 }
 
@@ -178,7 +251,7 @@ impl Gauge {
 impl Render for Gauge {
     fn render(&self, out: &mut Exposition) {
         out.header(self.desc.name, Kind::Gauge, self.desc.help);
-        out.sample(self.desc.name, "", self.get());
+        out.sample(self.desc.name, &Labels::NONE, self.get());
     }
 }
 
@@ -190,23 +263,23 @@ pub struct Labelled<const N: usize> {
     desc: Desc,
     kind: Kind,
     /// `label="value"` (and any constant labels after it) per series.
-    labels: [String; N],
+    labels: [Labels; N],
     values: [AtomicI64; N],
     scale: f64,
 }
 
 impl<const N: usize> Labelled<N> {
-    /// A counter per entry of `labels`, each the text between the braces.
-    pub fn counter(name: &'static str, help: &'static str, labels: [String; N]) -> Self {
+    /// A counter per label set in `labels`.
+    pub fn counter(name: &'static str, help: &'static str, labels: [Labels; N]) -> Self {
         Self::new(Desc { name, help }, Kind::Counter, labels)
     }
 
-    /// A gauge per label value in `labels`.
-    pub fn gauge(name: &'static str, help: &'static str, labels: [String; N]) -> Self {
+    /// A gauge per label set in `labels`.
+    pub fn gauge(name: &'static str, help: &'static str, labels: [Labels; N]) -> Self {
         Self::new(Desc { name, help }, Kind::Gauge, labels)
     }
 
-    fn new(desc: Desc, kind: Kind, labels: [String; N]) -> Self {
+    fn new(desc: Desc, kind: Kind, labels: [Labels; N]) -> Self {
         Self {
             desc,
             kind,
@@ -257,15 +330,9 @@ impl<const N: usize> Render for Labelled<N> {
     }
 }
 
-/// `label="value"` for each value: the label sets of a [`Labelled`] series.
-pub fn label_values<const N: usize>(label: &str, values: [&str; N], rest: &str) -> [String; N] {
-    values.map(|v| {
-        if rest.is_empty() {
-            format!("{label}=\"{v}\"")
-        } else {
-            format!("{label}=\"{v}\",{rest}")
-        }
-    })
+/// `label="value"` for each value, then `rest`: the label sets of a [`Labelled`] series.
+pub fn label_values<const N: usize>(label: &str, values: [&str; N], rest: &Labels) -> [Labels; N] {
+    values.map(|v| Labels::NONE.with(label, v).and(rest))
 }
 
 /// The buckets of one histogram, lock-free; observations in seconds (durations) or plain
@@ -321,15 +388,14 @@ impl Buckets {
 
     /// Writes the histogram's series under `name` with `labels` (no header: several
     /// label sets share one).
-    pub fn render(&self, out: &mut Exposition, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
+    pub fn render(&self, out: &mut Exposition, name: &str, labels: &Labels) {
         let bucket = format!("{name}_bucket");
         let mut cumulative = 0;
         for (bound, n) in self.bounds.iter().zip(&self.counts) {
             cumulative += n.load(Ordering::Relaxed);
-            out.sample(&bucket, &format!("{labels}{sep}le=\"{bound}\""), cumulative);
+            out.sample(&bucket, &labels.clone().with("le", bound), cumulative);
         }
-        out.sample(&bucket, &format!("{labels}{sep}le=\"+Inf\""), self.count());
+        out.sample(&bucket, &labels.clone().with("le", "+Inf"), self.count());
         let sum = f64::from_bits(self.sum.load(Ordering::Relaxed));
         out.sample(&format!("{name}_sum"), labels, sum);
         out.sample(&format!("{name}_count"), labels, self.count());
@@ -340,7 +406,7 @@ impl Buckets {
 #[derive(Debug)]
 pub struct Histograms<const N: usize> {
     desc: Desc,
-    labels: [String; N],
+    labels: [Labels; N],
     buckets: [Buckets; N],
 }
 
@@ -350,7 +416,7 @@ impl<const N: usize> Histograms<N> {
         name: &'static str,
         help: &'static str,
         bounds: &'static [f64],
-        labels: [String; N],
+        labels: [Labels; N],
     ) -> Self {
         Self {
             desc: Desc { name, help },
@@ -404,13 +470,18 @@ mod tests {
         let l = Labelled::counter(
             "t_total",
             "T.",
-            label_values("op", ["a", "b"], "backend=\"x\""),
+            label_values("op", ["a", "b"], &Labels::of([("backend", "x")])),
         );
         l.inc(1);
         let t = text(&l);
         assert!(t.contains("t_total{op=\"a\",backend=\"x\"} 0\n"), "{t}");
         assert!(t.contains("t_total{op=\"b\",backend=\"x\"} 1\n"), "{t}");
-        let s = Labelled::counter("t_seconds_sum", "S.", label_values("op", ["a"], "")).scaled(1e6);
+        let s = Labelled::counter(
+            "t_seconds_sum",
+            "S.",
+            label_values("op", ["a"], &Labels::NONE),
+        )
+        .scaled(1e6);
         s.add(0, 1_500_000);
         assert!(text(&s).contains("t_seconds_sum{op=\"a\"} 1.5\n"));
     }
@@ -418,7 +489,7 @@ mod tests {
     #[test]
     fn histograms_are_cumulative_with_sum_and_count() {
         static BOUNDS: &[f64] = &[0.001, 0.01];
-        let h = Histograms::new("t_seconds", "T.", BOUNDS, [String::new()]);
+        let h = Histograms::new("t_seconds", "T.", BOUNDS, [Labels::NONE]);
         h.get(0).observe_duration(Duration::from_micros(500));
         h.get(0).observe_duration(Duration::from_millis(5));
         h.get(0).observe_duration(Duration::from_secs(1));
@@ -433,10 +504,30 @@ mod tests {
             assert!(t.contains(line), "{line} in {t}");
         }
         static SIZES: &[f64] = &[1.0, 2.0];
-        let sizes = Histograms::new("t_size", "S.", SIZES, label_values("op", ["a"], ""));
+        let sizes = Histograms::new(
+            "t_size",
+            "S.",
+            SIZES,
+            label_values("op", ["a"], &Labels::NONE),
+        );
         sizes.get(0).observe(2);
         let t = text(&sizes);
         assert!(t.contains("t_size_bucket{op=\"a\",le=\"1\"} 0\n"), "{t}");
         assert!(t.contains("t_size_sum{op=\"a\"} 2\n"), "{t}");
+    }
+
+    #[test]
+    fn label_values_are_escaped_so_they_stay_one_series() {
+        let name = "a\"} 1\nevil{x=\"\\";
+        let labels = Labels::of([("upstream", name)]).with("n", 2);
+        assert_eq!(
+            labels.as_str(),
+            "upstream=\"a\\\"} 1\\nevil{x=\\\"\\\\\",n=\"2\""
+        );
+        let mut out = Exposition::new();
+        out.sample("t_total", &labels, 1);
+        let t = out.into_text();
+        assert_eq!(t.lines().count(), 1, "{t}");
+        assert!(t.ends_with("\",n=\"2\"} 1\n"), "{t}");
     }
 }

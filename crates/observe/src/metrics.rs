@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_metrics::{Buckets, Exposition, Kind, Render};
+use terminus_metrics::{Buckets, Exposition, Kind, Labels, Render};
 
 use crate::phases::{Breakdown, Phase};
 
@@ -32,21 +32,20 @@ pub struct HandshakeLabels {
 }
 
 impl HandshakeLabels {
-    fn text(&self) -> String {
-        format!(
-            "version=\"{}\",key_type=\"{}\",mode=\"{}\",tenant=\"{}\"",
-            self.version,
-            self.key_type,
-            if self.resumed { "resumed" } else { "full" },
-            self.tenant
-        )
+    fn labels(&self) -> Labels {
+        Labels::of([
+            ("version", self.version),
+            ("key_type", self.key_type),
+            ("mode", if self.resumed { "resumed" } else { "full" }),
+            ("tenant", &self.tenant),
+        ])
     }
 }
 
 /// The histograms of one label set.
 #[derive(Debug)]
 pub struct HandshakeSet {
-    labels: String,
+    labels: Labels,
     total: Buckets,
     phases: [Buckets; Phase::COUNT],
     first_response: Buckets,
@@ -82,7 +81,7 @@ impl HandshakeSeries {
             return set.clone();
         }
         let set = Arc::new(HandshakeSet {
-            labels: labels.text(),
+            labels: labels.labels(),
             total: Buckets::new(BOUNDS),
             phases: std::array::from_fn(|_| Buckets::new(BOUNDS)),
             first_response: Buckets::new(BOUNDS),
@@ -110,7 +109,7 @@ impl Render for HandshakeSeries {
             "Completed TLS handshakes' time by phase; a handshake's phases add up to its duration.",
             sets.iter().flat_map(|s| {
                 let phases = Phase::ALL.iter().zip(&s.phases);
-                phases.map(|(p, b)| (format!("phase=\"{}\",{}", p.name(), s.labels), b))
+                phases.map(|(p, b)| (Labels::of([("phase", p.name())]).and(&s.labels), b))
             }),
         );
         family(
@@ -127,7 +126,7 @@ fn family<'a>(
     out: &mut Exposition,
     name: &str,
     help: &str,
-    series: impl Iterator<Item = (String, &'a Buckets)>,
+    series: impl Iterator<Item = (Labels, &'a Buckets)>,
 ) {
     out.header(name, Kind::Histogram, help);
     for (labels, buckets) in series {

@@ -126,8 +126,9 @@ fn parse_line(line: &str) -> Option<Sample> {
     })
 }
 
-/// `a="x",b="y"`: terminus's label values hold no quotes or commas, but escapes are
-/// honoured all the same.
+/// `a="x",b="y"`, each value unescaped as the text format escapes it (`\\`, `\"`, `\n`;
+/// terminus_metrics::Labels writes them): an operator's name holding a quote, a comma
+/// or a brace reads back as written.
 fn parse_labels(mut rest: &str) -> Option<Vec<(String, String)>> {
     let mut labels = Vec::new();
     while !rest.is_empty() {
@@ -136,7 +137,16 @@ fn parse_labels(mut rest: &str) -> Option<Vec<(String, String)>> {
         let mut chars = after.char_indices();
         let end = loop {
             match chars.next()? {
-                (_, '\\') => value.push(chars.next()?.1),
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    // `\\` and `\"`; a backslash before anything else is kept, as
+                    // Prometheus reads it.
+                    c @ ('\\' | '"') => value.push(c),
+                    c => {
+                        value.push('\\');
+                        value.push(c);
+                    }
+                },
                 (i, '"') => break i,
                 (_, c) => value.push(c),
             }
@@ -260,6 +270,26 @@ up 1
             [vec!["a"], vec!["b"]]
         );
         assert!(s.has("up") && !s.has("down"));
+    }
+
+    #[test]
+    fn escaped_label_values_read_back_as_written() {
+        let name = "a\"},b=\"x\\y\nz";
+        let labels = terminus_metrics::Labels::of([("upstream", name), ("server", "s")]);
+        let mut out = terminus_metrics::Exposition::new();
+        out.sample("t_total", &labels, 2);
+        out.sample(
+            "t_total",
+            &terminus_metrics::Labels::of([("upstream", "b")]),
+            3,
+        );
+        let s = Scrape::parse(&out.into_text());
+        assert_eq!(s.sum("t_total", &[("upstream", name)]), 2.0);
+        assert_eq!(s.sum("t_total", &[]), 5.0);
+        assert_eq!(
+            s.label_sets("t_total", &["upstream", "server"], &[]),
+            [vec![name.to_owned(), "s".to_owned()]]
+        );
     }
 
     #[test]

@@ -171,6 +171,7 @@ mod tests {
                         backup,
                     },
                     "t",
+                    None,
                     &crate::ProxyMetrics::default(),
                 )
             })

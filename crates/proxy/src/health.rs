@@ -86,6 +86,20 @@ impl Health {
         }
     }
 
+    /// The upstream has no active checks any more (a reload took them away): what they
+    /// found no longer holds the server out.
+    pub(crate) fn forget_checks(&self) -> Change {
+        let was_up = self.is_up(now_ms());
+        self.checked_down.store(false, Ordering::Relaxed);
+        self.probes_failed.store(0, Ordering::Relaxed);
+        self.probes_passed.store(0, Ordering::Relaxed);
+        if !was_up && self.is_up(now_ms()) {
+            Change::CameBack
+        } else {
+            Change::None
+        }
+    }
+
     /// A request completed: the failure count starts again.
     pub(crate) fn succeeded(&self) -> Change {
         self.fails_in_a_row.store(0, Ordering::Relaxed);

@@ -2,14 +2,18 @@
 //! reused connections, retries, health changes and whether it is in rotation, bytes,
 //! latency. They live in a registry that outlives reloads (a server kept across a reload
 //! keeps counting; one removed keeps its last values), and each family is written once
-//! with every server's samples.
+//! with every server's samples. The registry keeps each server's health beside its
+//! series, for the same reason: a reload that keeps a server (same upstream name, same
+//! address) keeps it out of rotation if it was out, and its `terminus_upstream_up` says
+//! so.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Render};
+use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Labels, Render};
 
+use crate::health::Health;
 use crate::stream::{Relay, StreamMode};
 
 const LATENCY_BOUNDS: &[f64] = &[
@@ -98,7 +102,9 @@ pub struct ServerMetrics {
 
 impl ServerMetrics {
     fn new(upstream: &str, address: SocketAddr) -> Self {
-        let rest = format!("upstream=\"{upstream}\",server=\"{address}\"");
+        let rest = Labels::NONE
+            .with("upstream", upstream)
+            .with("server", address);
         let one = || [rest.clone()];
         ServerMetrics {
             upstream: upstream.to_owned(),
@@ -207,12 +213,6 @@ impl ServerMetrics {
         self.up.set(0, i64::from(up));
     }
 
-    /// A new server of this address in the upstream (at start, or a reload's): its
-    /// health starts afresh, in rotation.
-    pub(crate) fn in_rotation(&self) {
-        self.up.set(0, 1);
-    }
-
     pub(crate) fn sent(&self, n: u64) {
         self.bytes.add(0, n as i64);
     }
@@ -242,23 +242,31 @@ impl ServerMetrics {
     }
 }
 
-/// Every upstream server's series, across reloads.
+/// Every upstream server's series and health, across reloads.
 #[derive(Debug, Default)]
 pub struct ProxyMetrics {
-    servers: Mutex<Vec<Arc<ServerMetrics>>>,
+    servers: Mutex<Vec<(Arc<ServerMetrics>, Arc<Health>)>>,
 }
 
 impl ProxyMetrics {
-    /// The series of `address` in `upstream`, made on first use.
-    pub fn server(&self, upstream: &str, address: SocketAddr) -> Arc<ServerMetrics> {
+    /// The series of `address` in `upstream`, and its health, made on first use (in
+    /// rotation) and kept from then on.
+    pub(crate) fn server(
+        &self,
+        upstream: &str,
+        address: SocketAddr,
+    ) -> (Arc<ServerMetrics>, Arc<Health>) {
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = servers
             .iter()
-            .find(|s| s.upstream == upstream && s.address == address)
+            .find(|(s, _)| s.upstream == upstream && s.address == address)
         {
             return s.clone();
         }
-        let s = Arc::new(ServerMetrics::new(upstream, address));
+        let s = (
+            Arc::new(ServerMetrics::new(upstream, address)),
+            Arc::new(Health::default()),
+        );
         servers.push(s.clone());
         s
     }
@@ -270,7 +278,9 @@ impl Render for ProxyMetrics {
             .servers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
+            .iter()
+            .map(|(s, _)| s.clone())
+            .collect::<Vec<_>>();
         // Family by family: a family's samples must be together on the page.
         let families: [fn(&ServerMetrics) -> &dyn Render; 13] = [
             |s| &s.requests,
@@ -300,48 +310,101 @@ const RELAYS: [&str; 2] = ["splice", "userspace"];
 
 /// Label values for two labels of two values each, the first varying slowest (the
 /// series of (a, b) is at index `a * 2 + b`).
-fn pairs(a: (&str, [&str; 2]), b: (&str, [&str; 2]), rest: &str) -> [String; 4] {
-    std::array::from_fn(|i| {
-        format!(
-            "{}=\"{}\",{}=\"{}\",{rest}",
-            a.0,
-            a.1[i / 2],
-            b.0,
-            b.1[i % 2]
-        )
-    })
+fn pairs(a: (&str, [&str; 2]), b: (&str, [&str; 2]), rest: &Labels) -> [Labels; 4] {
+    std::array::from_fn(|i| Labels::of([(a.0, a.1[i / 2]), (b.0, b.1[i % 2])]).and(rest))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn up(metrics: &ProxyMetrics) -> String {
+    use crate::health::{now_ms, Change};
+    use crate::spec::{self, ServerSpec};
+    use crate::upstream::Server;
+
+    fn up(metrics: &ProxyMetrics, upstream: &str) -> String {
         let mut out = Exposition::new();
         metrics.render(&mut out);
+        let start = format!("terminus_upstream_up{{upstream=\"{upstream}\",");
         out.into_text()
             .lines()
-            .find(|l| l.starts_with("terminus_upstream_up{"))
+            .find(|l| l.starts_with(&start))
             .expect("the series")
+            .rsplit(' ')
+            .next()
+            .unwrap()
             .to_owned()
     }
 
+    fn spec() -> ServerSpec {
+        ServerSpec {
+            address: "127.0.0.1:8080".parse().unwrap(),
+            host: None,
+            weight: 1,
+            backup: false,
+        }
+    }
+
     /// In rotation from the start, out when health takes it out, back when it comes
-    /// back, and in again for a reload's new server of the same address (its health
-    /// starts afresh) though the series outlives the reload.
+    /// back.
     #[test]
     fn up_says_whether_the_server_is_in_rotation() {
         let metrics = ProxyMetrics::default();
-        let address: SocketAddr = "127.0.0.1:8080".parse().unwrap();
-        let server = metrics.server("app", address);
-        let line = "terminus_upstream_up{upstream=\"app\",server=\"127.0.0.1:8080\"}";
-        assert_eq!(up(&metrics), format!("{line} 1"));
+        let (server, _) = metrics.server("app", spec().address);
+        assert_eq!(up(&metrics, "app"), "1");
         server.health_change(false);
-        assert_eq!(up(&metrics), format!("{line} 0"));
+        assert_eq!(up(&metrics, "app"), "0");
         server.health_change(true);
-        assert_eq!(up(&metrics), format!("{line} 1"));
-        server.health_change(false);
-        metrics.server("app", address).in_rotation();
-        assert_eq!(up(&metrics), format!("{line} 1"));
+        assert_eq!(up(&metrics, "app"), "1");
+    }
+
+    /// A reload's server of the same upstream and address is the running one: out of
+    /// rotation if it was, its series saying so; a server of another upstream at that
+    /// address is another server.
+    #[test]
+    fn a_reload_keeps_a_servers_health_and_up() {
+        let metrics = ProxyMetrics::default();
+        let passive = spec::Health {
+            fails: 1,
+            interval: Duration::from_secs(60),
+            check: None,
+        };
+        let server = Server::new(spec(), "app", None, &metrics);
+        assert_eq!(server.health.failed(&passive), Change::WentDown);
+        server.metrics.health_change(false);
+        let reloaded = Server::new(spec(), "app", None, &metrics);
+        assert!(!reloaded.health.is_up(now_ms()));
+        assert_eq!(up(&metrics, "app"), "0");
+        let other = Server::new(spec(), "other", None, &metrics);
+        assert!(other.health.is_up(now_ms()));
+        assert_eq!(up(&metrics, "other"), "1");
+    }
+
+    /// A server active checks took out, in a reload whose upstream has no checks any
+    /// more: nothing would bring it back, so it is back at once.
+    #[test]
+    fn a_reload_without_checks_forgets_what_they_found() {
+        let metrics = ProxyMetrics::default();
+        let check = spec::Check {
+            path: "/".into(),
+            timeout: Duration::from_secs(1),
+            passes: 1,
+        };
+        let checked = spec::Health {
+            fails: 1,
+            interval: Duration::from_secs(1),
+            check: Some(check.clone()),
+        };
+        let server = Server::new(spec(), "app", Some(&check), &metrics);
+        assert_eq!(
+            server.health.probed(false, &checked, &check),
+            Change::WentDown
+        );
+        server.metrics.health_change(false);
+        let still = Server::new(spec(), "app", Some(&check), &metrics);
+        assert!(!still.health.is_up(now_ms() + 3_600_000));
+        let unchecked = Server::new(spec(), "app", None, &metrics);
+        assert!(unchecked.health.is_up(now_ms()));
+        assert_eq!(up(&metrics, "app"), "1");
     }
 }

@@ -12,7 +12,7 @@ use crate::balance::Balancer;
 use crate::checks::CheckError;
 use crate::health::{Change, Health};
 use crate::metrics::{Failure, ProxyMetrics, ServerMetrics};
-use crate::spec::{ServerSpec, UpstreamSpec};
+use crate::spec::{Check, ServerSpec, UpstreamSpec};
 
 /// A configured upstream, ready to take requests.
 #[derive(Debug)]
@@ -31,7 +31,7 @@ impl Upstream {
         let servers: Vec<Server> = spec
             .servers
             .iter()
-            .map(|s| Server::new(s.clone(), &spec.name, metrics))
+            .map(|s| Server::new(s.clone(), &spec.name, spec.health.check.as_ref(), metrics))
             .collect();
         static IDS: AtomicU64 = AtomicU64::new(0);
         Upstream {
@@ -107,21 +107,32 @@ impl Upstream {
 #[derive(Debug)]
 pub(crate) struct Server {
     pub(crate) spec: ServerSpec,
-    pub(crate) health: Health,
+    /// Kept across reloads with its series (the registry in [`ProxyMetrics`]).
+    pub(crate) health: Arc<Health>,
     /// Requests in progress, every worker's (least_conn reads it).
     active: AtomicUsize,
     pub(crate) metrics: Arc<ServerMetrics>,
 }
 
 impl Server {
-    pub(crate) fn new(spec: ServerSpec, upstream: &str, metrics: &ProxyMetrics) -> Self {
-        // The series outlive reloads; this server's health starts afresh.
-        let series = metrics.server(upstream, spec.address);
-        series.in_rotation();
+    /// Server `spec` of `upstream`, whose active checks are `check`. A server the
+    /// running configuration has too (its upstream's name, its address) keeps its health
+    /// and series: out of rotation if it was, as README says a reload does.
+    pub(crate) fn new(
+        spec: ServerSpec,
+        upstream: &str,
+        check: Option<&Check>,
+        metrics: &ProxyMetrics,
+    ) -> Self {
+        let (series, health) = metrics.server(upstream, spec.address);
+        // Without active checks nothing would ever bring back a server they took out.
+        if check.is_none() && health.forget_checks() == Change::CameBack {
+            series.health_change(true);
+        }
         Server {
             metrics: series,
             spec,
-            health: Health::default(),
+            health,
             active: AtomicUsize::new(0),
         }
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use terminus_engine::{EngineMetrics, ThreadPool};
 use terminus_error::{Classify, Source};
 use terminus_http::Http2Trouble;
-use terminus_metrics::{label_values, Counter, Exposition, Gauge, Kind, Labelled, Render};
+use terminus_metrics::{label_values, Counter, Exposition, Gauge, Kind, Labelled, Labels, Render};
 use terminus_observe::HandshakeSeries;
 use terminus_proxy::ProxyMetrics;
 use terminus_tls::handshake::bridge::BridgeMetrics;
@@ -127,7 +127,7 @@ struct Workers(Mutex<Vec<Arc<WorkerSeries>>>);
 impl Render for Workers {
     fn render(&self, out: &mut Exposition) {
         let workers = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let label = |w: &WorkerSeries| format!("worker=\"{}\"", w.id);
+        let label = |w: &WorkerSeries| Labels::NONE.with("worker", w.id);
         out.family(
             "terminus_worker_handshakes_total",
             Kind::Counter,
@@ -201,10 +201,11 @@ impl Render for Handshakes {
         const NAME: &str = "terminus_handshakes_total";
         out.header(NAME, Kind::Counter, "Completed TLS handshakes.");
         for (l, n) in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let labels = format!(
-                "version=\"{}\",cipher_suite=\"{}\",key_type=\"{}\"",
-                l.version, l.cipher_suite, l.key_type
-            );
+            let labels = Labels::of([
+                ("version", l.version),
+                ("cipher_suite", l.cipher_suite),
+                ("key_type", l.key_type),
+            ]);
             out.sample(NAME, &labels, n);
         }
     }
@@ -238,7 +239,7 @@ impl Metrics {
                 "terminus_handshake_failures_total",
                 "TLS handshakes that did not complete, by whose fault (client, crypto_backend, internal) and reason.",
                 HandshakeFailure::ALL.map(|why| {
-                    format!("source=\"{}\",reason=\"{}\"", why.source().name(), why.name())
+                    Labels::of([("source", why.source().name()), ("reason", why.name())])
                 }),
             ),
             phases: HandshakeSeries::default(),
@@ -247,22 +248,20 @@ impl Metrics {
                 "terminus_http_responses_total",
                 "HTTP responses by status class and protocol (its ALPN name).",
                 std::array::from_fn(|i| {
-                    format!(
-                        "code=\"{}xx\",protocol=\"{}\"",
-                        i / PROTOCOLS.len() + 1,
-                        PROTOCOLS[i % PROTOCOLS.len()]
-                    )
+                    Labels::NONE
+                        .with("code", format_args!("{}xx", i / PROTOCOLS.len() + 1))
+                        .with("protocol", PROTOCOLS[i % PROTOCOLS.len()])
                 }),
             ),
             data_paths: Labelled::counter(
                 "terminus_connections_by_data_path_total",
                 "Connections after their handshake, by record layer (kernel TLS or rustls).",
-                label_values("path", ["ktls", "userspace"], ""),
+                label_values("path", ["ktls", "userspace"], &Labels::NONE),
             ),
             ktls_fallbacks: Labelled::counter(
                 "terminus_ktls_fallbacks_total",
                 "Connections of ktls = auto/required listeners that kernel TLS did not take, by cause.",
-                label_values("cause", FallbackCause::ALL.map(FallbackCause::name), ""),
+                label_values("cause", FallbackCause::ALL.map(FallbackCause::name), &Labels::NONE),
             ),
             ktls_refused: Counter::new(
                 "terminus_ktls_refused_total",
@@ -271,12 +270,12 @@ impl Metrics {
             handshakes_refused: Labelled::counter(
                 "terminus_handshakes_refused_total",
                 "Connections turned away by admission control (limits.handshake_queue): reset at accept, or refused with an alert after the ClientHello; and handshakes refused by their tenant's quota (tenant_quota).",
-                label_values("cause", Refusal::ALL.map(Refusal::name), ""),
+                label_values("cause", Refusal::ALL.map(Refusal::name), &Labels::NONE),
             ),
             http2_trouble: Labelled::counter(
                 "terminus_http2_trouble_total",
                 "HTTP/2 clients' trouble by cause: connections ended with an error code (goaway_*: goaway_enhance_your_calm is a flood the glitch count stopped, rapid reset among them), requests refused (stream_malformed, stream_refused past 128 streams, stream_too_large answered 431), streams reset for a broken rule (stream_reset), and streams the client reset (client_reset).",
-                label_values("cause", Http2Trouble::NAMES, ""),
+                label_values("cause", Http2Trouble::NAMES, &Labels::NONE),
             ),
             traffic: Arc::new(TrafficCounters::default()),
             engine,

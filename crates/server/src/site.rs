@@ -39,6 +39,8 @@ pub struct Host {
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
     /// Headers added to every answer (`[[server]] headers`).
     pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    /// Every answer's `Server` field; None: none (`headers = { Server = "" }`).
+    pub server_header: Option<hyper::header::HeaderValue>,
     /// Whose crypto capacity its handshakes use.
     pub tenant: Arc<TenantAccount>,
     /// Who may send it requests (`[[server]] access`; a route's own rules replace it).
@@ -249,6 +251,7 @@ impl Site {
                 routes,
                 stream,
                 headers: server.headers.clone(),
+                server_header: server.server_header.clone(),
                 access: server.access.clone(),
                 rate: server.rate.as_ref().map(|r| RateRule::new(server, None, r)),
                 precompressed: server.precompressed.clone(),

@@ -439,7 +439,7 @@ pub(crate) fn start_admin(
         }
     })?);
     println!("admin on http://{addr}/metrics");
-    tracing::info!("status page on http://{addr}/");
+    println!("status page on http://{addr}/");
     Ok(())
 }
 

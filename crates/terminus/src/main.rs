@@ -130,7 +130,8 @@ struct ServeArgs {
     /// Turn off session resumption (tickets and cache): every handshake is a full one.
     #[arg(long)]
     no_resumption: bool,
-    /// Serve /metrics and /healthz over plain HTTP on this address.
+    /// The admin listener, over plain HTTP on this address: the status page (GET / in a
+    /// browser, /status.json), /metrics (Prometheus), /capacity and /healthz.
     #[arg(long, value_name = "ADDR")]
     admin: Option<String>,
     /// Kernel TLS after the handshake for every listener: auto (where the kernel has

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use rustls::{ConnectionCommon, ServerConnection, SideData};
-use terminus_metrics::{label_values, Counter, Exposition, Labelled, Render};
+use terminus_metrics::{label_values, Counter, Exposition, Labelled, Labels, Render};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -83,7 +83,7 @@ impl Default for TrafficCounters {
             plaintext_sent: Labelled::counter(
                 "terminus_response_bytes_total",
                 "Application bytes sent to clients, by how: rustls (userspace), write/sendfile/splice to a kernel TLS socket.",
-                label_values("method", SendMethod::ALL.map(SendMethod::name), ""),
+                label_values("method", SendMethod::ALL.map(SendMethod::name), &Labels::NONE),
             ),
             key_update_closes: Counter::new(
                 "terminus_ktls_key_update_closes_total",

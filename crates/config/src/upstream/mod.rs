@@ -97,6 +97,7 @@ pub(super) fn resolve_upstreams(
     raw.iter()
         .map(|u| {
             let name = u.name.get_ref();
+            ctx.name(name, u.name.span(), "upstream name")?;
             if name.is_empty() || !names.insert(name.clone()) {
                 return Err(ctx.err(
                     Some(u.name.span()),
@@ -420,11 +421,20 @@ fn resolve_address(
     if let Ok(a) = text.parse() {
         return Ok(vec![a]);
     }
+    // A host and a port that did not resolve, or something else.
+    let host_port = text
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
     let err = |why: String| {
+        let hint = if host_port {
+            "the name did not resolve on this machine when the configuration loaded (names are looked up at start and at each reload): check its spelling and the resolver (/etc/resolv.conf, /etc/hosts), or write the server's \"IP:PORT\""
+        } else {
+            "write \"IP:PORT\" or \"hostname:PORT\""
+        };
         ctx.err(
             Some(span.clone()),
             format!("upstream server {text:?}: {why}"),
-            Some("write \"IP:PORT\" or \"hostname:PORT\"".to_owned()),
+            Some(hint.to_owned()),
         )
     };
     let resolved: Vec<SocketAddr> = text
@@ -475,6 +485,28 @@ mod tests {
         assert_eq!(u.keepalive, Keepalive::default());
         let c = parse("[[upstream]]\nname = \"n\"\nservers = [\"localhost:80\"]\n").unwrap();
         assert!(c.upstreams[0].servers[0].address.ip().is_loopback());
+    }
+
+    /// A name that does not resolve is written right: the hint says where to look, not
+    /// how to write it; an address without a port is told how to write it.
+    #[test]
+    fn an_unresolvable_name_gets_a_hint_about_resolving() {
+        let hint = |server: &str| {
+            parse(&format!(
+                "[[upstream]]\nname = \"a\"\nservers = [\"{server}\"]\n"
+            ))
+            .unwrap_err()
+            .hint
+            .unwrap()
+        };
+        let unresolved = hint("no-such-host.invalid:80");
+        assert!(
+            unresolved.contains("did not resolve")
+                && unresolved.contains("/etc/resolv.conf")
+                && !unresolved.contains("hostname:PORT"),
+            "{unresolved}"
+        );
+        assert!(hint("app.internal").contains("\"hostname:PORT\""));
     }
 
     #[test]

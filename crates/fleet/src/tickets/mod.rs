@@ -23,7 +23,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustls::server::ProducesTickets;
-use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Render};
+use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Labels, Render};
 
 pub use key::{KeyMaterial, TicketKey, NAME_LEN};
 pub use ring::Ring;
@@ -250,7 +250,7 @@ impl TicketMetrics {
             opened: Labelled::counter(
                 "terminus_tickets_opened_total",
                 "Session tickets opened, by the age of their key: the next epoch's, the current, the previous, or older (within keep).",
-                label_values("key", AGES, ""),
+                label_values("key", AGES, &Labels::NONE),
             ),
             ring,
         }
@@ -274,19 +274,19 @@ impl Render for TicketMetrics {
             "Ticket keys this instance made itself: its rotation when alone; in a fleet, epochs the store gave no key for in time.",
         );
         let ring = read(&self.ring);
-        out.sample(MADE_LOCALLY, "", ring.made());
+        out.sample(MADE_LOCALLY, &Labels::NONE, ring.made());
         out.header(
             ROTATIONS,
             Kind::Counter,
             "Times the sealing ticket key's epoch moved on (one a rotate period).",
         );
-        out.sample(ROTATIONS, "", ring.rotations());
+        out.sample(ROTATIONS, &Labels::NONE, ring.rotations());
         out.header(
             EPOCH,
             Kind::Gauge,
             "The newest epoch the ring was brought to (Unix time over the rotate period): the one whose key seals, unless the clock went back.",
         );
-        out.sample(EPOCH, "", ring.epoch().unwrap_or(0));
+        out.sample(EPOCH, &Labels::NONE, ring.epoch().unwrap_or(0));
         out.header(
             HELD,
             Kind::Gauge,
@@ -294,8 +294,8 @@ impl Render for TicketMetrics {
         );
         let store = ring.keys().filter(|(_, shared, _)| *shared).count();
         let total = ring.keys().count();
-        out.sample(HELD, "source=\"store\"", store);
-        out.sample(HELD, "source=\"local\"", total - store);
+        out.sample(HELD, &Labels::of([("source", "store")]), store);
+        out.sample(HELD, &Labels::of([("source", "local")]), total - store);
     }
 }
 

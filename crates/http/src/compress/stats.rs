@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use terminus_metrics::{Exposition, Kind, Render};
+use terminus_metrics::{Exposition, Kind, Labels, Render};
 
 use super::Coding;
 
@@ -48,7 +48,7 @@ impl Render for Stats {
         let by_coding = |counters: &'static [AtomicU64; 3]| {
             Coding::ALL.into_iter().map(move |c| {
                 (
-                    format!("coding=\"{}\"", c.token()),
+                    Labels::of([("coding", c.token())]),
                     counters[c.index()].load(Ordering::Relaxed),
                 )
             })
@@ -78,7 +78,7 @@ impl Render for Stats {
         );
         out.sample(
             "terminus_compression_no_memory_total",
-            "",
+            &Labels::NONE,
             STATS.no_memory.load(Ordering::Relaxed),
         );
     }

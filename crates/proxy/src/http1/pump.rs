@@ -176,7 +176,7 @@ mod tests {
             .map(|f| Ok(Frame::data(Bytes::from_static(f))))
             .collect();
         let body = StreamBody::new(futures_util::stream::iter(frames));
-        let metrics = ProxyMetrics::default().server("u", addr);
+        let metrics = ProxyMetrics::default().server("u", addr).0;
         let mut pump = Pump::start(write, body, length, Duration::from_secs(5), metrics);
         let ended = pump.wait().await.map_err(|e| format!("{e:?}"));
         // The connection closes with both halves gone.

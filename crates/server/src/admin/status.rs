@@ -13,10 +13,10 @@
 //! (the listeners) or the fleet's view of its peers (their names).
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use terminus_metrics::Labels;
 use terminus_observe::rates::{Latency, Rates};
 use terminus_observe::scrape::Scrape;
 use terminus_observe::Phase;
@@ -202,24 +202,14 @@ impl Series {
         s.sum(self.name, &self.filter())
     }
 
-    /// As Prometheus writes a selector: `name{label="value",...}`.
+    /// As Prometheus writes a selector: `name{label="value",...}`, values escaped as
+    /// `/metrics` has them.
     fn text(&self) -> String {
-        let mut out = self.name.to_owned();
-        if !self.labels.is_empty() {
-            out.push('{');
-            for (i, (k, v)) in self.labels.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                let v = v
-                    .replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n");
-                let _ = write!(out, "{k}=\"{v}\"");
-            }
-            out.push('}');
+        if self.labels.is_empty() {
+            return self.name.to_owned();
         }
-        out
+        let labels = (self.labels.iter()).fold(Labels::NONE, |l, (k, v)| l.with(k, v));
+        format!("{}{{{}}}", self.name, labels.as_str())
     }
 }
 

@@ -177,6 +177,11 @@ impl Responder for ConnectionInfo {
                 terminus_http::add_unless_present(&mut resp, name, value);
             }
         }
+        // In place of terminus's token (which replaced an upstream's), or none at all.
+        match &host.server_header {
+            Some(token) => resp.headers_mut().insert(header::SERVER, token.clone()),
+            None => resp.headers_mut().remove(header::SERVER),
+        };
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }

@@ -10,7 +10,7 @@ use terminus_admission::tenant::{Class, QuotaRefusal, TenantAccount, Usage};
 use terminus_capacity::simd::Placement;
 use terminus_engine::cost::Operation;
 use terminus_fleet::shares::TenantView;
-use terminus_metrics::{Exposition, Kind, Render};
+use terminus_metrics::{Exposition, Kind, Labels, Render};
 
 use super::Machine;
 
@@ -150,12 +150,12 @@ fn render_costs(m: &Machine, out: &mut Exposition) {
     );
     out.sample(
         "terminus_admission_acu",
-        "scope=\"core\"",
+        &Labels::of([("scope", "core")]),
         costs.acu_per_core,
     );
     out.sample(
         "terminus_admission_acu",
-        "scope=\"machine\"",
+        &Labels::of([("scope", "machine")]),
         costs.machine_acu(),
     );
     out.header(
@@ -165,7 +165,9 @@ fn render_costs(m: &Machine, out: &mut Exposition) {
     );
     for op in Operation::ALL {
         let (acu, measured) = costs.of(op);
-        let labels = format!("op=\"{}\",measured=\"{}\"", op.name(), u8::from(measured));
+        let labels = Labels::NONE
+            .with("op", op.name())
+            .with("measured", u8::from(measured));
         out.sample("terminus_admission_acu_cost", &labels, acu);
     }
     if let Some(scu) = m.scu.get() {
@@ -177,7 +179,7 @@ fn render_costs(m: &Machine, out: &mut Exposition) {
         for (name, mbps) in scu {
             out.sample(
                 "terminus_admission_scu",
-                &format!("cipher=\"{name}\""),
+                &Labels::of([("cipher", name)]),
                 mbps,
             );
         }
@@ -200,7 +202,7 @@ fn render_simd(m: &Machine, out: &mut Exposition) {
             let chosen = u8::from(m.simd.placement() == p);
             out.sample(
                 "terminus_crypto_simd",
-                &format!("placement=\"{}\"", p.name()),
+                &Labels::of([("placement", p.name())]),
                 chosen,
             );
         }
@@ -212,7 +214,7 @@ fn render_simd(m: &Machine, out: &mut Exposition) {
             Kind::Gauge,
             "Scalar code's speed on a core right after crypto_mb batches over after scalar work, measured at start-up (1: no AVX-512 frequency after-effect).",
         );
-        let labels = format!("op=\"{}\"", op.name());
+        let labels = Labels::of([("op", op.name())]);
         out.sample("terminus_crypto_mb_after_effect", &labels, ratio.median);
         out.header(
             "terminus_crypto_simd_auto",
@@ -223,7 +225,7 @@ fn render_simd(m: &Machine, out: &mut Exposition) {
             let chosen = u8::from(decision.placement == p);
             out.sample(
                 "terminus_crypto_simd_auto",
-                &format!("placement=\"{}\"", p.name()),
+                &Labels::of([("placement", p.name())]),
                 chosen,
             );
         }
@@ -234,9 +236,9 @@ fn render_simd(m: &Machine, out: &mut Exposition) {
 fn render_tenants(m: &Machine, out: &mut Exposition) {
     let tenants = m.tenants.all();
     let usages: Vec<_> = tenants.iter().map(|t| (t, t.usage())).collect();
-    let label = |t: &TenantAccount| format!("tenant=\"{}\"", t.name());
+    let label = |t: &TenantAccount| Labels::of([("tenant", t.name())]);
     // One sample per tenant, or per tenant and `key="value"` for each of `values`.
-    let each = |value: &dyn Fn(&Usage) -> f64| -> Vec<(String, f64)> {
+    let each = |value: &dyn Fn(&Usage) -> f64| -> Vec<(Labels, f64)> {
         usages.iter().map(|(t, u)| (label(t), value(u))).collect()
     };
     let by = |key: &str, values: &dyn Fn(&Usage) -> Vec<(&'static str, f64)>| {
@@ -245,7 +247,7 @@ fn render_tenants(m: &Machine, out: &mut Exposition) {
             .flat_map(|(t, u)| {
                 values(u)
                     .into_iter()
-                    .map(move |(v, n)| (format!("{},{key}=\"{v}\"", label(t)), n))
+                    .map(move |(v, n)| (label(t).with(key, v), n))
             })
             .collect::<Vec<_>>()
     };
@@ -259,7 +261,7 @@ fn render_tenants(m: &Machine, out: &mut Exposition) {
             .filter_map(|(t, _)| t.quota().map(|q| (t, q)))
             .flat_map(|(t, q)| {
                 [("committed", q.acu), ("peak", q.acu_peak)]
-                    .map(|(limit, acu)| (format!("{},limit=\"{limit}\"", label(t)), acu))
+                    .map(|(limit, acu)| (label(t).with("limit", limit), acu))
             }),
     );
     out.family(

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use terminus_config::{AccessLogTarget, LogFormat};
-use terminus_metrics::{Exposition, Kind, Render};
+use terminus_metrics::{Exposition, Kind, Labels, Render};
 
 pub use access::AccessLog;
 use writer::{Counts, Sink, Thread, Writer};
@@ -202,7 +202,7 @@ impl Render for LogMetrics {
                 .into_iter()
                 .map(move |(log, counts)| {
                     (
-                        format!("log=\"{log}\""),
+                        Labels::of([("log", log)]),
                         pick(counts).load(Ordering::Relaxed),
                     )
                 })

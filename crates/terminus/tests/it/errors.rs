@@ -172,6 +172,22 @@ fn config_errors_give_file_line_and_hint() {
             "[[server]]\nnames = [\"localhost\"]\nroot = \"/does/not/exist\"\n",
             vec!["root.toml:3:", "/does/not/exist", "hint:"],
         ),
+        // A name of two servers: the second would never be served for it.
+        (
+            "twice.toml",
+            "[[server]]\nnames = [\"localhost\", \"a.example\"]\n\n[[server]]\nnames = [\"A.example\"]\n",
+            vec![
+                "twice.toml:5:",
+                "\"A.example\" is already a name of the [[server]] at line 2",
+                "hint:",
+            ],
+        ),
+        // Names show in logs, /metrics and the status page: no control characters.
+        (
+            "control.toml",
+            "[[upstream]]\nname = \"app\\tone\"\nservers = [\"127.0.0.1:1\"]\n",
+            vec!["control.toml:2:", "upstream name \"app\\tone\"", "control character"],
+        ),
     ];
     for (name, text, expected) in cases {
         let conf = dir.write(name, text);
@@ -212,6 +228,10 @@ fn help_documents_every_flag() {
     ] {
         assert!(text.contains(flag), "serve --help lacks {flag}");
     }
+    assert!(
+        text.contains("the status page") && text.contains("(GET / in a browser, /status.json)"),
+        "serve --help does not say where the status page is: {text}"
+    );
     let out = run(Command::new(terminus_bin()).arg("--help"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("serve") && text.contains("check"));

@@ -323,6 +323,51 @@ fn a_refused_connect_is_retried_on_the_next_server() {
     );
 }
 
+/// A reload keeps passive health (README): a server taken out stays out across SIGHUP,
+/// its `terminus_upstream_up` stays 0, and the requests after the reload go to the live
+/// server without trying the dead one again (no new failure, no new retry).
+#[test]
+fn a_reload_keeps_a_server_passive_health_took_out() {
+    let app = App::start("alive");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let dir = TestDir::new("proxy-reload-health");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{dead_addr}\", \"{}\"]\nhealth = {{ fails = 1, interval = \"60s\" }}\n",
+        app.addr()
+    );
+    let server = proxy(&dir, &upstreams, APP_ROUTE);
+    let dead_label = format!("server=\"{dead_addr}\"");
+    let of_dead = |name: &str| server.metric(name, &[&dead_label]);
+    assert_eq!(body(&curl(&server, &[], "/app/whoami")), "alive");
+    assert_eq!(of_dead("terminus_upstream_failures_total"), 1.0);
+    assert_eq!(of_dead("terminus_upstream_up"), 0.0, "taken out");
+
+    let conf = dir.path("terminus.toml");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{text}\n# reloaded\n")).unwrap();
+    server.signal("HUP");
+    eventually(Duration::from_secs(10), "the reload", || {
+        server.stderr().contains("configuration reloaded")
+    });
+    assert_eq!(
+        of_dead("terminus_upstream_up"),
+        0.0,
+        "still out after the reload"
+    );
+    for _ in 0..4 {
+        assert_eq!(body(&curl(&server, &[], "/app/whoami")), "alive");
+    }
+    assert_eq!(
+        of_dead("terminus_upstream_failures_total"),
+        1.0,
+        "the dead server was not tried again after the reload"
+    );
+    assert_eq!(of_dead("terminus_upstream_retries_total"), 1.0);
+    assert_eq!(of_dead("terminus_upstream_up"), 0.0);
+}
+
 #[test]
 fn balancing_follows_weights_backups_and_hash_keys() {
     let apps: Vec<App> = ["a", "b", "c"].iter().map(|n| App::start(n)).collect();

@@ -354,3 +354,67 @@ key = "{key}"
         );
     }
 }
+
+/// `headers = { Server = ... }`: the `Server` of every answer of that server, a file's,
+/// an error's and a proxied one's (the upstream's own replaced), over HTTP/1.1 and
+/// HTTP/2; `Server = ""` sends none; a server that says nothing sends `terminus`.
+#[test]
+fn the_server_header_is_set_or_removed_per_server() {
+    let dir = TestDir::new("server-token");
+    dir.write("www/index.html", "hi\n");
+    let app = App::start("a");
+    let pair = make_cert(
+        &dir.path(""),
+        "c",
+        KeyKind::EcdsaP256,
+        &["localhost", "hidden.test", "plain.test"],
+    );
+    let server_block = |name: &str, headers: &str| {
+        format!(
+            "[[server]]\nnames = [\"{name}\"]\nroot = \"{www}\"\n{headers}\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[server.certificate]]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
+            www = dir.path("www").display(),
+            cert = pair.cert.display(),
+            key = pair.key.display()
+        )
+    };
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n{}{}{}",
+            app.addr(),
+            server_block("localhost", "headers = { Server = \"edge\", \"X-Content-Type-Options\" = \"nosniff\" }"),
+            server_block("hidden.test", "headers = { Server = \"\" }"),
+            server_block("plain.test", ""),
+        ),
+    );
+    let server = ServerBuilder::config(&conf).start();
+    for http in ["--http1.1", "--http2"] {
+        for (host, want) in [
+            ("localhost", Some("edge")),
+            ("hidden.test", None),
+            ("plain.test", Some("terminus")),
+        ] {
+            for (path, status) in [("/", 200), ("/missing", 404), ("/app/whoami", 200)] {
+                let out = curl_host(&server, host, &["-D", "-", "-o", "/dev/null", http], path);
+                let head = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    head.starts_with(&format!(
+                        "HTTP/{} {status}",
+                        if http == "--http2" { "2" } else { "1.1" }
+                    )),
+                    "{http} {host}{path}: {head}"
+                );
+                assert_eq!(
+                    header_value(&head, "server").as_deref(),
+                    want,
+                    "{http} {host}{path}: {head}"
+                );
+                assert_eq!(
+                    head.to_ascii_lowercase().matches("\nserver:").count(),
+                    usize::from(want.is_some()),
+                    "one Server field at most: {http} {host}{path}: {head}"
+                );
+            }
+        }
+    }
+}

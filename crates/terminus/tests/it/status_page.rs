@@ -391,6 +391,14 @@ health = {{ fails = 1, interval = "60s" }}
 fn the_status_page_is_read_only_and_runs_only_its_own_script() {
     let server = ServerBuilder::flags(&[]).admin().start();
     let admin = server.admin.unwrap();
+    // Start-up says where the page is.
+    assert!(
+        server
+            .stdout_lines
+            .contains(&format!("status page on http://{admin}/")),
+        "{:?}",
+        server.stdout_lines
+    );
     let head = |args: &[&str], path: &str| {
         let out = run(Command::new("curl")
             .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
@@ -455,4 +463,91 @@ fn the_status_page_is_read_only_and_runs_only_its_own_script() {
         doc["live"]["handshakes_per_s"]["full"].is_number(),
         "{doc:#}"
     );
+}
+
+/// An upstream and a tenant whose names hold a quote and a backslash (the configuration
+/// allows them): `/metrics` has each series once, the names escaped as the exposition
+/// format says, no line of it anything but a terminus series, and the status page
+/// (which reads `/metrics`) shows the names as written.
+#[test]
+fn names_with_quotes_and_backslashes_are_one_escaped_series_the_status_page_reads_back() {
+    let dir = TestDir::new("status-escaped");
+    let dead = free_port();
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hello\n");
+    // TOML literal strings: the backslash is the name's own.
+    let upstream = r#"a"} 1 b\"#;
+    let tenant = r#"shop "one" \"#;
+    let config = Config::new(&dir, &pair)
+        .before(&format!(
+            "[[tenant]]\nname = '{tenant}'\ncapacity = {{ acu = 200 }}\n[[upstream]]\nname = '{upstream}'\nservers = [\"127.0.0.1:{dead}\"]\n"
+        ))
+        .in_server(&format!(
+            "tenant = '{tenant}'\n[[server.route]]\npath = \"/app/\"\nupstream = '{upstream}'"
+        ));
+    let server = ServerBuilder::with(&dir, &config).admin().start();
+    assert_eq!(status(&server, &[], "/app/x"), 502);
+
+    let metrics = server.metrics();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.starts_with("terminus_"), "a stray series: {line:?}");
+    }
+    let escaped = format!(
+        "terminus_upstream_requests_total{{upstream=\"a\\\"}} 1 b\\\\\",server=\"127.0.0.1:{dead}\"}} "
+    );
+    let lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("terminus_upstream_requests_total{"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with(&escaped),
+        "{} is not {escaped}",
+        lines[0]
+    );
+    assert!(
+        metrics.contains(
+            "terminus_tenant_quota_acu{tenant=\"shop \\\"one\\\" \\\\\",limit=\"committed\"} 200\n"
+        ),
+        "{metrics}"
+    );
+
+    let doc: serde_json::Value =
+        serde_json::from_slice(&server.admin_get("/status.json").stdout).unwrap();
+    let section = |id: &str| {
+        doc["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {doc:#}"))
+            .clone()
+    };
+    let upstreams = section("upstreams");
+    let rows = upstreams["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{upstreams:#}");
+    assert_eq!(rows[0][0]["t"], upstream, "{upstreams:#}");
+    assert_eq!(
+        rows[0][1]["t"],
+        format!("127.0.0.1:{dead}"),
+        "{upstreams:#}"
+    );
+    // The requests figure is the series' value, found by its (escaped) selector.
+    assert_eq!(rows[0][4]["v"], 1.0, "{upstreams:#}");
+    let tenants = section("tenants");
+    let names: Vec<&str> = tenants["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0]["t"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&tenant), "{tenants:#}");
+    let committed = tenants["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0]["t"] == tenant)
+        .unwrap()[1]["v"]
+        .clone();
+    assert_eq!(committed, 200.0, "{tenants:#}");
 }
