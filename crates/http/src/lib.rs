@@ -38,7 +38,8 @@ pub use h1::server::{ReadReady, Transport};
 pub use h2::server::Http2Trouble;
 pub use upstream::{Upgrade, Upstreamed};
 
-const SERVER: HeaderValue = HeaderValue::from_static("terminus");
+/// The `Server` token every answer carries unless its server says otherwise.
+pub const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
 
 /// Request bodies read and thrown away before answering, at most, by a route that takes
 /// none (nginx reads such bodies too, so that the client sees a clean answer).
@@ -81,7 +82,7 @@ pub fn with_common_headers(mut resp: Response<Body>) -> Response<Body> {
     if let Some(PassedFields(passed)) = resp.extensions_mut().get_mut::<PassedFields>() {
         passed.remove(&header::SERVER);
     }
-    resp.headers_mut().insert(header::SERVER, SERVER);
+    resp.headers_mut().insert(header::SERVER, SERVER_TOKEN);
     resp
 }
 

@@ -178,10 +178,16 @@ impl Responder for ConnectionInfo {
             }
         }
         // In place of terminus's token (which replaced an upstream's), or none at all.
+        // The default token is there already (every answer took it on its way out).
         match &host.server_header {
-            Some(token) => resp.headers_mut().insert(header::SERVER, token.clone()),
-            None => resp.headers_mut().remove(header::SERVER),
-        };
+            Some(token) if token == terminus_http::SERVER_TOKEN => {}
+            Some(token) => {
+                resp.headers_mut().insert(header::SERVER, token.clone());
+            }
+            None => {
+                resp.headers_mut().remove(header::SERVER);
+            }
+        }
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }
