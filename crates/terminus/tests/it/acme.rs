@@ -1057,7 +1057,7 @@ fn acme_settings_that_cannot_work_are_refused_at_their_line() {
         ),
         (
             "[acme]\ndirectory = \"https://ca.test/dir\"\nstate_dir = \"s\"\n[[server]]\nnames = [\"a.test\"]\ncertificates = \"acme\"\n[[server]]\nnames = [\"b.test\", \"A.test\"]\ncertificates = \"acme\"\n",
-            "named by two servers",
+            "\"A.test\" is already a name of the [[server]] at line 5",
             8,
         ),
         (
