@@ -409,6 +409,7 @@ impl Metrics {
         BridgeMetrics.render(&mut out);
         terminus_quic::QUIC_METRICS.render(&mut out);
         terminus_http::compress::stats::STATS.render(&mut out);
+        terminus_http::body::budget::STATS.render(&mut out);
         crate::logs::LogMetrics.render(&mut out);
         terminus_keyless::metrics::KeylessMetrics.render(&mut out);
         self.proxy.render(&mut out);

@@ -451,3 +451,294 @@ fn request_bodies_for_a_stalled_upstream_stay_within_the_workers_budget_and_all_
     );
     assert_eq!(summary["ok"], conns * streams, "{summary}");
 }
+
+/// HTTP/2 clients for the connection windows, in phases, each begun by a line on
+/// stdin and ended by one on stdout: `PORT IDLE HOARDERS UPLOADS`.
+/// 1. `IDLE` connections make one GET each and stay open, pinging: prints `idle`.
+/// 2. `HOARDERS` connections each start 16 POSTs to /fast/, wait for the connection's
+///    window to open beyond 64 KiB, then end the bodies empty and read the answers:
+///    they hold an opened window and send nothing more. Prints `hoarded N` (how many
+///    saw their window open).
+/// 3. One connection starts `UPLOADS` POSTs to /fast/, waits a second for the server to
+///    open its window, then sends each a body of 256 KiB as fast as its windows allow.
+///    Prints JSON: `ok` (200s with the body's sha256 and length), `max_window` (the
+///    widest the connection's window was seen), `goaways` (hoarders and idle
+///    connections told to go).
+///
+/// With `stalled` as a fourth argument, phase 3 instead sends bodies of 6 MiB to /up/
+/// (a stalled upstream: the kernel's send buffers for it take up to 4 MiB each, the
+/// rest stays in terminus) on `UPLOADS` streams and, once nothing more goes for a second,
+/// one more of 1 MiB to /fast/ on the same connection: JSON `fast` (its answer) and
+/// `seconds`.
+const H2_WINDOWS: &str = r#"
+import hashlib, json, select, socket, ssl, sys, time
+import h2.config, h2.connection, h2.events
+
+port, idle_n, hoard_n, uploads = map(int, sys.argv[1:5])
+stalled = len(sys.argv) > 5 and sys.argv[5] == "stalled"
+
+class Conn:
+    def __init__(self):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        self.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.h2.initiate_connection()
+        self.flush()
+        self.status, self.body, self.ended = {}, {}, set()
+        self.max_window, self.goaway, self.closed = 0, False, False
+
+    def flush(self):
+        data = self.h2.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def pump(self, timeout):
+        if not self.sock.pending() and not select.select([self.sock], [], [], timeout)[0]:
+            return
+        try:
+            data = self.sock.recv(65536)
+        except (ssl.SSLError, OSError):
+            data = b""
+        if not data:
+            self.closed = True
+            return
+        for ev in self.h2.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                self.status[ev.stream_id] = dict(ev.headers)[":status"]
+            elif isinstance(ev, h2.events.DataReceived):
+                self.body[ev.stream_id] = self.body.get(ev.stream_id, b"") + ev.data
+                self.h2.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                self.ended.add(ev.stream_id)
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                self.goaway = True
+        self.max_window = max(self.max_window, self.h2.outbound_flow_control_window)
+        self.flush()
+
+    def request(self, method, path, end):
+        sid = self.h2.get_next_available_stream_id()
+        self.h2.send_headers(sid, [(":method", method), (":scheme", "https"),
+                                   (":authority", "localhost"), (":path", path)], end_stream=end)
+        self.flush()
+        return sid
+
+    def until(self, done, seconds):
+        deadline = time.monotonic() + seconds
+        while not done() and not self.closed and time.monotonic() < deadline:
+            self.pump(0.05)
+        return done()
+
+def step(name):
+    print(name, flush=True)
+    sys.stdin.readline()
+
+idle = [Conn() for _ in range(idle_n)]
+for c in idle:
+    sid = c.request("GET", "/index.html", True)
+    c.until(lambda: sid in c.ended, 10)
+    c.h2.ping(b"12345678")
+    c.flush()
+for c in idle:
+    c.pump(0.05)
+step("idle")
+
+hoarders, opened = [Conn() for _ in range(hoard_n)], 0
+for c in hoarders:
+    sids = [c.request("POST", f"/fast/h{i}", False) for i in range(16)]
+    opened += c.until(lambda: c.h2.outbound_flow_control_window > 65_535, 5)
+    for sid in sids:
+        c.h2.end_stream(sid)
+    c.flush()
+    assert c.until(lambda: len(c.ended) == 16, 10), "the hoarder's POSTs were answered"
+step(f"hoarded {opened}")
+
+def watch_others():
+    for c in idle + hoarders:
+        if not c.closed and not c.goaway:
+            c.pump(0)
+
+up = Conn()
+def body_of(i, size):
+    seed = hashlib.sha256(str(i).encode()).digest()
+    return (seed * (size // 32 + 1))[:size]
+if stalled:
+    bodies = {up.request("POST", f"/up/{i}", False): body_of(i, 6 << 20) for i in range(uploads)}
+else:
+    bodies = {up.request("POST", f"/fast/{i}", False): body_of(i, 256 << 10) for i in range(uploads)}
+    # Nothing sent for a second: the window seen is what the server opened for them.
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        up.pump(0.02)
+        watch_others()
+sent = {sid: 0 for sid in bodies}
+def send_some():
+    moved = 0
+    for sid, body in bodies.items():
+        while sent[sid] < len(body):
+            n = min(up.h2.local_flow_control_window(sid), up.h2.max_outbound_frame_size, len(body) - sent[sid])
+            if n <= 0:
+                break
+            up.h2.send_data(sid, body[sent[sid]:sent[sid] + n], end_stream=sent[sid] + n == len(body))
+            sent[sid] += n
+            moved += n
+    up.flush()
+    return moved
+start, last_move = time.monotonic(), time.monotonic()
+fast = None
+while time.monotonic() - start < 60 and not up.closed:
+    if send_some():
+        last_move = time.monotonic()
+    up.pump(0.02)
+    watch_others()
+    if stalled:
+        if fast is None and time.monotonic() - last_move > 1:
+            stuck_sent = sum(sent.values())
+            fast = up.request("POST", "/fast/alone", False)
+            bodies[fast], sent[fast] = body_of("alone", 1 << 20), 0
+            fast_start = time.monotonic()
+        if fast is not None and (fast in up.ended or time.monotonic() - fast_start > 10):
+            break
+    elif len(up.ended) == len(bodies):
+        break
+for _ in range(10):
+    watch_others()
+out = {"max_window": up.max_window, "goaways": sum(c.goaway for c in idle + hoarders)}
+if stalled:
+    out["fast"] = up.status.get(fast) if fast in up.ended else None
+    out["seconds"] = time.monotonic() - fast_start if fast is not None else None
+    out["stuck_sent"] = stuck_sent if fast is not None else None
+else:
+    want = {sid: f"{hashlib.sha256(b).hexdigest()} {len(b)}" for sid, b in bodies.items()}
+    out["ok"] = sum(up.status.get(s) == "200" and up.body.get(s, b"").decode() == w for s, w in want.items())
+print(json.dumps(out), flush=True)
+"#;
+
+/// The HTTP/2 windows, phase by phase ([`H2_WINDOWS`]), to a worker whose /fast/ route
+/// goes to an upstream that answers at once and /up/ to one that reads nothing.
+struct Windows {
+    server: Server,
+    client: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    _dir: TestDir,
+    _apps: (App, App),
+}
+
+impl Windows {
+    fn start(name: &str, args: &[&str]) -> Option<Windows> {
+        use std::io::BufRead;
+        if !h2_package() {
+            return None;
+        }
+        let dir = TestDir::new(name);
+        let open = dir.write("open", "");
+        let fast = App::launch("stall_app.py", &[open.to_str().unwrap()]);
+        let stalled = App::launch("stall_app.py", &[dir.path("shut").to_str().unwrap()]);
+        let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+        dir.write("www/index.html", "from files\n");
+        let upstreams = format!(
+            "[[upstream]]\nname = \"fast\"\nservers = [\"{}\"]\n[[upstream]]\nname = \"stalled\"\nservers = [\"{}\"]\n",
+            fast.addr(),
+            stalled.addr()
+        );
+        let config = Config::new(&dir, &pair).workers(1).before(&upstreams).in_server(
+            "[[server.route]]\npath = \"/fast/\"\nupstream = \"fast\"\n[[server.route]]\npath = \"/up/\"\nupstream = \"stalled\"\n",
+        );
+        let server = ServerBuilder::with(&dir, &config).admin().start();
+        let script = dir.write("h2_windows.py", H2_WINDOWS);
+        let mut client = Command::new("python3")
+            .arg(&script)
+            .arg(server.port().to_string())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        Some(Windows {
+            server,
+            client,
+            lines,
+            _dir: dir,
+            _apps: (fast, stalled),
+        })
+    }
+
+    /// The client's next line (the end of a phase).
+    fn line(&mut self) -> String {
+        self.lines.next().expect("the client's next line").unwrap()
+    }
+
+    /// Begins the client's next phase.
+    fn go_on(&mut self) {
+        self.client
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(b"\n")
+            .unwrap();
+    }
+
+    fn budget(&self) -> f64 {
+        self.server
+            .metric("terminus_request_body_budget_bytes", &[])
+    }
+}
+
+/// Idle HTTP/2 connections, kept open with PINGs, hold none of the worker's
+/// request-body budget (each took 960 KiB of it at its first poll before, and 17 of
+/// them left every other connection the protocol's 64 KiB window); connections whose
+/// uploads ended still hold the window they were given (it cannot be taken back), and
+/// when an uploader is kept waiting for room they are asked to go (GOAWAY) so that it
+/// gets a full window: 48 uploads of 256 KiB, all whole, on a window opened past 2 MiB
+/// beside 14 such connections (which held 14 MiB of the 16).
+#[test]
+fn idle_connections_hold_no_upload_budget_and_ended_uploads_give_theirs_way() {
+    let Some(mut w) = Windows::start("wire-windows", &["40", "14", "48"]) else {
+        return;
+    };
+    assert_eq!(w.line(), "idle");
+    assert_eq!(
+        w.budget(),
+        0.0,
+        "40 idle connections hold none of the budget"
+    );
+    w.go_on();
+    assert_eq!(w.line(), "hoarded 14", "each of 14 got an opened window");
+    let held = w.budget();
+    assert!(held > 12.0 * 1048576.0, "the hoarders hold {held} bytes");
+    w.go_on();
+    let out: Value = serde_json::from_str(&w.line()).unwrap();
+    assert!(w.client.wait().unwrap().success());
+    assert_eq!(out["ok"], 48, "{out}");
+    assert!(
+        out["max_window"].as_f64().unwrap() > 2.0 * 1048576.0,
+        "the uploader's window opened past 2 MiB: {out}"
+    );
+    assert!(out["goaways"].as_u64().unwrap() >= 1, "{out}");
+    assert!(
+        w.server
+            .metric("terminus_request_body_budget_gave_way_total", &[])
+            >= 1.0
+    );
+}
+
+/// An upload on a connection whose other uploads are stuck (20 streams to an upstream
+/// that reads nothing, their 64 KiB windows full: 1.25 MiB unread) gets a window of its
+/// own and is answered: the connection's window opens toward every stream still
+/// receiving a body, not to a fixed 1 MiB the stuck ones fill.
+#[test]
+fn an_upload_beside_stuck_ones_on_its_connection_gets_its_own_window() {
+    let Some(mut w) = Windows::start("wire-stuck", &["0", "0", "20", "stalled"]) else {
+        return;
+    };
+    assert_eq!(w.line(), "idle");
+    w.go_on();
+    assert_eq!(w.line(), "hoarded 0");
+    w.go_on();
+    let out: Value = serde_json::from_str(&w.line()).unwrap();
+    eprintln!("{out}");
+    assert_eq!(out["fast"], "200", "{out}");
+}

@@ -7,8 +7,10 @@
 //!
 //! A stream's request body goes to its handler through [`inbound`]; flow control is the
 //! back-pressure (a window is given back only for bytes the handler took). What all the
-//! streams of a connection may hold is its window (1 MiB), and what all the connections
-//! of a worker hold beyond each one's first 64 KiB is the worker's budget
+//! streams of a connection may hold is its window, opened only toward what the streams
+//! still receiving a body can send (so an idle connection holds nothing beyond the
+//! protocol's 64 KiB, and no stream waits on another's unread bytes), and what all the
+//! connections of a worker hold beyond each one's first 64 KiB is the worker's budget
 //! ([`crate::body::budget`]): the connection's window opens only with bytes taken from
 //! it, and waits for them when the worker holds its limit. An RFC 8441
 //! WebSocket the proxy accepted upstream turns its stream into a tunnel, run as a task
@@ -74,13 +76,24 @@ const MIN_WINDOW_UPDATE: u32 = 16 * 1024;
 /// 6.9.2), which no budget can refuse: the worker's budget covers what is beyond it.
 const PROTOCOL_WINDOW: u64 = 65_535;
 
-/// What a connection holds of its worker's request-body budget ([`budget`]), given back
-/// when the connection ends.
+/// What a connection holds of its worker's request-body budget ([`budget`]), and its
+/// waker while it waits for more; given back, and no longer waiting, when the
+/// connection ends.
 #[derive(Default)]
-struct Reserved(usize);
+struct Reserved(usize, Option<std::task::Waker>);
+
+impl Reserved {
+    /// No longer waiting for the budget (nothing more is wanted).
+    fn not_waiting(&mut self) {
+        if let Some(waker) = self.1.take() {
+            budget::stop_waiting(&waker);
+        }
+    }
+}
 
 impl Drop for Reserved {
     fn drop(&mut self) {
+        self.not_waiting();
         budget::give(self.0);
     }
 }
@@ -281,7 +294,8 @@ where
     }
 
     /// Accounts the body bytes the streams gave up, and opens the connection's window
-    /// again as far as the worker's budget allows (up to `connection_window`): the
+    /// again as far as the worker's budget allows, toward what its streams still
+    /// receiving a body can send ([`Connection::connection_window_wanted`]): the
     /// budget covers the window beyond the protocol's first 65,535 bytes, so every
     /// connection can always take 64 KiB and one that wants more waits its turn.
     fn settle_window(&mut self, cx: &mut Context<'_>) {
@@ -295,14 +309,31 @@ where
             budget::give(self.reserved.0 - covered);
             self.reserved.0 = covered;
         }
+        if self.reserved.0 > 0 && self.codec.is_idle() {
+            // The window still holds room no stream uses (it cannot be taken back): when
+            // another connection waits for the budget, this one goes, and gives it back.
+            if !budget::pressed() {
+                budget::on_pressure(cx.waker());
+            } else if !self.codec.is_going_away() {
+                budget::gave_way();
+                self.go_away();
+            }
+        }
         let wanted = self.codec.connection_window_wanted();
         if wanted < MIN_WINDOW_UPDATE {
+            // A connection kept waiting would make the idle ones go for nothing.
+            self.reserved.not_waiting();
             return;
         }
         // What the window would hold beyond the protocol's, less what is reserved.
         let beyond = (allowance + u64::from(wanted)).saturating_sub(PROTOCOL_WINDOW) as usize;
         let needed = beyond - self.reserved.0;
-        let got = budget::take_up_to(needed, cx.waker());
+        let got = budget::take_up_to(needed, self.reserved.0, cx.waker());
+        if got < needed {
+            self.reserved.1 = Some(cx.waker().clone());
+        } else {
+            self.reserved.not_waiting();
+        }
         let open = wanted - (needed - got) as u32;
         if open >= MIN_WINDOW_UPDATE {
             self.reserved.0 += got;

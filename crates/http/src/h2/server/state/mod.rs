@@ -54,10 +54,13 @@ pub struct Config {
     /// SETTINGS_INITIAL_WINDOW_SIZE: what a client may send on a stream ahead of the
     /// caller taking it (nginx's preread 64 KiB).
     pub initial_window_size: u32,
-    /// The connection's receive window: the most a client may have sent ahead of the
-    /// caller taking it, all streams together (Envoy's edge setting and HAProxy's
-    /// `tune.h2.fe.rxbuf` are of this size). Given back as the caller takes the bytes,
-    /// and only as far as the caller opens it.
+    /// The connection's receive window at most: the most a client may have sent ahead
+    /// of the caller taking it, all streams together. The window is opened only toward
+    /// what the streams still receiving a body can send (their own windows), so an
+    /// idle connection wants nothing beyond the protocol's 65,535 bytes; at the default
+    /// (every stream's whole window) no stream waits on bytes another stream's caller
+    /// has not taken. Given back as the caller takes the bytes, and only as far as the
+    /// caller opens it.
     pub connection_window: u32,
     /// SETTINGS_MAX_HEADER_LIST_SIZE: a request's fields at most, counted as section
     /// 6.5.2 does; a larger one is answered 431.
@@ -75,7 +78,7 @@ impl Default for Config {
         Self {
             max_concurrent_streams: 128,
             initial_window_size: 65_536,
-            connection_window: 1 << 20,
+            connection_window: 128 * 65_536,
             max_header_list_size: 32 << 10,
             header_table_size: 4096,
             connect_protocol: false,
@@ -1189,11 +1192,26 @@ impl Connection {
         self.recv_window.max(0) as u64 + self.held
     }
 
-    /// How far the connection's window would open to bring the allowance back to
-    /// [`Config::connection_window`].
+    /// How far the connection's window would open so that every stream still receiving
+    /// its body can send its whole window beside what the caller holds (at most
+    /// [`Config::connection_window`]): nothing beyond the protocol's window while no
+    /// body is coming. A window opened wider would only let a client's bytes wait ahead
+    /// of any stream, and hold the caller's room for nothing.
     pub fn connection_window_wanted(&self) -> u32 {
-        let target = u64::from(self.config.connection_window.max(DEFAULT_WINDOW));
-        target.saturating_sub(self.connection_allowance()) as u32
+        let receiving: u64 = (self.streams.iter())
+            .filter(|s| !s.remote_closed)
+            .map(|s| s.recv_window.max(0) as u64)
+            .sum();
+        let target = (self.held + receiving)
+            .min(u64::from(self.config.connection_window))
+            .max(u64::from(DEFAULT_WINDOW));
+        let room = u64::from(frame::MAX_WINDOW).saturating_sub(self.recv_window.max(0) as u64);
+        (target.saturating_sub(self.connection_allowance())).min(room) as u32
+    }
+
+    /// Whether this end has sent GOAWAY.
+    pub fn is_going_away(&self) -> bool {
+        self.going_away.is_some()
     }
 
     /// Opens the connection's window by `n` (a WINDOW_UPDATE on stream 0): the caller

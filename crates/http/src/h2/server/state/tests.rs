@@ -658,6 +658,11 @@ fn receiving_keeps_to_our_windows() {
     let mut fields = GET.to_vec();
     fields[0] = (":method", "POST");
     c.request(1, &fields, false);
+    // A second upload's window opens the connection's beyond stream 1's: stream 1's
+    // own window is what stops it below.
+    c.request(3, &fields, false);
+    let wanted = c.conn.connection_window_wanted();
+    c.conn.open_connection_window(wanted, &mut Vec::new());
     c.frames();
     let chunk = vec![0u8; 16_384];
     for _ in 0..4 {
@@ -690,35 +695,62 @@ fn receiving_keeps_to_our_windows() {
     );
 }
 
-/// The connection's window: the client may send no more than it was opened to, all
-/// streams together, and it opens again only by what the caller consumed and reopens.
+/// The connection's window: opened only toward what the streams still receiving a
+/// body can send (nothing while none is), so that no stream waits on another's bytes
+/// the caller has not taken, never past the configured cap; the client may send no
+/// more than it was opened to, and it opens again only by what the caller consumed and
+/// reopens.
 #[test]
-fn the_connection_window_opens_only_as_far_as_the_caller_opens_it() {
+fn the_connection_window_opens_toward_the_streams_receiving_bodies_and_no_further() {
     let mut out = Vec::new();
     let conn = Connection::new(Config::default(), &mut out);
     assert_eq!(conn.connection_allowance(), 65_535, "the protocol's window");
-    assert_eq!(conn.connection_window_wanted(), (1 << 20) - 65_535);
+    assert_eq!(conn.connection_window_wanted(), 0, "no body is coming");
     let mut c = Client::new();
-    assert_eq!(c.conn.connection_window_wanted(), 0, "opened to 1 MiB");
+    c.request(1, &GET, true);
+    assert_eq!(c.conn.connection_window_wanted(), 0, "a GET sends no body");
     let mut fields = GET.to_vec();
     fields[0] = (":method", "POST");
     let chunk = vec![0u8; 16_384];
-    // Sixteen streams fill their 64 KiB windows: 1 MiB, the whole connection window.
-    for s in 0..16u32 {
-        let id = 1 + 2 * s;
+    let fill = |c: &mut Client, id: u32| {
         c.request(id, &fields, false);
+        let wanted = c.conn.connection_window_wanted();
+        let mut out = Vec::new();
+        c.conn.open_connection_window(wanted, &mut out);
         for _ in 0..4 {
             let mut data = Vec::new();
             write::data(&mut data, id, &chunk, false);
             c.send(&data);
         }
+    };
+    // Sixteen streams fill their 64 KiB windows, none taken by the caller.
+    for s in 0..16u32 {
+        fill(&mut c, 3 + 2 * s);
     }
-    assert!(c.error.is_none());
-    assert_eq!(c.conn.connection_allowance(), 1 << 20, "all of it held");
+    assert!(c.error.is_none(), "{:?}", c.error);
+    assert_eq!(c.conn.connection_allowance(), 16 * 65_536, "all of it held");
     assert_eq!(c.conn.connection_window_wanted(), 0);
-    c.frames();
-    // A seventeenth stream's first byte is past the connection's window.
+    // A seventeenth gets a window of its own: the others' unread bytes do not stall it.
+    c.request(35, &fields, false);
+    assert_eq!(c.conn.connection_window_wanted(), 65_536);
+    // Once its body has ended nothing more is wanted for it.
+    let mut data = Vec::new();
+    write::data(&mut data, 35, b"", true);
+    c.send(&data);
+    assert_eq!(c.conn.connection_window_wanted(), 0);
+
+    // Capped: at a 1 MiB connection window the seventeenth stream's byte is past it.
+    let mut c = Client::with(Config {
+        connection_window: 1 << 20,
+        ..Config::default()
+    });
+    for s in 0..16u32 {
+        fill(&mut c, 1 + 2 * s);
+    }
+    assert!(c.error.is_none(), "{:?}", c.error);
     c.request(33, &fields, false);
+    assert_eq!(c.conn.connection_window_wanted(), 0, "the cap");
+    c.frames();
     let mut data = Vec::new();
     write::data(&mut data, 33, b"x", false);
     c.send(&data);
@@ -727,15 +759,18 @@ fn the_connection_window_opens_only_as_far_as_the_caller_opens_it() {
     // Consumed bytes are wanted back, and come back only when opened.
     let mut c = Client::new();
     c.request(1, &fields, false);
+    assert_eq!(c.conn.connection_window_wanted(), 1, "the stream's 65,536");
+    c.conn.open_connection_window(1, &mut Vec::new());
     let mut data = Vec::new();
     write::data(&mut data, 1, &chunk, false);
     c.send(&data);
     c.frames();
     assert_eq!(c.conn.connection_window_wanted(), 0, "held, not consumed");
     c.conn.consumed(16_384);
-    assert_eq!(c.conn.connection_window_wanted(), 16_384);
+    // Back to the protocol's 65,535 (the stream's own window was not given back).
+    assert_eq!(c.conn.connection_window_wanted(), 16_383);
     let mut out = Vec::new();
-    c.conn.open_connection_window(16_384, &mut out);
+    c.conn.open_connection_window(16_383, &mut out);
     c.out = out;
     let updates: Vec<(u32, u32)> = c
         .frames()
@@ -743,7 +778,7 @@ fn the_connection_window_opens_only_as_far_as_the_caller_opens_it() {
         .filter(|(h, _)| h.kind == kind::WINDOW_UPDATE)
         .map(|(h, p)| (h.stream, u32::from_be_bytes(p[..4].try_into().unwrap())))
         .collect();
-    assert_eq!(updates, [(0, 16_384)]);
+    assert_eq!(updates, [(0, 16_383)]);
     assert_eq!(c.conn.connection_window_wanted(), 0);
 }
 
