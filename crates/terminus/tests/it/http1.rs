@@ -3,6 +3,7 @@
 //! skipped exactly, path traversal, and clients that stop reading. Bytes are written by a
 //! rustls client exactly as the test spells them (see harness/raw.rs).
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::raw::{statuses, Ended, Raw};
@@ -313,4 +314,57 @@ fn a_client_that_stops_reading_is_cut_at_the_stall_timeout() {
         "the whole file arrived"
     );
     assert_eq!(status(&server, &["--http1.1"], "/index.html"), 200);
+}
+
+/// An HTTP/2 client that asks for a large file, opens no window for it, and keeps its
+/// connection busy with a PING every 0.3 s: prints how many seconds after its request
+/// the server closed the connection (GOAWAY or end), or `open` after 20 s.
+const H2_PINGS_NO_WINDOW: &str = r#"
+import select, socket, ssl, sys, time
+import h2.config, h2.connection, h2.events
+
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["h2"])
+sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+conn.initiate_connection()
+conn.send_headers(1, [(":method", "GET"), (":scheme", "https"), (":authority", "localhost"), (":path", "/big.bin")], end_stream=True)
+sock.sendall(conn.data_to_send())
+start = last_ping = time.monotonic()
+while time.monotonic() - start < 20:
+    if time.monotonic() - last_ping > 0.3:
+        conn.ping(b"pingpong")
+        last_ping = time.monotonic()
+    sock.sendall(conn.data_to_send())
+    if not sock.pending() and not select.select([sock], [], [], 0.1)[0]:
+        continue
+    data = sock.recv(65536)
+    events = conn.receive_data(data) if data else []
+    if not data or any(isinstance(e, h2.events.ConnectionTerminated) for e in events):
+        print(f"{time.monotonic() - start:.1f}")
+        sys.exit()
+print("open")
+"#;
+
+/// An HTTP/2 answer that waits on a window its client never opens is cut as a stalled
+/// HTTP/1.1 one is, though the client keeps the connection busy with PINGs: within a
+/// few stall timeouts (2 s here), where PINGs kept it open for good before.
+#[test]
+fn an_http2_client_that_pings_but_opens_no_window_is_cut_at_the_stall_timeout() {
+    if !python_imports("h2", "python3 -m pip install h2") {
+        return;
+    }
+    let (dir, server) = start("10s", "2s");
+    let script = dir.write("h2_pings.py", H2_PINGS_NO_WINDOW);
+    let out = run(Command::new("python3")
+        .arg(&script)
+        .arg(server.port().to_string()));
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let cut: f64 = said
+        .parse()
+        .unwrap_or_else(|_| panic!("still {said} after 20 s"));
+    assert!((2.0..=7.0).contains(&cut), "cut {cut} s after the request");
+    assert_eq!(status(&server, &["--http2"], "/index.html"), 200);
 }

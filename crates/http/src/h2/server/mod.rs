@@ -20,8 +20,9 @@
 //! the settings, the windows) and no buffer: the read buffer is lent by the worker when
 //! bytes arrive and the write buffer while there is output, both given back when the
 //! connection goes quiet. It closes with GOAWAY after `timeouts.keepalive` without
-//! traffic, or on shutdown (streams in flight finish), and is dropped when idle twice
-//! in a row (a client that ignores GOAWAY).
+//! traffic, or with its answers waiting that long on windows the client does not open
+//! (whatever else it sends), or on shutdown (streams in flight finish), and is dropped
+//! when idle twice in a row (a client that ignores GOAWAY).
 
 mod inbound;
 mod request;
@@ -154,6 +155,7 @@ pub async fn serve<S, R>(
         consumed: Rc::default(),
         reserved: Reserved::default(),
         moved: false,
+        answered: false,
         eof: false,
     };
     let mut closing = false;
@@ -196,7 +198,8 @@ pub async fn serve<S, R>(
             }
             Woke::Idle => {
                 idle_deadline = Instant::now() + keepalive;
-                if std::mem::take(&mut conn.moved) {
+                let stuck = conn.stuck_on_windows();
+                if std::mem::take(&mut conn.moved) && !stuck {
                     continue;
                 }
                 if closing {
@@ -242,6 +245,8 @@ struct H2<S, R> {
     reserved: Reserved,
     /// Bytes moved since the idle timer last looked.
     moved: bool,
+    /// A stream's answer (its head or body) went out since the idle timer last looked.
+    answered: bool,
     eof: bool,
 }
 
@@ -250,6 +255,19 @@ where
     S: ReadReady + AsyncWrite + Unpin,
     R: Responder + 'static,
 {
+    /// Whether answers wait on windows the client does not open, and none moved since
+    /// the idle timer last looked: a client that keeps its connection busy (PINGs,
+    /// SETTINGS) while it holds its streams' answers, and what they hold (upstream
+    /// connections, compression memory), is cut as one that stops reading is (nginx's
+    /// `send_timeout` holds for HTTP/2 streams too).
+    fn stuck_on_windows(&mut self) -> bool {
+        let answered = std::mem::take(&mut self.answered);
+        !answered
+            && (self.streams.iter()).any(|s| {
+                matches!(s.phase, Phase::Sending { .. }) && self.codec.send_window(s.id) == 0
+            })
+    }
+
     fn go_away(&mut self) {
         buffers::lend_output(&mut self.out);
         self.codec.go_away(&mut self.out);
@@ -576,6 +594,7 @@ where
             }
             let step = step(stream, codec, &*self.responder, &mut self.out, budget, cx);
             progress |= step.moved;
+            self.answered |= step.moved;
             if step.done {
                 done.push(i);
             }
