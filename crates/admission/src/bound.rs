@@ -20,6 +20,25 @@
 //! and sets its room aside. The wait is the kernel's (`TCP_INFO`), since under overload
 //! the queue that builds is the listen queue, which that work does not see.
 //!
+//! Tenants within their committed rate are apart: a handshake its tenant's quota admits
+//! at once, as committed capacity ([`Line`]), is ahead of another such handshake of a
+//! different tenant only as far as the engine's fair queue puts it there, which serves
+//! tenants in proportion to their committed rates (`terminus_engine`'s `fair`): its
+//! tenant's own such handshakes are ahead of it, and of each other tenant's as many as
+//! that tenant's weight against its own allows (generalized processor sharing). The
+//! handshakes of tenants past their committed rate (queued for it, borrowed, or without
+//! a quota) are ahead of nobody in that count, and are themselves admitted only while
+//! all the work taken on fits. Counted as ahead of everyone, a tenant flooding at three
+//! times its quota on a worker short of CPU (two busy neighbours on two cores) had the
+//! bound full of its own admitted handshakes and got three in four of a neighbour's
+//! connections, a fifth of that one's quota, reset at accept. Which tenant a connection
+//! is for is known from its ClientHello: while some host has a quota (`quotas`), a
+//! connection is reset at accept only for what is ahead of it whoever's it is (the
+//! listen queue's wait, reading the connections taken on before it, its own handshake),
+//! or when refusing costs too much; the rest is decided after its ClientHello, where a
+//! flood's handshakes are refused with an alert (a few µs each). Without quotas nothing
+//! changes.
+//!
 //! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
 //!   Up to a quarter beyond it connections are still read, for resumptions' sake, where
 //!   resumption is on: without it they could only be refused after their ClientHello,
@@ -47,6 +66,16 @@ use std::time::{Duration, Instant};
 
 use terminus_engine::busy::{BusyTime, Metered};
 
+/// A tenant's line of handshakes within its committed rate: which tenant, and its weight
+/// in the engine's fair queueing (its committed ACU).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Line {
+    /// The tenant, as the engine's [`terminus_engine::Payer::id`] tells it.
+    pub id: usize,
+    /// Its weight.
+    pub weight: f64,
+}
+
 /// How long a measurement window lasts.
 const WINDOW: Duration = Duration::from_millis(100);
 /// What reading a ClientHello and refusing it costs a worker, about (bench/overload).
@@ -68,6 +97,9 @@ pub struct Admission {
     /// Connections taken on whose ClientHello is not read yet, and handshakes under way.
     unread: Cell<u32>,
     working: Cell<u32>,
+    /// Of the handshakes under way, those admitted within their tenant's committed rate,
+    /// by tenant: (line, how many).
+    lines: std::cell::RefCell<Vec<(Line, u32)>>,
     /// The share of ClientHellos read that went on to a handshake (the others were
     /// refused: by a tenant's quota, or the bound), smoothed over windows. An unread
     /// connection is that much of a handshake's work: under a tenant's flood beyond its
@@ -134,6 +166,8 @@ pub struct Ticket {
     worked: bool,
     /// Its ClientHello was read and its handshake taken on.
     read: bool,
+    /// Taken on within its tenant's committed rate: in its line.
+    within: Option<Line>,
 }
 
 impl Ticket {
@@ -142,7 +176,7 @@ impl Ticket {
     /// flooding beyond its quota would fill the bound with sleepers and get the others
     /// reset at accept).
     pub fn aside(&self) -> Aside<'_> {
-        self.admission.count(self.read, -1);
+        self.admission.count(self.read, self.within, -1);
         Aside(self)
     }
 
@@ -158,14 +192,14 @@ pub struct Aside<'a>(&'a Ticket);
 
 impl Drop for Aside<'_> {
     fn drop(&mut self) {
-        self.0.admission.count(self.0.read, 1);
+        self.0.admission.count(self.0.read, self.0.within, 1);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let a = &self.admission;
-        a.count(self.read, -1);
+        a.count(self.read, self.within, -1);
         // A connection that ended unread (its client went away) did no handshake.
         if self.worked && self.read {
             let mut w = a.window.get();
@@ -183,6 +217,7 @@ impl Admission {
             bound: (!bound.is_zero()).then_some(bound),
             unread: Cell::new(0),
             working: Cell::new(0),
+            lines: Default::default(),
             went_on: Cell::new(1.0),
             cost: Cell::new(FIRST_COST),
             window: Cell::new(Window {
@@ -225,6 +260,9 @@ impl Admission {
     /// Takes on a connection just accepted, or says to reset it: when the time it waited
     /// in the listen queue (`waited`, asked for only when bounded) and the work taken on
     /// before it (its own included) go beyond the bound, it would be answered too late.
+    /// Where `quotas` says some host's tenant has a quota, only what is ahead of it
+    /// whoever's it is counts (see the module docs): the wait, reading the connections
+    /// taken on before it, and its own handshake, unless refusing costs too much.
     /// Up to a quarter more is read, for a resumption's sake (see
     /// [`Admission::at_hello`]), where `resumable` says a session can be resumed at all
     /// and unless refusing ClientHellos has come to cost too much.
@@ -232,10 +270,16 @@ impl Admission {
         self: &Rc<Self>,
         waited: impl FnOnce() -> Duration,
         resumable: impl FnOnce() -> bool,
+        quotas: impl FnOnce() -> bool,
     ) -> Option<Ticket> {
         self.roll();
         if let Some(bound) = self.bound {
-            let ahead = waited() + self.work() + self.cost.get().mul_f64(self.went_on.get());
+            let waited = waited();
+            let mut ahead = waited + self.work() + self.cost.get().mul_f64(self.went_on.get());
+            if ahead > bound && !self.shedding.get() && quotas() {
+                let reading = REFUSAL_COST * self.unread.get();
+                ahead = ahead.min(waited + reading + self.cost.get());
+            }
             let over = ahead.as_secs_f64() / bound.as_secs_f64();
             // The room beyond the bound is asked about only for connections in it.
             if over > 1.0 && (self.shedding.get() || over > RESUMPTION_ROOM || !resumable()) {
@@ -243,25 +287,37 @@ impl Admission {
                 return None;
             }
         }
-        self.count(false, 1);
+        self.count(false, None, 1);
         Some(Ticket {
             admission: self.clone(),
             worked: true,
             read: false,
+            within: None,
         })
     }
 
     /// Keeps `ticket` for a handshake whose ClientHello was read (`resumption`: it asks
     /// to resume), or refuses a full handshake beyond the bound, the room above it being
-    /// the resumptions'.
-    pub fn at_hello(&self, mut ticket: Ticket, resumption: bool) -> Option<Ticket> {
+    /// the resumptions'. `within`: its tenant's line, where its quota admitted it at
+    /// once, as committed capacity: what is ahead of it is then counted in the lines
+    /// (see the module docs).
+    pub fn at_hello(
+        &self,
+        mut ticket: Ticket,
+        resumption: bool,
+        within: Option<Line>,
+    ) -> Option<Ticket> {
         self.roll();
         // Counted as a whole handshake from here on, not as an unread connection.
-        let taken_on = self.work() + self.cost.get().mul_f64(1.0 - self.went_on.get());
+        let taken_on = match within {
+            Some(line) => self.ahead_in(line, 1),
+            None => self.work() + self.cost.get().mul_f64(1.0 - self.went_on.get()),
+        };
         if resumption || self.bound.is_none_or(|bound| taken_on <= bound) {
-            self.count(false, -1);
-            self.count(true, 1);
+            self.count(false, None, -1);
+            self.count(true, within, 1);
             ticket.read = true;
+            ticket.within = within;
             return Some(ticket);
         }
         self.turned_away(ticket);
@@ -270,8 +326,13 @@ impl Admission {
 
     /// Whether a handshake taken on as a resumption, which turned out a full one (rustls
     /// declined its ticket), fits within the bound: the room beyond it is resumptions'.
-    pub fn fits_full(&self) -> bool {
-        self.bound.is_none_or(|bound| self.work() <= bound)
+    /// `within`: its tenant's line, where it was taken on within its committed rate.
+    pub fn fits_full(&self, within: Option<Line>) -> bool {
+        let work = match within {
+            Some(line) => self.ahead_in(line, 0),
+            None => self.work(),
+        };
+        self.bound.is_none_or(|bound| work <= bound)
     }
 
     /// Counts a connection refused after its ClientHello (here, or by its tenant's
@@ -306,11 +367,47 @@ impl Admission {
         self.cost.get().mul_f64(handshakes)
     }
 
-    /// Counts a ticket in (`by` 1) or out (-1) of the handshakes under way (`read`) or
-    /// the connections not read yet.
-    fn count(&self, read: bool, by: i32) {
+    /// The work ahead of a handshake in `line`, `more` of them not counted in it yet (its
+    /// own): its line's handshakes, and of each other line's as many as the fair queue
+    /// serves while it serves those (its weight against `line`'s), as the worker serves
+    /// them all in its time (generalized processor sharing).
+    fn ahead_in(&self, line: Line, more: u32) -> Duration {
+        let lines = self.lines.borrow();
+        let own = f64::from(more)
+            + lines
+                .iter()
+                .find(|(l, _)| l.id == line.id)
+                .map_or(0.0, |&(_, n)| f64::from(n));
+        let others: f64 = lines
+            .iter()
+            .filter(|(l, _)| l.id != line.id)
+            .map(|&(l, n)| f64::from(n).min(own * l.weight / line.weight))
+            .sum();
+        self.cost.get().mul_f64(own + others)
+    }
+
+    /// Counts a ticket in (`by` 1) or out (-1) of the handshakes under way (`read`; those
+    /// `within` their tenant's committed rate in its line too) or the connections not
+    /// read yet.
+    fn count(&self, read: bool, within: Option<Line>, by: i32) {
         let n = if read { &self.working } else { &self.unread };
         n.set(n.get().wrapping_add_signed(by));
+        let Some(line) = within.filter(|_| read) else {
+            return;
+        };
+        let mut lines = self.lines.borrow_mut();
+        match lines.iter().position(|(l, _)| l.id == line.id) {
+            Some(i) => {
+                let n = lines[i].1.wrapping_add_signed(by);
+                if n == 0 {
+                    lines.swap_remove(i);
+                } else {
+                    lines[i] = (line, n);
+                }
+            }
+            None if by > 0 => lines.push((line, 1)),
+            None => debug_assert!(false, "a line's handshake counted out twice"),
+        }
     }
 
     /// Ends the measurement window once it is over: how much the worker slept, a new cost
@@ -376,7 +473,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 admission
-                    .at_accept(|| Duration::ZERO, || true)
+                    .at_accept(|| Duration::ZERO, || true, || false)
                     .unwrap_or_else(|| panic!("connection {i} reset"))
             })
             .collect()
@@ -386,7 +483,11 @@ mod tests {
     fn under_way(admission: &Rc<Admission>, n: usize) -> Vec<Ticket> {
         take(admission, n)
             .into_iter()
-            .map(|t| admission.at_hello(t, false).expect("within the bound"))
+            .map(|t| {
+                admission
+                    .at_hello(t, false, None)
+                    .expect("within the bound")
+            })
             .collect()
     }
 
@@ -397,26 +498,38 @@ mod tests {
         let admission = Admission::new(FIRST_COST * 20, Duration::default);
         let full: Vec<Ticket> = take(&admission, 20)
             .into_iter()
-            .map(|t| admission.at_hello(t, false).expect("within the bound"))
+            .map(|t| {
+                admission
+                    .at_hello(t, false, None)
+                    .expect("within the bound")
+            })
             .collect();
         // Read, for they could be resumptions; the full one is refused after its hello.
         let mut extra = take(&admission, 5);
         assert!(
-            admission.at_accept(|| Duration::ZERO, || true).is_none(),
+            admission
+                .at_accept(|| Duration::ZERO, || true, || false)
+                .is_none(),
             "a quarter more only"
         );
-        assert!(admission.at_hello(extra.pop().unwrap(), false).is_none());
+        assert!(admission
+            .at_hello(extra.pop().unwrap(), false, None)
+            .is_none());
         let resumed: Vec<Ticket> = extra
             .into_iter()
-            .map(|t| admission.at_hello(t, true).expect("a resumption's room"))
+            .map(|t| {
+                admission
+                    .at_hello(t, true, None)
+                    .expect("a resumption's room")
+            })
             .collect();
         drop(resumed);
         drop(full.into_iter().next());
         let next = admission
-            .at_accept(|| Duration::ZERO, || true)
+            .at_accept(|| Duration::ZERO, || true, || false)
             .expect("room again");
         assert!(
-            admission.at_hello(next, false).is_some(),
+            admission.at_hello(next, false, None).is_some(),
             "a finished one made room"
         );
     }
@@ -509,25 +622,93 @@ mod tests {
         let unread = take(&admission, 60);
         let read: Vec<Ticket> = unread
             .into_iter()
-            .map_while(|t| admission.at_hello(t, false))
+            .map_while(|t| admission.at_hello(t, false, None))
             .collect();
         // k read and 60 - k not: k + 0.168 (60 - k) <= 20 up to k = 11.
         assert_eq!(read.len(), 11, "read ones that fit the bound of 20");
+    }
+
+    /// A tenant flooding past its committed rate fills the bound with its admitted
+    /// handshakes: a connection that may be another tenant's is still taken on where some
+    /// host has a quota (reset without), and a handshake within its tenant's committed
+    /// rate still admitted after its ClientHello; one past its tenant's is refused.
+    #[test]
+    fn handshakes_past_their_tenants_committed_rate_are_not_ahead_of_those_within() {
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
+        let flood = under_way(&admission, 20);
+        let zero = || Duration::ZERO;
+        assert!(
+            admission.at_accept(zero, || false, || false).is_none(),
+            "no quotas: the bound is full"
+        );
+        let next = admission
+            .at_accept(zero, || false, || true)
+            .expect("it may be a handshake within its tenant's committed rate");
+        assert!(
+            admission.at_hello(next, false, None).is_none(),
+            "past its tenant's committed rate: the bound is full"
+        );
+        let b = Line {
+            id: 2,
+            weight: 100.0,
+        };
+        let next = admission.at_accept(zero, || false, || true).unwrap();
+        assert!(admission.at_hello(next, false, Some(b)).is_some());
+        drop(flood);
+    }
+
+    /// Within their committed rates, tenants' handshakes are ahead of each other as the
+    /// engine's fair queue serves them: a tenant with 20 under way (the bound's worth) is
+    /// ahead of a new one of a tenant of a third its weight by three of them, not twenty;
+    /// its own next one is refused, and so is the other's once its own line is long.
+    #[test]
+    fn within_committed_rates_tenants_are_ahead_of_each_other_by_their_weights() {
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
+        let (a, b) = (
+            Line {
+                id: 1,
+                weight: 300.0,
+            },
+            Line {
+                id: 2,
+                weight: 100.0,
+            },
+        );
+        let hello = |line| {
+            let ticket = admission.at_accept(|| Duration::ZERO, || false, || true)?;
+            admission.at_hello(ticket, false, Some(line))
+        };
+        let a_line: Vec<Ticket> = (0..20).map_while(|_| hello(a)).collect();
+        assert_eq!(a_line.len(), 20);
+        assert!(hello(a).is_none(), "a's line is full");
+        // b's k-th: k of its own and min(20, 3k) of a's ahead, up to 20: k = 5.
+        let b_line: Vec<Ticket> = (0..20).map_while(|_| hello(b)).collect();
+        assert_eq!(b_line.len(), 5, "b's handshakes that fit beside a's 20");
+        drop(a_line);
+        assert!(hello(b).is_some(), "a's line gone, b's has room");
+        drop(b_line);
     }
 
     #[test]
     fn a_ticket_set_aside_makes_room_until_it_is_back() {
         let admission = Admission::new(FIRST_COST * 20, Duration::default);
         let held = take(&admission, 20);
-        assert!(admission.at_accept(|| Duration::ZERO, || false).is_none());
+        assert!(admission
+            .at_accept(|| Duration::ZERO, || false, || false)
+            .is_none());
         let aside = held[0].aside();
         let next = admission
-            .at_accept(|| Duration::ZERO, || false)
+            .at_accept(|| Duration::ZERO, || false, || false)
             .expect("the room set aside");
         drop(aside);
-        assert!(admission.at_hello(next, false).is_none(), "over again");
+        assert!(
+            admission.at_hello(next, false, None).is_none(),
+            "over again"
+        );
         drop(held);
-        assert!(admission.at_accept(|| Duration::ZERO, || false).is_some());
+        assert!(admission
+            .at_accept(|| Duration::ZERO, || false, || false)
+            .is_some());
     }
 
     #[test]
@@ -535,23 +716,33 @@ mod tests {
         let admission = Admission::new(FIRST_COST * 20, Duration::default);
         let _held = take(&admission, 20);
         assert!(
-            admission.at_accept(|| Duration::ZERO, || false).is_none(),
+            admission
+                .at_accept(|| Duration::ZERO, || false, || false)
+                .is_none(),
             "no session can be resumed: a reset now, not a refusal after its hello"
         );
-        assert!(admission.at_accept(|| Duration::ZERO, || true).is_some());
+        assert!(admission
+            .at_accept(|| Duration::ZERO, || true, || false)
+            .is_some());
     }
 
     #[test]
     fn a_connection_that_waited_out_the_bound_is_reset_at_accept() {
         let admission = Admission::new(FIRST_COST * 20, Duration::default);
-        assert!(admission.at_accept(|| FIRST_COST * 19, || true).is_some());
+        assert!(admission
+            .at_accept(|| FIRST_COST * 19, || true, || false)
+            .is_some());
         assert!(
-            admission.at_accept(|| FIRST_COST * 30, || true).is_none(),
+            admission
+                .at_accept(|| FIRST_COST * 30, || true, || false)
+                .is_none(),
             "waited longer than the bound and its quarter"
         );
         let _held = take(&admission, 10);
         assert!(
-            admission.at_accept(|| FIRST_COST * 15, || true).is_none(),
+            admission
+                .at_accept(|| FIRST_COST * 15, || true, || false)
+                .is_none(),
             "waited less than the bound, but the work ahead of it adds up to more"
         );
     }
@@ -564,18 +755,22 @@ mod tests {
         let over = (WINDOW.as_secs_f64() * REFUSAL_SHARE / REFUSAL_COST.as_secs_f64()) as u32 + 1;
         for _ in 0..over {
             let ticket = admission
-                .at_accept(|| Duration::ZERO, || true)
+                .at_accept(|| Duration::ZERO, || true, || false)
                 .expect("read: the quarter");
-            assert!(admission.at_hello(ticket, false).is_none());
+            assert!(admission.at_hello(ticket, false, None).is_none());
         }
         std::thread::sleep(WINDOW);
         assert!(
-            admission.at_accept(|| Duration::ZERO, || true).is_none(),
+            admission
+                .at_accept(|| Duration::ZERO, || true, || false)
+                .is_none(),
             "shedding: no quarter to read into"
         );
         drop(held);
         assert!(
-            admission.at_accept(|| Duration::ZERO, || true).is_some(),
+            admission
+                .at_accept(|| Duration::ZERO, || true, || false)
+                .is_some(),
             "room again"
         );
     }

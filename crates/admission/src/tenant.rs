@@ -29,6 +29,7 @@ use terminus_capacity::{operation, AcuCosts};
 use terminus_engine::cost::Operation;
 use terminus_engine::{KeyAlgorithm, OpKind, Payer};
 
+use crate::bound::Line;
 use crate::meter::Meter;
 
 /// How much of a quota may be used at once, as time at its rate.
@@ -399,16 +400,22 @@ impl TenantAccount {
     /// machine, unmetered traffic would take ~75 times a 20-ACU tenant's share of every
     /// oversubscribed batch: its own handshakes would jump the tenants' paid ones.
     pub fn cost_and_weight(&self, kind: OpKind, key: Option<KeyAlgorithm>) -> (f64, f64) {
-        let costs = self.costs.read().expect("costs lock");
-        let st = self.state.lock().expect("tenant lock");
-        let weight = match &st.quota {
-            Some(q) => q.acu * st.share,
-            None => {
-                let allocated = f64::from_bits(self.allocated.load(Ordering::Relaxed));
-                (costs.machine_acu() - allocated).max(UNMETERED_WEIGHT)
-            }
+        let cost = self.costs.read().expect("costs lock").request(kind, key);
+        (cost, self.weight())
+    }
+
+    /// The tenant's weight in the engine's fair queueing (see [`Self::cost_and_weight`]).
+    pub fn weight(&self) -> f64 {
+        let committed = {
+            let st = self.state.lock().expect("tenant lock");
+            st.quota.as_ref().map(|q| q.acu * st.share)
         };
-        (costs.request(kind, key), weight.max(f64::MIN_POSITIVE))
+        let weight = committed.unwrap_or_else(|| {
+            let allocated = f64::from_bits(self.allocated.load(Ordering::Relaxed));
+            let machine = self.costs.read().expect("costs lock").machine_acu();
+            (machine - allocated).max(UNMETERED_WEIGHT)
+        });
+        weight.max(f64::MIN_POSITIVE)
     }
 
     /// A handshake admitted as cheap (a resumption) turned out expensive at `now` (rustls
@@ -647,6 +654,15 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// The tenant's line in admission control, for a handshake admitted as committed
+    /// capacity (see [`crate::bound`]).
+    pub fn line(&self) -> Option<Line> {
+        (self.class == Class::Committed).then(|| Line {
+            id: self.id(),
+            weight: self.account.weight(),
+        })
+    }
+
     /// Charges one request of `kind` (signed with `key`) at this machine's cost.
     pub fn charge(&self, kind: OpKind, key: Option<KeyAlgorithm>) {
         let op = operation(kind, key);

@@ -88,6 +88,10 @@ pub struct Site {
     pub tls_versions: Vec<rustls::ProtocolVersion>,
     /// Whether a client can resume a session (tickets or the session cache are on).
     pub resumption: bool,
+    /// Whether some host's tenant has a quota: a connection not read yet may then be a
+    /// handshake within its tenant's committed rate, which admission control takes on
+    /// beyond a flood of other tenants' handshakes (`terminus_admission::bound`).
+    pub quotas: bool,
     pub resolver: Arc<SniResolver>,
     pub hosts: Vec<Host>,
     pub timeouts: Timeouts,
@@ -265,6 +269,7 @@ impl Site {
             stream_tls: Arc::new(stream_tls),
             tls_versions: config.tls.versions.iter().map(|v| v.version).collect(),
             resumption: config.tls.session_tickets || config.tls.session_cache > 0,
+            quotas: hosts.iter().any(|h| h.tenant.quota().is_some()),
             resolver,
             hosts,
             timeouts: Timeouts {

@@ -1,6 +1,6 @@
-//! QUIC handshakes in admission control and tenant quotas, as TCP ones: taken on within
-//! the worker's bound (refused beyond it), admitted against their tenant's quota (after
-//! its wait, or refused), and their crypto charged to it.
+//! QUIC handshakes in admission control and tenant quotas, as TCP ones: admitted against
+//! their tenant's quota (after its wait, or refused), then taken on within the worker's
+//! bound (refused beyond it), and their crypto charged to the tenant.
 //!
 //! A QUIC ClientHello arrives inside encrypted Initial packets, often two of them (a
 //! post-quantum key share): terminus does not read it before rustls does, as it does a
@@ -54,13 +54,13 @@ async fn admit_hello(worker: Rc<Worker>, question: Box<dyn Any>) -> terminus_qui
     };
     let admission = &worker.admission;
     let metrics = &worker.shared.metrics;
-    // Its ClientHello is read: taken on as a full handshake, within the bound. Either
-    // refusal is one after the ClientHello, with an alert (nothing QUIC is reset
-    // unread, as a TCP connection refused at accept is).
-    let taken = admission
-        .at_accept(|| Duration::ZERO, || false)
-        .and_then(|ticket| admission.at_hello(ticket, false));
-    let Some(ticket) = taken else {
+    // Its ClientHello is read: taken on as a full handshake, within the bound, its
+    // tenant's quota asked first (as over TCP: whether the handshake is within its
+    // tenant's committed rate decides what is ahead of it). Either refusal is one after
+    // the ClientHello, with an alert (nothing QUIC is reset unread, as a TCP connection
+    // refused at accept is).
+    let quotas = || hello.tenant.quota().is_some();
+    let Some(ticket) = admission.at_accept(|| Duration::ZERO, || false, quotas) else {
         metrics.handshake_refused(Refusal::AtHello);
         return refused;
     };
@@ -77,10 +77,17 @@ async fn admit_hello(worker: Rc<Worker>, question: Box<dyn Any>) -> terminus_qui
         return refused;
     };
     match admitted {
-        Ok(hold) => terminus_quic::Admission {
-            admitted: true,
-            payer: Some(Box::new(hold)),
-            hold: Some(Box::new(Unmetered(Some(ticket)))),
+        Ok((hold, within)) => match admission.at_hello(ticket, false, within) {
+            Some(ticket) => terminus_quic::Admission {
+                admitted: true,
+                payer: Some(Box::new(hold)),
+                hold: Some(Box::new(Unmetered(Some(ticket)))),
+            },
+            // The hold, dropped, gives the quota back.
+            None => {
+                metrics.handshake_refused(Refusal::AtHello);
+                refused
+            }
         },
         Err(cause) => {
             admission.turned_away(ticket);

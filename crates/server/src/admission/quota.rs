@@ -8,6 +8,11 @@
 //! exchange of the first group the client lists that terminus has. The engine then
 //! charges what each request costs, and the estimate is settled when the handshake ends.
 //!
+//! The quota decides before the admission bound does: a handshake it admits at once, as
+//! committed capacity, is within its tenant's committed rate, and has only other such
+//! handshakes ahead of it in the bound (`terminus_admission::bound`); one that waited for
+//! its quota is asked about the bound after its wait, when it is about to be work.
+//!
 //! A resumption that rustls declines (a genuine ticket for another name or suite) signs
 //! after all: [`full_after_all`] has its first signature admitted again as the full
 //! handshake it turned into, by the admission bound and by `prefer_cheap`.
@@ -17,6 +22,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use rustls::server::ClientHello;
+use terminus_admission::bound::Line;
 use terminus_admission::tenant::{Admission, Arrival, Hold, QuotaRefusal, TenantAccount};
 use terminus_engine::cost::Operation;
 use terminus_engine::{HandshakeContext, KeyAlgorithm, KxGroup};
@@ -29,6 +35,8 @@ use super::Ticket;
 /// it, after the wait the quota asks for (the handshake deadline still holds: a wait that
 /// outlasts it ends in a handshake timeout). `idle`: the worker has capacity to lend.
 /// `admitted`: the handshake's room in admission control, set aside while it waits.
+/// Its tenant's line, where it was admitted within its committed rate (see
+/// [`admit_arrival`]).
 pub(crate) async fn admit(
     ctx: &mut HandshakeContext,
     tenant: &Arc<TenantAccount>,
@@ -37,7 +45,7 @@ pub(crate) async fn admit(
     (config, versions): (&rustls::ServerConfig, &[rustls::ProtocolVersion]),
     idle: bool,
     admitted: &Ticket,
-) -> Result<(), QuotaRefusal> {
+) -> Result<Option<Line>, QuotaRefusal> {
     let hello = read.client_hello();
     let sign = if read.offers_resumption(config, versions) {
         None
@@ -45,9 +53,9 @@ pub(crate) async fn admit(
         resolver.key_for(&hello)
     };
     let arrival = arrival(tenant, sign, first_kx(&hello), idle);
-    let hold = admit_arrival(tenant, arrival, admitted).await?;
+    let (hold, within) = admit_arrival(tenant, arrival, admitted).await?;
     ctx.charge_to(hold);
-    Ok(())
+    Ok(within)
 }
 
 /// The key exchange a handshake of `hello` will probably compute: the first group the
@@ -80,18 +88,24 @@ pub(crate) fn arrival(
 
 /// Admits `arrival` against `tenant`'s quota, after the wait the quota asks for, its room
 /// in admission control (`admitted`) set aside meanwhile; the hold to charge the
-/// handshake's crypto to.
+/// handshake's crypto to, and its tenant's line in admission control where the handshake
+/// is within its tenant's committed rate: admitted at once, as committed capacity. One
+/// that had to wait (its tenant is past its committed rate), borrowed, or has no quota
+/// to be within is in no line.
 pub(crate) async fn admit_arrival(
     tenant: &Arc<TenantAccount>,
     arrival: Arrival,
     admitted: &Ticket,
-) -> Result<Hold, QuotaRefusal> {
+) -> Result<(Hold, Option<Line>), QuotaRefusal> {
     match tenant.admit(Instant::now().into_std(), arrival) {
-        Admission::Now(hold) => Ok(hold),
+        Admission::Now(hold) => {
+            let line = hold.line();
+            Ok((hold, line))
+        }
         Admission::After(wait, hold) => {
             let (_waiting, _aside) = (tenant.waiting(), admitted.aside());
             tokio::time::sleep(wait).await;
-            Ok(hold)
+            Ok((hold, None))
         }
         Admission::Refused(cause) => Err(cause),
     }
@@ -108,15 +122,16 @@ pub(crate) enum TurnedFull {
 
 /// Has the first signature of `ctx`'s handshake, admitted as a resumption, admitted again
 /// as the full handshake it turned into; a refusal is written to `refused` and refuses
-/// the signature. `idle`: whether the worker has capacity to lend, asked then.
+/// the signature. `idle`: whether the worker has capacity to lend, asked then. `within`:
+/// its tenant's line, where it was admitted within its committed rate.
 pub(crate) fn full_after_all(
     ctx: &mut HandshakeContext,
-    admission: Rc<super::Admission>,
+    (admission, within): (Rc<super::Admission>, Option<Line>),
     tenant: Arc<TenantAccount>,
     refused: Rc<Cell<Option<TurnedFull>>>,
 ) {
     ctx.check_first_signature(move || {
-        let turned = if !admission.fits_full() {
+        let turned = if !admission.fits_full(within) {
             Some(TurnedFull::Overloaded)
         } else {
             tenant

@@ -56,17 +56,11 @@ impl Hello {
         .await
         .map_err(Closed::Handshake)?;
         let resumption = read.offers_resumption(&config, &accepted.site.tls_versions);
-        let Some(admitted) = worker.admission.at_hello(admitted, resumption) else {
-            read.refuse(
-                &accepted.socket,
-                AlertDescription::InternalError,
-                &metrics.traffic,
-            )
-            .await;
-            return Err(Closed::Overloaded);
-        };
         let tenant = &accepted.site.hosts[host].tenant;
-        // The quota's wait counts against the handshake deadline like the rest.
+        // The quota first: whether the handshake is within its tenant's committed rate
+        // decides what is ahead of it in the admission bound, asked once it is about to
+        // be work (after a wait for the quota, if any). The quota's wait counts against
+        // the handshake deadline like the rest.
         let deadline = accepted.handshake_deadline;
         let admitted_by_quota = timeout_at(
             deadline,
@@ -85,21 +79,34 @@ impl Hello {
             worker.admission.turned_away(admitted);
             return Err(Closed::HandshakeTimeout(accepted.site.timeouts.handshake));
         };
-        if let Err(cause) = admitted_by_quota {
-            worker.admission.turned_away(admitted);
+        let within = match admitted_by_quota {
+            Ok(within) => within,
+            Err(cause) => {
+                worker.admission.turned_away(admitted);
+                read.refuse(
+                    &accepted.socket,
+                    AlertDescription::InternalError,
+                    &metrics.traffic,
+                )
+                .await;
+                return Err(Closed::OverQuota(tenant.clone(), cause));
+            }
+        };
+        // Refused here, the quota it was charged is given back with the context's hold.
+        let Some(admitted) = worker.admission.at_hello(admitted, resumption, within) else {
             read.refuse(
                 &accepted.socket,
                 AlertDescription::InternalError,
                 &metrics.traffic,
             )
             .await;
-            return Err(Closed::OverQuota(tenant.clone(), cause));
-        }
+            return Err(Closed::Overloaded);
+        };
         let turned_full = Rc::new(Cell::new(None));
         if resumption {
             quota::full_after_all(
                 &mut accepted.ctx,
-                worker.admission.clone(),
+                (worker.admission.clone(), within),
                 tenant.clone(),
                 turned_full.clone(),
             );

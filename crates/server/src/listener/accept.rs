@@ -117,7 +117,8 @@ impl Acceptor {
 fn admit(worker: &Worker, socket: &impl std::os::fd::AsFd) -> Option<Ticket> {
     let waited = || terminus_sys::tcp_quiet_for(socket).unwrap_or_default();
     let resumable = || worker.shared.site.current().resumption;
-    let ticket = worker.admission.at_accept(waited, resumable);
+    let quotas = || worker.shared.site.current().quotas;
+    let ticket = worker.admission.at_accept(waited, resumable, quotas);
     if ticket.is_none() {
         let _ = SockRef::from(socket).set_linger(Some(Duration::ZERO));
         worker.shared.metrics.handshake_refused(Refusal::AtAccept);
