@@ -8,8 +8,9 @@
 mod page;
 mod status;
 
-use std::cell::Cell;
-use std::net::TcpListener as StdListener;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::{IpAddr, TcpListener as StdListener};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -30,19 +31,46 @@ use status::Status;
 /// spend the process's descriptors (its TLS listeners need them).
 const MAX_CONNECTIONS: usize = 64;
 
-/// A connection's place under [`MAX_CONNECTIONS`], given back however its task ends.
-struct Place(Rc<Cell<usize>>);
+/// The most of them one address holds (IPv6 counted by /64, as client limits are): one
+/// host holding idle or half-sent connections cannot leave another's scraper no room.
+const PER_ADDRESS: usize = 8;
+
+/// The admin listener's connections, all and by address.
+#[derive(Default)]
+struct Places {
+    open: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+/// A connection's place under [`MAX_CONNECTIONS`] and [`PER_ADDRESS`], given back
+/// however its task ends.
+struct Place(Rc<RefCell<Places>>, IpAddr);
 
 impl Place {
-    fn take(open: &Rc<Cell<usize>>) -> Place {
-        open.set(open.get() + 1);
-        Place(open.clone())
+    /// A place for a connection from `peer`, if there is room for it.
+    fn take(places: &Rc<RefCell<Places>>, peer: IpAddr) -> Option<Place> {
+        let address = terminus_admission::clients::counted_address(peer);
+        let mut p = places.borrow_mut();
+        let held = p.by_address.get(&address).copied().unwrap_or(0);
+        if p.open >= MAX_CONNECTIONS || held >= PER_ADDRESS {
+            return None;
+        }
+        p.open += 1;
+        p.by_address.insert(address, held + 1);
+        Some(Place(places.clone(), address))
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
+        let mut p = self.0.borrow_mut();
+        p.open -= 1;
+        if let Some(held) = p.by_address.get_mut(&self.1) {
+            *held -= 1;
+            if *held == 0 {
+                p.by_address.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -111,7 +139,8 @@ fn respond(method: &Method, path: &str, metrics: &Metrics, status: &Status) -> R
 
 /// Serves the admin endpoints on `listener` with `runtime` until `shutdown` turns true,
 /// on terminus's own HTTP/1.1 server with the site's `timeouts` (a request head's
-/// deadline, keep-alive) and at most [`MAX_CONNECTIONS`] at once; the status page
+/// deadline, keep-alive) and at most [`MAX_CONNECTIONS`] at once, [`PER_ADDRESS`] from
+/// one address; the status page
 /// describes `listeners`.
 pub fn run(
     runtime: tokio::runtime::Runtime,
@@ -125,7 +154,7 @@ pub fn run(
     // Its first read of /metrics now, so that the first view has rates.
     let status = Arc::new(Status::new(metrics.clone(), listeners));
     let admin = Rc::new(Admin { metrics, status });
-    let open = Rc::new(Cell::new(0usize));
+    let places = Rc::new(RefCell::new(Places::default()));
     let local = tokio::task::LocalSet::new();
     runtime.block_on(local.run_until(async move {
         let listener = TcpListener::from_std(listener)?;
@@ -141,13 +170,13 @@ pub fn run(
                 },
                 _ = shutdown.wait_for(|&s| s) => return Ok(()),
             };
-            if open.get() >= MAX_CONNECTIONS {
+            let Some(place) = Place::take(&places, peer.ip()) else {
                 tracing::debug!(
-                    "admin listener: {MAX_CONNECTIONS} connections open; {peer} closed"
+                    "admin listener: {MAX_CONNECTIONS} connections open, or {PER_ADDRESS} from {}; {peer} closed",
+                    peer.ip()
                 );
                 continue;
-            }
-            let place = Place::take(&open);
+            };
             let (admin, shutdown) = (admin.clone(), shutdown.clone());
             tokio::task::spawn_local(async move {
                 let _place = place;
