@@ -102,10 +102,14 @@ impl ConnectionInfo {
         let Some(held) = NO_HOST_SAID.with(|said| said.borrow_mut().now()) else {
             return;
         };
+        let more = match held {
+            0 => String::new(),
+            n => format!(" ({n} more since the last such line)"),
+        };
         tracing::warn!(
             client = %self.peer,
             sni = self.sni.as_deref().unwrap_or("-"),
-            "a request naming no host (HTTP/1.0 without Host, or HTTP/2 or HTTP/3 without :authority) reached server {:?}, whose names are all wildcards, without SNI naming one of its hosts: it goes on without a Host, as it came ({held} more since the last such line); give the server an exact name in `names` to send instead",
+            "a request naming no host (HTTP/1.0 without Host, or HTTP/2 or HTTP/3 without :authority) reached server {:?}, whose names are all wildcards, without SNI naming one of its hosts: it goes on without a Host, as it came{more}; give the server an exact name in `names` to send instead",
             self.site.hosts[self.host].names,
         );
     }
