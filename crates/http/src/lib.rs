@@ -5,7 +5,8 @@
 //! (frames, HPACK, [`h2::server`]), [`h3`] ([`h3::server`] over terminus's QUIC).
 //!
 //! A connection reads requests and writes responses; a [`Responder`] answers them (the
-//! server's application: files, redirects, the proxy). Around that: request and
+//! server's application: files, redirects, the proxy). Every answer's `Server` field, the
+//! connection's own refusals' too, comes from one [`ServerToken`]. Around that: request and
 //! response bodies, one type each whatever the protocol ([`body`]); the request's host
 //! and path settled against smuggling and path tricks ([`target`]); static files with
 //! their open-file cache ([`files`], [`mime`]); the worker's lent buffers
@@ -23,6 +24,7 @@ pub mod mime;
 pub mod target;
 pub mod upstream;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::rc::Rc;
 
@@ -38,8 +40,91 @@ pub use h1::server::{ReadReady, Transport};
 pub use h2::server::Http2Trouble;
 pub use upstream::{Upgrade, Upstreamed};
 
-/// The `Server` token every answer carries unless its server says otherwise.
-pub const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
+/// The `Server` field every answer carries unless its server says otherwise.
+const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
+
+/// What terminus's own answers say of the server that made them: the `Server` field
+/// (terminus's token, a `[[server]]`'s own, or none: `headers = { Server = ... }`) and
+/// the last line of the built-in error pages, which names what `Server` names (nothing
+/// without one: an operator who took the token out does not want the page to say it).
+///
+/// The one place answers get their `Server` field: a responder signs each of its
+/// answers ([`ServerToken::sign`], an upstream's own field replaced), an error page is
+/// signed as it is made ([`error_response`]), and a connection's own refusals, made
+/// before a request reaches the responder, take [`Responder::server_token`]; what is
+/// written as bytes (HTTP on a TLS port, HTTP/2's 431) takes [`ServerToken::field`].
+#[derive(Debug, Clone)]
+pub struct ServerToken {
+    field: Option<HeaderValue>,
+    /// The error pages' last line, the token HTML-escaped; empty without a token.
+    footer: Cow<'static, str>,
+}
+
+/// terminus's own token: `Server: terminus`, and pages that end with `terminus`.
+pub static TERMINUS: ServerToken = ServerToken {
+    field: Some(SERVER_TOKEN),
+    footer: Cow::Borrowed("<hr><center>terminus</center>\r\n"),
+};
+
+impl ServerToken {
+    /// A server's token: `field` in `Server` and at the foot of its error pages; None:
+    /// no `Server` field, and pages that name no server.
+    pub fn new(field: Option<HeaderValue>) -> ServerToken {
+        match field {
+            Some(token) if token == SERVER_TOKEN => TERMINUS.clone(),
+            Some(token) => {
+                let text = String::from_utf8_lossy(token.as_bytes());
+                let footer = format!("<hr><center>{}</center>\r\n", html_escaped(&text));
+                ServerToken {
+                    field: Some(token),
+                    footer: Cow::Owned(footer),
+                }
+            }
+            None => ServerToken {
+                field: None,
+                footer: Cow::Borrowed(""),
+            },
+        }
+    }
+
+    /// The `Server` field's value; None: no field.
+    pub fn field(&self) -> Option<&HeaderValue> {
+        self.field.as_ref()
+    }
+
+    /// `resp` with this `Server` field, or none, in place of any it had (a proxied
+    /// application's own too, in the map or among the fields its head passed as bytes).
+    /// terminus's token is a static value: setting it costs no allocation.
+    pub fn sign(&self, resp: &mut Response<Body>) {
+        if let Some(PassedFields(passed)) = resp.extensions_mut().get_mut::<PassedFields>() {
+            passed.remove(&header::SERVER);
+        }
+        match &self.field {
+            Some(token) => {
+                resp.headers_mut().insert(header::SERVER, token.clone());
+            }
+            None => {
+                resp.headers_mut().remove(header::SERVER);
+            }
+        }
+    }
+}
+
+/// `text` with the characters HTML gives a meaning escaped, for a page's text.
+fn html_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// Request bodies read and thrown away before answering, at most, by a route that takes
 /// none (nginx reads such bodies too, so that the client sees a clean answer).
@@ -58,6 +143,13 @@ pub trait Responder {
         head: Option<RawHead>,
     ) -> impl Future<Output = Response<Body>>;
 
+    /// The token of the answers the connection makes itself, before a request reaches
+    /// [`Responder::respond`] (a malformed or oversized head's 400 or 431, HTTP/3's 425,
+    /// HTTP/2's 431): the server the connection is known to be for so far (its SNI's,
+    /// else the default server's). What `respond` answers it signs itself, for the
+    /// server the request turned out to be for.
+    fn server_token(&self) -> &ServerToken;
+
     /// Notes a response as it is sent, the connection's own refusals of malformed
     /// requests included (metrics, access log). `target` is the request-target.
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>);
@@ -74,16 +166,6 @@ pub struct Timeouts {
     pub request_header: Duration,
     /// Between requests, and a response that makes no progress.
     pub keepalive: Duration,
-}
-
-/// `resp` with the fields every answer carries (`Server: terminus`, in place of an
-/// upstream's).
-pub fn with_common_headers(mut resp: Response<Body>) -> Response<Body> {
-    if let Some(PassedFields(passed)) = resp.extensions_mut().get_mut::<PassedFields>() {
-        passed.remove(&header::SERVER);
-    }
-    resp.headers_mut().insert(header::SERVER, SERVER_TOKEN);
-    resp
 }
 
 /// The first value of `resp`'s field `name`, in its map or among the fields a proxied
@@ -146,23 +228,27 @@ pub fn add_unless_present(resp: &mut Response<Body>, name: &HeaderName, value: &
     }
 }
 
-/// Answers `req` with an error page, its small body read away first (within `within`).
+/// Answers `req` with `token`'s error page, its small body read away first (within
+/// `within`).
 pub async fn refuse(
     req: Request<RequestBody>,
     status: StatusCode,
     within: std::time::Duration,
+    token: &ServerToken,
 ) -> Response<Body> {
     let method = req.method().clone();
     req.into_body().discard(DISCARD_LIMIT, within).await;
-    error_response(status, &method)
+    error_response(status, &method, token)
 }
 
-/// A small HTML error page, nginx-style; HEAD gets the headers only.
-pub fn error_response(status: StatusCode, method: &Method) -> Response<Body> {
+/// A small HTML error page, nginx-style, ending with `token` and signed with it; HEAD
+/// gets the headers only.
+pub fn error_response(status: StatusCode, method: &Method, token: &ServerToken) -> Response<Body> {
     let reason = status.canonical_reason().unwrap_or("");
     let text = format!(
-        "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n<hr><center>terminus</center>\r\n</body>\r\n</html>\r\n",
-        code = status.as_u16()
+        "<html>\r\n<head><title>{code} {reason}</title></head>\r\n<body>\r\n<center><h1>{code} {reason}</h1></center>\r\n{footer}</body>\r\n</html>\r\n",
+        code = status.as_u16(),
+        footer = token.footer,
     );
     let len = text.len();
     let body = if method == Method::HEAD {
@@ -170,31 +256,46 @@ pub fn error_response(status: StatusCode, method: &Method) -> Response<Body> {
     } else {
         Body::bytes(text)
     };
-    let resp = Response::builder()
+    let mut resp = Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
         .header(header::CONTENT_LENGTH, len)
         .body(body)
         .expect("valid response");
-    with_common_headers(resp)
+    token.sign(&mut resp);
+    resp
 }
 
 /// Answers plain HTTP that came to a TLS port as nginx does, with a 400 page that says
-/// so, then closes: the write side at once, the read side once the client is done
+/// so, signed with `token` (the listener's default server's: no SNI, no Host read),
+/// then closes: the write side at once, the read side once the client is done
 /// sending (or by `deadline`), so that its unread request does not turn the close into a
 /// reset that could destroy the answer before it is read.
 pub async fn plain_http_refused(
     socket: &mut tokio::net::TcpStream,
     deadline: tokio::time::Instant,
+    token: &ServerToken,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let text = "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was sent to HTTPS port</center>\r\n<hr><center>terminus</center>\r\n</body>\r\n</html>\r\n";
-    let page = format!(
-        "HTTP/1.1 400 Bad Request\r\nServer: terminus\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
+    let text = format!(
+        "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was sent to HTTPS port</center>\r\n{}</body>\r\n</html>\r\n",
+        token.footer
+    );
+    let mut page = b"HTTP/1.1 400 Bad Request\r\n".to_vec();
+    if let Some(field) = token.field() {
+        page.extend_from_slice(b"Server: ");
+        page.extend_from_slice(field.as_bytes());
+        page.extend_from_slice(b"\r\n");
+    }
+    page.extend_from_slice(
+        format!(
+            "Content-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+            text.len()
+        )
+        .as_bytes(),
     );
     let sent = tokio::time::timeout_at(deadline, async {
-        socket.write_all(page.as_bytes()).await?;
+        socket.write_all(&page).await?;
         socket.shutdown().await
     })
     .await;

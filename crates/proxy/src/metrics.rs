@@ -1,12 +1,13 @@
 //! Per upstream server series: requests, responses by class, failures by cause, new and
 //! reused connections, retries, health changes and whether it is in rotation, bytes,
 //! latency. They live in a registry that outlives reloads (a server kept across a reload
-//! keeps counting; one removed keeps its last values), and each family is written once
-//! with every server's samples. The registry keeps each server's health beside its
-//! series, for the same reason: a reload that keeps a server (same upstream name, same
-//! address) keeps it out of rotation if it was out, and its `terminus_upstream_up` says
-//! so.
+//! keeps counting; one a reload removes is forgotten, its series gone from `/metrics`),
+//! and each family is written once with every server's samples. The registry keeps each
+//! server's health beside its series, for the same reason: a reload that keeps a server
+//! (same upstream name, same address) keeps it out of rotation if it was out, and its
+//! `terminus_upstream_up` says so.
 
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use terminus_metrics::{label_values, Exposition, Histograms, Labelled, Labels, R
 
 use crate::health::Health;
 use crate::stream::{Relay, StreamMode};
+use crate::upstream::Upstream;
 
 const LATENCY_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -80,8 +82,6 @@ pub(crate) enum Phase {
 /// One upstream server's series.
 #[derive(Debug)]
 pub struct ServerMetrics {
-    upstream: String,
-    address: SocketAddr,
     requests: Labelled<1>,
     responses: Labelled<5>,
     failures: Labelled<8>,
@@ -107,8 +107,6 @@ impl ServerMetrics {
             .with("server", address);
         let one = || [rest.clone()];
         ServerMetrics {
-            upstream: upstream.to_owned(),
-            address,
             requests: Labelled::counter(
                 "terminus_upstream_requests_total",
                 "Requests sent to an upstream server.",
@@ -242,33 +240,48 @@ impl ServerMetrics {
     }
 }
 
-/// Every upstream server's series and health, across reloads.
+/// A server's series and its health.
+type Entry = (Arc<ServerMetrics>, Arc<Health>);
+
+/// Every configured upstream server's series and health, across reloads: by upstream
+/// name and address, in that order on `/metrics`. Asked when a configuration is built
+/// (each server takes its entry once, then holds it), not per request.
 #[derive(Debug, Default)]
 pub struct ProxyMetrics {
-    servers: Mutex<Vec<(Arc<ServerMetrics>, Arc<Health>)>>,
+    servers: Mutex<BTreeMap<(String, SocketAddr), Entry>>,
 }
 
 impl ProxyMetrics {
     /// The series of `address` in `upstream`, and its health, made on first use (in
     /// rotation) and kept from then on.
-    pub(crate) fn server(
-        &self,
-        upstream: &str,
-        address: SocketAddr,
-    ) -> (Arc<ServerMetrics>, Arc<Health>) {
+    pub(crate) fn server(&self, upstream: &str, address: SocketAddr) -> Entry {
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = servers
+        servers
+            .entry((upstream.to_owned(), address))
+            .or_insert_with(|| {
+                (
+                    Arc::new(ServerMetrics::new(upstream, address)),
+                    Arc::new(Health::default()),
+                )
+            })
+            .clone()
+    }
+
+    /// Keeps the servers of `live` (the configuration in force) and forgets the rest:
+    /// those a reload removed, and those a reload that failed had made. A forgotten
+    /// server's series leave `/metrics` (a server that was out of rotation does not say
+    /// `terminus_upstream_up 0` for ever), and its health is forgotten: configured again
+    /// later, it starts in rotation, its counters from 0. Requests still going to it
+    /// over the old configuration count in series no one reads.
+    pub fn retain(&self, live: &[Arc<Upstream>]) {
+        let configured: HashSet<(&str, SocketAddr)> = live
             .iter()
-            .find(|(s, _)| s.upstream == upstream && s.address == address)
-        {
-            return s.clone();
-        }
-        let s = (
-            Arc::new(ServerMetrics::new(upstream, address)),
-            Arc::new(Health::default()),
-        );
-        servers.push(s.clone());
-        s
+            .flat_map(|u| u.servers.iter().map(|s| (u.name(), s.spec.address)))
+            .collect();
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(upstream, address), _| configured.contains(&(upstream.as_str(), *address)));
     }
 }
 
@@ -278,7 +291,7 @@ impl Render for ProxyMetrics {
             .servers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
+            .values()
             .map(|(s, _)| s.clone())
             .collect::<Vec<_>>();
         // Family by family: a family's samples must be together on the page.
@@ -378,6 +391,71 @@ mod tests {
         let other = Server::new(spec(), "other", None, &metrics);
         assert!(other.health.is_up(now_ms()));
         assert_eq!(up(&metrics, "other"), "1");
+    }
+
+    /// An upstream `name` of servers at `ports` on 127.0.0.1, its series in `metrics`.
+    fn upstream(name: &str, ports: &[u16], metrics: &ProxyMetrics) -> Arc<Upstream> {
+        let servers = ports
+            .iter()
+            .map(|port| ServerSpec {
+                address: SocketAddr::from(([127, 0, 0, 1], *port)),
+                ..spec()
+            })
+            .collect();
+        let spec = spec::UpstreamSpec {
+            name: name.to_owned(),
+            servers,
+            balance: spec::Balance::RoundRobin,
+            protocol: spec::Protocol::Http1,
+            keepalive: spec::Keepalive::default(),
+            timeouts: spec::Timeouts::default(),
+            health: spec::Health::default(),
+            proxy_protocol: None,
+            tls: None,
+            upgrades: Vec::new(),
+            client_cert: spec::ClientCertHeader::default(),
+            retry_non_idempotent: false,
+        };
+        Arc::new(Upstream::new(spec, metrics))
+    }
+
+    /// A reload that removes a server (or a whole upstream) forgets it: its series leave
+    /// the page; the servers it keeps keep their health and series.
+    #[test]
+    fn a_reload_forgets_the_servers_it_removed_and_keeps_the_others() {
+        let metrics = ProxyMetrics::default();
+        let before = [
+            upstream("app", &[1, 2], &metrics),
+            upstream("old", &[3], &metrics),
+        ];
+        let passive = spec::Health {
+            fails: 1,
+            interval: Duration::from_secs(60),
+            check: None,
+        };
+        for server in &before[0].servers {
+            assert_eq!(server.health.failed(&passive), Change::WentDown);
+            server.metrics.health_change(false);
+        }
+        let after = [upstream("app", &[2], &metrics)];
+        metrics.retain(&after);
+        let mut out = Exposition::new();
+        metrics.render(&mut out);
+        let text = out.into_text();
+        let ups: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("terminus_upstream_up{"))
+            .collect();
+        assert_eq!(
+            ups,
+            ["terminus_upstream_up{upstream=\"app\",server=\"127.0.0.1:2\"} 0"],
+            "{text}"
+        );
+        assert!(!after[0].servers[0].health.is_up(now_ms()));
+        // Configured again, a forgotten server starts afresh, in rotation.
+        let again = [upstream("app", &[1, 2], &metrics)];
+        assert!(again[0].servers[0].health.is_up(now_ms()));
+        assert!(!again[0].servers[1].health.is_up(now_ms()));
     }
 
     /// A server active checks took out, in a reload whose upstream has no checks any

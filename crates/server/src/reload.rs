@@ -175,15 +175,20 @@ impl Reloader {
             clients: &self.clients,
             checking: false,
         };
+        // The upstream servers' series and health are those of the site in force: a
+        // server the new site dropped is forgotten, and so is one that a site which
+        // failed to build had added.
         match Site::build(config, &kept) {
             Ok(site) => {
                 self.machine.measure(&site);
                 self.checks.watch(&site);
+                self.proxy_metrics.retain(&site.upstreams);
                 self.handle.replace(site);
                 true
             }
             Err(e) => {
                 tracing::error!("reload failed, keeping the running configuration: {e}");
+                self.proxy_metrics.retain(&self.handle.current().upstreams);
                 false
             }
         }

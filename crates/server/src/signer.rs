@@ -16,7 +16,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use terminus_admission::unauthenticated::{Admit, Ticket, Unauthenticated};
 
@@ -27,6 +27,7 @@ use terminus_tls::client_auth::{ClientAuthMode, ClientAuthPolicy, ClientIdentity
 use tokio::task::AbortHandle;
 use tokio_rustls::TlsAcceptor;
 
+use crate::logs::throttled::Throttled;
 use crate::worker::Worker;
 
 /// The most terminators' connections (past mutual TLS) one worker serves at once.
@@ -120,14 +121,21 @@ impl Gate {
             )),
             handshakes: RefCell::default(),
             terminators: Cell::new(0),
-            warnings: RefCell::new(Throttled::default()),
+            warnings: RefCell::new(Throttled::new(WARN_EVERY)),
         })
     }
 
     /// Counts a connection closed unserved, and says so (throttled).
     fn refuse(&self, why: Refusal, line: impl FnOnce() -> String) {
         terminus_keyless::metrics::signer_refused(why);
-        self.warnings.borrow_mut().warn(line);
+        match self.warnings.borrow_mut().now() {
+            None => {}
+            Some(0) => tracing::warn!("{}", line()),
+            Some(held) => tracing::warn!(
+                "{} (and {held} more turned away since the last such line: terminus_signer_refused_total has them by reason)",
+                line()
+            ),
+        }
     }
 
     /// A terminator's place, if one is free.
@@ -160,35 +168,6 @@ struct TerminatorSlot(Rc<Gate>);
 impl Drop for TerminatorSlot {
     fn drop(&mut self) {
         self.0.terminators.set(self.0.terminators.get() - 1);
-    }
-}
-
-/// One warning per [`WARN_EVERY`] at most; the ones held back are counted into the
-/// next.
-#[derive(Default)]
-struct Throttled {
-    last: Option<Instant>,
-    held: u64,
-}
-
-impl Throttled {
-    fn warn(&mut self, line: impl FnOnce() -> String) {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|last| now.duration_since(last) < WARN_EVERY)
-        {
-            self.held += 1;
-            return;
-        }
-        match std::mem::take(&mut self.held) {
-            0 => tracing::warn!("{}", line()),
-            held => tracing::warn!(
-                "{} (and {held} more turned away since the last such line: terminus_signer_refused_total has them by reason)",
-                line()
-            ),
-        }
-        self.last = Some(now);
     }
 }
 

@@ -39,8 +39,9 @@ pub struct Host {
     pub stream: Option<(Arc<Upstream>, StreamMode)>,
     /// Headers added to every answer (`[[server]] headers`).
     pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
-    /// Every answer's `Server` field; None: none (`headers = { Server = "" }`).
-    pub server_header: Option<hyper::header::HeaderValue>,
+    /// Every answer's `Server` field and its error pages' last line (`headers = {
+    /// Server = ... }`).
+    pub token: terminus_http::ServerToken,
     /// Whose crypto capacity its handshakes use.
     pub tenant: Arc<TenantAccount>,
     /// Who may send it requests (`[[server]] access`; a route's own rules replace it).
@@ -54,17 +55,12 @@ pub struct Host {
 }
 
 impl Host {
-    /// The host a request that names none is given (HTTP/1.0 without `Host`, HTTP/2 or
-    /// HTTP/3 without `:authority` or `host`): this server's first exact name (a
-    /// wildcard names no one host), else its first name, as nginx's `$host` falls back
-    /// on the `server_name`. An upstream is then told a host as RFC 9112 section 3.2
-    /// requires, the same one whatever the client's HTTP version.
-    pub fn default_name(&self) -> &str {
+    /// Its first exact name: a wildcard is a pattern, no one host's name.
+    pub fn first_exact_name(&self) -> Option<&str> {
         self.names
             .iter()
             .find(|n| !n.starts_with("*."))
-            .or(self.names.first())
-            .map_or("", String::as_str)
+            .map(String::as_str)
     }
 }
 
@@ -255,7 +251,7 @@ impl Site {
                 routes,
                 stream,
                 headers: server.headers.clone(),
-                server_header: server.server_header.clone(),
+                token: terminus_http::ServerToken::new(server.server_header.clone()),
                 access: server.access.clone(),
                 rate: server.rate.as_ref().map(|r| RateRule::new(server, None, r)),
                 precompressed: server.precompressed.clone(),

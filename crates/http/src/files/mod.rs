@@ -22,7 +22,7 @@ use hyper::{Method, Response, StatusCode};
 use super::body::Body;
 use super::compress::{self, Coding};
 use super::mime::content_type;
-use super::{error_response, with_common_headers};
+use super::{error_response, ServerToken};
 pub use cache::{Caching, FileCache};
 use cache::{Content, Kind, Opened};
 pub use docroot::DocRoot;
@@ -39,9 +39,13 @@ pub struct Source<'a> {
     pub caching: &'a Caching,
     /// The server's `precompressed` codings, preferred first.
     pub precompressed: &'a [Coding],
+    /// The server's token, which its error pages end with.
+    pub token: &'a ServerToken,
 }
 
-/// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `from`.
+/// Answers a GET or HEAD for `raw_path` (the URI path, still percent-encoded) from `from`:
+/// its errors are `from.token`'s pages; the `Server` field of the rest is the
+/// responder's to set ([`ServerToken::sign`]).
 pub fn serve(
     from: Source<'_>,
     method: &Method,
@@ -52,18 +56,19 @@ pub fn serve(
         root,
         cache,
         caching: settings,
+        token,
         ..
     } = from;
     let Some((rel, wants_dir)) = normalise(raw_path) else {
-        return error_response(StatusCode::BAD_REQUEST, method);
+        return error_response(StatusCode::BAD_REQUEST, method, token);
     };
     let found = match cache.open(root, &rel, settings) {
         Ok(f) => f,
-        Err(errno) => return error_response(status_for(errno), method),
+        Err(errno) => return error_response(status_for(errno), method, token),
     };
     match found.kind {
         Kind::Dir if !wants_dir => {
-            let mut resp = error_response(StatusCode::MOVED_PERMANENTLY, method);
+            let mut resp = error_response(StatusCode::MOVED_PERMANENTLY, method, token);
             let location = format!("{raw_path}/");
             if let Ok(v) = HeaderValue::from_str(&location) {
                 resp.headers_mut().insert(header::LOCATION, v);
@@ -79,13 +84,13 @@ pub fn serve(
             match cache.open(root, &index, settings) {
                 Ok(f) if f.kind == Kind::File => file_or_copy(from, &f, &index, method, headers),
                 // nginx without autoindex: a directory without index is forbidden.
-                Ok(_) | Err(libc::ENOENT) => error_response(StatusCode::FORBIDDEN, method),
-                Err(errno) => error_response(status_for(errno), method),
+                Ok(_) | Err(libc::ENOENT) => error_response(StatusCode::FORBIDDEN, method, token),
+                Err(errno) => error_response(status_for(errno), method, token),
             }
         }
-        Kind::Other => error_response(StatusCode::FORBIDDEN, method),
+        Kind::Other => error_response(StatusCode::FORBIDDEN, method, token),
         // "/file.txt/": the kernel would say ENOTDIR.
-        Kind::File if wants_dir => error_response(StatusCode::NOT_FOUND, method),
+        Kind::File if wants_dir => error_response(StatusCode::NOT_FOUND, method, token),
         Kind::File => file_or_copy(from, &found, &rel, method, headers),
     }
 }
@@ -99,7 +104,7 @@ fn file_or_copy(
     headers: &HeaderMap,
 ) -> Response<Body> {
     if from.precompressed.is_empty() {
-        return file_response(file, rel, method, headers);
+        return file_response(file, rel, method, headers, from.token);
     }
     let mut copies: [Option<(Coding, std::rc::Rc<Opened>)>; 3] = [None, None, None];
     let mut name = rel.to_vec();
@@ -113,7 +118,7 @@ fn file_or_copy(
     }
     let present: Vec<Coding> = copies.iter().flatten().map(|(c, _)| *c).collect();
     if present.is_empty() {
-        return file_response(file, rel, method, headers);
+        return file_response(file, rel, method, headers, from.token);
     }
     let chosen = match headers.get(header::RANGE) {
         Some(_) => None,
@@ -122,7 +127,7 @@ fn file_or_copy(
     let copy = chosen.and_then(|c| copies.iter().flatten().find(|(k, _)| *k == c));
     let mut resp = match copy {
         Some((coding, copy)) => {
-            let mut resp = file_response(copy, rel, method, headers);
+            let mut resp = file_response(copy, rel, method, headers, from.token);
             // The copy's validators are its own: nothing to make of its 304 later.
             resp.extensions_mut().remove::<compress::Unmodified>();
             if resp.status().is_success() {
@@ -135,7 +140,7 @@ fn file_or_copy(
             }
             resp
         }
-        None => file_response(file, rel, method, headers),
+        None => file_response(file, rel, method, headers, from.token),
     };
     compress::add_vary(&mut resp);
     resp
@@ -231,6 +236,7 @@ fn file_response(
     name: &[u8],
     method: &Method,
     headers: &HeaderMap,
+    token: &ServerToken,
 ) -> Response<Body> {
     let len = file.len;
     let tag = file.etag.to_str().unwrap_or_default();
@@ -255,7 +261,7 @@ fn file_response(
             content_type: content_type(name),
             len,
         });
-        return with_common_headers(resp);
+        return resp;
     }
     builder = builder
         .header(
@@ -276,7 +282,7 @@ fn file_response(
             (StatusCode::PARTIAL_CONTENT, first, last - first + 1)
         }
         RangeRequest::Unsatisfiable => {
-            let mut resp = error_response(StatusCode::RANGE_NOT_SATISFIABLE, method);
+            let mut resp = error_response(StatusCode::RANGE_NOT_SATISFIABLE, method, token);
             resp.headers_mut().insert(
                 header::CONTENT_RANGE,
                 HeaderValue::from_str(&format!("bytes */{len}")).expect("ascii"),
@@ -293,7 +299,7 @@ fn file_response(
         Content::Fd(fd) => Body::file_range(fd.clone(), start, count),
         Content::None => unreachable!("only files get a file response"),
     };
-    with_common_headers(builder.body(body).expect("valid response"))
+    builder.body(body).expect("valid response")
 }
 
 #[cfg(test)]

@@ -128,7 +128,7 @@ async fn request<R: Responder>(
     let mut req: Request<RequestBody> = req.map(|()| body);
     let resp = if too_early(&early, &mut req) {
         // Its body is stopped unread with H3_NO_ERROR as the request is dropped.
-        error_response(StatusCode::TOO_EARLY, &method)
+        error_response(StatusCode::TOO_EARLY, &method, responder.server_token())
     } else {
         responder.respond(req, None).await
     };

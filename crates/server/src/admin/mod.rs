@@ -82,11 +82,18 @@ struct Admin {
 
 impl Responder for Admin {
     async fn respond(&self, req: Request<RequestBody>, _head: Option<RawHead>) -> Response<Body> {
-        respond(req.method(), req.uri().path(), &self.metrics, &self.status)
+        let mut resp = respond(req.method(), req.uri().path(), &self.metrics, &self.status);
+        self.server_token().sign(&mut resp);
+        resp
     }
 
     /// The admin listener's answers are not the site's traffic: not counted.
     fn record(&self, _: &Method, _: &str, _: Version, _: &Response<Body>) {}
+
+    /// The admin listener is no `[[server]]`'s: terminus's own token.
+    fn server_token(&self) -> &terminus_http::ServerToken {
+        &terminus_http::TERMINUS
+    }
 }
 
 fn respond(method: &Method, path: &str, metrics: &Metrics, status: &Status) -> Response<Body> {

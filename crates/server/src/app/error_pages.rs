@@ -127,6 +127,6 @@ impl ErrorPages {
         parts
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(page.body.len()));
-        terminus_http::with_common_headers(Response::from_parts(parts, body))
+        Response::from_parts(parts, body)
     }
 }

@@ -4,9 +4,12 @@
 //! it goes to the virtual host its handshake was made for (SNI's, or the default server's
 //! without SNI), then to that host's route for the path. A request naming another
 //! configured server is misdirected (421): a connection reaches only the server whose
-//! certificate it checked and whose tenant paid for its handshake. Every response is
-//! counted and logged here.
+//! certificate it checked and whose tenant paid for its handshake; one that names no host
+//! is given the server's ([`ConnectionInfo::default_host`]). Every response is signed
+//! with its server's `Server` token, counted and logged here.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 use terminus_http::body::{Body, RequestBody};
 use terminus_http::{files, Http2Trouble, Responder};
 
+use crate::logs::throttled::Throttled;
 use crate::metrics::Metrics;
 use crate::site::Site;
 
@@ -53,10 +57,67 @@ pub struct ConnectionInfo {
     pub tls_version: &'static str,
 }
 
+/// A worker says at most this often that a request naming no host found no name to go
+/// with (a client can send such requests at will).
+const NO_HOST_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+thread_local! {
+    static NO_HOST_SAID: RefCell<Throttled> = const { RefCell::new(Throttled::new(NO_HOST_EVERY)) };
+}
+
 impl ConnectionInfo {
+    /// The host a request that names none is given (HTTP/1.0 without `Host`, HTTP/2 or
+    /// HTTP/3 without `:authority` or `host`), so that an upstream is told one, as RFC
+    /// 9112 section 3.2 requires, the same whatever the client's HTTP version: the name
+    /// the client's SNI sent, where it is this server's (one of its names, or one under
+    /// its wildcards: the host the client meant, which a wildcard cannot say), else the
+    /// server's first exact name (as nginx's `$host` falls back on `server_name`). A
+    /// wildcard is never sent: a server of wildcards alone, reached without an SNI of
+    /// its own (none, or another name it answers as the default server), has no name to
+    /// give (None).
+    pub(crate) fn default_host(&self) -> Option<Cow<'_, str>> {
+        let from_sni = self
+            .sni
+            .as_deref()
+            .filter(|sni| self.site.resolver.find(sni) == Some(self.host))
+            .map(|sni| sni.trim_end_matches('.').to_ascii_lowercase())
+            // A host name's characters only: SNI under a wildcard is the client's text.
+            .filter(|name| {
+                !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+            });
+        match from_sni {
+            Some(name) => Some(Cow::Owned(name)),
+            None => self.site.hosts[self.host]
+                .first_exact_name()
+                .map(Cow::Borrowed),
+        }
+    }
+
+    /// A request named no host and [`Self::default_host`] found none: it goes on as it
+    /// came, without one (an HTTP/1.1 upstream then has none either). Said, throttled.
+    fn no_default_host(&self) {
+        let Some(held) = NO_HOST_SAID.with(|said| said.borrow_mut().now()) else {
+            return;
+        };
+        let more = match held {
+            0 => String::new(),
+            n => format!(" ({n} more since the last such line)"),
+        };
+        tracing::warn!(
+            client = %self.peer,
+            sni = self.sni.as_deref().unwrap_or("-"),
+            "a request naming no host (HTTP/1.0 without Host, or HTTP/2 or HTTP/3 without :authority) reached server {:?}, whose names are all wildcards, without SNI naming one of its hosts: it goes on without a Host, as it came{more}; give the server an exact name in `names` to send instead",
+            self.site.hosts[self.host].names,
+        );
+    }
+
     /// Answers `req` with an error page, its small body read away first.
     async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
-        terminus_http::refuse(req, status, self.site.timeouts.http.request_header).await
+        let within = self.site.timeouts.http.request_header;
+        terminus_http::refuse(req, status, within, self.server_token()).await
     }
 }
 
@@ -78,8 +139,13 @@ impl ConnectionInfo {
         if named.is_none() {
             // No host named: the request is its handshake's server's, and says so from
             // here on, so that routes and upstreams see one host whatever the version.
-            if let Ok(value) = header::HeaderValue::from_str(host.default_name()) {
-                req.headers_mut().insert(header::HOST, value);
+            match self.default_host() {
+                Some(name) => {
+                    if let Ok(value) = header::HeaderValue::from_str(&name) {
+                        req.headers_mut().insert(header::HOST, value);
+                    }
+                }
+                None => self.no_default_host(),
             }
         }
         // Host (or :authority) naming another configured server: that server's
@@ -177,17 +243,8 @@ impl Responder for ConnectionInfo {
                 terminus_http::add_unless_present(&mut resp, name, value);
             }
         }
-        // In place of terminus's token (which replaced an upstream's), or none at all.
-        // The default token is there already (every answer took it on its way out).
-        match &host.server_header {
-            Some(token) if token == terminus_http::SERVER_TOKEN => {}
-            Some(token) => {
-                resp.headers_mut().insert(header::SERVER, token.clone());
-            }
-            None => {
-                resp.headers_mut().remove(header::SERVER);
-            }
-        }
+        // Whatever made the answer (a file, a page, an upstream, whose own is replaced).
+        host.token.sign(&mut resp);
         if let Some(alt_svc) = &self.alt_svc {
             terminus_http::add_unless_present(&mut resp, &header::ALT_SVC, alt_svc);
         }
@@ -233,5 +290,10 @@ impl Responder for ConnectionInfo {
 
     fn http2_trouble(&self, trouble: Http2Trouble) {
         self.metrics.http2_trouble(trouble);
+    }
+
+    /// The handshake's server's: a connection reaches only that server.
+    fn server_token(&self) -> &terminus_http::ServerToken {
+        &self.site.hosts[self.host].token
     }
 }

@@ -6,6 +6,10 @@
 //! as a POST. Any valid Host is redirected (nginx's `https://$host$request_uri`); the
 //! HTTPS port is the first TLS listener's, left out when it is 443. A request without
 //! Host cannot be redirected anywhere: 400.
+//!
+//! Each answer carries the `Server` field (and its page the last line) of the server its
+//! Host names; one that names none configured, or none at all, and what the connection
+//! refuses before reading a Host, the default server's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +20,7 @@ use hyper::{Method, Request, Response, StatusCode, Version};
 use crate::metrics::Metrics;
 use crate::site::Site;
 use terminus_http::body::{Body, RequestBody};
-use terminus_http::{error_response, with_common_headers, Responder};
+use terminus_http::{error_response, Responder, ServerToken};
 
 /// Where ACME's HTTP-01 validation asks (RFC 8555 section 8.3).
 const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
@@ -32,40 +36,45 @@ pub(crate) struct Redirect {
 }
 
 impl Redirect {
-    async fn refuse(&self, req: Request<RequestBody>, status: StatusCode) -> Response<Body> {
-        terminus_http::refuse(req, status, self.site.timeouts.http.request_header).await
-    }
-}
-
-impl Responder for Redirect {
-    async fn respond(
+    async fn refuse(
         &self,
-        mut req: Request<RequestBody>,
-        _head: Option<terminus_http::h1::RawHead>,
+        req: Request<RequestBody>,
+        status: StatusCode,
+        token: &ServerToken,
     ) -> Response<Body> {
-        if let Some(token) = req.uri().path().strip_prefix(CHALLENGE_PREFIX) {
-            if let Some(answer) = self.challenges.http01(token) {
+        let within = self.site.timeouts.http.request_header;
+        terminus_http::refuse(req, status, within, token).await
+    }
+
+    /// The answer to `req`, from `token`'s server.
+    async fn answer(
+        &self,
+        req: Request<RequestBody>,
+        host: Result<Option<hyper::http::uri::Authority>, StatusCode>,
+        token: &ServerToken,
+    ) -> Response<Body> {
+        if let Some(challenge) = req.uri().path().strip_prefix(CHALLENGE_PREFIX) {
+            if let Some(answer) = self.challenges.http01(challenge) {
                 let len = answer.len();
                 let body = if req.method() == Method::HEAD {
                     Body::Empty
                 } else {
                     Body::bytes(answer)
                 };
-                let resp = Response::builder()
+                return Response::builder()
                     .header(header::CONTENT_TYPE, "application/octet-stream")
                     .header(header::CONTENT_LENGTH, len)
                     .body(body)
                     .expect("valid response");
-                return with_common_headers(resp);
             }
         }
         // `OPTIONS *` names no resource to send anywhere.
         if !req.uri().path().starts_with('/') {
-            return self.refuse(req, StatusCode::BAD_REQUEST).await;
+            return self.refuse(req, StatusCode::BAD_REQUEST, token).await;
         }
-        let host = match terminus_http::target::settle_host(&mut req) {
+        let host = match host {
             Ok(Some(host)) => host,
-            Ok(None) | Err(_) => return self.refuse(req, StatusCode::BAD_REQUEST).await,
+            Ok(None) | Err(_) => return self.refuse(req, StatusCode::BAD_REQUEST, token).await,
         };
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let location = match self.https_port {
@@ -73,10 +82,10 @@ impl Responder for Redirect {
             Some(port) => format!("https://{}:{port}{target}", host.host()),
         };
         let Ok(location) = HeaderValue::try_from(location) else {
-            return self.refuse(req, StatusCode::BAD_REQUEST).await;
+            return self.refuse(req, StatusCode::BAD_REQUEST, token).await;
         };
         let method = req.method().clone();
-        let mut resp = error_response(StatusCode::PERMANENT_REDIRECT, &method);
+        let mut resp = error_response(StatusCode::PERMANENT_REDIRECT, &method, token);
         resp.headers_mut().insert(header::LOCATION, location);
         // The body is not wanted: the client follows (or not) either way.
         req.into_body()
@@ -86,6 +95,32 @@ impl Responder for Redirect {
             )
             .await;
         resp
+    }
+
+    /// The token of the server `host` names: the default server's for one configured
+    /// nowhere, or none.
+    fn token_for(&self, host: Option<&hyper::http::uri::Authority>) -> &ServerToken {
+        let i = self.site.resolver.lookup(host.map(|h| h.host()));
+        &self.site.hosts[i].token
+    }
+}
+
+impl Responder for Redirect {
+    async fn respond(
+        &self,
+        mut req: Request<RequestBody>,
+        _head: Option<terminus_http::h1::RawHead>,
+    ) -> Response<Body> {
+        let host = terminus_http::target::settle_host(&mut req);
+        let token = self.token_for(host.as_ref().ok().and_then(Option::as_ref));
+        let mut resp = self.answer(req, host, token).await;
+        token.sign(&mut resp);
+        resp
+    }
+
+    /// No SNI and no Host yet: the default server's.
+    fn server_token(&self) -> &ServerToken {
+        self.token_for(None)
     }
 
     fn record(&self, method: &Method, target: &str, version: Version, resp: &Response<Body>) {

@@ -14,7 +14,7 @@ use terminus_proxy::Upstream;
 use super::ConnectionInfo;
 use terminus_http::body::{Body, RequestBody};
 use terminus_http::files::{self, DocRoot};
-use terminus_http::{error_response, with_common_headers, DISCARD_LIMIT};
+use terminus_http::{error_response, Responder, ServerToken, DISCARD_LIMIT};
 
 const BUILTIN_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>terminus</title></head>\n<body><h1>terminus is serving HTTPS</h1>\n<p>This is the built-in page of the embedded default configuration. Give <code>--root DIR</code> or a config file to serve your own files.</p>\n</body></html>\n";
 
@@ -176,6 +176,7 @@ impl Route {
                     cache: &cx.files,
                     caching: &cx.site.files,
                     precompressed: &cx.site.hosts[cx.host].precompressed,
+                    token: cx.server_token(),
                 };
                 answer_locally(req, cx, |method, path, headers| {
                     files::serve(from, method, path, headers)
@@ -183,7 +184,10 @@ impl Route {
                 .await
             }
             Route::BuiltinPage => {
-                answer_locally(req, cx, |method, path, _| builtin_page(method, path)).await
+                answer_locally(req, cx, |method, path, _| {
+                    builtin_page(method, path, cx.server_token())
+                })
+                .await
             }
             Route::Redirect { to, status } => redirect(req, cx, to, *status).await,
         }
@@ -220,7 +224,7 @@ async fn answer_locally(
         .await;
     let method = &parts.method;
     if method != Method::GET && method != Method::HEAD {
-        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method);
+        let mut resp = error_response(StatusCode::METHOD_NOT_ALLOWED, method, cx.server_token());
         resp.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return resp;
@@ -237,10 +241,10 @@ async fn proxy(
 ) -> Response<Body> {
     let method = req.method().clone();
     match terminus_proxy::forward(upstream, &cx.upstream_pool, req, head, &cx.origin).await {
-        Ok(resp) => with_common_headers(resp),
+        Ok(resp) => resp,
         Err(e) => {
             terminus_error::log(&e, Some(&cx.peer), "");
-            error_response(e.status, &method)
+            error_response(e.status, &method, cx.server_token())
         }
     }
 }
@@ -262,7 +266,8 @@ async fn redirect(
     let query = uri.query().unwrap_or("");
     let path_and_query = uri.path_and_query().map_or(path, |p| p.as_str());
     // The settled host's name, without its port, lowercased (nginx's `$host`); a
-    // request that named none was given its server's (`Host::default_name`).
+    // request that named none was given its server's (`ConnectionInfo::default_host`)
+    // where it has one.
     let named = uri
         .authority()
         .map(|a| a.host().to_owned())
@@ -278,7 +283,11 @@ async fn redirect(
         .filter(|h| !h.is_empty());
     let host = match named {
         Some(name) => name.to_ascii_lowercase(),
-        None => cx.site.hosts[cx.host].default_name().to_ascii_lowercase(),
+        // No host to send the client to (the plain listener's answer too).
+        None if to.contains("{host}") => {
+            return error_response(StatusCode::BAD_REQUEST, &parts.method, cx.server_token())
+        }
+        None => String::new(),
     };
     let host = host.as_str();
     // One pass over `to`: what a placeholder brings in is never read as one.
@@ -301,9 +310,9 @@ async fn redirect(
     }
     location.push_str(rest);
     let Ok(location) = HeaderValue::try_from(location) else {
-        return error_response(StatusCode::BAD_REQUEST, &parts.method);
+        return error_response(StatusCode::BAD_REQUEST, &parts.method, cx.server_token());
     };
-    let mut resp = error_response(status, &parts.method);
+    let mut resp = error_response(status, &parts.method, cx.server_token());
     resp.headers_mut().insert(header::LOCATION, location);
     resp
 }
@@ -323,22 +332,20 @@ fn push_encoded(out: &mut String, value: &str) {
     }
 }
 
-fn builtin_page(method: &Method, path: &str) -> Response<Body> {
+fn builtin_page(method: &Method, path: &str, token: &ServerToken) -> Response<Body> {
     if path != "/" && path != "/index.html" {
-        return error_response(StatusCode::NOT_FOUND, method);
+        return error_response(StatusCode::NOT_FOUND, method, token);
     }
     let body = if method == Method::HEAD {
         Body::Empty
     } else {
         Body::bytes(BUILTIN_PAGE)
     };
-    with_common_headers(
-        Response::builder()
-            .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
-            .header(header::CONTENT_LENGTH, BUILTIN_PAGE.len())
-            .body(body)
-            .expect("valid response"),
-    )
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_LENGTH, BUILTIN_PAGE.len())
+        .body(body)
+        .expect("valid response")
 }
 
 #[cfg(test)]

@@ -68,7 +68,10 @@ impl Accepted {
         .await
         {
             Ok(Err(HandshakeError::PlainText)) => {
-                terminus_http::plain_http_refused(&mut self.socket, self.handshake_deadline).await;
+                // No SNI, no Host: the default server's token.
+                let token = &self.site.hosts[self.site.resolver.lookup(None)].token;
+                terminus_http::plain_http_refused(&mut self.socket, self.handshake_deadline, token)
+                    .await;
                 return Err(Closed::Handshake(HandshakeError::PlainText));
             }
             Ok(read) => read.map_err(Closed::Handshake)?,

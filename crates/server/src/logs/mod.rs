@@ -4,9 +4,10 @@
 //! each is reopened on SIGUSR1 (nginx's and HAProxy's convention: logrotate renames the
 //! file, then signals). A log file is opened once for the process, whatever number of
 //! reloads name it: a reload naming a new file opens that one, and every file open is
-//! reopened on the signal.
+//! reopened on the signal. Lines a client can cause at will are [`throttled`].
 
 pub(crate) mod access;
+pub(crate) mod throttled;
 pub(crate) mod writer;
 
 use std::io;

@@ -180,12 +180,16 @@ async def main(port):
                            wait_connected=False) as client:
             st = await asyncio.wait_for(request(client, method, "/app/headers"), 10)
             tls = client._quic.tls
-            status = dict(st["headers"])[b":status"].decode()
+            head = dict(st["headers"])
+            status = head[b":status"].decode()
             seen = "-"
             if status == "200":
                 seen = dict(json.loads(st["body"])["headers"]).get("early-data", "none")
+            else:
+                seen += " page names terminus: " + str(b"terminus" in st["body"])
             print(method, "resumed:", tls.session_resumed, "early:", tls.early_data_accepted,
-                  "status:", status, "upstream saw early-data:", seen)
+                  "status:", status, "server:", head.get(b"server", b"-").decode(),
+                  "upstream saw early-data:", seen)
 
 asyncio.run(main(int(sys.argv[1])))
 "#;
@@ -235,6 +239,7 @@ fn h3_server_full(
         key,
         backend,
         http3,
+        in_server: "",
         more,
         workers,
     };
@@ -1186,10 +1191,12 @@ fn zero_rtt_is_refused_by_default_and_the_request_is_answered_after_the_handshak
 
 /// With `[http3] early_data = true`, a resumed client's 0-RTT GET is served before the
 /// handshake completes, the upstream told `Early-Data: 1` (RFC 8470 section 5.1); a
-/// 0-RTT POST is answered 425 Too Early without reaching the upstream; and a session
-/// resumes once: offered again (as a replayed ClientHello would), it gets a full
-/// handshake, its early data refused and its GET served after the handshake, unmarked.
-/// A config that turns 0-RTT on without the session cache it needs names the line.
+/// 0-RTT POST is answered 425 Too Early without reaching the upstream, the `Server` of
+/// its server (`Server = ""`: none, and a page that names no server) as every answer;
+/// and a session resumes once: offered again (as a replayed ClientHello would), it gets
+/// a full handshake, its early data refused and its GET served after the handshake,
+/// unmarked. A config that turns 0-RTT on without the session cache it needs names the
+/// line.
 #[test]
 fn zero_rtt_when_on_serves_safe_requests_early_refuses_others_with_425_and_is_taken_once() {
     if !aioquic() {
@@ -1197,17 +1204,19 @@ fn zero_rtt_when_on_serves_safe_requests_early_refuses_others_with_425_and_is_ta
     }
     let dir = TestDir::new("h3-0rtt-on");
     let app = App::start("app");
-    let (server, port) = h3_server_full(
-        &dir,
-        KeyKind::EcdsaP256,
-        "scalar",
-        "early_data = true",
-        &format!(
-            "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
-            app.addr()
-        ),
-        1,
+    let routes = format!(
+        "[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
+        app.addr()
     );
+    let config = H3Config {
+        key: KeyKind::EcdsaP256,
+        backend: "scalar",
+        http3: "early_data = true",
+        in_server: "headers = { Server = \"\" }",
+        more: &routes,
+        workers: 1,
+    };
+    let (server, port) = h3_server_on(&dir, "127.0.0.1", config);
     dir.write("gets.py", GETS);
     let script = dir.write("early_on.py", EARLY_ON);
     let out = run(Command::new("python3").arg(&script).arg(port.to_string()));
@@ -1215,9 +1224,9 @@ fn zero_rtt_when_on_serves_safe_requests_early_refuses_others_with_425_and_is_ta
     assert_eq!(
         text.trim(),
         "tickets: 2 allow early data: 4294967295\n\
-         GET resumed: True early: True status: 200 upstream saw early-data: 1\n\
-         POST resumed: True early: True status: 425 upstream saw early-data: -\n\
-         GET resumed: False early: False status: 200 upstream saw early-data: none",
+         GET resumed: True early: True status: 200 server: - upstream saw early-data: 1\n\
+         POST resumed: True early: True status: 425 server: - upstream saw early-data: - page names terminus: False\n\
+         GET resumed: False early: False status: 200 server: - upstream saw early-data: none",
         "{}\n{}",
         String::from_utf8_lossy(&out.stderr),
         server.stderr()
@@ -1377,6 +1386,7 @@ fn a_wildcard_listener_answers_from_the_address_each_client_reached() {
         key: KeyKind::EcdsaP256,
         backend: "scalar",
         http3: "",
+        in_server: "",
         more: "",
         workers: 1,
     };

@@ -340,6 +340,7 @@ fn quic_handshakes_reach_the_bpftrace_scripts_as_tcp_ones() {
         key: KeyKind::EcdsaP256,
         backend: "auto",
         http3: "",
+        in_server: "",
         more: "",
         workers: 1,
     };

@@ -368,6 +368,108 @@ fn a_reload_keeps_a_server_passive_health_took_out() {
     assert_eq!(of_dead("terminus_upstream_up"), 0.0);
 }
 
+/// A reload forgets the upstream servers it removed: one that health had taken out no
+/// longer says `terminus_upstream_up 0` (none of its series is left on /metrics), while
+/// a server the reload keeps keeps its state (still out, its failures as they were) and
+/// the live one its counts. A reload refused for a broken file leaves no series of the
+/// servers that file named.
+#[test]
+fn a_reload_forgets_the_upstream_servers_it_removed_and_keeps_the_others() {
+    let app = App::start("alive");
+    // Addresses nothing listens on (three at once, so three ports): the removed one,
+    // the kept one, the refused one.
+    let sockets: Vec<_> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let dead: Vec<_> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+    drop(sockets);
+    let (removed, kept, refused) = (dead[0], dead[1], dead[2]);
+    let dir = TestDir::new("proxy-reload-removed");
+    let upstreams = format!(
+        "[[upstream]]\nname = \"app\"\nservers = [\"{removed}\", \"{kept}\", \"{}\"]\nhealth = {{ fails = 1, interval = \"60s\" }}\n",
+        app.addr()
+    );
+    let server = proxy(&dir, &upstreams, APP_ROUTE);
+    let of = |addr: &str| format!("server=\"{addr}\"");
+    let up = |addr: std::net::SocketAddr| {
+        server.metric("terminus_upstream_up", &[&of(&addr.to_string())])
+    };
+    eventually(Duration::from_secs(10), "both dead servers out", || {
+        curl(&server, &[], "/app/whoami");
+        up(removed) == 0.0 && up(kept) == 0.0
+    });
+    assert_eq!(body(&curl(&server, &[], "/app/whoami")), "alive");
+    let kept_failures = server.metric(
+        "terminus_upstream_failures_total",
+        &[&of(&kept.to_string())],
+    );
+    let alive_requests = server.metric("terminus_upstream_requests_total", &[&of(&app.addr())]);
+    assert!(kept_failures >= 1.0 && alive_requests >= 1.0);
+
+    let conf = dir.path("terminus.toml");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let without = text.replace(&format!("\"{removed}\", "), "");
+    assert_ne!(without, text);
+    std::fs::write(&conf, &without).unwrap();
+    server.signal("HUP");
+    eventually(Duration::from_secs(10), "the reload", || {
+        server.stderr().contains("configuration reloaded")
+    });
+    let metrics = server.metrics();
+    assert!(
+        !metrics.contains(&of(&removed.to_string())),
+        "the removed server's series are still there:\n{metrics}"
+    );
+    assert_eq!(
+        metric_sum(&metrics, "terminus_upstream_up", &[&of(&kept.to_string())]),
+        0.0,
+        "the kept server is still out"
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "terminus_upstream_failures_total",
+            &[&of(&kept.to_string())]
+        ),
+        kept_failures
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "terminus_upstream_requests_total",
+            &[&of(&app.addr())]
+        ),
+        alive_requests
+    );
+    assert_eq!(body(&curl(&server, &[], "/app/whoami")), "alive");
+
+    // A file naming a new server, refused when its site is built (its error page is
+    // missing) after the upstreams were.
+    let broken = without
+        .replace(
+            &format!("\"{kept}\", "),
+            &format!("\"{kept}\", \"{refused}\", "),
+        )
+        .replace(
+            "[[server.route]]",
+            "error_pages = { 404 = \"missing.html\" }\n[[server.route]]",
+        );
+    std::fs::write(&conf, broken).unwrap();
+    server.signal("HUP");
+    eventually(Duration::from_secs(10), "the refused reload", || {
+        server.stderr().contains("reload failed")
+    });
+    let metrics = server.metrics();
+    assert!(
+        !metrics.contains(&of(&refused.to_string())),
+        "a refused file's server has series:\n{metrics}"
+    );
+    assert_eq!(
+        metric_sum(&metrics, "terminus_upstream_up", &[&of(&kept.to_string())]),
+        0.0
+    );
+}
+
 #[test]
 fn balancing_follows_weights_backups_and_hash_keys() {
     let apps: Vec<App> = ["a", "b", "c"].iter().map(|n| App::start(n)).collect();

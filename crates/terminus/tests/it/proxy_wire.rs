@@ -16,7 +16,8 @@ use crate::harness::raw::Raw;
 use crate::harness::*;
 use crate::proxy::{body, one_app};
 
-/// One HTTP/2 stream, sent as told: `PORT STEPS`, STEPS a JSON list of
+/// One HTTP/2 stream, sent as told: `PORT STEPS [SNI]` (SNI "localhost" unless given,
+/// none if empty), STEPS a JSON list of
 ///   {"headers": [[name, value], ...], "end": bool}   a HEADERS frame (fields unchecked)
 ///   {"data": TEXT, "end": bool}                       a DATA frame
 ///   {"await": URL, "for": TEXT}                       what was sent goes, then waits until
@@ -28,11 +29,12 @@ import json, socket, ssl, sys, time, urllib.request
 import h2.config, h2.connection, h2.events
 
 port, steps = int(sys.argv[1]), json.loads(sys.argv[2])
+sni = sys.argv[3] if len(sys.argv) > 3 else "localhost"
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
 ctx.set_alpn_protocols(["h2"])
-sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname=sni or None)
 sock.settimeout(20)
 config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
                                    validate_outbound_headers=False,
@@ -95,11 +97,17 @@ fn h2_package() -> bool {
 
 /// Runs [`H2_STREAM`] against `server` with `steps`; its outcome.
 fn h2_stream(dir: &TestDir, server: &Server, steps: Value) -> Value {
+    h2_stream_as(dir, server, steps, "localhost")
+}
+
+/// [`h2_stream`] with `sni` in the ClientHello ("": none).
+fn h2_stream_as(dir: &TestDir, server: &Server, steps: Value, sni: &str) -> Value {
     let script = dir.write("h2_stream.py", H2_STREAM);
     let out = run(Command::new("python3")
         .arg(&script)
         .arg(server.port().to_string())
-        .arg(steps.to_string()));
+        .arg(steps.to_string())
+        .arg(sni));
     assert!(out.status.success(), "{out:?}\n{}", server.stderr());
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -250,55 +258,127 @@ fn an_h2_body_shorter_than_its_content_length_never_reaches_the_upstream_whole()
 }
 
 /// A request that names no host (HTTP/1.0 without `Host`, h2 without `:authority` or
-/// `host`) reaches an HTTP/1.1 upstream with its server's first exact name as `Host`
-/// (RFC 9112 section 3.2; nginx's `$host`), not without one; a request that names a
-/// host keeps it.
+/// `host`) reaches an HTTP/1.1 upstream with a `Host` (RFC 9112 section 3.2; nginx's
+/// `$host`), not without one: the name the client's SNI sent where it is its server's
+/// (one of its names, or under its wildcards), else the server's first exact name (no
+/// SNI, or an SNI the default server answers without it being its own), never a
+/// wildcard. A server of wildcards alone, reached without an SNI of its own, has no name
+/// to give: the request goes without `Host`, as it came, and a warning says so once
+/// (throttled). A request that names a host keeps it.
 #[test]
-fn a_request_that_names_no_host_reaches_the_upstream_with_its_servers_name() {
+fn a_request_that_names_no_host_reaches_the_upstream_with_its_sni_or_its_servers_name() {
     let app = App::start("a");
     let dir = TestDir::new("wire-no-host");
     let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
-    dir.write("www/index.html", "from files\n");
-    let upstream = format!(
-        "[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n",
-        app.addr()
-    );
-    let text = Config::new(&dir, &pair)
-        .before(&upstream)
-        .in_server("[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n")
-        .text()
-        .replace(
-            "names = [\"localhost\"]",
-            "names = [\"*.wild.test\", \"app.test\", \"localhost\"]",
-        );
-    let server = ServerBuilder::config(&dir.write("terminus.toml", text))
-        .admin()
-        .start();
-    let http10 = |head: &str| -> Value {
-        let mut raw = Raw::connect(&server);
-        raw.send(format!("GET /app/headers HTTP/1.0\r\n{head}\r\n").as_bytes())
-            .unwrap();
-        let reply = String::from_utf8(raw.read_to_close(Duration::from_secs(10))).unwrap();
-        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-        serde_json::from_str(reply.split_once("\r\n\r\n").unwrap().1).unwrap()
+    let server_block = |names: &str, default: bool| {
+        format!(
+            "[[server]]\nnames = {names}\ndefault = {default}\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+            pair.cert.display(),
+            pair.key.display()
+        )
     };
-    assert_eq!(seen_field(&http10(""), "host"), ["app.test"]);
+    // The first server is the default one, or the one of wildcards alone.
+    let config = |wildcards_default: bool| {
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n{}{}",
+            app.addr(),
+            server_block(
+                "[\"*.wild.test\", \"app.test\", \"localhost\"]",
+                !wildcards_default
+            ),
+            server_block("[\"*.only.test\"]", wildcards_default),
+        )
+    };
+    let conf = dir.write("terminus.toml", config(false));
+    let server = ServerBuilder::config(&conf).admin().start();
+    // curl over HTTP/1.0 with its Host taken out; SNI `sni` (curl sends none for an IP).
+    // No ALPN: curl would offer `http/1.0` alone, which terminus does not agree to.
+    let http10 = |sni: &str, host: Option<&str>| -> Vec<String> {
+        let host_field = match host {
+            Some(h) => format!("Host: {h}"),
+            None => "Host:".to_owned(),
+        };
+        let args = ["--http1.0", "--no-alpn", "-H", host_field.as_str()];
+        let out = if sni.is_empty() {
+            run(Command::new("curl")
+                .args(["-sS", "-k", "--max-time", "20"])
+                .args(args)
+                .arg(format!("https://127.0.0.1:{}/app/headers", server.port())))
+        } else {
+            curl_host(&server, sni, &args, "/app/headers")
+        };
+        let seen: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {out:?}\n{}", server.stderr()));
+        seen_field(&seen, "host")
+    };
     assert_eq!(
-        seen_field(&http10("Host: localhost\r\n"), "host"),
-        ["localhost"]
+        http10("x.wild.test", None),
+        ["x.wild.test"],
+        "SNI under a wildcard"
     );
-    if !h2_package() {
-        return;
+    assert_eq!(
+        http10("localhost", None),
+        ["localhost"],
+        "SNI of an exact name"
+    );
+    assert_eq!(
+        http10("", None),
+        ["app.test"],
+        "no SNI: the first exact name"
+    );
+    assert_eq!(
+        http10("other.test", None),
+        ["app.test"],
+        "an SNI the default server answers, not its own"
+    );
+    assert_eq!(
+        http10("x.wild.test", Some("localhost")),
+        ["localhost"],
+        "a named host is kept"
+    );
+    if h2_package() {
+        let get = json!([
+            [":method", "GET"],
+            [":scheme", "https"],
+            [":path", "/app/headers"]
+        ]);
+        for (sni, want) in [("y.wild.test", "y.wild.test"), ("", "app.test")] {
+            let out = h2_stream_as(&dir, &server, json!([{"headers": get, "end": true}]), sni);
+            assert_eq!(out["status"], 200, "{out}");
+            let seen: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();
+            assert_eq!(seen_field(&seen, "host"), [want], "h2, SNI {sni:?}: {seen}");
+        }
     }
-    let get = json!([
-        [":method", "GET"],
-        [":scheme", "https"],
-        [":path", "/app/headers"]
-    ]);
-    let out = h2_stream(&dir, &server, json!([{"headers": get, "end": true}]));
-    assert_eq!(out["status"], 200, "{out}");
-    let seen: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();
-    assert_eq!(seen_field(&seen, "host"), ["app.test"], "{seen}");
+
+    // The server of wildcards alone made the default one.
+    std::fs::write(&conf, config(true)).unwrap();
+    server.signal("HUP");
+    eventually(Duration::from_secs(10), "the reload", || {
+        server.stderr().contains("configuration reloaded")
+    });
+    assert_eq!(
+        http10("z.only.test", None),
+        ["z.only.test"],
+        "SNI under its wildcard"
+    );
+    let warning = "whose names are all wildcards";
+    assert!(!server.stderr().contains(warning));
+    for _ in 0..3 {
+        assert_eq!(
+            http10("", None),
+            Vec::<String>::new(),
+            "no name: no Host, as it came"
+        );
+    }
+    eventually(Duration::from_secs(5), "the warning", || {
+        server.stderr().contains(warning)
+    });
+    assert_eq!(
+        server.stderr().matches(warning).count(),
+        1,
+        "said once: {}",
+        server.stderr()
+    );
 }
 
 /// Uploads over HTTP/2 (the `h2` package, a thread per connection): `PORT CONNECTIONS

@@ -2,7 +2,10 @@
 //! directories, error statuses, and every traversal trick we know of.
 
 use std::os::unix::fs::symlink;
+use std::process::Command;
+use std::time::Duration;
 
+use crate::harness::raw::Raw;
 use crate::harness::*;
 
 struct Site {
@@ -417,4 +420,159 @@ fn the_server_header_is_set_or_removed_per_server() {
             }
         }
     }
+}
+
+/// What `headers = { Server = ... }` says is said by every answer terminus makes for
+/// that server, not only those of the request path: an error page's body ends with the
+/// token (HTML-escaped) or names no server without one; a malformed or oversized
+/// HTTP/1.1 head's 400 and 431, made before any request; HTTP/2's 431; a route's
+/// redirect; the plain listener's 308 (by its Host's server) and 400. Where no server is
+/// known yet (no SNI, no Host, plain HTTP to the TLS port), the default server's.
+#[test]
+fn every_answer_terminus_makes_carries_its_servers_token() {
+    let dir = TestDir::new("server-token-everywhere");
+    dir.write("www/index.html", "hi\n");
+    let pair = make_cert(
+        &dir.path(""),
+        "c",
+        KeyKind::EcdsaP256,
+        &["localhost", "hidden.test", "plain.test"],
+    );
+    let (tls_port, http_port) = (free_port(), free_port());
+    let server_block = |name: &str, more: &str| {
+        format!(
+            "[[server]]\nnames = [\"{name}\"]\nroot = \"{www}\"\n{more}\n[[server.route]]\npath = \"/old/\"\nredirect = {{ to = \"/new{{path}}\" }}\n[[server.certificate]]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
+            www = dir.path("www").display(),
+            cert = pair.cert.display(),
+            key = pair.key.display()
+        )
+    };
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            "listen = [\"127.0.0.1:{tls_port}\", {{ address = \"127.0.0.1:{http_port}\", plain = \"redirect\" }}]\nworkers = 1\n{}{}{}",
+            server_block("localhost", "headers = { Server = \"edge/1.0 (<b>)\" }"),
+            server_block("hidden.test", "default = true\nheaders = { Server = \"\" }"),
+            server_block("plain.test", ""),
+        ),
+    );
+    let server = ServerBuilder::config(&conf).start();
+    // `what`'s head says `token` (None: no Server field), and so does its page's last
+    // line (None: a page naming no server); HTTP/2's 431 has no page.
+    let says = |what: &str, reply: &[u8], status: u16, token: Option<&str>| {
+        let reply = String::from_utf8_lossy(reply);
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+        assert!(
+            head.split_whitespace().nth(1) == Some(&status.to_string()),
+            "{what}: not a {status}: {reply}"
+        );
+        assert_eq!(
+            header_value(head, "server").as_deref(),
+            token,
+            "{what}: {reply}"
+        );
+        if status == 431 && head.starts_with("HTTP/2") {
+            assert_eq!(body, "", "{what}");
+            return;
+        }
+        match token {
+            None => assert!(
+                !body.contains("terminus") && !body.contains("<hr>"),
+                "{what}: the page names a server: {body}"
+            ),
+            Some("terminus") => assert!(
+                body.contains("<hr><center>terminus</center>"),
+                "{what}: {body}"
+            ),
+            Some(_) => assert!(
+                body.contains("<hr><center>edge/1.0 (&lt;b&gt;)</center>")
+                    && !body.contains("terminus"),
+                "{what}: the page does not end with the token: {body}"
+            ),
+        }
+    };
+    let curl_reply = |host: &str, args: &[&str], path: &str| -> Vec<u8> {
+        let mut args = args.to_vec();
+        args.push("-i");
+        curl_host(&server, host, &args, path).stdout
+    };
+    for (host, token) in [
+        ("localhost", Some("edge/1.0 (<b>)")),
+        ("hidden.test", None),
+        ("plain.test", Some("terminus")),
+    ] {
+        for http in ["--http1.1", "--http2"] {
+            let what = format!("{host} {http}");
+            says(
+                &format!("{what} 404"),
+                &curl_reply(host, &[http], "/missing"),
+                404,
+                token,
+            );
+            says(
+                &format!("{what} redirect route"),
+                &curl_reply(host, &[http], "/old/x"),
+                302,
+                token,
+            );
+        }
+        // HTTP/2: fields over SETTINGS_MAX_HEADER_LIST_SIZE (32 KiB), answered 431 by
+        // the connection before any request.
+        let big = format!("X-Big: {}", "b".repeat(40_000));
+        says(
+            &format!("{host} h2 431"),
+            &curl_reply(host, &["--http2", "-H", &big], "/"),
+            431,
+            token,
+        );
+        // HTTP/1.1 heads the connection refuses before any request: malformed (400)
+        // and 16 KiB without its end (431; exactly that, one TLS record, so that the
+        // server has read all of it when it closes); the handshake's SNI names the
+        // server.
+        let start = format!("GET / HTTP/1.1\r\nHost: {host}\r\nX-Big: ");
+        let oversized = format!("{start}{}", "b".repeat(16 * 1024 - start.len()));
+        for (head, status) in [
+            (
+                format!("GET / HTTP/1.1\r\nHost: {host}\r\nno colon\r\n\r\n"),
+                400,
+            ),
+            (oversized, 431),
+        ] {
+            let mut raw = Raw::connect_as(&server, Some(host));
+            raw.send(head.as_bytes()).unwrap();
+            let reply = raw.read_to_close(Duration::from_secs(10));
+            says(&format!("{host} HTTP/1.1 {status}"), &reply, status, token);
+        }
+        // The plain listener's redirect: the server its Host names.
+        let out = run(Command::new("curl").args([
+            "-sS",
+            "-i",
+            "-H",
+            &format!("Host: {host}"),
+            &format!("http://127.0.0.1:{http_port}/a"),
+        ]));
+        says(&format!("{host} plain 308"), &out.stdout, 308, token);
+    }
+    // No server known: the default one's (hidden.test: no token). No SNI and a
+    // malformed head; plain HTTP to the TLS port; the plain listener without Host.
+    let mut raw = Raw::connect_as(&server, None);
+    raw.send(b"GET / HTTP/1.1\r\nno colon\r\n\r\n").unwrap();
+    says(
+        "no SNI, 400",
+        &raw.read_to_close(Duration::from_secs(10)),
+        400,
+        None,
+    );
+    let out =
+        run(Command::new("curl").args(["-sS", "-i", &format!("http://127.0.0.1:{tls_port}/")]));
+    says("plain HTTP to the TLS port", &out.stdout, 400, None);
+    let out = run(Command::new("curl").args([
+        "-sS",
+        "-i",
+        "--http1.0",
+        "-H",
+        "Host:",
+        &format!("http://127.0.0.1:{http_port}/"),
+    ]));
+    says("the plain listener without Host", &out.stdout, 400, None);
 }

@@ -284,7 +284,8 @@ async fn respond_duplex<S: Transport + AsyncRead>(
     until_answered(writing, feeding).await
 }
 
-/// Answers a request the server will not serve with an error page, and closes.
+/// Answers a request the server will not serve with an error page, and closes. The
+/// request never reached the responder: the page is signed with the connection's token.
 async fn refuse<S: Transport, R: Responder>(
     io: &mut S,
     responder: &R,
@@ -293,7 +294,7 @@ async fn refuse<S: Transport, R: Responder>(
     scratch: &mut Vec<u8>,
     timeouts: &Timeouts,
 ) {
-    let resp = error_response(status, method);
+    let resp = error_response(status, method, responder.server_token());
     responder.record(method, path, version, &resp);
     let answering = Answering {
         head_only: method == Method::HEAD,

@@ -63,6 +63,10 @@ impl Responder for Echo {
     }
 
     fn record(&self, _: &Method, _: &str, _: Version, _: &Response<Body>) {}
+
+    fn server_token(&self) -> &crate::ServerToken {
+        &crate::TERMINUS
+    }
 }
 
 /// Runs a connection with `responder` and a client that writes `request` and reads
@@ -169,6 +173,10 @@ impl Responder for Sluggish {
     }
 
     fn record(&self, _: &Method, _: &str, _: Version, _: &Response<Body>) {}
+
+    fn server_token(&self) -> &crate::ServerToken {
+        &crate::TERMINUS
+    }
 }
 
 #[tokio::test]

@@ -141,7 +141,7 @@ pub async fn serve<S, R>(
     // The codec's first SETTINGS go in a buffer the worker lends.
     let mut out = Vec::new();
     buffers::lend_output(&mut out);
-    let codec = Connection::new(config(), &mut out);
+    let codec = Connection::new(config(responder.server_token()), &mut out);
     let mut conn = H2 {
         io,
         responder,
@@ -215,10 +215,12 @@ pub async fn serve<S, R>(
 
 /// The settings terminus announces: the codec's defaults (nginx's where it has them:
 /// 128 streams, a 64 KiB preread window per stream; 32 KiB of request fields, the limit
-/// HTTP/3 keeps here too), and RFC 8441's extended CONNECT for WebSockets.
-fn config() -> Config {
+/// HTTP/3 keeps here too), and RFC 8441's extended CONNECT for WebSockets; the codec's
+/// own answers signed with `token`.
+fn config(token: &crate::ServerToken) -> Config {
     Config {
         connect_protocol: true,
+        server: token.field().cloned(),
         ..Config::default()
     }
 }

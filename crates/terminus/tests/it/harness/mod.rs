@@ -794,6 +794,8 @@ pub struct H3Config<'a> {
     pub backend: &'a str,
     /// `[http3]`'s lines.
     pub http3: &'a str,
+    /// Lines of the server's own, before its certificate (`headers = ...`).
+    pub in_server: &'a str,
     /// Appended to the file, after the server.
     pub more: &'a str,
     pub workers: usize,
@@ -808,11 +810,12 @@ pub fn h3_server_on(dir: &TestDir, host: &str, c: H3Config<'_>) -> (Server, u16)
     let conf = dir.write(
         "terminus.toml",
         format!(
-            "listen = [{{ address = \"{host}:{port}\", http3 = true }}]\nworkers = {}\n[crypto]\nbackend = \"{}\"\n[http3]\n{}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{}",
+            "listen = [{{ address = \"{host}:{port}\", http3 = true }}]\nworkers = {}\n[crypto]\nbackend = \"{}\"\n[http3]\n{}\n[[server]]\nnames = [\"localhost\"]\nroot = \"{}\"\n{}\n[[server.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n{}",
             c.workers,
             c.backend,
             c.http3,
             dir.path("www").display(),
+            c.in_server,
             pair.cert.display(),
             pair.key.display(),
             c.more

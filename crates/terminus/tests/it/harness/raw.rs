@@ -28,6 +28,12 @@ pub struct Raw {
 
 impl Raw {
     pub fn connect(server: &Server) -> Raw {
+        Raw::connect_as(server, Some("localhost"))
+    }
+
+    /// A connection whose ClientHello names `sni` (None: no server_name extension, as
+    /// a client that connects to an IP address sends).
+    pub fn connect_as(server: &Server, sni: Option<&str>) -> Raw {
         // The load generator's client: the test servers' certificates are self-signed,
         // so trust is not checked, the handshake signature still is.
         let config = client_config(&TlsChoice {
@@ -35,8 +41,12 @@ impl Raw {
             ..TlsChoice::default()
         })
         .unwrap();
-        let conn =
-            ClientConnection::new(config, ServerName::try_from("localhost").unwrap()).unwrap();
+        // rustls sends no SNI for an IP address.
+        let name = match sni {
+            Some(name) => ServerName::try_from(name.to_owned()).unwrap(),
+            None => ServerName::IpAddress(server.addr.ip().into()),
+        };
+        let conn = ClientConnection::new(config, name).unwrap();
         let tcp = TcpStream::connect(server.addr).unwrap();
         tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut tls = StreamOwned::new(conn, tcp);

@@ -46,7 +46,7 @@ pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const DEFAULT_WINDOW: u32 = 65_535;
 
 /// The limits this end announces and keeps.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Config {
     /// SETTINGS_MAX_CONCURRENT_STREAMS: streams a client may have open at once; more
     /// are refused with REFUSED_STREAM (nginx 128, HAProxy 100).
@@ -71,6 +71,9 @@ pub struct Config {
     pub connect_protocol: bool,
     /// Costly oddities tolerated on one connection before it ends (see the module).
     pub max_glitches: u32,
+    /// The `Server` field of the answers the connection makes itself (a 431), as its
+    /// server's other answers carry it ([`crate::ServerToken`]); None: none.
+    pub server: Option<hyper::header::HeaderValue>,
 }
 
 impl Default for Config {
@@ -83,6 +86,7 @@ impl Default for Config {
             header_table_size: 4096,
             connect_protocol: false,
             max_glitches: 1000,
+            server: None,
         }
     }
 }
@@ -302,9 +306,9 @@ impl Connection {
         }
         write::settings(out, &settings);
         Self {
+            decoder: Decoder::new(config.header_table_size as usize),
             config,
             state: State::Preface,
-            decoder: Decoder::new(config.header_table_size as usize),
             encoder: Encoder::default(),
             streams: Vec::new(),
             last_stream: 0,
@@ -771,6 +775,9 @@ impl Connection {
             let start = out.len();
             self.encoder.begin_block(out);
             encoder::status(431, out);
+            if let Some(server) = &self.config.server {
+                encoder::field(b"server", server.as_bytes(), out);
+            }
             encoder::field(b"content-length", b"0", out);
             let block = out.split_off(start);
             write::headers(out, id, &block, true);

@@ -802,12 +802,13 @@ fn streams_past_the_limit_are_refused() {
     );
 }
 
-/// A request's fields over SETTINGS_MAX_HEADER_LIST_SIZE: 431, and the tables stay in
-/// step for the next request.
+/// A request's fields over SETTINGS_MAX_HEADER_LIST_SIZE: 431 with the connection's
+/// `Server` field, and the tables stay in step for the next request.
 #[test]
 fn an_oversized_request_is_answered_431() {
     let mut c = Client::with(Config {
         max_header_list_size: 1024,
+        server: Some(hyper::header::HeaderValue::from_static("edge")),
         ..Config::default()
     });
     // Over 1,024 bytes but under twice that, which would end the connection.
@@ -819,6 +820,7 @@ fn an_oversized_request_is_answered_431() {
     let frames = c.frames();
     let fields = loona_hpack::Decoder::new().decode(&frames[0].1).unwrap();
     assert_eq!(fields[0], (b":status".to_vec(), b"431".to_vec()));
+    assert_eq!(fields[1], (b"server".to_vec(), b"edge".to_vec()));
     c.request(3, &GET, true);
     assert_eq!(c.take_events(), ["request 3 GET / example.com end"]);
 }
