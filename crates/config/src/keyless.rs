@@ -4,11 +4,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::cidr::Cidr;
 use crate::schema::ConfigFile;
 use crate::{ConfigError, Ctx};
 
@@ -20,6 +22,8 @@ pub struct SignerSection {
     pub ca: Option<Spanned<String>>,
     pub certificate: Option<Spanned<IdentitySection>>,
     pub deadline: Option<Spanned<String>>,
+    /// The networks terminators connect from; others are closed at accept.
+    pub allow: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub key: Vec<Spanned<SignerKeySection>>,
 }
@@ -81,6 +85,9 @@ pub struct SignerConfig {
     pub deadline: Duration,
     /// The keys it signs with.
     pub keys: Vec<PathBuf>,
+    /// `allow`: the networks terminators connect from (closed at accept, before any
+    /// TLS, otherwise); `None`: any address may try mutual TLS.
+    pub allow: Option<Arc<[Cidr]>>,
 }
 
 /// Where a certificate's private key is.
@@ -164,7 +171,32 @@ pub(crate) fn resolve_signer(
             None,
         ));
     }
+    let allow = match &s.allow {
+        None => None,
+        Some(list) => {
+            let networks = (list.get_ref().iter())
+                .map(|t| {
+                    Cidr::parse(t).ok_or_else(|| {
+                        ctx.err(
+                            Some(list.span()),
+                            format!("[signer] allow network {t:?} is not ADDRESS/PREFIX"),
+                            Some("the terminators' networks, e.g. allow = [\"10.0.0.0/8\", \"2001:db8::/32\"]".to_owned()),
+                        )
+                    })
+                })
+                .collect::<Result<Arc<[Cidr]>, _>>()?;
+            if networks.is_empty() {
+                return Err(ctx.err(
+                    Some(list.span()),
+                    "[signer] allow is empty: no terminator could connect",
+                    Some("name the terminators' networks, or leave allow out to let any address try mutual TLS".to_owned()),
+                ));
+            }
+            Some(networks)
+        }
+    };
     Ok(Some(SignerConfig {
+        allow,
         listen,
         ca: ctx.path(ca.get_ref()),
         cert: ctx.path(&identity.get_ref().cert),

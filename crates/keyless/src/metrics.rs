@@ -100,6 +100,8 @@ fn outcome(error: Option<ErrorCode>) -> usize {
 /// Why a signer closed a connection before serving it, as the `reason` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
+    /// Its source address is not in `[signer] allow`.
+    NotAllowed,
     /// Its source address held its share of unauthenticated connections already.
     AddressFull,
     /// The unauthenticated budget was full, and it was the oldest.
@@ -114,7 +116,8 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason, in the label's order.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
+        Refusal::NotAllowed,
         Refusal::AddressFull,
         Refusal::Evicted,
         Refusal::HandshakeTimeout,
@@ -125,6 +128,7 @@ impl Refusal {
     /// Its `reason` label.
     pub fn label(self) -> &'static str {
         match self {
+            Refusal::NotAllowed => "not_allowed",
             Refusal::AddressFull => "address_full",
             Refusal::Evicted => "evicted",
             Refusal::HandshakeTimeout => "handshake_timeout",

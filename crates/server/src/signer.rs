@@ -9,7 +9,8 @@
 //! before it shows a certificate is a small budget of its own ([`Gate`]): 64 per
 //! worker, 8 per source address (an IPv6 one by its /64), and when full a newcomer takes
 //! the place of the oldest from the address holding the most; 3 seconds (or the
-//! handshake timeout, if less) to finish mutual TLS. Terminators past it have 1,024 places per worker that strangers
+//! handshake timeout, if less) to finish mutual TLS; with `allow`, an address outside
+//! the terminators' networks is closed at accept and takes nothing. Terminators past it have 1,024 places per worker that strangers
 //! never take. Who was turned away is counted by reason and said at most once per 10 s.
 
 use std::cell::{Cell, RefCell};
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use terminus_admission::unauthenticated::{Admit, Ticket, Unauthenticated};
 
-use terminus_config::SignerConfig;
+use terminus_config::{Cidr, SignerConfig};
 use terminus_keyless::metrics::Refusal;
 use terminus_keyless::signer::{self, AuditRecord, Serving, SignerKeys};
 use terminus_tls::client_auth::{ClientAuthMode, ClientAuthPolicy, ClientIdentity};
@@ -54,6 +55,8 @@ pub(crate) struct SignerService {
     keys: Arc<SignerKeys>,
     deadline: Duration,
     handshake_timeout: Duration,
+    /// `[signer] allow`.
+    allow: Option<Arc<[Cidr]>>,
 }
 
 impl SignerService {
@@ -97,6 +100,7 @@ impl SignerService {
             keys: Arc::new(keys),
             deadline: config.deadline,
             handshake_timeout,
+            allow: config.allow.clone(),
         })
     }
 }
@@ -203,6 +207,14 @@ pub(crate) async fn accept_loop(
                 continue;
             }
         };
+        if let Some(allow) = &service.allow {
+            if !allow.iter().any(|net| net.contains(peer.ip())) {
+                gate.refuse(Refusal::NotAllowed, || {
+                    format!("signer: {peer} turned away: not in [signer] allow")
+                });
+                continue;
+            }
+        }
         let admitted = gate.strangers.borrow_mut().admit(peer.ip());
         let (ticket, evict) = match admitted {
             Admit::Yes { ticket, evict } => (ticket, evict),

@@ -42,7 +42,13 @@ fn signer(pki: &Pki, name: &str) -> (Server, String) {
 
 /// [`signer`] with `workers` workers.
 fn signer_with(pki: &Pki, name: &str, workers: usize) -> (Server, String) {
+    signer_allowing(pki, name, workers, None)
+}
+
+/// [`signer_with`], with `[signer] allow = [allow]` where given.
+fn signer_allowing(pki: &Pki, name: &str, workers: usize, allow: Option<&str>) -> (Server, String) {
     let d = &pki.dir;
+    let allow = allow.map_or(String::new(), |net| format!("allow = [\"{net}\"]\n"));
     let conf = d.write(
         &format!("{name}.toml"),
         format!(
@@ -55,7 +61,7 @@ format = "json"
 listen = "127.0.0.1:0"
 ca = "{ca}"
 certificate = {{ cert = "{cert}", key = "{key}" }}
-[[signer.key]]
+{allow}[[signer.key]]
 file = "{rsa}"
 [[signer.key]]
 file = "{ecdsa}"
@@ -371,6 +377,14 @@ fn keyless_settings_are_checked_with_their_line() {
             ),
             "is not host:port",
         ),
+        (
+            "[signer]\nlisten = \"127.0.0.1:0\"\nca = \"ca.pem\"\ncertificate = { cert = \"s.pem\", key = \"s.key\" }\nallow = [\"10.0.0.0/33\"]\n[[signer.key]]\nfile = \"k.pem\"\n".to_owned(),
+            "bad.toml:5: [signer] allow network \"10.0.0.0/33\" is not ADDRESS/PREFIX",
+        ),
+        (
+            "[signer]\nlisten = \"127.0.0.1:0\"\nca = \"ca.pem\"\ncertificate = { cert = \"s.pem\", key = \"s.key\" }\nallow = []\n[[signer.key]]\nfile = \"k.pem\"\n".to_owned(),
+            "[signer] allow is empty",
+        ),
     ];
     for (text, wanted) in cases {
         let conf = dir.write("bad.toml", &text);
@@ -444,6 +458,39 @@ fn a_wave_of_idle_connections_from_one_address_leaves_room_for_a_terminator() {
         signer.stderr()
     );
     drop(wave);
+}
+
+/// With `allow` naming the terminators' network (127.0.0.1), the wave from 127.0.0.2
+/// is closed at accept, each connection before any TLS and none holding a place of the
+/// strangers' budget: a terminator signs beside it; and a terminator outside `allow`
+/// gets nothing signed.
+#[test]
+fn with_allow_a_wave_from_outside_the_terminators_network_takes_nothing() {
+    let pki = pki("keyless-allow");
+    let (signer, addr) = signer_allowing(&pki, "signer", 1, Some("127.0.0.1/32"));
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let wave = idle_wave(port, &[[127, 0, 0, 2].into()], 1100);
+    eventually(Duration::from_secs(10), "the signer sees the wave", || {
+        signer.metric("terminus_signer_refused_total", &["reason=\"not_allowed\""]) >= 1100.0
+    });
+    assert_eq!(
+        signer.metric(
+            "terminus_signer_refused_total",
+            &["reason=\"address_full\""]
+        ),
+        0.0,
+        "no stranger's place was taken"
+    );
+    let inside = terminator(&pki, std::slice::from_ref(&addr), "terminator", "2s");
+    let (code, _) = get(&inside, &pki.ecdsa, &[]);
+    assert_eq!(code, 200, "{}", inside.stderr());
+    drop(wave);
+    // A signer allowing only 127.0.0.2: the terminator on 127.0.0.1 is turned away.
+    let (shut, shut_addr) = signer_allowing(&pki, "shut", 1, Some("127.0.0.2"));
+    let outside = terminator(&pki, &[shut_addr], "terminator", "2s");
+    let (code, _) = get(&outside, &pki.ecdsa, &[]);
+    assert_ne!(code, 200, "a terminator outside allow got a signature");
+    assert!(shut.metric("terminus_signer_refused_total", &["reason=\"not_allowed\""]) >= 1.0);
 }
 
 /// The same wave from 100 addresses, 11 each: within every address's share, so the
