@@ -10,14 +10,16 @@
 //! streams clients open, a worker holds at most [`WORKER_LIMIT`] of request bodies beyond
 //! each HTTP/2 connection's first 64 KiB.
 //!
-//! Two rules keep one client from holding it all:
-//! - Beyond its first [`FAIR_FLOOR`], a taker gets at most half of what is free at a
-//!   time: what is left goes on being shared as more connections want some.
+//! Three rules keep a few clients from holding it all:
+//! - Windows hold at most [`WINDOWS_LIMIT`]; the rest is for the proxy's copies.
+//! - A connection's window holds at most [`FAIR_FLOOR`], or half of what it holds and
+//!   what is free together: each newcomer finds room while others hold theirs.
 //! - A window once opened cannot be taken back (HTTP/2 has no such frame), so a
 //!   connection whose uploads ended may go on holding what its window still allows.
 //!   Such a connection waits on [`on_pressure`]; when another one is kept waiting for
-//!   room ([`pressed`]), it is asked to go (GOAWAY: nothing of its is in flight, and
-//!   its client opens a new connection when it has more to send) and gives it back.
+//!   room ([`pressed`]), it is asked to go (GOAWAY: it takes no new stream, so what
+//!   its window allows beyond its open streams' own windows is given back at once,
+//!   and its client opens a new connection when it has more to send).
 //!
 //! What all workers hold and how many connections were asked to go are in the metrics
 //! ([`Stats`]).
@@ -33,7 +35,12 @@ use terminus_metrics::{Exposition, Kind, Labels, Render};
 /// sixteen connections' worth of uploads at a full 1 MiB window each.
 pub const WORKER_LIMIT: usize = 16 << 20;
 
-/// What a taker may hold before it gets only half of what is free at a time.
+/// What HTTP/2 windows may hold of it, all connections together: the rest is kept for
+/// the proxy's copies, so that windows held open cannot make every retry impossible.
+pub const WINDOWS_LIMIT: usize = 12 << 20;
+
+/// What a connection's window may hold of [`WINDOWS_LIMIT`] whatever others hold; past
+/// it, at most half of what it holds and what is free together.
 pub const FAIR_FLOOR: usize = 1 << 20;
 
 /// Waiters are woken once this much is free again: enough for a window update worth
@@ -44,7 +51,11 @@ struct Budget {
     held: usize,
     /// Connections waiting for room, woken together when some is given back.
     waiting: Vec<Waker>,
-    /// Connections holding room they have no use for now, woken when someone waits.
+    /// How many connections wait for room until they have what they want (woken,
+    /// they are out of `waiting` but still short).
+    short: usize,
+    /// Connections holding room they have no use for now, woken when someone waits
+    /// (each removes itself when it stops holding or ends).
     idle_holders: Vec<Waker>,
 }
 
@@ -53,6 +64,7 @@ thread_local! {
         RefCell::new(Budget {
             held: 0,
             waiting: Vec::new(),
+            short: 0,
             idle_holders: Vec::new(),
         })
     };
@@ -70,13 +82,16 @@ pub fn try_take(n: usize) -> bool {
     })
 }
 
-/// Takes as much of `n` bytes as is free and fair for a taker already holding `holds`
-/// (see the module); when that is less than `n`, `waker` is woken once some is given
-/// back, and the connections holding room for nothing are asked for it.
+/// Takes for an HTTP/2 window as much of `n` bytes as is free and fair for a
+/// connection already holding `holds` (see the module): what windows hold stays within
+/// [`WINDOWS_LIMIT`], and a connection holds at most [`FAIR_FLOOR`] or half of what it
+/// holds and what is free together, whichever is more. When that is less than `n`,
+/// `waker` is woken once some is given back, and the connections holding room for
+/// nothing are asked for it.
 pub fn take_up_to(n: usize, holds: usize, waker: &Waker) -> usize {
     let (got, idle_holders) = BUDGET.with_borrow_mut(|b| {
-        let free = WORKER_LIMIT - b.held;
-        let fair = FAIR_FLOOR.saturating_sub(holds).max(free / 2);
+        let free = WINDOWS_LIMIT.saturating_sub(b.held);
+        let fair = FAIR_FLOOR.max((holds + free) / 2).saturating_sub(holds);
         let got = n.min(free).min(fair);
         b.held += got;
         STATS.held.fetch_add(got as u64, Ordering::Relaxed);
@@ -122,10 +137,31 @@ pub fn stop_waiting(waker: &Waker) {
     let _ = BUDGET.try_with(|b| b.borrow_mut().waiting.retain(|w| !w.will_wake(waker)));
 }
 
-/// Whether a taker is waiting for room: a connection holding room it has no use for
-/// should give it back.
+/// `waker` no longer holds room it has no use for (its connection needs it again, or
+/// ended).
+pub fn stop_holding(waker: &Waker) {
+    let _ = BUDGET.try_with(|b| {
+        (b.borrow_mut().idle_holders).retain(|w| !w.will_wake(waker));
+    });
+}
+
+/// A connection starts (`true`) or stops (`false`) waiting for room, until it has what
+/// it wants: what [`pressed`] counts.
+pub fn waits(start: bool) {
+    let _ = BUDGET.try_with(|b| {
+        let mut b = b.borrow_mut();
+        b.short = if start {
+            b.short + 1
+        } else {
+            b.short.saturating_sub(1)
+        };
+    });
+}
+
+/// Whether a connection is kept waiting for room: a connection holding room it has no
+/// use for should give it back.
 pub fn pressed() -> bool {
-    BUDGET.with_borrow(|b| !b.waiting.is_empty())
+    BUDGET.with_borrow(|b| b.short > 0)
 }
 
 /// `waker` (a connection holding room it has no use for now) is woken when a taker
@@ -203,9 +239,14 @@ mod tests {
     fn the_budget_is_never_exceeded_and_waiters_are_woken_when_room_comes_back() {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
-        assert!(try_take(WORKER_LIMIT - 1000));
-        assert!(!try_take(1001), "all or nothing");
-        assert_eq!(take_up_to(5000, 0, &waker), 1000, "what is free");
+        assert!(try_take(WINDOWS_LIMIT - 1000));
+        assert_eq!(
+            take_up_to(5000, 0, &waker),
+            1000,
+            "what is free for windows"
+        );
+        assert!(try_take(WORKER_LIMIT - WINDOWS_LIMIT));
+        assert!(!try_take(1), "all or nothing");
         assert_eq!(held(), WORKER_LIMIT);
         give(100);
         assert_eq!(count.0.load(Ordering::SeqCst), 0, "too little to wake for");
@@ -223,22 +264,43 @@ mod tests {
         let waiter = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
         on_pressure(&Waker::from(holder.clone()));
         let first = take_up_to(WORKER_LIMIT, 0, &waiter);
-        assert_eq!(first, WORKER_LIMIT / 2, "half of what was free");
-        let second = take_up_to(WORKER_LIMIT, first, &waiter);
-        assert_eq!(second, WORKER_LIMIT / 4, "half of what was left");
+        assert_eq!(first, WINDOWS_LIMIT / 2, "half of what was free");
+        let again = take_up_to(WORKER_LIMIT, first, &waiter);
+        assert_eq!(again, 0, "taking again does not get more than half");
         assert_eq!(
             holder.0.load(Ordering::SeqCst),
             1,
             "woken when a taker fell short"
         );
+        waits(true);
         assert!(pressed());
+        let second = take_up_to(WORKER_LIMIT, 0, &waiter);
+        assert_eq!(second, WINDOWS_LIMIT / 4, "half of what was left");
         let newcomer = take_up_to(FAIR_FLOOR, 0, &waiter);
         assert_eq!(
             newcomer, FAIR_FLOOR,
             "a newcomer's first MiB while a quarter is free"
         );
+        assert!(
+            try_take(WORKER_LIMIT - WINDOWS_LIMIT),
+            "the proxy's copies have room windows cannot take"
+        );
+        give(WORKER_LIMIT - WINDOWS_LIMIT);
         give(first + second + newcomer);
-        assert!(!pressed(), "waiters woken and gone once room came back");
+        assert!(
+            BUDGET.with_borrow(|b| b.waiting.is_empty()),
+            "waiters woken"
+        );
+        waits(false);
+        assert!(
+            !pressed(),
+            "no one is short once the waiter has what it wants"
+        );
         assert_eq!(held(), 0);
+        // A holder that ended is forgotten.
+        let gone = Arc::new(Count(AtomicUsize::new(0)));
+        on_pressure(&Waker::from(gone.clone()));
+        stop_holding(&Waker::from(gone.clone()));
+        assert!(BUDGET.with_borrow(|b| b.idle_holders.is_empty()));
     }
 }

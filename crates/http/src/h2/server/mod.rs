@@ -20,9 +20,9 @@
 //! the settings, the windows) and no buffer: the read buffer is lent by the worker when
 //! bytes arrive and the write buffer while there is output, both given back when the
 //! connection goes quiet. It closes with GOAWAY after `timeouts.keepalive` without
-//! traffic, or with its answers waiting that long on windows the client does not open
-//! (whatever else it sends), or on shutdown (streams in flight finish), and is dropped
-//! when idle twice in a row (a client that ignores GOAWAY).
+//! traffic, or on shutdown (streams in flight finish), and is dropped when idle twice
+//! in a row (a client that ignores GOAWAY); a stream whose answer waits that long on a
+//! window the client does not open is reset, whatever else the client sends.
 
 mod inbound;
 mod request;
@@ -35,7 +35,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::h2::frame::ErrorCode;
@@ -73,21 +73,49 @@ const HIGH_WATER: usize = 64 * 1024;
 /// a WINDOW_UPDATE per 16 KiB frame's worth, not per frame.
 const MIN_WINDOW_UPDATE: u32 = 16 * 1024;
 
+/// Room a connection's window may hold beyond what its streams can use before it is
+/// asked to give it back (a stream's window: what one that just ended left).
+const UNUSED_SLACK: usize = 64 * 1024;
+
 /// The connection window every client has before any WINDOW_UPDATE (RFC 9113 section
 /// 6.9.2), which no budget can refuse: the worker's budget covers what is beyond it.
 const PROTOCOL_WINDOW: u64 = 65_535;
 
-/// What a connection holds of its worker's request-body budget ([`budget`]), and its
-/// waker while it waits for more; given back, and no longer waiting, when the
-/// connection ends.
+/// What a connection holds of its worker's request-body budget ([`budget`]); its waker
+/// while it waits for more, and while it holds room its streams cannot use (to be asked
+/// for it); given back, and forgotten by the budget, when the connection ends.
 #[derive(Default)]
-struct Reserved(usize, Option<std::task::Waker>);
+struct Reserved(usize, Option<Waker>, Option<Waker>);
 
 impl Reserved {
+    /// Waiting for the budget: counted as such until it has what it wants.
+    fn waiting(&mut self, waker: &Waker) {
+        if self.1.is_none() {
+            budget::waits(true);
+        }
+        self.1 = Some(waker.clone());
+    }
+
     /// No longer waiting for the budget (nothing more is wanted).
     fn not_waiting(&mut self) {
         if let Some(waker) = self.1.take() {
             budget::stop_waiting(&waker);
+            budget::waits(false);
+        }
+    }
+
+    /// Holding room its streams cannot use: `waker` is woken when another waits.
+    fn holding(&mut self, waker: &Waker) {
+        if !self.2.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            self.not_holding();
+            budget::on_pressure(waker);
+            self.2 = Some(waker.clone());
+        }
+    }
+
+    fn not_holding(&mut self) {
+        if let Some(waker) = self.2.take() {
+            budget::stop_holding(&waker);
         }
     }
 }
@@ -95,6 +123,7 @@ impl Reserved {
 impl Drop for Reserved {
     fn drop(&mut self) {
         self.not_waiting();
+        self.not_holding();
         budget::give(self.0);
     }
 }
@@ -112,6 +141,8 @@ struct Stream {
     inbound: Option<Inbound>,
     /// An extended CONNECT's body, kept for the tunnel the responder may accept.
     tunnel: Option<RequestStream>,
+    /// Its answer moved since the idle timer last looked.
+    moved: bool,
 }
 
 enum Phase {
@@ -155,7 +186,6 @@ pub async fn serve<S, R>(
         consumed: Rc::default(),
         reserved: Reserved::default(),
         moved: false,
-        answered: false,
         eof: false,
     };
     let mut closing = false;
@@ -198,8 +228,8 @@ pub async fn serve<S, R>(
             }
             Woke::Idle => {
                 idle_deadline = Instant::now() + keepalive;
-                let stuck = conn.stuck_on_windows();
-                if std::mem::take(&mut conn.moved) && !stuck {
+                conn.cut_stuck_streams();
+                if std::mem::take(&mut conn.moved) {
                     continue;
                 }
                 if closing {
@@ -247,8 +277,6 @@ struct H2<S, R> {
     reserved: Reserved,
     /// Bytes moved since the idle timer last looked.
     moved: bool,
-    /// A stream's answer (its head or body) went out since the idle timer last looked.
-    answered: bool,
     eof: bool,
 }
 
@@ -257,17 +285,32 @@ where
     S: ReadReady + AsyncWrite + Unpin,
     R: Responder + 'static,
 {
-    /// Whether answers wait on windows the client does not open, and none moved since
-    /// the idle timer last looked: a client that keeps its connection busy (PINGs,
-    /// SETTINGS) while it holds its streams' answers, and what they hold (upstream
-    /// connections, compression memory), is cut as one that stops reading is (nginx's
-    /// `send_timeout` holds for HTTP/2 streams too).
-    fn stuck_on_windows(&mut self) -> bool {
-        let answered = std::mem::take(&mut self.answered);
-        !answered
-            && (self.streams.iter()).any(|s| {
-                matches!(s.phase, Phase::Sending { .. }) && self.codec.send_window(s.id) == 0
-            })
+    /// Resets each stream whose answer waited on a window the client did not open for
+    /// a whole idle-timer period (RST_STREAM CANCEL), the connection and its other
+    /// streams going on: a client that holds answers, and what they hold (upstream
+    /// connections, compression memory), while it keeps its connection busy (PINGs,
+    /// other requests) is cut as one that stops reading is, stream by stream as nginx's
+    /// `send_timeout` does.
+    fn cut_stuck_streams(&mut self) {
+        let codec = &mut self.codec;
+        let out = &mut self.out;
+        let mut cut = 0;
+        self.streams.retain_mut(|stream| {
+            let moved = std::mem::take(&mut stream.moved);
+            let stuck = !moved
+                && matches!(stream.phase, Phase::Sending { .. })
+                && codec.send_window(stream.id) == 0;
+            if stuck {
+                buffers::lend_output(out);
+                codec.cancel(stream.id, ErrorCode::Cancel, out);
+                abort(stream);
+                cut += 1;
+            }
+            !stuck
+        });
+        if cut > 0 {
+            tracing::debug!("h2: {cut} streams reset: their windows stayed shut a whole period");
+        }
     }
 
     fn go_away(&mut self) {
@@ -324,20 +367,35 @@ where
             self.codec.consumed(consumed);
         }
         let allowance = self.codec.connection_allowance();
-        let covered = allowance.saturating_sub(PROTOCOL_WINDOW) as usize;
+        // What the client can make us hold: its window, and once we go away (no new
+        // stream) only what the open streams' own windows allow of it.
+        let exposure = self.codec.connection_exposure();
+        let mut covered = allowance.saturating_sub(PROTOCOL_WINDOW) as usize;
+        if self.codec.is_going_away() {
+            covered = covered.min(exposure.saturating_sub(PROTOCOL_WINDOW) as usize);
+        }
         if self.reserved.0 > covered {
             budget::give(self.reserved.0 - covered);
             self.reserved.0 = covered;
         }
-        if self.reserved.0 > 0 && self.codec.is_idle() {
-            // The window still holds room no stream uses (it cannot be taken back): when
-            // another connection waits for the budget, this one goes, and gives it back.
-            if !budget::pressed() {
-                budget::on_pressure(cx.waker());
-            } else if !self.codec.is_going_away() {
+        // The window still holds room its streams cannot use (a window cannot be taken
+        // back): when another connection waits for the budget, this one goes, and gives
+        // back what its open streams cannot use. Not while an upload is under way: a
+        // GOAWAY then would be a gamble on the client finishing its streams after it
+        // (python-h2, for one, stops sending at a GOAWAY).
+        let unused = self.reserved.0
+            > (exposure.saturating_sub(PROTOCOL_WINDOW) as usize) + UNUSED_SLACK
+            && !self.codec.bodies_open();
+        if unused && self.reserved.1.is_none() && !self.codec.is_going_away() {
+            if budget::pressed() {
                 budget::gave_way();
                 self.go_away();
+                self.reserved.not_holding();
+                return self.settle_window(cx);
             }
+            self.reserved.holding(cx.waker());
+        } else {
+            self.reserved.not_holding();
         }
         let wanted = self.codec.connection_window_wanted();
         if wanted < MIN_WINDOW_UPDATE {
@@ -350,7 +408,7 @@ where
         let needed = beyond - self.reserved.0;
         let got = budget::take_up_to(needed, self.reserved.0, cx.waker());
         if got < needed {
-            self.reserved.1 = Some(cx.waker().clone());
+            self.reserved.waiting(cx.waker());
         } else {
             self.reserved.not_waiting();
         }
@@ -470,6 +528,7 @@ where
                     phase: Phase::Responding(handler),
                     inbound,
                     tunnel,
+                    moved: false,
                 });
             }
             Event::Data {
@@ -596,7 +655,7 @@ where
             }
             let step = step(stream, codec, &*self.responder, &mut self.out, budget, cx);
             progress |= step.moved;
-            self.answered |= step.moved;
+            stream.moved |= step.moved;
             if step.done {
                 done.push(i);
             }

@@ -1205,15 +1205,27 @@ impl Connection {
     /// body is coming. A window opened wider would only let a client's bytes wait ahead
     /// of any stream, and hold the caller's room for nothing.
     pub fn connection_window_wanted(&self) -> u32 {
-        let receiving: u64 = (self.streams.iter())
-            .filter(|s| !s.remote_closed)
-            .map(|s| s.recv_window.max(0) as u64)
-            .sum();
-        let target = (self.held + receiving)
+        let target = (self.connection_exposure())
             .min(u64::from(self.config.connection_window))
             .max(u64::from(DEFAULT_WINDOW));
         let room = u64::from(frame::MAX_WINDOW).saturating_sub(self.recv_window.max(0) as u64);
         (target.saturating_sub(self.connection_allowance())).min(room) as u32
+    }
+
+    /// What the caller holds and what the streams still receiving a body may send on
+    /// their own windows: the most the client could make it hold, were the
+    /// connection's window no limit and no new stream opened.
+    pub fn connection_exposure(&self) -> u64 {
+        let receiving: u64 = (self.streams.iter())
+            .filter(|s| !s.remote_closed)
+            .map(|s| s.recv_window.max(0) as u64)
+            .sum();
+        self.held + receiving
+    }
+
+    /// Whether a stream's request body is still coming.
+    pub fn bodies_open(&self) -> bool {
+        self.streams.iter().any(|s| !s.remote_closed)
     }
 
     /// Whether this end has sent GOAWAY.
