@@ -36,8 +36,9 @@
 //! connection is reset at accept only for what is ahead of it whoever's it is (the
 //! listen queue's wait, reading the connections taken on before it, its own handshake),
 //! or when refusing costs too much; the rest is decided after its ClientHello, where a
-//! flood's handshakes are refused with an alert (a few µs each). Without quotas nothing
-//! changes.
+//! flood's handshakes are refused with an alert (a few µs each), and a resumption so
+//! taken on is weighed against its room there (else a client replaying a ticket, or a
+//! reconnect storm, would be taken on without bound). Without quotas nothing changes.
 //!
 //! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
 //!   Up to a quarter beyond it connections are still read, for resumptions' sake, where
@@ -168,6 +169,10 @@ pub struct Ticket {
     read: bool,
     /// Taken on within its tenant's committed rate: in its line.
     within: Option<Line>,
+    /// Taken on at accept only for what is ahead of it whoever's it is (see
+    /// [`Admission::at_accept`]): the work taken on was not weighed against a
+    /// resumption's room, and is at its ClientHello.
+    relaxed: bool,
 }
 
 impl Ticket {
@@ -273,11 +278,15 @@ impl Admission {
         quotas: impl FnOnce() -> bool,
     ) -> Option<Ticket> {
         self.roll();
+        let mut relaxed = false;
         if let Some(bound) = self.bound {
             let waited = waited();
             let mut ahead = waited + self.work() + self.cost.get().mul_f64(self.went_on.get());
             if ahead > bound && !self.shedding.get() && quotas() {
                 let reading = REFUSAL_COST * self.unread.get();
+                // Beyond even a resumption's room, all the work taken on is weighed at
+                // its ClientHello instead, once it is known whose handshake it is.
+                relaxed = ahead > bound.mul_f64(RESUMPTION_ROOM);
                 ahead = ahead.min(waited + reading + self.cost.get());
             }
             let over = ahead.as_secs_f64() / bound.as_secs_f64();
@@ -293,6 +302,7 @@ impl Admission {
             worked: true,
             read: false,
             within: None,
+            relaxed,
         })
     }
 
@@ -300,7 +310,10 @@ impl Admission {
     /// to resume), or refuses a full handshake beyond the bound, the room above it being
     /// the resumptions'. `within`: its tenant's line, where its quota admitted it at
     /// once, as committed capacity: what is ahead of it is then counted in the lines
-    /// (see the module docs).
+    /// (see the module docs). A resumption was weighed against its room at accept,
+    /// unless it was taken on there only for what is ahead of it whoever's it is: then
+    /// here (else, while some host has a quota, a reconnect storm or a client replaying
+    /// a ticket would be taken on without bound).
     pub fn at_hello(
         &self,
         mut ticket: Ticket,
@@ -308,12 +321,11 @@ impl Admission {
         within: Option<Line>,
     ) -> Option<Ticket> {
         self.roll();
-        // Counted as a whole handshake from here on, not as an unread connection.
-        let taken_on = match within {
-            Some(line) => self.ahead_in(line, 1),
-            None => self.work() + self.cost.get().mul_f64(1.0 - self.went_on.get()),
-        };
-        if resumption || self.bound.is_none_or(|bound| taken_on <= bound) {
+        let fits = self.bound.is_none_or(|bound| match resumption {
+            false => self.fits(within, true, bound),
+            true => !ticket.relaxed || self.fits(within, true, bound.mul_f64(RESUMPTION_ROOM)),
+        });
+        if fits {
             self.count(false, None, -1);
             self.count(true, within, 1);
             ticket.read = true;
@@ -328,11 +340,23 @@ impl Admission {
     /// declined its ticket), fits within the bound: the room beyond it is resumptions'.
     /// `within`: its tenant's line, where it was taken on within its committed rate.
     pub fn fits_full(&self, within: Option<Line>) -> bool {
-        let work = match within {
-            Some(line) => self.ahead_in(line, 0),
-            None => self.work(),
-        };
-        self.bound.is_none_or(|bound| work <= bound)
+        self.bound
+            .is_none_or(|bound| self.fits(within, false, bound))
+    }
+
+    /// Whether a handshake (in `within`, its tenant's line, if any) fits in `room`, the
+    /// bound or a resumption's room beyond it; `unread`: it is still counted as a
+    /// connection not read yet, and from here on as a whole handshake. In a line, what
+    /// is ahead of it in the lines fits; in none, all the work taken on fits.
+    fn fits(&self, within: Option<Line>, unread: bool, room: Duration) -> bool {
+        if let Some(line) = within {
+            return self.ahead_in(line, u32::from(unread)) <= room;
+        }
+        let mut work = self.work();
+        if unread {
+            work += self.cost.get().mul_f64(1.0 - self.went_on.get());
+        }
+        work <= room
     }
 
     /// Counts a connection refused after its ClientHello (here, or by its tenant's
@@ -687,6 +711,37 @@ mod tests {
         drop(a_line);
         assert!(hello(b).is_some(), "a's line gone, b's has room");
         drop(b_line);
+    }
+
+    /// Where some host has a quota a connection is taken on at accept for what is ahead
+    /// of it whoever's it is; resumptions are still held to their quarter beyond the
+    /// bound, at their ClientHello: a reconnect storm (or a client replaying a ticket)
+    /// of 200 against a bound of 20 gets 25 taken on, with quotas or without.
+    #[test]
+    fn resumptions_are_held_to_their_room_with_quotas_as_without() {
+        for quotas in [false, true] {
+            let admission = Admission::new(FIRST_COST * 20, Duration::default);
+            let resumed: Vec<Ticket> = (0..200)
+                .filter_map(|_| {
+                    let ticket = admission.at_accept(|| Duration::ZERO, || true, || quotas)?;
+                    admission.at_hello(ticket, true, None)
+                })
+                .collect();
+            assert_eq!(resumed.len(), 25, "resumptions taken on, quotas: {quotas}");
+            // In a tenant's line, the quarter beyond the bound is its line's.
+            let line = Line {
+                id: 1,
+                weight: 100.0,
+            };
+            let in_line: Vec<Ticket> = (0..200)
+                .filter_map(|_| {
+                    let ticket = admission.at_accept(|| Duration::ZERO, || true, || quotas)?;
+                    admission.at_hello(ticket, true, Some(line))
+                })
+                .collect();
+            let expected = if quotas { 25 } else { 0 };
+            assert_eq!(in_line.len(), expected, "in a line, quotas: {quotas}");
+        }
     }
 
     #[test]
