@@ -28,7 +28,11 @@
 //! that tenant's weight against its own allows (generalized processor sharing). The
 //! handshakes of tenants past their committed rate (queued for it, borrowed, or without
 //! a quota) are ahead of nobody in that count, and are themselves admitted only while
-//! all the work taken on fits. Counted as ahead of everyone, a tenant flooding at three
+//! all the work taken on fits. A line's count leaves out what the fair queue serves after
+//! it (heavier lines that came later, the handshakes in no line), so all the work taken
+//! on must also fit in twice the bound ([`LINES_CEILING`]): lines alone could otherwise
+//! stack up without end (ten tenants of doubling weights, lightest first, had over five
+//! times the bound under way). Counted as ahead of everyone, a tenant flooding at three
 //! times its quota on a worker short of CPU (two busy neighbours on two cores) had the
 //! bound full of its own admitted handshakes and got three in four of a neighbour's
 //! connections, a fifth of that one's quota, reset at accept. Which tenant a connection
@@ -87,6 +91,12 @@ const REFUSAL_SHARE: f64 = 0.05;
 const FIRST_COST: Duration = Duration::from_micros(500);
 /// How far beyond the bound resumptions are taken on, and so connections read.
 const RESUMPTION_ROOM: f64 = 1.25;
+/// How far beyond the bound (or a resumption's room) all the work taken on may go for a
+/// handshake in a tenant's line: each line's count leaves out what the fair queue serves
+/// after it (heavier lines that came later, and handshakes in no line), so lines alone
+/// could stack up without end; twice leaves a line a whole bound of room beside one
+/// filled by handshakes past their tenants' committed rates.
+const LINES_CEILING: f64 = 2.0;
 /// A worker awake (not sleeping for want of work) less than this share of the last
 /// window has capacity to lend.
 const IDLE_BELOW: f64 = 0.9;
@@ -347,16 +357,20 @@ impl Admission {
     /// Whether a handshake (in `within`, its tenant's line, if any) fits in `room`, the
     /// bound or a resumption's room beyond it; `unread`: it is still counted as a
     /// connection not read yet, and from here on as a whole handshake. In a line, what
-    /// is ahead of it in the lines fits; in none, all the work taken on fits.
+    /// is ahead of it in the lines fits, and all the work taken on fits under
+    /// [`LINES_CEILING`] times the room; in none, all the work taken on fits.
     fn fits(&self, within: Option<Line>, unread: bool, room: Duration) -> bool {
-        if let Some(line) = within {
-            return self.ahead_in(line, u32::from(unread)) <= room;
-        }
         let mut work = self.work();
         if unread {
             work += self.cost.get().mul_f64(1.0 - self.went_on.get());
         }
-        work <= room
+        match within {
+            Some(line) => {
+                self.ahead_in(line, u32::from(unread)) <= room
+                    && work <= room.mul_f64(LINES_CEILING)
+            }
+            None => work <= room,
+        }
     }
 
     /// Counts a connection refused after its ClientHello (here, or by its tenant's
@@ -742,6 +756,30 @@ mod tests {
             let expected = if quotas { 25 } else { 0 };
             assert_eq!(in_line.len(), expected, "in a line, quotas: {quotas}");
         }
+    }
+
+    /// Each line's count leaves out heavier lines that came after it: ten tenants with
+    /// doubling weights, lightest first, each as many handshakes as fit, had 114 under
+    /// way against a bound of 20. All the work taken on stays within twice the bound.
+    #[test]
+    fn tenants_lines_together_stay_within_twice_the_bound() {
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
+        let mut under_way = Vec::new();
+        for id in 0..10 {
+            let line = Line {
+                id,
+                weight: f64::from(1 << id),
+            };
+            under_way.extend((0..100).map_while(|_| {
+                let ticket = admission.at_accept(|| Duration::ZERO, || false, || true)?;
+                admission.at_hello(ticket, false, Some(line))
+            }));
+        }
+        assert_eq!(
+            under_way.len(),
+            40,
+            "handshakes under way against a bound of 20"
+        );
     }
 
     #[test]
