@@ -29,8 +29,8 @@
 //! handshakes of tenants past their committed rate (queued for it, borrowed, or without
 //! a quota) are ahead of nobody in that count, and are themselves admitted only while
 //! all the work taken on fits. A line's count leaves out what the fair queue serves after
-//! it (heavier lines that came later, the handshakes in no line), so all the work taken
-//! on must also fit in twice the bound ([`LINES_CEILING`]): lines alone could otherwise
+//! it (heavier lines that came later, the handshakes in no line), so all the handshakes
+//! under way must also fit in twice the bound ([`LINES_CEILING`]): lines alone could otherwise
 //! stack up without end (ten tenants of doubling weights, lightest first, had over five
 //! times the bound under way). Counted as ahead of everyone, a tenant flooding at three
 //! times its quota on a worker short of CPU (two busy neighbours on two cores) had the
@@ -91,11 +91,15 @@ const REFUSAL_SHARE: f64 = 0.05;
 const FIRST_COST: Duration = Duration::from_micros(500);
 /// How far beyond the bound resumptions are taken on, and so connections read.
 const RESUMPTION_ROOM: f64 = 1.25;
-/// How far beyond the bound (or a resumption's room) all the work taken on may go for a
-/// handshake in a tenant's line: each line's count leaves out what the fair queue serves
-/// after it (heavier lines that came later, and handshakes in no line), so lines alone
-/// could stack up without end; twice leaves a line a whole bound of room beside one
-/// filled by handshakes past their tenants' committed rates.
+/// How far beyond the bound (or a resumption's room) the handshakes under way may go for
+/// a handshake in a tenant's line: each line's count leaves out what the fair queue
+/// serves after it (heavier lines that came later, and handshakes in no line), so lines
+/// alone could stack up without end; twice leaves a line a whole bound of room beside
+/// one filled by handshakes past their tenants' committed rates. Connections not read
+/// yet are not counted: they are no handshake until their ClientHello is weighed here
+/// (counted, a flooding neighbour's unread connections, mostly for its quota's queue,
+/// got a tenant within its committed rate one or two in eighty refused beside two CPU
+/// hogs).
 const LINES_CEILING: f64 = 2.0;
 /// A worker awake (not sleeping for want of work) less than this share of the last
 /// window has capacity to lend.
@@ -357,19 +361,18 @@ impl Admission {
     /// Whether a handshake (in `within`, its tenant's line, if any) fits in `room`, the
     /// bound or a resumption's room beyond it; `unread`: it is still counted as a
     /// connection not read yet, and from here on as a whole handshake. In a line, what
-    /// is ahead of it in the lines fits, and all the work taken on fits under
+    /// is ahead of it in the lines fits, and all the handshakes under way fit under
     /// [`LINES_CEILING`] times the room; in none, all the work taken on fits.
     fn fits(&self, within: Option<Line>, unread: bool, room: Duration) -> bool {
-        let mut work = self.work();
-        if unread {
-            work += self.cost.get().mul_f64(1.0 - self.went_on.get());
-        }
+        let cost = self.cost.get();
         match within {
             Some(line) => {
+                let under_way = cost * (self.working.get() + u32::from(unread));
                 self.ahead_in(line, u32::from(unread)) <= room
-                    && work <= room.mul_f64(LINES_CEILING)
+                    && under_way <= room.mul_f64(LINES_CEILING)
             }
-            None => work <= room,
+            None if unread => self.work() + cost.mul_f64(1.0 - self.went_on.get()) <= room,
+            None => self.work() <= room,
         }
     }
 
