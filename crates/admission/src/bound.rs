@@ -28,7 +28,11 @@
 //! that tenant's weight against its own allows (generalized processor sharing). The
 //! handshakes of tenants past their committed rate (queued for it, borrowed, or without
 //! a quota) are ahead of nobody in that count, and are themselves admitted only while
-//! all the work taken on fits. Counted as ahead of everyone, a tenant flooding at three
+//! all the work taken on fits. A line's count leaves out what the fair queue serves after
+//! it (heavier lines that came later, the handshakes in no line), so all the handshakes
+//! under way must also fit in twice the bound ([`LINES_CEILING`]): lines alone could otherwise
+//! stack up without end (ten tenants of doubling weights, lightest first, had over five
+//! times the bound under way). Counted as ahead of everyone, a tenant flooding at three
 //! times its quota on a worker short of CPU (two busy neighbours on two cores) had the
 //! bound full of its own admitted handshakes and got three in four of a neighbour's
 //! connections, a fifth of that one's quota, reset at accept. Which tenant a connection
@@ -36,8 +40,9 @@
 //! connection is reset at accept only for what is ahead of it whoever's it is (the
 //! listen queue's wait, reading the connections taken on before it, its own handshake),
 //! or when refusing costs too much; the rest is decided after its ClientHello, where a
-//! flood's handshakes are refused with an alert (a few µs each). Without quotas nothing
-//! changes.
+//! flood's handshakes are refused with an alert (a few µs each), and a resumption so
+//! taken on is weighed against its room there (else a client replaying a ticket, or a
+//! reconnect storm, would be taken on without bound). Without quotas nothing changes.
 //!
 //! - At accept, a connection beyond the bound is reset, unread (a few µs, no TIME_WAIT).
 //!   Up to a quarter beyond it connections are still read, for resumptions' sake, where
@@ -86,6 +91,16 @@ const REFUSAL_SHARE: f64 = 0.05;
 const FIRST_COST: Duration = Duration::from_micros(500);
 /// How far beyond the bound resumptions are taken on, and so connections read.
 const RESUMPTION_ROOM: f64 = 1.25;
+/// How far beyond the bound (or a resumption's room) the handshakes under way may go for
+/// a handshake in a tenant's line: each line's count leaves out what the fair queue
+/// serves after it (heavier lines that came later, and handshakes in no line), so lines
+/// alone could stack up without end; twice leaves a line a whole bound of room beside
+/// one filled by handshakes past their tenants' committed rates. Connections not read
+/// yet are not counted: they are no handshake until their ClientHello is weighed here
+/// (counted, a flooding neighbour's unread connections, mostly for its quota's queue,
+/// got a tenant within its committed rate one or two in eighty refused beside two CPU
+/// hogs).
+const LINES_CEILING: f64 = 2.0;
 /// A worker awake (not sleeping for want of work) less than this share of the last
 /// window has capacity to lend.
 const IDLE_BELOW: f64 = 0.9;
@@ -168,6 +183,10 @@ pub struct Ticket {
     read: bool,
     /// Taken on within its tenant's committed rate: in its line.
     within: Option<Line>,
+    /// Taken on at accept only for what is ahead of it whoever's it is (see
+    /// [`Admission::at_accept`]): the work taken on was not weighed against a
+    /// resumption's room, and is at its ClientHello.
+    relaxed: bool,
 }
 
 impl Ticket {
@@ -273,11 +292,15 @@ impl Admission {
         quotas: impl FnOnce() -> bool,
     ) -> Option<Ticket> {
         self.roll();
+        let mut relaxed = false;
         if let Some(bound) = self.bound {
             let waited = waited();
             let mut ahead = waited + self.work() + self.cost.get().mul_f64(self.went_on.get());
             if ahead > bound && !self.shedding.get() && quotas() {
                 let reading = REFUSAL_COST * self.unread.get();
+                // Beyond even a resumption's room, all the work taken on is weighed at
+                // its ClientHello instead, once it is known whose handshake it is.
+                relaxed = ahead > bound.mul_f64(RESUMPTION_ROOM);
                 ahead = ahead.min(waited + reading + self.cost.get());
             }
             let over = ahead.as_secs_f64() / bound.as_secs_f64();
@@ -293,6 +316,7 @@ impl Admission {
             worked: true,
             read: false,
             within: None,
+            relaxed,
         })
     }
 
@@ -300,7 +324,10 @@ impl Admission {
     /// to resume), or refuses a full handshake beyond the bound, the room above it being
     /// the resumptions'. `within`: its tenant's line, where its quota admitted it at
     /// once, as committed capacity: what is ahead of it is then counted in the lines
-    /// (see the module docs).
+    /// (see the module docs). A resumption was weighed against its room at accept,
+    /// unless it was taken on there only for what is ahead of it whoever's it is: then
+    /// here (else, while some host has a quota, a reconnect storm or a client replaying
+    /// a ticket would be taken on without bound).
     pub fn at_hello(
         &self,
         mut ticket: Ticket,
@@ -308,12 +335,11 @@ impl Admission {
         within: Option<Line>,
     ) -> Option<Ticket> {
         self.roll();
-        // Counted as a whole handshake from here on, not as an unread connection.
-        let taken_on = match within {
-            Some(line) => self.ahead_in(line, 1),
-            None => self.work() + self.cost.get().mul_f64(1.0 - self.went_on.get()),
-        };
-        if resumption || self.bound.is_none_or(|bound| taken_on <= bound) {
+        let fits = self.bound.is_none_or(|bound| match resumption {
+            false => self.fits(within, true, bound),
+            true => !ticket.relaxed || self.fits(within, true, bound.mul_f64(RESUMPTION_ROOM)),
+        });
+        if fits {
             self.count(false, None, -1);
             self.count(true, within, 1);
             ticket.read = true;
@@ -328,11 +354,26 @@ impl Admission {
     /// declined its ticket), fits within the bound: the room beyond it is resumptions'.
     /// `within`: its tenant's line, where it was taken on within its committed rate.
     pub fn fits_full(&self, within: Option<Line>) -> bool {
-        let work = match within {
-            Some(line) => self.ahead_in(line, 0),
-            None => self.work(),
-        };
-        self.bound.is_none_or(|bound| work <= bound)
+        self.bound
+            .is_none_or(|bound| self.fits(within, false, bound))
+    }
+
+    /// Whether a handshake (in `within`, its tenant's line, if any) fits in `room`, the
+    /// bound or a resumption's room beyond it; `unread`: it is still counted as a
+    /// connection not read yet, and from here on as a whole handshake. In a line, what
+    /// is ahead of it in the lines fits, and all the handshakes under way fit under
+    /// [`LINES_CEILING`] times the room; in none, all the work taken on fits.
+    fn fits(&self, within: Option<Line>, unread: bool, room: Duration) -> bool {
+        let cost = self.cost.get();
+        match within {
+            Some(line) => {
+                let under_way = cost * (self.working.get() + u32::from(unread));
+                self.ahead_in(line, u32::from(unread)) <= room
+                    && under_way <= room.mul_f64(LINES_CEILING)
+            }
+            None if unread => self.work() + cost.mul_f64(1.0 - self.went_on.get()) <= room,
+            None => self.work() <= room,
+        }
     }
 
     /// Counts a connection refused after its ClientHello (here, or by its tenant's
@@ -687,6 +728,61 @@ mod tests {
         drop(a_line);
         assert!(hello(b).is_some(), "a's line gone, b's has room");
         drop(b_line);
+    }
+
+    /// Where some host has a quota a connection is taken on at accept for what is ahead
+    /// of it whoever's it is; resumptions are still held to their quarter beyond the
+    /// bound, at their ClientHello: a reconnect storm (or a client replaying a ticket)
+    /// of 200 against a bound of 20 gets 25 taken on, with quotas or without.
+    #[test]
+    fn resumptions_are_held_to_their_room_with_quotas_as_without() {
+        for quotas in [false, true] {
+            let admission = Admission::new(FIRST_COST * 20, Duration::default);
+            let resumed: Vec<Ticket> = (0..200)
+                .filter_map(|_| {
+                    let ticket = admission.at_accept(|| Duration::ZERO, || true, || quotas)?;
+                    admission.at_hello(ticket, true, None)
+                })
+                .collect();
+            assert_eq!(resumed.len(), 25, "resumptions taken on, quotas: {quotas}");
+            // In a tenant's line, the quarter beyond the bound is its line's.
+            let line = Line {
+                id: 1,
+                weight: 100.0,
+            };
+            let in_line: Vec<Ticket> = (0..200)
+                .filter_map(|_| {
+                    let ticket = admission.at_accept(|| Duration::ZERO, || true, || quotas)?;
+                    admission.at_hello(ticket, true, Some(line))
+                })
+                .collect();
+            let expected = if quotas { 25 } else { 0 };
+            assert_eq!(in_line.len(), expected, "in a line, quotas: {quotas}");
+        }
+    }
+
+    /// Each line's count leaves out heavier lines that came after it: ten tenants with
+    /// doubling weights, lightest first, each as many handshakes as fit, had 114 under
+    /// way against a bound of 20. All the work taken on stays within twice the bound.
+    #[test]
+    fn tenants_lines_together_stay_within_twice_the_bound() {
+        let admission = Admission::new(FIRST_COST * 20, Duration::default);
+        let mut under_way = Vec::new();
+        for id in 0..10 {
+            let line = Line {
+                id,
+                weight: f64::from(1 << id),
+            };
+            under_way.extend((0..100).map_while(|_| {
+                let ticket = admission.at_accept(|| Duration::ZERO, || false, || true)?;
+                admission.at_hello(ticket, false, Some(line))
+            }));
+        }
+        assert_eq!(
+            under_way.len(),
+            40,
+            "handshakes under way against a bound of 20"
+        );
     }
 
     #[test]

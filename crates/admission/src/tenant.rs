@@ -269,7 +269,8 @@ pub struct TenantAccount {
     offered: AtomicU64,
     /// Requests computed, by [`Operation`].
     ops: [AtomicU64; Operation::COUNT],
-    /// Handshakes admitted, by [`Class`].
+    /// Handshakes admitted, by [`Class`]: by the quota, and then taken on by admission
+    /// control ([`Hold::taken_on`]).
     admitted: [AtomicU64; 3],
     /// Handshakes refused, by [`QuotaRefusal`].
     refused: [AtomicU64; 3],
@@ -493,7 +494,6 @@ impl TenantAccount {
     }
 
     fn hold(self: &Arc<Self>, class: Class, reserved: f64) -> Hold {
-        self.admitted[class as usize].fetch_add(1, Ordering::Relaxed);
         Hold {
             account: self.clone(),
             class,
@@ -630,7 +630,8 @@ pub struct Usage {
     pub share: f64,
     /// Requests computed, by [`Operation::ALL`]'s order.
     pub ops: [u64; Operation::COUNT],
-    /// Handshakes admitted, by [`Class`].
+    /// Handshakes admitted, by [`Class`]: by the quota, and then taken on by admission
+    /// control.
     pub admitted: [u64; 3],
     /// Handshakes refused, by [`QuotaRefusal`].
     pub refused: [u64; 3],
@@ -661,6 +662,14 @@ impl Hold {
             id: self.id(),
             weight: self.account.weight(),
         })
+    }
+
+    /// Counts the handshake admitted, in its class, once admission control has taken it on
+    /// too. The quota is asked first (see [`crate::bound`]): a handshake the bound then
+    /// refuses, or whose deadline passes while it waits for the quota, was not admitted,
+    /// and its hold, dropped, gives the quota back.
+    pub fn taken_on(&self) {
+        self.account.admitted[self.class as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Charges one request of `kind` (signed with `key`) at this machine's cost.
@@ -797,6 +806,7 @@ mod tests {
             };
             match account.admit(now, arrival) {
                 Admission::Now(hold) | Admission::After(_, hold) => {
+                    hold.taken_on();
                     hold.charge(OpKind::X25519, None);
                     hold.charge(OpKind::RsaSign, RSA);
                 }
@@ -822,6 +832,7 @@ mod tests {
         ) else {
             panic!("no quota: admitted at once");
         };
+        hold.taken_on();
         for _ in 0..3 {
             hold.charge(OpKind::RsaSign, Some(KeyAlgorithm::Rsa { bits: 4096 }));
         }
@@ -838,6 +849,32 @@ mod tests {
         assert_eq!(usage.ops[Operation::EcdsaP256 as usize], 5);
         assert_eq!(usage.ops[Operation::X25519MlKem768 as usize], 5);
         assert_eq!(usage.admitted[Class::Unmetered as usize], 1);
+    }
+
+    /// The quota is asked before admission control: a handshake it admits that the bound
+    /// then refuses (its hold dropped, not taken on) is not counted admitted.
+    #[test]
+    fn a_handshake_admission_control_refuses_is_not_counted_admitted() {
+        let tenants = tenants();
+        let account = tenants.account("a", Some(quota(100.0, 100.0, OverQuota::Refuse)));
+        let arrival = Arrival {
+            estimate: 1.0,
+            cheap: false,
+            idle: false,
+        };
+        let now = Instant::now();
+        let (Admission::Now(refused), Admission::Now(taken)) =
+            (account.admit(now, arrival), account.admit(now, arrival))
+        else {
+            panic!("within its quota: admitted at once");
+        };
+        drop(refused);
+        taken.taken_on();
+        assert_eq!(
+            account.usage().admitted,
+            [1, 0, 0],
+            "committed, borrowed, unmetered"
+        );
     }
 
     #[test]

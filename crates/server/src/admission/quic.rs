@@ -78,11 +78,14 @@ async fn admit_hello(worker: Rc<Worker>, question: Box<dyn Any>) -> terminus_qui
     };
     match admitted {
         Ok((hold, within)) => match admission.at_hello(ticket, false, within) {
-            Some(ticket) => terminus_quic::Admission {
-                admitted: true,
-                payer: Some(Box::new(hold)),
-                hold: Some(Box::new(Unmetered(Some(ticket)))),
-            },
+            Some(ticket) => {
+                hold.taken_on();
+                terminus_quic::Admission {
+                    admitted: true,
+                    payer: Some(Box::new(hold)),
+                    hold: Some(Box::new(Unmetered(Some(ticket)))),
+                }
+            }
             // The hold, dropped, gives the quota back.
             None => {
                 metrics.handshake_refused(Refusal::AtHello);

@@ -31,21 +31,20 @@ use tokio::time::Instant;
 
 use super::Ticket;
 
-/// Admits the handshake of `read` against `tenant`'s quota and charges `ctx`'s crypto to
-/// it, after the wait the quota asks for (the handshake deadline still holds: a wait that
-/// outlasts it ends in a handshake timeout). `idle`: the worker has capacity to lend.
-/// `admitted`: the handshake's room in admission control, set aside while it waits.
-/// Its tenant's line, where it was admitted within its committed rate (see
-/// [`admit_arrival`]).
+/// Admits the handshake of `read` against `tenant`'s quota, after the wait the quota asks
+/// for (the handshake deadline still holds: a wait that outlasts it ends in a handshake
+/// timeout). `idle`: the worker has capacity to lend. `admitted`: the handshake's room in
+/// admission control, set aside while it waits. The hold, and its tenant's line where it
+/// was admitted within its committed rate (see [`admit_arrival`]): once admission
+/// control takes it on too, [`taken_on`] charges its crypto to the hold.
 pub(crate) async fn admit(
-    ctx: &mut HandshakeContext,
     tenant: &Arc<TenantAccount>,
     resolver: &SniResolver,
     read: &ClientHelloRead,
     (config, versions): (&rustls::ServerConfig, &[rustls::ProtocolVersion]),
     idle: bool,
     admitted: &Ticket,
-) -> Result<Option<Line>, QuotaRefusal> {
+) -> Result<(Hold, Option<Line>), QuotaRefusal> {
     let hello = read.client_hello();
     let sign = if read.offers_resumption(config, versions) {
         None
@@ -53,9 +52,15 @@ pub(crate) async fn admit(
         resolver.key_for(&hello)
     };
     let arrival = arrival(tenant, sign, first_kx(&hello), idle);
-    let (hold, within) = admit_arrival(tenant, arrival, admitted).await?;
+    admit_arrival(tenant, arrival, admitted).await
+}
+
+/// A handshake its tenant's quota admitted (`hold`) and admission control then took on:
+/// counted admitted, and `ctx`'s crypto charged to the hold. One the bound refuses is
+/// neither: its hold, dropped, gives the quota back.
+pub(crate) fn taken_on(ctx: &HandshakeContext, hold: Hold) {
+    hold.taken_on();
     ctx.charge_to(hold);
-    Ok(within)
 }
 
 /// The key exchange a handshake of `hello` will probably compute: the first group the

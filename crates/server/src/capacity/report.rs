@@ -292,7 +292,7 @@ fn render_tenants(m: &Machine, out: &mut Exposition) {
     out.family(
         "terminus_tenant_handshakes_admitted_total",
         Kind::Counter,
-        "A tenant's handshakes admitted, by whose capacity they use.",
+        "A tenant's handshakes admitted (by its quota, then taken on by admission control), by whose capacity they use.",
         by("class", &|u| classes(&u.admitted.map(|n| n as f64))),
     );
     out.family(

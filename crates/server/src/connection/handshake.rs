@@ -65,7 +65,6 @@ impl Hello {
         let admitted_by_quota = timeout_at(
             deadline,
             quota::admit(
-                &mut accepted.ctx,
                 tenant,
                 &accepted.site.resolver,
                 &read,
@@ -79,8 +78,8 @@ impl Hello {
             worker.admission.turned_away(admitted);
             return Err(Closed::HandshakeTimeout(accepted.site.timeouts.handshake));
         };
-        let within = match admitted_by_quota {
-            Ok(within) => within,
+        let (hold, within) = match admitted_by_quota {
+            Ok(admitted) => admitted,
             Err(cause) => {
                 worker.admission.turned_away(admitted);
                 read.refuse(
@@ -92,7 +91,7 @@ impl Hello {
                 return Err(Closed::OverQuota(tenant.clone(), cause));
             }
         };
-        // Refused here, the quota it was charged is given back with the context's hold.
+        // Refused here, the quota it was charged is given back with the hold.
         let Some(admitted) = worker.admission.at_hello(admitted, resumption, within) else {
             read.refuse(
                 &accepted.socket,
@@ -102,6 +101,7 @@ impl Hello {
             .await;
             return Err(Closed::Overloaded);
         };
+        quota::taken_on(&accepted.ctx, hold);
         let turned_full = Rc::new(Cell::new(None));
         if resumption {
             quota::full_after_all(

@@ -195,6 +195,57 @@ fn a_tenant_flooding_at_three_times_its_quota_takes_no_admission_room_from_anoth
     assert_eq!(b["requests"].as_f64(), Some(80.0), "{b:#}");
 }
 
+/// The quota is asked before the admission bound: a handshake its tenant's quota admits
+/// and the bound then refuses after its ClientHello is not counted admitted
+/// (`terminus_tenant_handshakes_admitted_total`, `GET /capacity`'s `handshakes_admitted`).
+/// A flood within a's quota against a 5 ms bound has many refused after their
+/// ClientHello; every handshake counted admitted completed or failed.
+#[test]
+fn handshakes_the_bound_refuses_after_the_quota_are_not_counted_admitted() {
+    let _alone = exclusive();
+    let dir = TestDir::new("tenants-admitted");
+    let conf = two_tenants(
+        &dir,
+        "capacity = { acu = 100000 }",
+        "capacity = { acu = 10 }",
+    );
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text + "[limits]\nhandshake_queue = \"5ms\"\n").unwrap();
+    let server = ServerBuilder::config(&conf)
+        .args(&["--no-resumption"])
+        .admin()
+        .start();
+    let a = handshakes_to(&server, "a.test", 3000, 1).join().unwrap();
+    let at_hello = server.metric(
+        "terminus_handshakes_refused_total",
+        &["cause=\"overload_at_hello\""],
+    );
+    assert!(at_hello > 0.0, "none refused after its ClientHello: {a:#}");
+    let admitted = server.metric(
+        "terminus_tenant_handshakes_admitted_total",
+        &["tenant=\"a\""],
+    );
+    let ended = server.metric("terminus_handshakes_total", &[])
+        + server.metric("terminus_handshake_failures_total", &[]);
+    assert!(
+        admitted <= ended,
+        "{admitted} handshakes counted admitted, {ended} completed or failed ({at_hello} refused after their ClientHello): {a:#}"
+    );
+    let table = server.admin_get("/capacity");
+    let doc: serde_json::Value = serde_json::from_slice(&table.stdout).unwrap();
+    let tenant_a = doc["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "a")
+        .unwrap();
+    assert_eq!(
+        tenant_a["handshakes_admitted"]["committed"].as_f64(),
+        Some(admitted),
+        "{doc:#}"
+    );
+}
+
 #[test]
 fn a_busy_worker_lends_nothing_beyond_committed_quotas() {
     let _alone = exclusive();
