@@ -536,8 +536,7 @@ fn request_bodies_for_a_stalled_upstream_stay_within_the_workers_budget_and_all_
 /// stdin and ended by one on stdout: `PORT IDLE HOARDERS UPLOADS`.
 /// 1. `IDLE` connections make one GET each and stay open, pinging: prints `idle`.
 /// 2. `HOARDERS` connections each start 16 POSTs to /fast/, wait for the connection's
-///    window to open beyond 64 KiB, then end the bodies empty and read their answers,
-///    and GET /up/held (from the upstream that answers nothing: a stream left open):
+///    window to open beyond 64 KiB, then end the bodies empty and read their answers:
 ///    they hold an opened window and send nothing more. Prints `hoarded N` (how many
 ///    saw their window open).
 /// 3. One connection starts `UPLOADS` POSTs to /fast/, waits a second for the server to
@@ -632,7 +631,6 @@ for c in hoarders:
     opened += c.until(lambda: c.h2.outbound_flow_control_window > 65_535, 5)
     for sid in sids:
         c.h2.end_stream(sid)
-    c.request("GET", "/up/held", True)
     c.flush()
     assert c.until(lambda: len(c.ended) == 16, 10), "the hoarder's POSTs were answered"
 step(f"hoarded {opened}")
@@ -772,9 +770,8 @@ impl Windows {
 /// Idle HTTP/2 connections, kept open with PINGs, hold none of the worker's
 /// request-body budget (each took 960 KiB of it at its first poll before, and 17 of
 /// them left every other connection the protocol's 64 KiB window); connections whose
-/// uploads ended, a download still under way on each, hold the window they were given
-/// (it cannot be taken back), and when an uploader is kept waiting for room they are
-/// asked to go (GOAWAY)
+/// uploads ended hold the window they were given (it cannot be taken back), and when an
+/// uploader is kept waiting for room they are asked to go (GOAWAY)
 /// so that it gets a full window: 48 uploads of 256 KiB, all whole, on a window opened
 /// past 2 MiB beside 10 such connections (which held 10 MiB of the 12 windows may).
 #[test]

@@ -380,12 +380,12 @@ where
         }
         // The window still holds room its streams cannot use (a window cannot be taken
         // back): when another connection waits for the budget, this one goes, and gives
-        // back what its open streams cannot use. Not while an upload is under way: a
-        // GOAWAY then would be a gamble on the client finishing its streams after it
-        // (python-h2, for one, stops sending at a GOAWAY).
+        // back what its open streams cannot use. Only once it has no stream open: a
+        // GOAWAY with answers in flight is a gamble on the client finishing them after
+        // it (python-h2, for one, fails at its next WINDOW_UPDATE).
         let unused = self.reserved.0
             > (exposure.saturating_sub(PROTOCOL_WINDOW) as usize) + UNUSED_SLACK
-            && !self.codec.bodies_open();
+            && self.codec.is_idle();
         if unused && self.reserved.1.is_none() && !self.codec.is_going_away() {
             if budget::pressed() {
                 budget::gave_way();

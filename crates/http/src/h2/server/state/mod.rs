@@ -1223,11 +1223,6 @@ impl Connection {
         self.held + receiving
     }
 
-    /// Whether a stream's request body is still coming.
-    pub fn bodies_open(&self) -> bool {
-        self.streams.iter().any(|s| !s.remote_closed)
-    }
-
     /// Whether this end has sent GOAWAY.
     pub fn is_going_away(&self) -> bool {
         self.going_away.is_some()
