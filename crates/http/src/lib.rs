@@ -110,8 +110,9 @@ impl ServerToken {
     }
 }
 
-/// `text` with the characters HTML gives a meaning escaped, for a page's text.
-fn html_escaped(text: &str) -> String {
+/// `text` with `&`, `<`, `>`, `"` and `'` as character references: safe in a page's
+/// text and in a quoted attribute value (the error page, the admin status page).
+pub fn html_escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

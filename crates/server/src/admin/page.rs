@@ -243,21 +243,10 @@ pub(super) fn uptime(d: Duration) -> String {
     }
 }
 
-/// `s` with `&`, `<`, `>`, `"` and `'` as character references: safe in text and in a
-/// quoted attribute value.
+/// `s` escaped for a page's text or a quoted attribute value (one escaper for every
+/// page terminus writes).
 pub(super) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    terminus_http::html_escaped(s)
 }
 
 /// A cell as an element `tag` of class `class` (and the cell's own), as the page's
