@@ -358,6 +358,17 @@ key = "{key}"
     }
 }
 
+/// A `[[server]]` named `name` serving `www/` with `pair`, with `more` (its options)
+/// and one route, `route` (its keys): the servers of the `Server` header's tests.
+fn server_block(dir: &TestDir, pair: &CertPair, name: &str, more: &str, route: &str) -> String {
+    format!(
+        "[[server]]\nnames = [\"{name}\"]\nroot = \"{www}\"\n{more}\n[[server.route]]\n{route}\n[[server.certificate]]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
+        www = dir.path("www").display(),
+        cert = pair.cert.display(),
+        key = pair.key.display()
+    )
+}
+
 /// `headers = { Server = ... }`: the `Server` of every answer of that server, a file's,
 /// an error's and a proxied one's (the upstream's own replaced), over HTTP/1.1 and
 /// HTTP/2; `Server = ""` sends none; a server that says nothing sends `terminus`.
@@ -373,11 +384,12 @@ fn the_server_header_is_set_or_removed_per_server() {
         &["localhost", "hidden.test", "plain.test"],
     );
     let server_block = |name: &str, headers: &str| {
-        format!(
-            "[[server]]\nnames = [\"{name}\"]\nroot = \"{www}\"\n{headers}\n[[server.route]]\npath = \"/app/\"\nupstream = \"app\"\n[[server.certificate]]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
-            www = dir.path("www").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
+        server_block(
+            &dir,
+            &pair,
+            name,
+            headers,
+            "path = \"/app/\"\nupstream = \"app\"",
         )
     };
     let conf = dir.write(
@@ -440,11 +452,12 @@ fn every_answer_terminus_makes_carries_its_servers_token() {
     );
     let (tls_port, http_port) = (free_port(), free_port());
     let server_block = |name: &str, more: &str| {
-        format!(
-            "[[server]]\nnames = [\"{name}\"]\nroot = \"{www}\"\n{more}\n[[server.route]]\npath = \"/old/\"\nredirect = {{ to = \"/new{{path}}\" }}\n[[server.certificate]]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
-            www = dir.path("www").display(),
-            cert = pair.cert.display(),
-            key = pair.key.display()
+        server_block(
+            &dir,
+            &pair,
+            name,
+            more,
+            "path = \"/old/\"\nredirect = { to = \"/new{path}\" }",
         )
     };
     let conf = dir.write(
