@@ -165,7 +165,8 @@ pub fn pressed() -> bool {
 }
 
 /// `waker` (a connection holding room it has no use for now) is woken when a taker
-/// has to wait for room.
+/// has to wait for room: once, after which it is off the list until it calls again
+/// (on the list once however often it calls).
 pub fn on_pressure(waker: &Waker) {
     BUDGET.with_borrow_mut(|b| {
         if !b.idle_holders.iter().any(|w| w.will_wake(waker)) {
@@ -297,6 +298,21 @@ mod tests {
             "no one is short once the waiter has what it wants"
         );
         assert_eq!(held(), 0);
+        // A holder woken once is woken by the next short taker only if it asked again,
+        // and is listed once however often it asks.
+        let woken = holder.0.load(Ordering::SeqCst);
+        on_pressure(&Waker::from(holder.clone()));
+        on_pressure(&Waker::from(holder.clone()));
+        assert_eq!(take_up_to(WORKER_LIMIT, 0, &waiter), WINDOWS_LIMIT / 2);
+        assert_eq!(holder.0.load(Ordering::SeqCst), woken + 1);
+        assert_eq!(take_up_to(WORKER_LIMIT, WINDOWS_LIMIT / 2, &waiter), 0);
+        assert_eq!(
+            holder.0.load(Ordering::SeqCst),
+            woken + 1,
+            "not asked again"
+        );
+        give(WINDOWS_LIMIT / 2);
+        stop_waiting(&waiter);
         // A holder that ended is forgotten.
         let gone = Arc::new(Count(AtomicUsize::new(0)));
         on_pressure(&Waker::from(gone.clone()));

@@ -105,12 +105,15 @@ impl Reserved {
     }
 
     /// Holding room its streams cannot use: `waker` is woken when another waits.
+    /// Registered again at every call: a wake takes it off the budget's list, and one
+    /// that found no one pressed by the time it ran (a taker short by a few bytes has
+    /// stopped waiting) must still be woken by the next taker kept waiting.
     fn holding(&mut self, waker: &Waker) {
         if !self.2.as_ref().is_some_and(|w| w.will_wake(waker)) {
             self.not_holding();
-            budget::on_pressure(waker);
             self.2 = Some(waker.clone());
         }
+        budget::on_pressure(waker);
     }
 
     fn not_holding(&mut self) {
