@@ -16,10 +16,14 @@
 //!   what is free together: each newcomer finds room while others hold theirs.
 //! - A window once opened cannot be taken back (HTTP/2 has no such frame), so a
 //!   connection whose uploads ended may go on holding what its window still allows.
-//!   Such a connection waits on [`on_pressure`]; when another one is kept waiting for
-//!   room ([`pressed`]), it is asked to go (GOAWAY: it takes no new stream, so what
-//!   its window allows beyond its open streams' own windows is given back at once,
-//!   and its client opens a new connection when it has more to send).
+//!   Such a connection waits on [`on_pressure`]; when the budget itself keeps another
+//!   short of room ([`pressed`]), it is asked to go (GOAWAY: it takes no new stream, so
+//!   it gives all of it back, and its client opens a new connection when it has more
+//!   to send).
+//!
+//! A taker never takes less than a window update's worth only to give it back: every
+//! give wakes the waiters, so that would wake them, the taker too, for ever. The
+//! waiters' and holders' lists hold each connection once a round ([`Ticket`]).
 //!
 //! What all workers hold and how many connections were asked to go are in the metrics
 //! ([`Stats`]).
@@ -49,14 +53,17 @@ const WAKE_AT: usize = 16 << 10;
 
 struct Budget {
     held: usize,
-    /// Connections waiting for room, woken together when some is given back.
+    /// Connections waiting for room, woken together when some is given back; each
+    /// listed once a round (a round ends when the list is woken).
     waiting: Vec<Waker>,
-    /// How many connections wait for room until they have what they want (woken,
-    /// they are out of `waiting` but still short).
+    waiting_round: u64,
+    /// How many connections the budget itself keeps short until they have what they
+    /// want (woken, they are out of `waiting` but still short): what [`pressed`] says.
     short: usize,
-    /// Connections holding room they have no use for now, woken when someone waits
-    /// (each removes itself when it stops holding or ends).
+    /// Connections holding room they have no use for now, woken when someone is kept
+    /// short of room; listed once a round, as `waiting`.
     idle_holders: Vec<Waker>,
+    holders_round: u64,
 }
 
 thread_local! {
@@ -64,11 +71,20 @@ thread_local! {
         RefCell::new(Budget {
             held: 0,
             waiting: Vec::new(),
+            waiting_round: 0,
             short: 0,
             idle_holders: Vec::new(),
+            holders_round: 0,
         })
     };
 }
+
+/// Where a connection is on one of the budget's lists: the round it was listed in
+/// (it is on the list while that round lasts). Listing it again in the same round
+/// adds nothing, so a connection polled many times while it waits costs no scan and
+/// no growth.
+#[derive(Debug, Default)]
+pub struct Ticket(Option<u64>);
 
 /// Takes `n` bytes of the worker's budget if all of them are free (nothing otherwise).
 pub fn try_take(n: usize) -> bool {
@@ -82,34 +98,59 @@ pub fn try_take(n: usize) -> bool {
     })
 }
 
+/// What [`take_up_to`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// The bytes taken: 0, or between the minimum asked for and all of them.
+    pub got: usize,
+    /// The budget itself (not the connection's fair share) could not give the rest:
+    /// what is free is less than what is missing. The connections holding room for
+    /// nothing have been asked for it.
+    pub short: bool,
+}
+
 /// Takes for an HTTP/2 window as much of `n` bytes as is free and fair for a
-/// connection already holding `holds` (see the module): what windows hold stays within
-/// [`WINDOWS_LIMIT`], and a connection holds at most [`FAIR_FLOOR`] or half of what it
-/// holds and what is free together, whichever is more. When that is less than `n`,
-/// `waker` is woken once some is given back, and the connections holding room for
-/// nothing are asked for it.
-pub fn take_up_to(n: usize, holds: usize, waker: &Waker) -> usize {
-    let (got, idle_holders) = BUDGET.with_borrow_mut(|b| {
+/// connection already holding `holds`, and nothing if that is less than `min` (a
+/// taker never takes what it would give straight back: each give wakes the waiters):
+/// what windows hold stays within [`WINDOWS_LIMIT`], and a connection holds at most
+/// [`FAIR_FLOOR`] or half of what it holds and what is free together, whichever is more.
+pub fn take_up_to(n: usize, min: usize, holds: usize) -> Taken {
+    let (taken, idle_holders) = BUDGET.with_borrow_mut(|b| {
         let free = WINDOWS_LIMIT.saturating_sub(b.held);
         let fair = FAIR_FLOOR.max((holds + free) / 2).saturating_sub(holds);
-        let got = n.min(free).min(fair);
+        let mut got = n.min(free).min(fair);
+        if got < min {
+            got = 0;
+        }
         b.held += got;
         STATS.held.fetch_add(got as u64, Ordering::Relaxed);
-        if got == n {
-            return (got, Vec::new());
-        }
-        if !b.waiting.iter().any(|w| w.will_wake(waker)) {
-            b.waiting.push(waker.clone());
-        }
-        (got, std::mem::take(&mut b.idle_holders))
+        let short = got < n && free - got < n - got;
+        let holders = if short {
+            b.holders_round += 1;
+            std::mem::take(&mut b.idle_holders)
+        } else {
+            Vec::new()
+        };
+        (Taken { got, short }, holders)
     });
     for w in idle_holders {
         w.wake();
     }
-    got
+    taken
 }
 
-/// Gives back `n` bytes taken before.
+/// `waker` is woken once room is given back (listed once a round, by `ticket`).
+pub fn wait(waker: &Waker, ticket: &mut Ticket) {
+    BUDGET.with_borrow_mut(|b| {
+        if ticket.0 != Some(b.waiting_round) {
+            b.waiting.push(waker.clone());
+            ticket.0 = Some(b.waiting_round);
+        }
+    });
+}
+
+/// Gives back `n` bytes taken before; the waiters are woken once a window update's
+/// worth is free for windows.
 pub fn give(n: usize) {
     if n == 0 {
         return;
@@ -121,9 +162,10 @@ pub fn give(n: usize) {
             let n = n.min(b.held);
             b.held -= n;
             STATS.held.fetch_sub(n as u64, Ordering::Relaxed);
-            if WORKER_LIMIT - b.held < WAKE_AT {
+            if WINDOWS_LIMIT.saturating_sub(b.held) < WAKE_AT || b.waiting.is_empty() {
                 return;
             }
+            b.waiting_round += 1;
             std::mem::take(&mut b.waiting)
         };
         for w in waiting {
@@ -133,20 +175,20 @@ pub fn give(n: usize) {
 }
 
 /// `waker` no longer waits for room (its connection wants no more, or ended).
-pub fn stop_waiting(waker: &Waker) {
-    let _ = BUDGET.try_with(|b| b.borrow_mut().waiting.retain(|w| !w.will_wake(waker)));
-}
-
-/// `waker` no longer holds room it has no use for (its connection needs it again, or
-/// ended).
-pub fn stop_holding(waker: &Waker) {
+pub fn stop_waiting(waker: &Waker, ticket: &mut Ticket) {
+    let Some(round) = ticket.0.take() else {
+        return;
+    };
     let _ = BUDGET.try_with(|b| {
-        (b.borrow_mut().idle_holders).retain(|w| !w.will_wake(waker));
+        let mut b = b.borrow_mut();
+        if b.waiting_round == round {
+            b.waiting.retain(|w| !w.will_wake(waker));
+        }
     });
 }
 
-/// A connection starts (`true`) or stops (`false`) waiting for room, until it has what
-/// it wants: what [`pressed`] counts.
+/// A connection starts (`true`) or stops (`false`) being kept short of room by the
+/// budget ([`Taken::short`]), until it has what it wants: what [`pressed`] counts.
 pub fn waits(start: bool) {
     let _ = BUDGET.try_with(|b| {
         let mut b = b.borrow_mut();
@@ -158,19 +200,34 @@ pub fn waits(start: bool) {
     });
 }
 
-/// Whether a connection is kept waiting for room: a connection holding room it has no
-/// use for should give it back.
+/// Whether a connection is kept short of room by the budget: a connection holding
+/// room it has no use for should give it back.
 pub fn pressed() -> bool {
     BUDGET.with_borrow(|b| b.short > 0)
 }
 
 /// `waker` (a connection holding room it has no use for now) is woken when a taker
-/// has to wait for room: once, after which it is off the list until it calls again
-/// (on the list once however often it calls).
-pub fn on_pressure(waker: &Waker) {
+/// is kept short: once, after which it is off the list until it asks again (listed
+/// once a round, by `ticket`).
+pub fn on_pressure(waker: &Waker, ticket: &mut Ticket) {
     BUDGET.with_borrow_mut(|b| {
-        if !b.idle_holders.iter().any(|w| w.will_wake(waker)) {
+        if ticket.0 != Some(b.holders_round) {
             b.idle_holders.push(waker.clone());
+            ticket.0 = Some(b.holders_round);
+        }
+    });
+}
+
+/// `waker` no longer holds room it has no use for (its connection needs it again, or
+/// ended).
+pub fn stop_holding(waker: &Waker, ticket: &mut Ticket) {
+    let Some(round) = ticket.0.take() else {
+        return;
+    };
+    let _ = BUDGET.try_with(|b| {
+        let mut b = b.borrow_mut();
+        if b.holders_round == round {
+            b.idle_holders.retain(|w| !w.will_wake(waker));
         }
     });
 }
@@ -236,87 +293,108 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_budget_is_never_exceeded_and_waiters_are_woken_when_room_comes_back() {
+    fn counter() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
+        (count, waker)
+    }
+
+    #[test]
+    fn the_budget_is_never_exceeded_and_waiters_are_woken_when_room_comes_back() {
+        let (count, waker) = counter();
+        let mut ticket = Ticket::default();
         assert!(try_take(WINDOWS_LIMIT - 1000));
-        assert_eq!(
-            take_up_to(5000, 0, &waker),
-            1000,
-            "what is free for windows"
-        );
+        let taken = take_up_to(5000, 0, 0);
+        assert_eq!(taken.got, 1000, "what is free for windows");
+        assert!(taken.short, "the budget, not the fair share, kept it short");
+        wait(&waker, &mut ticket);
+        wait(&waker, &mut ticket);
+        assert_eq!(BUDGET.with_borrow(|b| b.waiting.len()), 1, "listed once");
         assert!(try_take(WORKER_LIMIT - WINDOWS_LIMIT));
         assert!(!try_take(1), "all or nothing");
         assert_eq!(held(), WORKER_LIMIT);
+        give(WORKER_LIMIT - WINDOWS_LIMIT);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            0,
+            "room the proxy's copies gave back is no room for windows"
+        );
         give(100);
         assert_eq!(count.0.load(Ordering::SeqCst), 0, "too little to wake for");
         give(WAKE_AT);
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         give(WORKER_LIMIT);
         assert_eq!(held(), 0);
+        give(WAKE_AT);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "woken once, off the list"
+        );
+    }
+
+    /// Less than the minimum asked for is not taken at all: taking it to give it back
+    /// would wake every waiter, the taker among them, for ever (the worker spun at a
+    /// whole core with a few KiB free).
+    #[test]
+    fn a_take_below_its_minimum_takes_nothing_and_wakes_no_one() {
+        let (count, waker) = counter();
+        let mut ticket = Ticket::default();
+        assert!(try_take(WINDOWS_LIMIT - 5000));
+        wait(&waker, &mut ticket);
+        let taken = take_up_to(64 << 10, 16 << 10, 0);
+        assert_eq!(taken.got, 0);
+        assert!(taken.short);
+        assert_eq!(held(), WINDOWS_LIMIT - 5000);
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            0,
+            "nothing given back, no one woken"
+        );
+        give(WINDOWS_LIMIT - 5000);
+        stop_waiting(&waker, &mut ticket);
     }
 
     /// Beyond its first MiB a taker gets half of what is free, so a newcomer finds
-    /// room; one kept waiting wakes the connections holding room for nothing, once.
+    /// room; one the budget keeps short wakes the connections holding room for nothing,
+    /// once; one only its fair share holds back wakes no one.
     #[test]
-    fn a_large_taker_leaves_half_and_a_waiter_wakes_the_idle_holders() {
-        let holder = Arc::new(Count(AtomicUsize::new(0)));
-        let waiter = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
-        on_pressure(&Waker::from(holder.clone()));
-        let first = take_up_to(WORKER_LIMIT, 0, &waiter);
-        assert_eq!(first, WINDOWS_LIMIT / 2, "half of what was free");
-        let again = take_up_to(WORKER_LIMIT, first, &waiter);
-        assert_eq!(again, 0, "taking again does not get more than half");
+    fn a_large_taker_leaves_half_and_a_short_one_wakes_the_idle_holders() {
+        let (holder, holder_waker) = counter();
+        let mut holding = Ticket::default();
+        on_pressure(&holder_waker, &mut holding);
+        on_pressure(&holder_waker, &mut holding);
+        assert_eq!(
+            BUDGET.with_borrow(|b| b.idle_holders.len()),
+            1,
+            "listed once"
+        );
+        let first = take_up_to(WINDOWS_LIMIT, 0, 0);
+        assert_eq!(first.got, WINDOWS_LIMIT / 2, "half of what was free");
+        assert!(!first.short, "held back by its share, not by the budget");
+        assert_eq!(holder.0.load(Ordering::SeqCst), 0, "no one asked to go");
+        let again = take_up_to(WINDOWS_LIMIT, 0, first.got);
+        assert_eq!(again.got, 0, "taking again does not get more than half");
+        let second = take_up_to(WORKER_LIMIT, 0, 0);
+        assert_eq!(second.got, WINDOWS_LIMIT / 4, "half of what was left");
+        assert!(second.short, "more is missing than is free");
+        assert_eq!(holder.0.load(Ordering::SeqCst), 1, "asked, once");
+        let third = take_up_to(WORKER_LIMIT, 0, 0);
+        assert!(third.short);
         assert_eq!(
             holder.0.load(Ordering::SeqCst),
             1,
-            "woken when a taker fell short"
+            "not asked again: off the list"
         );
+        // Asking again puts it back; one that ended is forgotten.
+        on_pressure(&holder_waker, &mut holding);
+        stop_holding(&holder_waker, &mut holding);
+        assert!(BUDGET.with_borrow(|b| b.idle_holders.is_empty()));
         waits(true);
         assert!(pressed());
-        let second = take_up_to(WORKER_LIMIT, 0, &waiter);
-        assert_eq!(second, WINDOWS_LIMIT / 4, "half of what was left");
-        let newcomer = take_up_to(FAIR_FLOOR, 0, &waiter);
-        assert_eq!(
-            newcomer, FAIR_FLOOR,
-            "a newcomer's first MiB while a quarter is free"
-        );
-        assert!(
-            try_take(WORKER_LIMIT - WINDOWS_LIMIT),
-            "the proxy's copies have room windows cannot take"
-        );
-        give(WORKER_LIMIT - WINDOWS_LIMIT);
-        give(first + second + newcomer);
-        assert!(
-            BUDGET.with_borrow(|b| b.waiting.is_empty()),
-            "waiters woken"
-        );
         waits(false);
-        assert!(
-            !pressed(),
-            "no one is short once the waiter has what it wants"
-        );
+        assert!(!pressed());
+        give(first.got + second.got + third.got);
         assert_eq!(held(), 0);
-        // A holder woken once is woken by the next short taker only if it asked again,
-        // and is listed once however often it asks.
-        let woken = holder.0.load(Ordering::SeqCst);
-        on_pressure(&Waker::from(holder.clone()));
-        on_pressure(&Waker::from(holder.clone()));
-        assert_eq!(take_up_to(WORKER_LIMIT, 0, &waiter), WINDOWS_LIMIT / 2);
-        assert_eq!(holder.0.load(Ordering::SeqCst), woken + 1);
-        assert_eq!(take_up_to(WORKER_LIMIT, WINDOWS_LIMIT / 2, &waiter), 0);
-        assert_eq!(
-            holder.0.load(Ordering::SeqCst),
-            woken + 1,
-            "not asked again"
-        );
-        give(WINDOWS_LIMIT / 2);
-        stop_waiting(&waiter);
-        // A holder that ended is forgotten.
-        let gone = Arc::new(Count(AtomicUsize::new(0)));
-        on_pressure(&Waker::from(gone.clone()));
-        stop_holding(&Waker::from(gone.clone()));
-        assert!(BUDGET.with_borrow(|b| b.idle_holders.is_empty()));
     }
 }

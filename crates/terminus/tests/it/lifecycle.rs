@@ -238,9 +238,13 @@ fn at_max_connections_new_clients_wait_instead_of_spinning() {
         "the server spun while at its connection limit"
     );
     drop(clients);
-    // Once they are gone, everyone is served again.
+    // Once they are gone, everyone is served again: the two that waited are taken
+    // (and find their clients gone) as permits come back, perhaps after a new client
+    // on the other worker is answered.
     assert_eq!(status(&server, &[], "/index.html"), 200);
-    assert!(server.metric("terminus_connections_total", &[]) >= 5.0);
+    eventually(Duration::from_secs(10), "every connection taken", || {
+        server.metric("terminus_connections_total", &[]) >= 5.0
+    });
 }
 
 #[test]

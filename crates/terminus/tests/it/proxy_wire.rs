@@ -532,30 +532,13 @@ fn request_bodies_for_a_stalled_upstream_stay_within_the_workers_budget_and_all_
     assert_eq!(summary["ok"], conns * streams, "{summary}");
 }
 
-/// HTTP/2 clients for the connection windows, in phases, each begun by a line on
-/// stdin and ended by one on stdout: `PORT IDLE HOARDERS UPLOADS`.
-/// 1. `IDLE` connections make one GET each and stay open, pinging: prints `idle`.
-/// 2. `HOARDERS` connections each start 16 POSTs to /fast/, wait for the connection's
-///    window to open beyond 64 KiB, then end the bodies empty and read their answers:
-///    they hold an opened window and send nothing more. Prints `hoarded N` (how many
-///    saw their window open).
-/// 3. One connection starts `UPLOADS` POSTs to /fast/, waits a second for the server to
-///    open its window, then sends each a body of 256 KiB as fast as its windows allow.
-///    Prints JSON: `ok` (200s with the body's sha256 and length), `max_window` (the
-///    widest the connection's window was seen), `goaways` (hoarders and idle
-///    connections told to go).
-///
-/// With `stalled` as a fourth argument, phase 3 instead sends bodies of 6 MiB to /up/
-/// (a stalled upstream: the kernel's send buffers for it take up to 4 MiB each, the
-/// rest stays in terminus) on `UPLOADS` streams and, once nothing more goes for a second,
-/// one more of 1 MiB to /fast/ on the same connection: JSON `fast` (its answer) and
-/// `seconds`.
-const H2_WINDOWS: &str = r#"
+/// An HTTP/2 client connection for the scripts below (python-h2 over TLS to the
+/// global `port`): `pump` reads what came and acknowledges DATA, keeping the widest
+/// connection window seen; `request` opens a stream; `until` pumps until a condition.
+/// `step` prints a phase's name and waits for the test's line to go on.
+const H2_CLIENT: &str = r#"
 import hashlib, json, select, socket, ssl, sys, time
 import h2.config, h2.connection, h2.events
-
-port, idle_n, hoard_n, uploads = map(int, sys.argv[1:5])
-stalled = len(sys.argv) > 5 and sys.argv[5] == "stalled"
 
 class Conn:
     def __init__(self):
@@ -614,6 +597,30 @@ class Conn:
 def step(name):
     print(name, flush=True)
     sys.stdin.readline()
+
+"#;
+
+/// HTTP/2 clients for the connection windows, in phases, each begun by a line on
+/// stdin and ended by one on stdout: `PORT IDLE HOARDERS UPLOADS`.
+/// 1. `IDLE` connections make one GET each and stay open, pinging: prints `idle`.
+/// 2. `HOARDERS` connections each start 16 POSTs to /fast/, wait for the connection's
+///    window to open beyond 64 KiB, then end the bodies empty and read their answers:
+///    they hold an opened window and send nothing more. Prints `hoarded N` (how many
+///    saw their window open).
+/// 3. One connection starts `UPLOADS` POSTs to /fast/, waits a second for the server to
+///    open its window, then sends each a body of 256 KiB as fast as its windows allow.
+///    Prints JSON: `ok` (200s with the body's sha256 and length), `max_window` (the
+///    widest the connection's window was seen), `goaways` (hoarders and idle
+///    connections told to go).
+///
+/// With `stalled` as a fourth argument, phase 3 instead sends bodies of 6 MiB to /up/
+/// (a stalled upstream: the kernel's send buffers for it take up to 4 MiB each, the
+/// rest stays in terminus) on `UPLOADS` streams and, once nothing more goes for a second,
+/// one more of 1 MiB to /fast/ on the same connection: JSON `fast` (its answer) and
+/// `seconds`.
+const H2_WINDOWS: &str = r#"
+port, idle_n, hoard_n, uploads = map(int, sys.argv[1:5])
+stalled = len(sys.argv) > 5 and sys.argv[5] == "stalled"
 
 idle = [Conn() for _ in range(idle_n)]
 for c in idle:
@@ -708,6 +715,11 @@ struct Windows {
 
 impl Windows {
     fn start(name: &str, args: &[&str]) -> Option<Windows> {
+        Self::start_with(name, H2_WINDOWS, "", args)
+    }
+
+    /// `script` (after [`H2_CLIENT`]) with `ARGS`, `before` in the configuration.
+    fn start_with(name: &str, script: &str, before: &str, args: &[&str]) -> Option<Windows> {
         use std::io::BufRead;
         if !h2_package() {
             return None;
@@ -723,11 +735,11 @@ impl Windows {
             fast.addr(),
             stalled.addr()
         );
-        let config = Config::new(&dir, &pair).workers(1).before(&upstreams).in_server(
+        let config = Config::new(&dir, &pair).workers(1).before(&upstreams).before(before).in_server(
             "[[server.route]]\npath = \"/fast/\"\nupstream = \"fast\"\n[[server.route]]\npath = \"/up/\"\nupstream = \"stalled\"\n",
         );
         let server = ServerBuilder::with(&dir, &config).admin().start();
-        let script = dir.write("h2_windows.py", H2_WINDOWS);
+        let script = dir.write("h2_windows.py", format!("{H2_CLIENT}{script}"));
         let mut client = Command::new("python3")
             .arg(&script)
             .arg(server.port().to_string())
@@ -809,6 +821,100 @@ fn idle_connections_hold_no_upload_budget_and_ended_uploads_give_theirs_way() {
             .metric("terminus_request_body_budget_gave_way_total", &[])
             >= 1.0
     );
+}
+
+/// HTTP/2 clients that hold uploads open and send nothing: `PORT HOLDERS`.
+/// 1. `HOLDERS` connections each open 128 POSTs to /up/ and send no body, pinging
+///    every half second: prints `held`.
+/// 2. The first sends 5,000 bytes on one of them and resets it (leaving the worker's
+///    budget a few KiB short of full): prints `nearly full`.
+/// 3. Pinging on, waits (12 s at most) until the server has reset every stream, then
+///    one more connection opens 16 POSTs to /fast/ and waits (5 s at most) for its
+///    window to open to 1 MiB (its streams' 64 KiB windows). Prints JSON: `reset` (the holders' streams the server
+///    ended), `window` (the newcomer's), `goaways` (holders told to go).
+const H2_HOLD: &str = r#"
+port, holders_n = int(sys.argv[1]), int(sys.argv[2])
+conns = []
+def service(seconds, done=lambda: False):
+    end, last = time.monotonic() + seconds, 0
+    while time.monotonic() < end and not done():
+        if time.monotonic() - last > 0.5:
+            last = time.monotonic()
+            for c in conns:
+                if not c.closed and not c.goaway:
+                    c.h2.ping(b"pingping")
+                    c.flush()
+        for c in conns:
+            if not c.closed:
+                c.pump(0)
+        time.sleep(0.02)
+
+holders = []
+for i in range(holders_n):
+    c = Conn()
+    conns.append(c)
+    holders.append(c)
+    c.sids = [c.request("POST", f"/up/h{i}-{k}", False) for k in range(128)]
+    service(0.5)
+step("held")
+h = holders[0]
+h.h2.send_data(h.sids[0], b"x" * 5000)
+h.flush()
+service(0.3)
+h.h2.reset_stream(h.sids[0])
+h.flush()
+service(0.2)
+step("nearly full")
+service(12, lambda: all(len(c.ended) >= 127 for c in holders))
+v = Conn()
+conns.append(v)
+for k in range(16):
+    v.request("POST", f"/fast/v{k}", False)
+service(5, lambda: v.h2.outbound_flow_control_window >= 1 << 20)
+print(json.dumps({
+    "reset": sum(len(c.ended) for c in holders),
+    "window": v.h2.outbound_flow_control_window,
+    "goaways": sum(c.goaway for c in holders),
+}), flush=True)
+"#;
+
+/// Uploads whose bodies never come hold no window for good, and a budget a few KiB
+/// short of full is no spin: 5 connections opening 128 uploads each and sending
+/// nothing take the worker's 12 MiB of windows; with 5,000 bytes of it given back the
+/// worker stays idle (it spun a whole core: each waiter took the few bytes and gave
+/// them back, waking every waiter); each stream is reset within two keep-alive periods
+/// of its last byte (nginx's `client_body_timeout`), and a newcomer's uploads then get
+/// their window, the idle holders asked to go.
+#[test]
+fn uploads_that_send_nothing_are_reset_and_a_nearly_full_budget_does_not_spin() {
+    let Some(mut w) = Windows::start_with(
+        "wire-hold",
+        H2_HOLD,
+        "[timeouts]\nkeepalive = \"4s\"\n",
+        &["5"],
+    ) else {
+        return;
+    };
+    assert_eq!(w.line(), "held");
+    let held = w.budget();
+    assert!(held > 11.0 * 1048576.0, "the holders hold {held} bytes");
+    w.go_on();
+    assert_eq!(w.line(), "nearly full");
+    let before = w.server.cpu_ticks();
+    std::thread::sleep(Duration::from_millis(1500));
+    let spent = w.server.cpu_ticks() - before;
+    assert!(
+        spent < 50,
+        "the worker spent {spent} ticks of CPU in 1.5 s with nothing to do"
+    );
+    w.go_on();
+    let out: Value = serde_json::from_str(&w.line()).unwrap();
+    assert!(w.client.wait().unwrap().success());
+    eprintln!("{out}");
+    // The first holder reset one of its own.
+    assert_eq!(out["reset"], 5 * 128 - 1, "{out}");
+    assert!(out["window"].as_u64().unwrap() >= 1 << 20, "{out}");
+    assert!(out["goaways"].as_u64().unwrap() >= 1, "{out}");
 }
 
 /// An upload on a connection whose other uploads are stuck (20 streams to an upstream

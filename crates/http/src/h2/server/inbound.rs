@@ -177,6 +177,12 @@ impl Shared {
         self.reader_gone
     }
 
+    /// Whether the body waits on the client: more is to come, and the handler has
+    /// taken all that came (so the client is not held back by it).
+    pub(crate) fn waits_on_client(&self) -> bool {
+        self.end == End::No && !self.reader_gone && self.unread() == 0
+    }
+
     /// Whether the client sent the whole body.
     pub(crate) fn ended(&self) -> bool {
         self.end == End::Whole

@@ -73,52 +73,82 @@ const HIGH_WATER: usize = 64 * 1024;
 /// a WINDOW_UPDATE per 16 KiB frame's worth, not per frame.
 const MIN_WINDOW_UPDATE: u32 = 16 * 1024;
 
-/// Room a connection's window may hold beyond what its streams can use before it is
-/// asked to give it back (a stream's window: what one that just ended left).
-const UNUSED_SLACK: usize = 64 * 1024;
-
 /// The connection window every client has before any WINDOW_UPDATE (RFC 9113 section
 /// 6.9.2), which no budget can refuse: the worker's budget covers what is beyond it.
 const PROTOCOL_WINDOW: u64 = 65_535;
 
-/// What a connection holds of its worker's request-body budget ([`budget`]); its waker
-/// while it waits for more, and while it holds room its streams cannot use (to be asked
-/// for it); given back, and forgotten by the budget, when the connection ends.
+/// What a connection holds of its worker's request-body budget ([`budget`]); its place
+/// on the budget's lists while it waits for more (and whether the budget itself keeps
+/// it short), and while it holds room its streams cannot use (to be asked for it);
+/// given back, and forgotten by the budget, when the connection ends.
 #[derive(Default)]
-struct Reserved(usize, Option<Waker>, Option<Waker>);
+struct Reserved {
+    bytes: usize,
+    waiting: Option<(Waker, budget::Ticket)>,
+    short: bool,
+    holding: Option<(Waker, budget::Ticket)>,
+}
 
 impl Reserved {
-    /// Waiting for the budget: counted as such until it has what it wants.
-    fn waiting(&mut self, waker: &Waker) {
-        if self.1.is_none() {
-            budget::waits(true);
+    /// Waiting for the budget to give back room (`short`: the budget itself, not the
+    /// connection's fair share, keeps it short: counted until it has what it wants).
+    fn wait(&mut self, waker: &Waker, short: bool) {
+        if !self
+            .waiting
+            .as_ref()
+            .is_some_and(|(w, _)| w.will_wake(waker))
+        {
+            self.stop_waiting();
+            self.waiting = Some((waker.clone(), budget::Ticket::default()));
         }
-        self.1 = Some(waker.clone());
+        if let Some((waker, ticket)) = &mut self.waiting {
+            budget::wait(waker, ticket);
+        }
+        if short != self.short {
+            budget::waits(short);
+            self.short = short;
+        }
     }
 
     /// No longer waiting for the budget (nothing more is wanted).
     fn not_waiting(&mut self) {
-        if let Some(waker) = self.1.take() {
-            budget::stop_waiting(&waker);
+        self.stop_waiting();
+        if std::mem::take(&mut self.short) {
             budget::waits(false);
         }
     }
 
-    /// Holding room its streams cannot use: `waker` is woken when another waits.
-    /// Registered again at every call: a wake takes it off the budget's list, and one
-    /// that found no one pressed by the time it ran (a taker short by a few bytes has
-    /// stopped waiting) must still be woken by the next taker kept waiting.
-    fn holding(&mut self, waker: &Waker) {
-        if !self.2.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            self.not_holding();
-            self.2 = Some(waker.clone());
+    fn stop_waiting(&mut self) {
+        if let Some((waker, mut ticket)) = self.waiting.take() {
+            budget::stop_waiting(&waker, &mut ticket);
         }
-        budget::on_pressure(waker);
+    }
+
+    fn is_waiting(&self) -> bool {
+        self.waiting.is_some()
+    }
+
+    /// Holding room its streams cannot use: `waker` is woken when another is kept
+    /// short. Listed again at every call (a wake takes it off the budget's list, and
+    /// one that found no one pressed by the time it ran must still be woken by the
+    /// next taker kept short); the ticket makes that free within a round.
+    fn holding(&mut self, waker: &Waker) {
+        if !self
+            .holding
+            .as_ref()
+            .is_some_and(|(w, _)| w.will_wake(waker))
+        {
+            self.not_holding();
+            self.holding = Some((waker.clone(), budget::Ticket::default()));
+        }
+        if let Some((waker, ticket)) = &mut self.holding {
+            budget::on_pressure(waker, ticket);
+        }
     }
 
     fn not_holding(&mut self) {
-        if let Some(waker) = self.2.take() {
-            budget::stop_holding(&waker);
+        if let Some((waker, mut ticket)) = self.holding.take() {
+            budget::stop_holding(&waker, &mut ticket);
         }
     }
 }
@@ -127,7 +157,7 @@ impl Drop for Reserved {
     fn drop(&mut self) {
         self.not_waiting();
         self.not_holding();
-        budget::give(self.0);
+        budget::give(self.bytes);
     }
 }
 
@@ -146,6 +176,8 @@ struct Stream {
     tunnel: Option<RequestStream>,
     /// Its answer moved since the idle timer last looked.
     moved: bool,
+    /// Its request body came (or it opened) since the idle timer last looked.
+    body_came: bool,
 }
 
 enum Phase {
@@ -288,31 +320,43 @@ where
     S: ReadReady + AsyncWrite + Unpin,
     R: Responder + 'static,
 {
-    /// Resets each stream whose answer waited on a window the client did not open for
-    /// a whole idle-timer period (RST_STREAM CANCEL), the connection and its other
-    /// streams going on: a client that holds answers, and what they hold (upstream
-    /// connections, compression memory), while it keeps its connection busy (PINGs,
-    /// other requests) is cut as one that stops reading is, stream by stream as nginx's
-    /// `send_timeout` does.
+    /// Resets each stream the client has kept waiting a whole idle-timer period
+    /// (RST_STREAM CANCEL), the connection and its other streams going on:
+    /// - an answer waiting on a window the client did not open: a client that holds
+    ///   answers, and what they hold (upstream connections, compression memory), while
+    ///   it keeps its connection busy (PINGs, other requests) is cut as one that stops
+    ///   reading is, stream by stream as nginx's `send_timeout` does;
+    /// - a request body none of which came (its handler having taken all that did): a
+    ///   client that opens uploads and sends nothing would hold their windows, and the
+    ///   worker's budget with them, for as long as it sends PINGs (nginx's
+    ///   `client_body_timeout`). Tunnels (WebSockets) may be quiet.
+    ///
+    /// Each is cut between one and two periods after it last moved.
     fn cut_stuck_streams(&mut self) {
         let codec = &mut self.codec;
         let out = &mut self.out;
-        let mut cut = 0;
+        let (mut answers, mut bodies) = (0, 0);
         self.streams.retain_mut(|stream| {
             let moved = std::mem::take(&mut stream.moved);
-            let stuck = !moved
+            let body_came = std::mem::take(&mut stream.body_came);
+            let answer_stuck = !moved
                 && matches!(stream.phase, Phase::Sending { .. })
                 && codec.send_window(stream.id) == 0;
-            if stuck {
+            let tunnel = stream.tunnel.is_some() || matches!(stream.phase, Phase::Tunnel { .. });
+            let body_stuck = !body_came
+                && !tunnel
+                && (stream.inbound.as_ref()).is_some_and(|b| b.borrow().waits_on_client());
+            if answer_stuck || body_stuck {
                 buffers::lend_output(out);
                 codec.cancel(stream.id, ErrorCode::Cancel, out);
                 abort(stream);
-                cut += 1;
+                answers += usize::from(answer_stuck);
+                bodies += usize::from(body_stuck && !answer_stuck);
             }
-            !stuck
+            !(answer_stuck || body_stuck)
         });
-        if cut > 0 {
-            tracing::debug!("h2: {cut} streams reset: their windows stayed shut a whole period");
+        if answers + bodies > 0 {
+            tracing::debug!("h2: streams reset after a whole period: {answers} whose windows stayed shut, {bodies} whose request bodies did not come");
         }
     }
 
@@ -377,19 +421,17 @@ where
         if self.codec.is_going_away() {
             covered = covered.min(exposure.saturating_sub(PROTOCOL_WINDOW) as usize);
         }
-        if self.reserved.0 > covered {
-            budget::give(self.reserved.0 - covered);
-            self.reserved.0 = covered;
+        if self.reserved.bytes > covered {
+            budget::give(self.reserved.bytes - covered);
+            self.reserved.bytes = covered;
         }
-        // The window still holds room its streams cannot use (a window cannot be taken
-        // back): when another connection waits for the budget, this one goes, and gives
-        // back what its open streams cannot use. Only once it has no stream open: a
+        // With no stream open, whatever the window still holds is room for nothing (a
+        // window cannot be taken back): when another connection is kept short of room,
+        // this one goes, and gives it all back. Only once it has no stream open: a
         // GOAWAY with answers in flight is a gamble on the client finishing them after
         // it (python-h2, for one, fails at its next WINDOW_UPDATE).
-        let unused = self.reserved.0
-            > (exposure.saturating_sub(PROTOCOL_WINDOW) as usize) + UNUSED_SLACK
-            && self.codec.is_idle();
-        if unused && self.reserved.1.is_none() && !self.codec.is_going_away() {
+        let unused = self.reserved.bytes > 0 && self.codec.is_idle();
+        if unused && !self.reserved.is_waiting() && !self.codec.is_going_away() {
             if budget::pressed() {
                 budget::gave_way();
                 self.go_away();
@@ -406,22 +448,27 @@ where
             self.reserved.not_waiting();
             return;
         }
-        // What the window would hold beyond the protocol's, less what is reserved.
+        // What the window would hold beyond the protocol's, less what is reserved (past
+        // a GOAWAY what is reserved can be less than the window allows, given back
+        // above: that gap is covered before the window opens any further). The window
+        // opens by what is wanted less what the budget could not give.
         let beyond = (allowance + u64::from(wanted)).saturating_sub(PROTOCOL_WINDOW) as usize;
-        let needed = beyond - self.reserved.0;
-        let got = budget::take_up_to(needed, self.reserved.0, cx.waker());
-        if got < needed {
-            self.reserved.waiting(cx.waker());
+        let needed = beyond.saturating_sub(self.reserved.bytes);
+        let wanted = wanted as usize;
+        // Nothing taken unless the window then opens a window update's worth: taking
+        // less only to give it back would wake every waiter, this one too, for ever.
+        let min = (needed + MIN_WINDOW_UPDATE as usize).saturating_sub(wanted);
+        let taken = budget::take_up_to(needed, min, self.reserved.bytes);
+        if taken.got < needed {
+            self.reserved.wait(cx.waker(), taken.short);
         } else {
             self.reserved.not_waiting();
         }
-        let open = wanted - (needed - got) as u32;
-        if open >= MIN_WINDOW_UPDATE {
-            self.reserved.0 += got;
-            self.codec.open_connection_window(open, &mut self.out);
-        } else {
-            // Too little to be worth a frame: the budget wakes us when there is more.
-            budget::give(got);
+        let open = (wanted + taken.got).saturating_sub(needed);
+        if open >= MIN_WINDOW_UPDATE as usize {
+            self.reserved.bytes += taken.got;
+            self.codec
+                .open_connection_window(open as u32, &mut self.out);
         }
     }
 
@@ -532,6 +579,7 @@ where
                     inbound,
                     tunnel,
                     moved: false,
+                    body_came: true,
                 });
             }
             Event::Data {
@@ -539,10 +587,11 @@ where
                 data,
                 end_stream,
             } => {
-                let inbound = streams
-                    .iter()
-                    .find(|s| s.id == stream)
-                    .and_then(|s| s.inbound.as_ref());
+                let stream_of = streams.iter_mut().find(|s| s.id == stream);
+                let inbound = stream_of.and_then(|s| {
+                    s.body_came = true;
+                    s.inbound.as_ref()
+                });
                 // A reader gone counts what it is pushed as consumed itself.
                 let taken = match inbound {
                     Some(i) => i.borrow_mut().push(data, end_stream),

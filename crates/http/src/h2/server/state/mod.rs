@@ -1231,11 +1231,15 @@ impl Connection {
     /// Opens the connection's window by `n` (a WINDOW_UPDATE on stream 0): the caller
     /// is willing to hold that much more for the client.
     pub fn open_connection_window(&mut self, n: u32, out: &mut Vec<u8>) {
-        if n == 0 || matches!(self.state, State::Failed(_)) {
+        // Never past the largest window the protocol allows (RFC 9113 section 6.9.1):
+        // a caller's miscount must not make the client end the connection.
+        let room = i64::from(frame::MAX_WINDOW) - self.recv_window;
+        let n = i64::from(n).min(room);
+        if n <= 0 || matches!(self.state, State::Failed(_)) {
             return;
         }
-        write::window_update(out, 0, n);
-        self.recv_window += i64::from(n);
+        write::window_update(out, 0, n as u32);
+        self.recv_window += n;
     }
 
     /// The caller took `n` bytes of `stream`'s body: once half its window is taken, the

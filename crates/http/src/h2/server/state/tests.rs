@@ -782,6 +782,25 @@ fn the_connection_window_opens_toward_the_streams_receiving_bodies_and_no_furthe
     assert_eq!(c.conn.connection_window_wanted(), 0);
 }
 
+/// However much a caller asks to open, the connection's window never goes past 2^31-1
+/// (a larger one is a FLOW_CONTROL_ERROR for the client, RFC 9113 section 6.9.1): a
+/// miscount once sent 0xffff0404 past a GOAWAY.
+#[test]
+fn the_connection_window_is_never_opened_past_the_protocols_largest() {
+    let mut c = Client::new();
+    let mut out = Vec::new();
+    c.conn.open_connection_window(u32::MAX, &mut out);
+    c.conn.open_connection_window(1 << 20, &mut out);
+    c.out = out;
+    let opened: u64 = c
+        .frames()
+        .iter()
+        .filter(|(h, _)| h.kind == kind::WINDOW_UPDATE && h.stream == 0)
+        .map(|(_, p)| u64::from(u32::from_be_bytes(p[..4].try_into().unwrap())))
+        .sum();
+    assert_eq!(opened + 65_535, (1 << 31) - 1);
+}
+
 #[test]
 fn streams_past_the_limit_are_refused() {
     let mut c = Client::with(Config {
