@@ -34,7 +34,9 @@ impl Access {
 
 /// The first `access` rules written, a server's or a route's (for the check of settings
 /// judged on the client's address against HTTP/3 behind a balancer).
-pub(crate) fn first_rules(raw: &crate::schema::ConfigFile) -> Option<&Spanned<Vec<Spanned<String>>>> {
+pub(crate) fn first_rules(
+    raw: &crate::schema::ConfigFile,
+) -> Option<&Spanned<Vec<Spanned<String>>>> {
     raw.server.iter().find_map(|s| {
         s.access
             .as_ref()

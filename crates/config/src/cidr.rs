@@ -34,7 +34,8 @@ pub(crate) struct BadNetwork {
 }
 
 /// The hint for a network that does not parse.
-const FORMS: &str = "a network is ADDR/PREFIX or one address: \"10.0.0.0/8\", \"192.0.2.7\" or \"2001:db8::/32\"";
+const FORMS: &str =
+    "a network is ADDR/PREFIX or one address: \"10.0.0.0/8\", \"192.0.2.7\" or \"2001:db8::/32\"";
 
 impl Cidr {
     /// `"10.0.0.0/8"`, `"2001:db8::/32"`, or a single address; refused (with why) as the
@@ -46,7 +47,10 @@ impl Cidr {
             Some((a, p)) => {
                 let addr = a.parse::<IpAddr>().map_err(|_| unparsed())?;
                 let bits = p.trim_start_matches(['+', '-']);
-                if bits.len() != p.len() && !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit()) {
+                if bits.len() != p.len()
+                    && !bits.is_empty()
+                    && bits.bytes().all(|b| b.is_ascii_digit())
+                {
                     return Err(bad(
                         "has a sign in its prefix: the prefix is a number of bits".to_owned(),
                         format!("write \"{a}/{bits}\""),
@@ -153,8 +157,13 @@ pub(crate) fn network(
     key: &str,
     ctx: &Ctx<'_>,
 ) -> Result<Cidr, ConfigError> {
-    Cidr::parse(text)
-        .map_err(|bad| ctx.err(Some(at), format!("{key} network {text:?} {}", bad.problem), Some(bad.hint)))
+    Cidr::parse(text).map_err(|bad| {
+        ctx.err(
+            Some(at),
+            format!("{key} network {text:?} {}", bad.problem),
+            Some(bad.hint),
+        )
+    })
 }
 
 /// A setting's networks, each entry spanned so that an error names its own line.
@@ -190,7 +199,14 @@ mod tests {
             .unwrap()
             .contains("2001:db8:1::5".parse().unwrap()));
         assert!(Cidr::parse("::/0").is_ok());
-        for bad in ["10.0.0.0/33", "nope", "10.0.0.0/x", "::/129", "10.0.0.0/", "10.0.0.0/ 8"] {
+        for bad in [
+            "10.0.0.0/33",
+            "nope",
+            "10.0.0.0/x",
+            "::/129",
+            "10.0.0.0/",
+            "10.0.0.0/ 8",
+        ] {
             assert!(Cidr::parse(bad).is_err(), "{bad}");
         }
     }
@@ -226,16 +242,48 @@ mod tests {
     #[test]
     fn a_bad_network_is_refused_at_its_entrys_line_wherever_networks_are_written() {
         for (network, says, hint) in [
-            ("10.0.0.0/33", "has a prefix longer than its address's 32 bits", "10.0.0.0/8"),
-            ("2001:db8::/129", "has a prefix longer than its address's 128 bits", "2001:db8::/32"),
+            (
+                "10.0.0.0/33",
+                "has a prefix longer than its address's 32 bits",
+                "10.0.0.0/8",
+            ),
+            (
+                "2001:db8::/129",
+                "has a prefix longer than its address's 128 bits",
+                "2001:db8::/32",
+            ),
             ("10.0.0.0/300", "has a prefix longer", "10.0.0.0/8"),
             ("ten/8", "is not ADDR/PREFIX", "192.0.2.7"),
-            ("10.0.0.0/+8", "has a sign in its prefix", "write \"10.0.0.0/8\""),
-            ("10.0.0.0/-8", "has a sign in its prefix", "write \"10.0.0.0/8\""),
-            ("10.1.2.3/8", "has host bits set past its /8 prefix", "the network is \"10.0.0.0/8\""),
-            ("2001:db8::1/32", "has host bits set", "the network is \"2001:db8::/32\""),
-            ("::ffff:10.0.0.0/104", "is an IPv4-mapped IPv6 network (::ffff:...), which matches no client", "write the IPv4 network: \"10.0.0.0/8\""),
-            ("::FFFF:192.0.2.7", "is an IPv4-mapped", "write the IPv4 network: \"192.0.2.7\""),
+            (
+                "10.0.0.0/+8",
+                "has a sign in its prefix",
+                "write \"10.0.0.0/8\"",
+            ),
+            (
+                "10.0.0.0/-8",
+                "has a sign in its prefix",
+                "write \"10.0.0.0/8\"",
+            ),
+            (
+                "10.1.2.3/8",
+                "has host bits set past its /8 prefix",
+                "the network is \"10.0.0.0/8\"",
+            ),
+            (
+                "2001:db8::1/32",
+                "has host bits set",
+                "the network is \"2001:db8::/32\"",
+            ),
+            (
+                "::ffff:10.0.0.0/104",
+                "is an IPv4-mapped IPv6 network (::ffff:...), which matches no client",
+                "write the IPv4 network: \"10.0.0.0/8\"",
+            ),
+            (
+                "::FFFF:192.0.2.7",
+                "is an IPv4-mapped",
+                "write the IPv4 network: \"192.0.2.7\"",
+            ),
         ] {
             for (template, key) in PLACES {
                 let marked = template.replace("{}", "BAD");
@@ -262,7 +310,14 @@ mod tests {
     /// What is refused above has a right form, taken in each place.
     #[test]
     fn networks_in_their_right_forms_are_taken_everywhere() {
-        for network in ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1", "0.0.0.0/0", "10.1.2.3/32"] {
+        for network in [
+            "10.0.0.0/8",
+            "192.0.2.7",
+            "2001:db8::/32",
+            "::1",
+            "0.0.0.0/0",
+            "10.1.2.3/32",
+        ] {
             for (template, key) in PLACES {
                 let text = template.replace("{}", network);
                 Config::parse(&text, "t.toml", &Overrides::default())

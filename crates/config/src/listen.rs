@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use crate::schema::{ConfigFile, ListenEntry, ListenOptions};
 use crate::cidr::{self, Cidr};
+use crate::schema::{ConfigFile, ListenEntry, ListenOptions};
 use crate::{ConfigError, Ctx, DEFAULT_LISTEN};
 
 /// Whether a listener hands connections to kernel TLS after the handshake.

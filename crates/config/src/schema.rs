@@ -84,7 +84,10 @@ impl<'de> Deserialize<'de> for ListenEntry {
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ListenEntry, E> {
                 Ok(ListenEntry::Address(s.to_owned()))
             }
-            fn visit_map<M: serde::de::MapAccess<'de>>(self, m: M) -> Result<ListenEntry, M::Error> {
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                m: M,
+            ) -> Result<ListenEntry, M::Error> {
                 ListenOptions::deserialize(serde::de::value::MapAccessDeserializer::new(m))
                     .map(ListenEntry::Options)
             }

@@ -127,10 +127,7 @@ impl Gate {
             )),
             handshakes: RefCell::default(),
             terminators: Cell::new(0),
-            warnings: RefCell::new(ByReason::new(
-                WARN_EVERY,
-                "terminus_signer_refused_total",
-            )),
+            warnings: RefCell::new(ByReason::new(WARN_EVERY, "terminus_signer_refused_total")),
         })
     }
 

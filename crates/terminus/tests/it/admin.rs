@@ -119,7 +119,11 @@ fn partial_requests_on_the_admin_listener_are_capped_and_cut_at_the_header_deadl
 
 /// `count` connections from each of `addresses` (127.0.0.x) to `admin`, each holding
 /// `GET /metr`, in turn by address.
-fn partial_requests_from(admin: SocketAddr, addresses: std::ops::Range<u8>, count: usize) -> Vec<TcpStream> {
+fn partial_requests_from(
+    admin: SocketAddr,
+    addresses: std::ops::Range<u8>,
+    count: usize,
+) -> Vec<TcpStream> {
     addresses
         .flat_map(|last| (0..count).map(move |_| last))
         .map(|last| {
@@ -152,7 +156,12 @@ fn closed_of(held: &mut [TcpStream], at_least: usize, wait: Duration) -> usize {
 fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
     let dir = TestDir::new("admin-all");
     dir.write("www/index.html", "hello\n");
-    let pair = make_cert(dir.path("").as_path(), "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
     let conf = Config::new(&dir, &pair)
         .workers(1)
         .before("[timeouts]\nrequest_header = \"60s\"\n");
@@ -161,7 +170,10 @@ fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
     let mut held = partial_requests_from(admin, 10..19, 8);
     let shut = closed_of(&mut held, 72 - 64, Duration::from_secs(5));
     let open = held.len() - shut;
-    assert!(open <= 64, "the admin listener holds {open} of 72 connections from 9 addresses");
+    assert!(
+        open <= 64,
+        "the admin listener holds {open} of 72 connections from 9 addresses"
+    );
     assert_eq!(open, 64, "{shut} of 72 closed with room for 64");
 }
 
@@ -173,7 +185,12 @@ fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
 fn a_scrape_from_a_ninth_address_is_answered_while_eight_hold_eight_connections_each() {
     let dir = TestDir::new("admin-evict");
     dir.write("www/index.html", "hello\n");
-    let pair = make_cert(dir.path("").as_path(), "ecdsa", KeyKind::EcdsaP256, &["localhost"]);
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["localhost"],
+    );
     let conf = Config::new(&dir, &pair)
         .workers(1)
         .before("[timeouts]\nrequest_header = \"60s\"\n");

@@ -504,16 +504,22 @@ fn a_scanners_refusals_do_not_hold_back_the_warning_for_a_terminators_failed_han
     let (code, _) = get(&stranger, &pki.ecdsa, &[]);
     assert_eq!(code, 0, "a handshake signed for a stranger");
     assert!(
-        signer.metric("terminus_signer_refused_total", &["reason=\"handshake_failed\""]) >= 1.0,
+        signer.metric(
+            "terminus_signer_refused_total",
+            &["reason=\"handshake_failed\""]
+        ) >= 1.0,
         "{}",
         signer.metrics()
     );
-    eventually(Duration::from_secs(5), "the failed handshake's warning", || {
-        signer
-            .stderr()
-            .lines()
-            .any(|l| l.contains("WARN") && l.contains("signer: terminator") && l.contains("refused"))
-    });
+    eventually(
+        Duration::from_secs(5),
+        "the failed handshake's warning",
+        || {
+            signer.stderr().lines().any(|l| {
+                l.contains("WARN") && l.contains("signer: terminator") && l.contains("refused")
+            })
+        },
+    );
     let scanner_lines = (signer.stderr().lines())
         .filter(|l| l.contains("WARN") && l.contains("not in [signer] allow"))
         .count();

@@ -133,8 +133,13 @@ key = "{key}"
 #[test]
 fn the_plain_listener_sends_a_request_without_host_to_the_default_servers_first_exact_name() {
     assert_eq!(
-        hostless_on_the_plain_listener(r#"["*.example.test", "www.example.test", "a.example.test"]"#),
-        ("308".to_owned(), "https://www.example.test:TLS/a/b?c=1".to_owned())
+        hostless_on_the_plain_listener(
+            r#"["*.example.test", "www.example.test", "a.example.test"]"#
+        ),
+        (
+            "308".to_owned(),
+            "https://www.example.test:TLS/a/b?c=1".to_owned()
+        )
     );
     assert_eq!(
         hostless_on_the_plain_listener(r#"["*.example.test"]"#),
