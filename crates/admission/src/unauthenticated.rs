@@ -14,6 +14,10 @@
 //!   others out evicts its own first. A lone peer's handshake is evicted only when every
 //!   address holds one place, by connections from 64 addresses (/64s) at once.
 //!
+//! The admin listener holds its connections in such a budget too, for their whole
+//! life: its peers never authenticate, and a scraper must find room while other hosts
+//! hold idle connections.
+//!
 //! Policy without I/O: the caller closes what [`Admit::Yes`] says to evict and calls
 //! [`Unauthenticated::done`] when a connection authenticates or ends.
 

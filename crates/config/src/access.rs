@@ -5,11 +5,11 @@
 //! one, replaces its server's (as an nginx `location`'s rules replace its `server`'s).
 
 use std::net::IpAddr;
-use std::ops::Range;
 
 use toml::Spanned;
 
-use super::{Cidr, ConfigError, Ctx};
+use super::cidr::{self, Cidr};
+use super::{ConfigError, Ctx};
 
 /// An ordered list of allow and deny rules; empty: everyone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,7 +34,9 @@ impl Access {
 
 /// The first `access` rules written, a server's or a route's (for the check of settings
 /// judged on the client's address against HTTP/3 behind a balancer).
-pub(crate) fn first_rules(raw: &crate::schema::ConfigFile) -> Option<&Spanned<Vec<String>>> {
+pub(crate) fn first_rules(
+    raw: &crate::schema::ConfigFile,
+) -> Option<&Spanned<Vec<Spanned<String>>>> {
     raw.server.iter().find_map(|s| {
         s.access
             .as_ref()
@@ -42,18 +44,18 @@ pub(crate) fn first_rules(raw: &crate::schema::ConfigFile) -> Option<&Spanned<Ve
     })
 }
 
-/// `access = ["allow 10.0.0.0/8", "deny all"]` as written, its line for errors.
+/// `access = ["allow 10.0.0.0/8", "deny all"]` as written: an empty list refused at its
+/// line, a bad rule at its own.
 pub(crate) fn resolve_access(
-    rules: Option<&Spanned<Vec<String>>>,
+    rules: Option<&Spanned<Vec<Spanned<String>>>>,
     ctx: &Ctx<'_>,
 ) -> Result<Option<Access>, ConfigError> {
     let Some(rules) = rules else {
         return Ok(None);
     };
-    let span: Range<usize> = rules.span();
     if rules.get_ref().is_empty() {
         return Err(ctx.err(
-            Some(span),
+            Some(rules.span()),
             "access = [] has no rule",
             Some("leave access out for everyone, or write [\"allow all\"]".to_owned()),
         ));
@@ -61,23 +63,29 @@ pub(crate) fn resolve_access(
     let parsed = rules
         .get_ref()
         .iter()
-        .map(|text| {
-            rule(text).ok_or_else(|| {
-                ctx.err(
-                    Some(span.clone()),
+        .map(|entry| {
+            let text = entry.get_ref();
+            let Some((allow, network)) = shape(text) else {
+                return Err(ctx.err(
+                    Some(entry.span()),
                     format!("access rule {text:?} is not \"allow NETWORK\" or \"deny NETWORK\""),
                     Some(
                         "a NETWORK is an address, ADDR/PREFIX (\"10.0.0.0/8\") or \"all\": access = [\"allow 10.0.0.0/8\", \"deny all\"]"
                             .to_owned(),
                     ),
-                )
-            })
+                ));
+            };
+            let network = network
+                .map(|net| cidr::network(net, entry.span(), &format!("access rule {text:?}:"), ctx))
+                .transpose()?;
+            Ok(Rule { allow, network })
         })
         .collect::<Result<Vec<Rule>, ConfigError>>()?;
     Ok(Some(Access(parsed)))
 }
 
-fn rule(text: &str) -> Option<Rule> {
+/// A rule's words: allow (true) or deny, and its network's text (None: `all`).
+fn shape(text: &str) -> Option<(bool, Option<&str>)> {
     let mut words = text.split_whitespace();
     let allow = match words.next()? {
         "allow" => true,
@@ -86,12 +94,9 @@ fn rule(text: &str) -> Option<Rule> {
     };
     let network = match words.next()? {
         "all" => None,
-        // An IPv4-mapped network would match nothing: clients' mapped addresses are
-        // compared as IPv4 (write the IPv4 network).
-        net if net.starts_with("::ffff:") => return None,
-        net => Some(Cidr::parse(net)?),
+        net => Some(net),
     };
-    words.next().is_none().then_some(Rule { allow, network })
+    words.next().is_none().then_some((allow, network))
 }
 
 #[cfg(test)]
@@ -100,7 +105,12 @@ mod tests {
     use crate::{Config, Overrides};
 
     fn access(rules: &[&str]) -> Access {
-        Access(rules.iter().map(|r| rule(r).expect("a rule")).collect())
+        let rule = |text: &str| {
+            let (allow, network) = shape(text).expect("a rule");
+            let network = network.map(|net| Cidr::parse(net).expect("a network"));
+            Rule { allow, network }
+        };
+        Access(rules.iter().map(|r| rule(r)).collect())
     }
 
     fn ip(text: &str) -> IpAddr {
@@ -134,22 +144,26 @@ mod tests {
         assert!(e.to_string().contains("balancer"), "{e}");
     }
 
+    /// A bad rule is refused at its own line, naming it: one that is not `allow` or
+    /// `deny` and one network, and one whose network is refused (cidr's tests have
+    /// every such network).
     #[test]
     fn a_rule_that_is_not_allow_or_deny_a_network_is_refused_at_its_line() {
-        for bad in [
-            "permit all",
-            "allow",
-            "deny 10.0.0.0/33",
-            "allow 10.0.0.1 extra",
-            "deny everyone",
-            "deny ::ffff:192.0.2.0/120",
+        for (bad, says) in [
+            ("permit all", "is not \"allow NETWORK\""),
+            ("allow", "is not \"allow NETWORK\""),
+            ("allow 10.0.0.1 extra", "is not \"allow NETWORK\""),
+            ("deny 10.0.0.0/33", "has a prefix longer"),
+            ("deny everyone", "is not ADDR/PREFIX"),
+            ("deny ::ffff:192.0.2.0/120", "IPv4-mapped"),
         ] {
             let text = format!(
-                "[[server]]\nnames = [\"x\"]\n\naccess = [\"allow 127.0.0.1\", \"{bad}\"]\n"
+                "[[server]]\nnames = [\"x\"]\n\naccess = [\"allow 127.0.0.1\",\n  \"{bad}\"]\n"
             );
             let e = Config::parse(&text, "t.toml", &Overrides::default()).unwrap_err();
-            assert_eq!(e.line, Some(4), "{bad}: {e}");
-            assert!(e.to_string().contains(bad), "{e}");
+            assert_eq!(e.line, Some(5), "{bad}: {e}");
+            assert!(e.message.contains(&format!("access rule {bad:?}")), "{e}");
+            assert!(e.message.contains(says), "{bad}: {e}");
         }
     }
 }

@@ -25,9 +25,6 @@ const REFUSED: [HeaderName; 7] = [
     header::DATE,
 ];
 
-/// What every answer of a server says in `Server` unless its `headers` say otherwise.
-pub(super) const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
-
 /// Headers added to answers, in order.
 pub(super) type Added = Vec<(HeaderName, HeaderValue)>;
 
@@ -39,7 +36,7 @@ pub(super) fn resolve(
 ) -> Result<(Added, Option<HeaderValue>), ConfigError> {
     let at = || Some(table.span());
     let mut headers = Vec::new();
-    let mut server = Some(SERVER_TOKEN);
+    let mut server = Some(terminus_http::SERVER_TOKEN);
     for (name, value) in table.get_ref() {
         let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
             return Err(ctx.err(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::cidr::Cidr;
+use crate::cidr::{self, Cidr};
 use crate::schema::ConfigFile;
 use crate::{ConfigError, Ctx};
 
@@ -23,7 +23,7 @@ pub struct SignerSection {
     pub certificate: Option<Spanned<IdentitySection>>,
     pub deadline: Option<Spanned<String>>,
     /// The networks terminators connect from; others are closed at accept.
-    pub allow: Option<Spanned<Vec<String>>>,
+    pub allow: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     pub key: Vec<Spanned<SignerKeySection>>,
 }
@@ -173,27 +173,14 @@ pub(crate) fn resolve_signer(
     }
     let allow = match &s.allow {
         None => None,
-        Some(list) => {
-            let networks = (list.get_ref().iter())
-                .map(|t| {
-                    Cidr::parse(t).ok_or_else(|| {
-                        ctx.err(
-                            Some(list.span()),
-                            format!("[signer] allow network {t:?} is not ADDRESS/PREFIX"),
-                            Some("the terminators' networks, e.g. allow = [\"10.0.0.0/8\", \"2001:db8::/32\"]".to_owned()),
-                        )
-                    })
-                })
-                .collect::<Result<Arc<[Cidr]>, _>>()?;
-            if networks.is_empty() {
-                return Err(ctx.err(
-                    Some(list.span()),
-                    "[signer] allow is empty: no terminator could connect",
-                    Some("name the terminators' networks, or leave allow out to let any address try mutual TLS".to_owned()),
-                ));
-            }
-            Some(networks)
+        Some(list) if list.get_ref().is_empty() => {
+            return Err(ctx.err(
+                Some(list.span()),
+                "[signer] allow is empty: no terminator could connect",
+                Some("name the terminators' networks, or leave allow out to let any address try mutual TLS".to_owned()),
+            ));
         }
+        Some(list) => Some(cidr::networks(list.get_ref(), "[signer] allow", ctx)?),
     };
     Ok(Some(SignerConfig {
         allow,
@@ -280,4 +267,23 @@ pub(crate) fn resolve_key(
         key: ctx.path(client_key),
         timeout,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Overrides};
+
+    /// `allow = []` would let no terminator in: refused at its line (a bad network in
+    /// it is cidr's to test, with every other list of networks).
+    #[test]
+    fn an_empty_allow_list_is_refused_at_its_line() {
+        let text = "[signer]\nlisten = \"127.0.0.1:0\"\nca = \"ca.pem\"\ncertificate = { cert = \"s.pem\", key = \"s.key\" }\n\nallow = []\n[[signer.key]]\nfile = \"k.pem\"\n";
+        let e = Config::parse(text, "/etc/terminus/t.toml", &Overrides::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/etc/terminus/t.toml:6: [signer] allow is empty"),
+            "{e}"
+        );
+        assert!(e.hint.is_some_and(|h| h.contains("leave allow out")));
+    }
 }

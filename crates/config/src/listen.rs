@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
+use crate::cidr::{self, Cidr};
 use crate::schema::{ConfigFile, ListenEntry, ListenOptions};
-use crate::{Cidr, ConfigError, Ctx, DEFAULT_LISTEN};
+use crate::{ConfigError, Ctx, DEFAULT_LISTEN};
 
 /// Whether a listener hands connections to kernel TLS after the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,21 +141,9 @@ fn resolve_entry(
     let err = |message: String, hint: Option<&str>| {
         ctx.err(Some(entry.span()), message, hint.map(str::to_owned))
     };
-    let networks = |list: &[String], key: &str| -> Result<Arc<[Cidr]>, ConfigError> {
-        list.iter()
-            .map(|t| {
-                Cidr::parse(t).ok_or_else(|| {
-                    err(
-                        format!("{key} network {t:?} is not ADDRESS/PREFIX"),
-                        Some("e.g. \"10.0.0.0/8\", \"192.0.2.7\" or \"2001:db8::/32\""),
-                    )
-                })
-            })
-            .collect()
-    };
     let forwarded_from = options
         .and_then(|o| o.forwarded_from.as_deref())
-        .map(|list| networks(list, "forwarded_from"))
+        .map(|list| cidr::networks(list, "forwarded_from", ctx))
         .transpose()?;
     let proxy_protocol = match options {
         Some(ListenOptions {
@@ -169,7 +158,7 @@ fn resolve_entry(
                     Some("trusted = [\"10.0.0.0/8\"]: only connections from there may send a PROXY header"),
                 ));
             }
-            Some(networks(trusted, "trusted")?)
+            Some(cidr::networks(trusted, "trusted", ctx)?)
         }
         Some(o) if o.trusted.is_some() => {
             return Err(err("trusted is for proxy_protocol = true".to_owned(), None))

@@ -21,7 +21,7 @@ pub struct RouteSection {
     pub upstream: Option<Spanned<String>>,
     pub root: Option<Spanned<String>>,
     /// `access`: allow and deny rules in place of the server's.
-    pub access: Option<Spanned<Vec<String>>>,
+    pub access: Option<Spanned<Vec<Spanned<String>>>>,
     /// `rate`: requests per client in place of the server's (`"off"`: none).
     pub rate: Option<Spanned<toml::Value>>,
     /// `redirect = { to = "https://new.example{uri}", status = 301 }`.

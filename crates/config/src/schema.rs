@@ -64,11 +64,36 @@ pub struct FleetSection {
 }
 
 /// A `listen` entry: `"IP:PORT"` or `{ address = "IP:PORT", ktls = "required" }`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum ListenEntry {
     Address(String),
     Options(ListenOptions),
+}
+
+/// By the value's kind, not `#[serde(untagged)]`: an untagged enum reads its value into
+/// a buffer first, and toml's spans do not survive it (the networks' `Spanned` entries
+/// would fail to read); a table's unknown key is then also named as such.
+impl<'de> Deserialize<'de> for ListenEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entry;
+        impl<'de> serde::de::Visitor<'de> for Entry {
+            type Value = ListenEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"IP:PORT\" or { address = \"IP:PORT\", ... }")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ListenEntry, E> {
+                Ok(ListenEntry::Address(s.to_owned()))
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                m: M,
+            ) -> Result<ListenEntry, M::Error> {
+                ListenOptions::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(ListenEntry::Options)
+            }
+        }
+        d.deserialize_any(Entry)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,9 +103,9 @@ pub struct ListenOptions {
     pub ktls: Option<String>,
     #[serde(default)]
     pub proxy_protocol: bool,
-    pub trusted: Option<Vec<String>>,
+    pub trusted: Option<Vec<Spanned<String>>>,
     /// Networks whose X-Forwarded-For and Forwarded are passed on (appended to).
-    pub forwarded_from: Option<Vec<String>>,
+    pub forwarded_from: Option<Vec<Spanned<String>>>,
     /// `"redirect"`: plain HTTP, no TLS (ACME challenges answered, the rest redirected).
     pub plain: Option<String>,
     /// HTTP/3 over QUIC on the same port (UDP) as well.
@@ -185,7 +210,7 @@ pub struct ServerSection {
     /// The `[[tenant]]` whose capacity its handshakes use.
     pub tenant: Option<Spanned<String>>,
     /// `access`: allow and deny rules, in order.
-    pub access: Option<Spanned<Vec<String>>>,
+    pub access: Option<Spanned<Vec<Spanned<String>>>>,
     /// `rate = { requests = 10, per = "1s", burst = 20 }`: requests per client.
     pub rate: Option<Spanned<toml::Value>>,
     /// A capacity of its own (a tenant named after its first name).

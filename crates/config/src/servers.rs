@@ -85,7 +85,7 @@ impl ServerConfig {
             line: None,
             stream: None,
             headers: Vec::new(),
-            server_header: Some(headers::SERVER_TOKEN),
+            server_header: Some(terminus_http::SERVER_TOKEN),
             tenant: None,
             access: crate::Access::default(),
             rate: None,
@@ -152,7 +152,7 @@ fn resolve_server(
     let (line, certificates) = names_and_certificates(&s.names, &s.certificate, "[[server]]", ctx)?;
     let (headers, server_header) = match &s.headers {
         Some(table) => headers::resolve(table, ctx)?,
-        None => (Vec::new(), Some(headers::SERVER_TOKEN)),
+        None => (Vec::new(), Some(terminus_http::SERVER_TOKEN)),
     };
     let uses_acme = acme::server_uses_acme(
         s.certificates.as_ref(),

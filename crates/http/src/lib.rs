@@ -40,8 +40,9 @@ pub use h1::server::{ReadReady, Transport};
 pub use h2::server::Http2Trouble;
 pub use upstream::{Upgrade, Upstreamed};
 
-/// The `Server` field every answer carries unless its server says otherwise.
-const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
+/// The `Server` field every answer carries unless its server says otherwise (the one
+/// definition: the config's default for a server's `Server` is this).
+pub const SERVER_TOKEN: HeaderValue = HeaderValue::from_static("terminus");
 
 /// What terminus's own answers say of the server that made them: the `Server` field
 /// (terminus's token, a `[[server]]`'s own, or none: `headers = { Server = ... }`) and

@@ -265,7 +265,7 @@ impl Render for KeylessMetrics {
         out.header(
             REFUSED,
             Kind::Counter,
-            "Connections the signer closed before serving them, by reason: address_full (its address held its share of unauthenticated connections), evicted (the oldest unauthenticated one, for a newcomer), handshake_timeout, handshake_failed (no or a bad client certificate), full (every terminator slot taken).",
+            "Connections the signer closed before serving them, by reason: not_allowed (its address is not in [signer] allow; closed at accept), address_full (its address held its share of unauthenticated connections), evicted (the oldest unauthenticated one, for a newcomer), handshake_timeout, handshake_failed (no or a bad client certificate), full (every terminator slot taken).",
         );
         for (why, n) in Refusal::ALL.iter().zip(&r.refused) {
             out.sample(

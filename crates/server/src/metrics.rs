@@ -14,6 +14,7 @@ use terminus_proxy::ProxyMetrics;
 use terminus_tls::handshake::bridge::BridgeMetrics;
 use terminus_tls::{FallbackCause, HandshakeError, TrafficCounters};
 
+use crate::admin::Refusal as AdminRefusal;
 use crate::admission::Refusal;
 
 /// The protocols responses are counted by, as ALPN names them.
@@ -174,6 +175,7 @@ pub struct Metrics {
     ktls_refused: Counter,
     handshakes_refused: Labelled<{ Refusal::ALL.len() }>,
     http2_trouble: Labelled<{ Http2Trouble::NAMES.len() }>,
+    admin_refused: Labelled<{ AdminRefusal::NAMES.len() }>,
     /// Shared with every connection's record layer.
     pub traffic: Arc<TrafficCounters>,
     /// Shared with every worker's engine.
@@ -277,6 +279,11 @@ impl Metrics {
                 "HTTP/2 clients' trouble by cause: connections ended with an error code (goaway_*: goaway_enhance_your_calm is a flood the glitch count stopped, rapid reset among them), requests refused (stream_malformed, stream_refused past 128 streams, stream_too_large answered 431), streams reset for a broken rule (stream_reset), and streams the client reset (client_reset).",
                 label_values("cause", Http2Trouble::NAMES, &Labels::NONE),
             ),
+            admin_refused: Labelled::counter(
+                "terminus_admin_refused_total",
+                "Connections the admin listener closed, by reason: address_full (its address held 8 already; closed at accept), evicted (the oldest of the address holding the most, for a newcomer with all 64 taken).",
+                label_values("reason", AdminRefusal::NAMES, &Labels::NONE),
+            ),
             traffic: Arc::new(TrafficCounters::default()),
             engine,
             pool,
@@ -351,6 +358,11 @@ impl Metrics {
         self.http2_trouble.inc(what.index());
     }
 
+    /// A connection the admin listener closed.
+    pub(crate) fn admin_refused(&self, why: AdminRefusal) {
+        self.admin_refused.inc(why as usize);
+    }
+
     /// A response of `status` over HTTP `version`.
     pub fn response(&self, status: u16, version: hyper::Version) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
@@ -384,7 +396,7 @@ impl Metrics {
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = Exposition::new();
-        let own: [&dyn Render; 13] = [
+        let own: [&dyn Render; 14] = [
             &self.connections_open,
             &self.connections_total,
             &self.accept_errors,
@@ -397,6 +409,7 @@ impl Metrics {
             &self.ktls_refused,
             &self.handshakes_refused,
             &self.http2_trouble,
+            &self.admin_refused,
             &self.workers,
         ];
         for series in own {

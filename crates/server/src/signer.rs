@@ -10,8 +10,9 @@
 //! worker, 8 per source address (an IPv6 one by its /64), and when full a newcomer takes
 //! the place of the oldest from the address holding the most; 3 seconds (or the
 //! handshake timeout, if less) to finish mutual TLS; with `allow`, an address outside
-//! the terminators' networks is closed at accept and takes nothing. Terminators past it have 1,024 places per worker that strangers
-//! never take. Who was turned away is counted by reason and said at most once per 10 s.
+//! the terminators' networks is closed at accept and takes nothing. Terminators past it
+//! have 1,024 places per worker that strangers never take. Who was turned away is
+//! counted by reason and said at most once per 10 s for each reason.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -28,7 +29,7 @@ use terminus_tls::client_auth::{ClientAuthMode, ClientAuthPolicy, ClientIdentity
 use tokio::task::AbortHandle;
 use tokio_rustls::TlsAcceptor;
 
-use crate::logs::throttled::Throttled;
+use crate::logs::throttled::ByReason;
 use crate::worker::Worker;
 
 /// The most terminators' connections (past mutual TLS) one worker serves at once.
@@ -45,8 +46,9 @@ const UNAUTHENTICATED_PER_ADDRESS: usize = 8;
 /// timeout is less): a terminator on a data-centre network needs a round trip or two.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(3);
 
-/// A worker writes at most one line about connections it turned away per this long;
-/// `terminus_signer_refused_total` counts them all.
+/// A worker writes at most one line per reason about connections it turned away per
+/// this long (a scanner's `not_allowed` never holds back a terminator's
+/// `handshake_failed`); `terminus_signer_refused_total` counts them all.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// What every worker's signer listeners share.
@@ -113,7 +115,7 @@ pub(crate) struct Gate {
     /// The handshakes in progress, to close the one a newcomer evicts.
     handshakes: RefCell<HashMap<Ticket, AbortHandle>>,
     terminators: Cell<usize>,
-    warnings: RefCell<Throttled>,
+    warnings: RefCell<ByReason<{ Refusal::ALL.len() }>>,
 }
 
 impl Gate {
@@ -125,21 +127,14 @@ impl Gate {
             )),
             handshakes: RefCell::default(),
             terminators: Cell::new(0),
-            warnings: RefCell::new(Throttled::new(WARN_EVERY)),
+            warnings: RefCell::new(ByReason::new(WARN_EVERY, "terminus_signer_refused_total")),
         })
     }
 
-    /// Counts a connection closed unserved, and says so (throttled).
+    /// Counts a connection closed unserved, and says so (throttled by reason).
     fn refuse(&self, why: Refusal, line: impl FnOnce() -> String) {
         terminus_keyless::metrics::signer_refused(why);
-        match self.warnings.borrow_mut().now() {
-            None => {}
-            Some(0) => tracing::warn!("{}", line()),
-            Some(held) => tracing::warn!(
-                "{} (and {held} more turned away since the last such line: terminus_signer_refused_total has them by reason)",
-                line()
-            ),
-        }
+        self.warnings.borrow_mut().warn(why as usize, line);
     }
 
     /// A terminator's place, if one is free.

@@ -534,7 +534,7 @@ mod tests {
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nhealth = { passes = 3 }\n", 2, "need a path"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nproxy_protocol = \"v3\"\n", 4, "PROXY protocol version"),
             ("\nlisten = [{ address = \"127.0.0.1:1\", proxy_protocol = true }]\n", 2, "needs the balancers' networks"),
-            ("listen = [{ address = \"127.0.0.1:1\", proxy_protocol = true, trusted = [\"10.0.0.0/40\"] }]\n", 1, "ADDRESS/PREFIX"),
+            ("listen = [{ address = \"127.0.0.1:1\", proxy_protocol = true, trusted = [\"10.0.0.0/40\"] }]\n", 1, "trusted network \"10.0.0.0/40\" has a prefix longer"),
             ("listen = [{ address = \"127.0.0.1:1\", trusted = [\"10.0.0.0/8\"] }]\n", 1, "for proxy_protocol"),
             ("[[upstream]]\nname = \"a\"\nservers = [\"127.0.0.1:1\"]\nprotocol = \"h2c\"\nproxy_protocol = \"v2\"\n", 5, "for http1 upstreams"),
             ("[[server]]\nnames = [\"x\"]\n[[server.route]]\npath = \"/a/\"\nupstream = \"nope\"\n", 5, "no [[upstream]]"),

@@ -99,12 +99,8 @@ impl ConnectionInfo {
     /// A request named no host and [`Self::default_host`] found none: it goes on as it
     /// came, without one (an HTTP/1.1 upstream then has none either). Said, throttled.
     fn no_default_host(&self) {
-        let Some(held) = NO_HOST_SAID.with(|said| said.borrow_mut().now()) else {
+        let Some(more) = NO_HOST_SAID.with(|said| said.borrow_mut().now_with_held()) else {
             return;
-        };
-        let more = match held {
-            0 => String::new(),
-            n => format!(" ({n} more since the last such line)"),
         };
         tracing::warn!(
             client = %self.peer,

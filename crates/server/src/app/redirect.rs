@@ -4,8 +4,10 @@
 //! The redirect is a 308 (RFC 9110 section 15.4.9), Caddy's choice: unlike nginx's
 //! common `return 301`, it keeps the method and body, so a POST to `http://` arrives
 //! as a POST. Any valid Host is redirected (nginx's `https://$host$request_uri`); the
-//! HTTPS port is the first TLS listener's, left out when it is 443. A request without
-//! Host cannot be redirected anywhere: 400.
+//! HTTPS port is the first TLS listener's, left out when it is 443. An HTTP/1.0 request
+//! without Host goes to the default server's first exact name, as nginx's `$host` falls
+//! back on the server's name; a default server of wildcards alone has no name to send it
+//! to (a wildcard is no host): 400.
 //!
 //! Each answer carries the `Server` field (and its page the last line) of the server its
 //! Host names; one that names none configured, or none at all, and what the connection
@@ -72,14 +74,19 @@ impl Redirect {
         if !req.uri().path().starts_with('/') {
             return self.refuse(req, StatusCode::BAD_REQUEST, token).await;
         }
-        let host = match host {
-            Ok(Some(host)) => host,
-            Ok(None) | Err(_) => return self.refuse(req, StatusCode::BAD_REQUEST, token).await,
+        let default_name = || self.site.hosts[self.site.resolver.lookup(None)].first_exact_name();
+        let host = match &host {
+            Ok(Some(host)) => host.host(),
+            Ok(None) => match default_name() {
+                Some(name) => name,
+                None => return self.refuse(req, StatusCode::BAD_REQUEST, token).await,
+            },
+            Err(_) => return self.refuse(req, StatusCode::BAD_REQUEST, token).await,
         };
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let location = match self.https_port {
-            None => format!("https://{}{target}", host.host()),
-            Some(port) => format!("https://{}:{port}{target}", host.host()),
+            None => format!("https://{host}{target}"),
+            Some(port) => format!("https://{host}:{port}{target}"),
         };
         let Ok(location) = HeaderValue::try_from(location) else {
             return self.refuse(req, StatusCode::BAD_REQUEST, token).await;

@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 
 use crate::admission::{Refusal, Ticket};
 use crate::connection;
+use crate::logs::throttled::Throttled;
 use crate::worker::{OpenConnection, Worker};
 use terminus_config::Listen;
 
@@ -137,7 +138,9 @@ fn is_resource_exhaustion(e: &io::Error) -> bool {
 /// Starts a task for every connection `acceptor` takes on, until shutdown.
 pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
     let mut shutdown = worker.shared.shutdown.clone();
-    let mut last_warning: Option<Instant> = None;
+    // EMFILE and the like come back at every accept while they last: said once per 5 s
+    // (terminus_accept_errors_total counts them all).
+    let mut exhausted = Throttled::new(Duration::from_secs(5));
     loop {
         let next = std::pin::pin!(acceptor.next(&worker));
         let accepted = tokio::select! {
@@ -178,9 +181,8 @@ pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
             Err(e) => {
                 worker.shared.metrics.accept_failed();
                 if is_resource_exhaustion(&e) {
-                    if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
-                        tracing::warn!("accept failed: {e}; backing off (raise the open-file limit or lower limits.max_connections)");
-                        last_warning = Some(Instant::now());
+                    if let Some(more) = exhausted.now_with_held() {
+                        tracing::warn!("accept failed: {e}; backing off (raise the open-file limit or lower limits.max_connections){more}");
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 } else {

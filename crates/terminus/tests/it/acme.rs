@@ -727,19 +727,22 @@ fn plain_http_to_a_tls_port_gets_a_400_page_and_a_plain_listener_redirects_with_
             "{method} {target}"
         );
     }
-    // No Host, nowhere to send it: 400.
+    // No Host (HTTP/1.0): the default server's name, as nginx's $host.
     let out = run(Command::new("curl").args([
         "-sS",
         "-o",
         "/dev/null",
         "-w",
-        "%{http_code}",
+        "%{http_code} %{redirect_url}",
         "--http1.0",
         "-H",
         "Host:",
         &format!("http://127.0.0.1:{http_port}/"),
     ]));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "400");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("308 https://localhost:{tls_port}/")
+    );
     // An unknown challenge token is not answered: it is redirected like any path.
     let out = run(Command::new("curl").args([
         "-sS",

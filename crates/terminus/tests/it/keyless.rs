@@ -379,11 +379,11 @@ fn keyless_settings_are_checked_with_their_line() {
         ),
         (
             "[signer]\nlisten = \"127.0.0.1:0\"\nca = \"ca.pem\"\ncertificate = { cert = \"s.pem\", key = \"s.key\" }\nallow = [\"10.0.0.0/33\"]\n[[signer.key]]\nfile = \"k.pem\"\n".to_owned(),
-            "bad.toml:5: [signer] allow network \"10.0.0.0/33\" is not ADDRESS/PREFIX",
+            "bad.toml:5: [signer] allow network \"10.0.0.0/33\" has a prefix longer than its address's 32 bits",
         ),
         (
             "[signer]\nlisten = \"127.0.0.1:0\"\nca = \"ca.pem\"\ncertificate = { cert = \"s.pem\", key = \"s.key\" }\nallow = []\n[[signer.key]]\nfile = \"k.pem\"\n".to_owned(),
-            "[signer] allow is empty",
+            "bad.toml:5: [signer] allow is empty",
         ),
     ];
     for (text, wanted) in cases {
@@ -400,17 +400,9 @@ fn keyless_settings_are_checked_with_their_line() {
 /// Opens `count` TCP connections to `port` on 127.0.0.1 from `sources` in turn (other
 /// loopback addresses), and holds them without sending a byte.
 fn idle_wave(port: u16, sources: &[std::net::Ipv4Addr], count: usize) -> Vec<std::net::TcpStream> {
-    use socket2::{Domain, Socket, Type};
+    let to = SocketAddr::from(([127, 0, 0, 1], port));
     (0..count)
-        .map(|i| {
-            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-            let from = SocketAddr::from((sources[i % sources.len()], 0));
-            socket.bind(&from.into()).unwrap();
-            socket
-                .connect(&SocketAddr::from(([127, 0, 0, 1], port)).into())
-                .unwrap();
-            socket.into()
-        })
+        .map(|i| connect_from(sources[i % sources.len()], to))
         .collect()
 }
 
@@ -465,7 +457,7 @@ fn a_wave_of_idle_connections_from_one_address_leaves_room_for_a_terminator() {
 /// strangers' budget: a terminator signs beside it; and a terminator outside `allow`
 /// gets nothing signed.
 #[test]
-fn with_allow_a_wave_from_outside_the_terminators_network_takes_nothing() {
+fn with_allow_a_wave_from_outside_takes_nothing_and_a_terminator_outside_is_refused() {
     let pki = pki("keyless-allow");
     let (signer, addr) = signer_allowing(&pki, "signer", 1, Some("127.0.0.1/32"));
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
@@ -491,6 +483,48 @@ fn with_allow_a_wave_from_outside_the_terminators_network_takes_nothing() {
     let (code, _) = get(&outside, &pki.ecdsa, &[]);
     assert_ne!(code, 200, "a terminator outside allow got a signature");
     assert!(shut.metric("terminus_signer_refused_total", &["reason=\"not_allowed\""]) >= 1.0);
+}
+
+/// A scanner's connections from outside `allow` (not_allowed, one warning and the rest
+/// held back) do not hold back the warning for a terminator inside it whose handshake
+/// fails (a certificate from another CA): each reason has its own throttle, so the
+/// operator hears of the terminator at once.
+#[test]
+fn a_scanners_refusals_do_not_hold_back_the_warning_for_a_terminators_failed_handshake() {
+    let pki = pki("keyless-warn-by-reason");
+    let (signer, addr) = signer_allowing(&pki, "signer", 1, Some("127.0.0.1/32"));
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    // Started first: the scanner's warning is then said within seconds of the
+    // terminator's failure, well inside the throttle's 10 s.
+    let stranger = terminator(&pki, std::slice::from_ref(&addr), "stranger", "2s");
+    let wave = idle_wave(port, &[[127, 0, 0, 2].into()], 50);
+    eventually(Duration::from_secs(10), "the signer sees the wave", || {
+        signer.metric("terminus_signer_refused_total", &["reason=\"not_allowed\""]) >= 50.0
+    });
+    let (code, _) = get(&stranger, &pki.ecdsa, &[]);
+    assert_eq!(code, 0, "a handshake signed for a stranger");
+    assert!(
+        signer.metric(
+            "terminus_signer_refused_total",
+            &["reason=\"handshake_failed\""]
+        ) >= 1.0,
+        "{}",
+        signer.metrics()
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the failed handshake's warning",
+        || {
+            signer.stderr().lines().any(|l| {
+                l.contains("WARN") && l.contains("signer: terminator") && l.contains("refused")
+            })
+        },
+    );
+    let scanner_lines = (signer.stderr().lines())
+        .filter(|l| l.contains("WARN") && l.contains("not in [signer] allow"))
+        .count();
+    assert_eq!(scanner_lines, 1, "{}", signer.stderr());
+    drop(wave);
 }
 
 /// The same wave from 100 addresses, 11 each: within every address's share, so the

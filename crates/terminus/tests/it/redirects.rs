@@ -75,3 +75,74 @@ redirect = { to = "https://api.example{path}", status = 308 }"#,
     // Other routes are untouched.
     assert_eq!(status(&server, &[], "/index.html"), 200);
 }
+
+/// The plain listener's answer to an HTTP/1.0 request without Host (curl --http1.0
+/// -H 'Host:'), on a site whose default server is named `names`: its status and
+/// Location.
+fn hostless_on_the_plain_listener(names: &str) -> (String, String) {
+    let dir = TestDir::new("redirects-no-host");
+    let pair = make_cert(
+        dir.path("").as_path(),
+        "ecdsa",
+        KeyKind::EcdsaP256,
+        &["www.example.test", "a.example.test"],
+    );
+    let (tls_port, http_port) = (free_port(), free_port());
+    let conf = dir.write(
+        "terminus.toml",
+        format!(
+            r#"listen = ["127.0.0.1:{tls_port}", {{ address = "127.0.0.1:{http_port}", plain = "redirect" }}]
+workers = 1
+[[server]]
+names = ["other.test"]
+[[server.certificate]]
+cert = "{cert}"
+key = "{key}"
+[[server]]
+names = {names}
+default = true
+[[server.certificate]]
+cert = "{cert}"
+key = "{key}"
+"#,
+            cert = pair.cert.display(),
+            key = pair.key.display(),
+        ),
+    );
+    let _server = ServerBuilder::config(&conf).start();
+    let out = run(std::process::Command::new("curl").args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{redirect_url}",
+        "--http1.0",
+        "-H",
+        "Host:",
+        &format!("http://127.0.0.1:{http_port}/a/b?c=1"),
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (code, location) = text.split_once(' ').unwrap_or((&text, ""));
+    let location = location.replace(&format!(":{tls_port}/"), ":TLS/");
+    (code.to_owned(), location)
+}
+
+/// An HTTP/1.0 request naming no host is sent to https:// with the default server's
+/// first exact name (nginx's `$host` falls back on `server_name`), a wildcard passed
+/// over; a default server of wildcards alone has no name to send it to: 400.
+#[test]
+fn the_plain_listener_sends_a_request_without_host_to_the_default_servers_first_exact_name() {
+    assert_eq!(
+        hostless_on_the_plain_listener(
+            r#"["*.example.test", "www.example.test", "a.example.test"]"#
+        ),
+        (
+            "308".to_owned(),
+            "https://www.example.test:TLS/a/b?c=1".to_owned()
+        )
+    );
+    assert_eq!(
+        hostless_on_the_plain_listener(r#"["*.example.test"]"#),
+        ("400".to_owned(), String::new())
+    );
+}

@@ -587,5 +587,5 @@ fn every_answer_terminus_makes_carries_its_servers_token() {
         "Host:",
         &format!("http://127.0.0.1:{http_port}/"),
     ]));
-    says("the plain listener without Host", &out.stdout, 400, None);
+    says("the plain listener without Host", &out.stdout, 308, None);
 }

@@ -738,6 +738,16 @@ pub fn free_port() -> u16 {
     terminus_testkit::free_port()
 }
 
+/// A TCP connection to `to` from the loopback address `from` (127.0.0.x: any of them is
+/// this host's), for what a server counts by its client's address.
+pub fn connect_from(from: std::net::Ipv4Addr, to: SocketAddr) -> std::net::TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
+}
+
 /// Asserts that `terminus check` refuses the configuration `text` (written in `dir`)
 /// with an error that `says` so and names the file's `line`.
 pub fn check_refuses(dir: &TestDir, text: &str, says: &str, line: usize) {
