@@ -58,8 +58,12 @@ struct Budget {
     waiting: Vec<Waker>,
     waiting_round: u64,
     /// How many connections the budget itself keeps short until they have what they
-    /// want (woken, they are out of `waiting` but still short): what [`pressed`] says.
+    /// want (woken, they are out of `waiting` but still short).
     short: usize,
+    /// What the most short of them lacks, less what connections asked to go have
+    /// given back since: while above 0, a holder of room it has no use for goes
+    /// ([`give_way`]), and no more of them than that.
+    shortfall: usize,
     /// Connections holding room they have no use for now, woken when someone is kept
     /// short of room; listed once a round, as `waiting`.
     idle_holders: Vec<Waker>,
@@ -73,6 +77,7 @@ thread_local! {
             waiting: Vec::new(),
             waiting_round: 0,
             short: 0,
+            shortfall: 0,
             idle_holders: Vec::new(),
             holders_round: 0,
         })
@@ -124,7 +129,12 @@ pub fn take_up_to(n: usize, min: usize, holds: usize) -> Taken {
         }
         b.held += got;
         STATS.held.fetch_add(got as u64, Ordering::Relaxed);
-        let short = got < n && free - got < n - got;
+        // The budget, not the share, holds it back: what is free is less than what
+        // its share would let it take.
+        let short = got < n && free < n.min(fair);
+        if short {
+            b.shortfall = b.shortfall.max(n - got);
+        }
         let holders = if short {
             b.holders_round += 1;
             std::mem::take(&mut b.idle_holders)
@@ -197,13 +207,34 @@ pub fn waits(start: bool) {
         } else {
             b.short.saturating_sub(1)
         };
+        if b.short == 0 {
+            b.shortfall = 0;
+        }
     });
 }
 
-/// Whether a connection is kept short of room by the budget: a connection holding
-/// room it has no use for should give it back.
+/// Whether a connection is kept short of room by the budget and what it lacks is not
+/// yet on its way back.
 pub fn pressed() -> bool {
-    BUDGET.with_borrow(|b| b.short > 0)
+    BUDGET.with_borrow(|b| b.short > 0 && b.shortfall > 0)
+}
+
+/// A connection holding `holds` bytes of room it has no use for asks whether to go:
+/// yes while a connection is kept short and what it lacks is not yet on its way back
+/// (counted given as this one goes, for the metrics too); so one short taker sends
+/// away as many holders as cover its shortfall, not every one.
+pub fn give_way(holds: usize) -> bool {
+    let go = BUDGET.with_borrow_mut(|b| {
+        if b.short == 0 || b.shortfall == 0 {
+            return false;
+        }
+        b.shortfall = b.shortfall.saturating_sub(holds);
+        true
+    });
+    if go {
+        STATS.gave_way.fetch_add(1, Ordering::Relaxed);
+    }
+    go
 }
 
 /// `waker` (a connection holding room it has no use for now) is woken when a taker
@@ -230,11 +261,6 @@ pub fn stop_holding(waker: &Waker, ticket: &mut Ticket) {
             b.idle_holders.retain(|w| !w.will_wake(waker));
         }
     });
-}
-
-/// A connection was asked to go to give its room back (counted for the metrics).
-pub fn gave_way() {
-    STATS.gave_way.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What the worker holds now.
@@ -356,10 +382,11 @@ mod tests {
     }
 
     /// Beyond its first MiB a taker gets half of what is free, so a newcomer finds
-    /// room; one the budget keeps short wakes the connections holding room for nothing,
-    /// once; one only its fair share holds back wakes no one.
+    /// room; one its share holds back wakes no one; one the budget keeps short (less is
+    /// free than its share) wakes the connections holding room for nothing, once, and
+    /// as many of them go as cover what it lacks.
     #[test]
-    fn a_large_taker_leaves_half_and_a_short_one_wakes_the_idle_holders() {
+    fn a_large_taker_leaves_half_and_a_short_one_sends_away_enough_idle_holders() {
         let (holder, holder_waker) = counter();
         let mut holding = Ticket::default();
         on_pressure(&holder_waker, &mut holding);
@@ -372,29 +399,39 @@ mod tests {
         let first = take_up_to(WINDOWS_LIMIT, 0, 0);
         assert_eq!(first.got, WINDOWS_LIMIT / 2, "half of what was free");
         assert!(!first.short, "held back by its share, not by the budget");
-        assert_eq!(holder.0.load(Ordering::SeqCst), 0, "no one asked to go");
         let again = take_up_to(WINDOWS_LIMIT, 0, first.got);
         assert_eq!(again.got, 0, "taking again does not get more than half");
+        assert!(!again.short, "its share, not the budget, holds it back");
         let second = take_up_to(WORKER_LIMIT, 0, 0);
         assert_eq!(second.got, WINDOWS_LIMIT / 4, "half of what was left");
-        assert!(second.short, "more is missing than is free");
+        assert!(!second.short, "still its share");
+        assert_eq!(holder.0.load(Ordering::SeqCst), 0, "no one asked to go");
+        // What is left is less than a newcomer's first MiB.
+        assert!(try_take(WINDOWS_LIMIT / 4 - FAIR_FLOOR / 2));
+        let third = take_up_to(FAIR_FLOOR, 0, 0);
+        assert_eq!(third.got, FAIR_FLOOR / 2);
+        assert!(third.short, "less is free than its share");
         assert_eq!(holder.0.load(Ordering::SeqCst), 1, "asked, once");
-        let third = take_up_to(WORKER_LIMIT, 0, 0);
-        assert!(third.short);
+        let fourth = take_up_to(FAIR_FLOOR, 0, 0);
+        assert!(fourth.short);
         assert_eq!(
             holder.0.load(Ordering::SeqCst),
             1,
             "not asked again: off the list"
         );
-        // Asking again puts it back; one that ended is forgotten.
+        // Short, it sends away holders until what it lacks is on its way back.
+        waits(true);
+        assert!(pressed());
+        assert!(give_way(FAIR_FLOOR / 4), "a quarter of what it lacks");
+        assert!(give_way(FAIR_FLOOR), "the rest");
+        assert!(!give_way(FAIR_FLOOR), "no more holders than cover it");
+        assert!(!pressed());
+        waits(false);
+        // Asking again puts a holder back; one that ended is forgotten.
         on_pressure(&holder_waker, &mut holding);
         stop_holding(&holder_waker, &mut holding);
         assert!(BUDGET.with_borrow(|b| b.idle_holders.is_empty()));
-        waits(true);
-        assert!(pressed());
-        waits(false);
-        assert!(!pressed());
-        give(first.got + second.got + third.got);
+        give(WINDOWS_LIMIT);
         assert_eq!(held(), 0);
     }
 }

@@ -69,6 +69,11 @@ const FRAME_BUDGET: usize = 16 * 1024;
 /// the server buffer for it (PING and SETTINGS floods included).
 const HIGH_WATER: usize = 64 * 1024;
 
+/// The slowest a request body may come, in bytes a second, while its client could send
+/// it (Apache's mod_reqtimeout `MinRate` is 500): slower, for a whole idle-timer
+/// period, it is reset ([`H2::cut_stuck_streams`]).
+const MIN_BODY_RATE: usize = 256;
+
 /// The connection's window is opened by at least this much at a time (or not at all):
 /// a WINDOW_UPDATE per 16 KiB frame's worth, not per frame.
 const MIN_WINDOW_UPDATE: u32 = 16 * 1024;
@@ -176,8 +181,11 @@ struct Stream {
     tunnel: Option<RequestStream>,
     /// Its answer moved since the idle timer last looked.
     moved: bool,
-    /// Its request body came (or it opened) since the idle timer last looked.
-    body_came: bool,
+    /// Request-body bytes that came since the idle timer last looked.
+    body_bytes: usize,
+    /// Whether, when the idle timer last looked, the client could send a window
+    /// update's worth of body on it.
+    could_send: bool,
 }
 
 enum Phase {
@@ -263,7 +271,7 @@ pub async fn serve<S, R>(
             }
             Woke::Idle => {
                 idle_deadline = Instant::now() + keepalive;
-                conn.cut_stuck_streams();
+                conn.cut_stuck_streams(keepalive);
                 if std::mem::take(&mut conn.moved) {
                     continue;
                 }
@@ -321,29 +329,36 @@ where
     R: Responder + 'static,
 {
     /// Resets each stream the client has kept waiting a whole idle-timer period
-    /// (RST_STREAM CANCEL), the connection and its other streams going on:
+    /// (`period`; RST_STREAM CANCEL), the connection and its other streams going on:
     /// - an answer waiting on a window the client did not open: a client that holds
     ///   answers, and what they hold (upstream connections, compression memory), while
     ///   it keeps its connection busy (PINGs, other requests) is cut as one that stops
     ///   reading is, stream by stream as nginx's `send_timeout` does;
-    /// - a request body none of which came (its handler having taken all that did): a
-    ///   client that opens uploads and sends nothing would hold their windows, and the
-    ///   worker's budget with them, for as long as it sends PINGs (nginx's
-    ///   `client_body_timeout`). Tunnels (WebSockets) may be quiet.
-    ///
-    /// Each is cut between one and two periods after it last moved.
-    fn cut_stuck_streams(&mut self) {
+    /// - a request body that came at less than [`MIN_BODY_RATE`] (a window update's
+    ///   worth at most) while the client could send it all along: a window update's
+    ///   worth open to it at this look and the last, and its handler having taken all
+    ///   that came. A client that opens uploads and sends nothing, or a byte now and
+    ///   then, would hold their windows, and the worker's budget with them (nginx's
+    ///   `client_body_timeout`, with Apache's minimum rate). Not while its answer
+    ///   moves (a gRPC stream both ways), nor a tunnel (a WebSocket may be quiet).
+    fn cut_stuck_streams(&mut self, period: Duration) {
         let codec = &mut self.codec;
         let out = &mut self.out;
+        let least = (MIN_BODY_RATE * period.as_secs() as usize).min(MIN_WINDOW_UPDATE as usize);
         let (mut answers, mut bodies) = (0, 0);
         self.streams.retain_mut(|stream| {
             let moved = std::mem::take(&mut stream.moved);
-            let body_came = std::mem::take(&mut stream.body_came);
+            let came = std::mem::take(&mut stream.body_bytes);
+            let could_send = codec.receive_window(stream.id) >= MIN_WINDOW_UPDATE as usize;
+            let could_have_sent = std::mem::replace(&mut stream.could_send, could_send);
             let answer_stuck = !moved
                 && matches!(stream.phase, Phase::Sending { .. })
                 && codec.send_window(stream.id) == 0;
             let tunnel = stream.tunnel.is_some() || matches!(stream.phase, Phase::Tunnel { .. });
-            let body_stuck = !body_came
+            let body_stuck = could_have_sent
+                && could_send
+                && came < least
+                && !moved
                 && !tunnel
                 && (stream.inbound.as_ref()).is_some_and(|b| b.borrow().waits_on_client());
             if answer_stuck || body_stuck {
@@ -432,8 +447,7 @@ where
         // it (python-h2, for one, fails at its next WINDOW_UPDATE).
         let unused = self.reserved.bytes > 0 && self.codec.is_idle();
         if unused && !self.reserved.is_waiting() && !self.codec.is_going_away() {
-            if budget::pressed() {
-                budget::gave_way();
+            if budget::give_way(self.reserved.bytes) {
                 self.go_away();
                 self.reserved.not_holding();
                 return self.settle_window(cx);
@@ -579,7 +593,8 @@ where
                     inbound,
                     tunnel,
                     moved: false,
-                    body_came: true,
+                    body_bytes: 0,
+                    could_send: false,
                 });
             }
             Event::Data {
@@ -589,7 +604,7 @@ where
             } => {
                 let stream_of = streams.iter_mut().find(|s| s.id == stream);
                 let inbound = stream_of.and_then(|s| {
-                    s.body_came = true;
+                    s.body_bytes += data.len();
                     s.inbound.as_ref()
                 });
                 // A reader gone counts what it is pushed as consumed itself.

@@ -1089,6 +1089,18 @@ impl Connection {
         true
     }
 
+    /// What the client may send on `stream` now, as flow control stands (its window
+    /// and the connection's; 0 if it is gone or its body ended).
+    pub fn receive_window(&self, id: u32) -> usize {
+        self.find(id).map_or(0, |i| {
+            let stream = &self.streams[i];
+            if stream.remote_closed {
+                return 0;
+            }
+            stream.recv_window.min(self.recv_window).max(0) as usize
+        })
+    }
+
     /// What `stream` may send now, as flow control stands (0 if it is gone).
     pub fn send_window(&self, id: u32) -> usize {
         self.find(id).map_or(0, |i| {
