@@ -820,7 +820,10 @@ fn idle_connections_hold_no_upload_budget_and_ended_uploads_give_theirs_way() {
         "the uploader's window opened past 1 MiB: {out}"
     );
     assert!(out["goaways"].as_u64().unwrap() >= 1, "{out}");
-    assert!(out["goaways"].as_u64().unwrap() < 12, "every holder went: {out}");
+    assert!(
+        out["goaways"].as_u64().unwrap() < 12,
+        "every holder went: {out}"
+    );
     assert!(
         w.server
             .metric("terminus_request_body_budget_gave_way_total", &[])
