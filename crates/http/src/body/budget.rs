@@ -133,7 +133,9 @@ pub fn take_up_to(n: usize, min: usize, holds: usize) -> Taken {
         // its share would let it take.
         let short = got < n && free < n.min(fair);
         if short {
-            b.shortfall = b.shortfall.max(n - got);
+            // What its share would let it take and it did not get: no more holders go
+            // than that brings back.
+            b.shortfall = b.shortfall.max(n.min(fair) - got);
         }
         let holders = if short {
             b.holders_round += 1;

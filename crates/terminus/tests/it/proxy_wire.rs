@@ -961,6 +961,61 @@ fn trickling_uploads_are_reset_a_starved_one_is_not_and_a_nearly_full_budget_doe
     assert!(out["goaways"].as_u64().unwrap() >= 1, "{out}");
 }
 
+/// A slow client's uploads: `PORT STREAMS RATE SECONDS`: one connection opens
+/// `STREAMS` POSTs to /fast/ and sends their bodies round-robin at `RATE` bytes a
+/// second in all, for `SECONDS`, pausing 2 s once half-way, then ends each. Prints JSON
+/// `ok` (answered 200) and `cut` (reset by the server).
+const H2_SLOW: &str = r#"
+port, streams, rate, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+c = Conn()
+sids = [c.request("POST", f"/fast/slow{k}", False) for k in range(streams)]
+start, sent, turn, last_ping = time.monotonic(), 0, 0, 0
+while time.monotonic() - start < seconds and not c.closed:
+    now = time.monotonic() - start
+    paused = seconds / 2 <= now < seconds / 2 + 2
+    if not paused and sent < rate * now:
+        sid = sids[turn % streams]
+        turn += 1
+        if sid not in c.ended and c.h2.local_flow_control_window(sid) >= 100:
+            c.h2.send_data(sid, b"y" * 100)
+            sent += 100
+            c.flush()
+    if time.monotonic() - last_ping > 0.5:
+        last_ping = time.monotonic()
+        c.h2.ping(b"pingping")
+        c.flush()
+    c.pump(0.005)
+for sid in sids:
+    if sid not in c.ended:
+        c.h2.end_stream(sid)
+c.flush()
+c.until(lambda: all(s in c.ended for s in sids), 10)
+print(json.dumps({
+    "ok": sum(c.status.get(s) == "200" for s in sids),
+    "cut": sum(s in c.ended and s not in c.status for s in sids),
+}), flush=True)
+"#;
+
+/// A slow client is not taken for a stalling one: 8 uploads on one connection sharing
+/// 1,500 bytes a second (under 200 each, below the per-stream minimum), with a 2 s
+/// pause, over 4 periods of a 3 s keep-alive, are all answered: the minimum rate is the
+/// connection's, over two periods.
+#[test]
+fn a_slow_clients_uploads_sharing_its_link_are_not_reset() {
+    let Some(mut w) = Windows::start_with(
+        "wire-slow",
+        H2_SLOW,
+        "[timeouts]\nkeepalive = \"3s\"\n",
+        &["8", "1500", "12"],
+    ) else {
+        return;
+    };
+    let out: Value = serde_json::from_str(&w.line()).unwrap();
+    assert!(w.client.wait().unwrap().success());
+    assert_eq!(out["cut"], 0, "{out}");
+    assert_eq!(out["ok"], 8, "{out}");
+}
+
 /// An upload on a connection whose other uploads are stuck (20 streams to an upstream
 /// that reads nothing, their 64 KiB windows full: 1.25 MiB unread) gets a window of its
 /// own and is answered: the connection's window opens toward every stream still

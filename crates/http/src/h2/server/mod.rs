@@ -229,6 +229,7 @@ pub async fn serve<S, R>(
         consumed: Rc::default(),
         reserved: Reserved::default(),
         moved: false,
+        body_came: 0,
         eof: false,
     };
     let mut closing = false;
@@ -320,6 +321,9 @@ struct H2<S, R> {
     reserved: Reserved,
     /// Bytes moved since the idle timer last looked.
     moved: bool,
+    /// Request-body bytes that came, all streams together, in the idle timer's last
+    /// period.
+    body_came: usize,
     eof: bool,
 }
 
@@ -334,17 +338,28 @@ where
     ///   answers, and what they hold (upstream connections, compression memory), while
     ///   it keeps its connection busy (PINGs, other requests) is cut as one that stops
     ///   reading is, stream by stream as nginx's `send_timeout` does;
-    /// - a request body that came at less than [`MIN_BODY_RATE`] (a window update's
-    ///   worth at most) while the client could send it all along: a window update's
-    ///   worth open to it at this look and the last, and its handler having taken all
-    ///   that came. A client that opens uploads and sends nothing, or a byte now and
-    ///   then, would hold their windows, and the worker's budget with them (nginx's
-    ///   `client_body_timeout`, with Apache's minimum rate). Not while its answer
-    ///   moves (a gRPC stream both ways), nor a tunnel (a WebSocket may be quiet).
+    /// - a request body that came at less than [`MIN_BODY_RATE`] over the period (a
+    ///   window update's worth at most), on a connection whose bodies together came at
+    ///   less than that over this period and the last (a phone's uploads share its
+    ///   link; a stall inside a period is made up in the next), or than a 1,024th of the
+    ///   window it holds a second (so many streams cost in proportion), while
+    ///   its client could send all along: a window update's worth open to it at this look
+    ///   and the last, its handler having taken all that came. A client that opens
+    ///   uploads and sends nothing, or a byte now and then, would hold their windows,
+    ///   and the worker's budget with them (nginx's `client_body_timeout`, with
+    ///   Apache's minimum rate). Not while its answer moves (a gRPC stream both ways),
+    ///   nor a tunnel (a WebSocket may be quiet).
     fn cut_stuck_streams(&mut self, period: Duration) {
         let codec = &mut self.codec;
         let out = &mut self.out;
-        let least = (MIN_BODY_RATE * period.as_secs() as usize).min(MIN_WINDOW_UPDATE as usize);
+        let least = (MIN_BODY_RATE as u128 * period.as_millis() / 1000)
+            .clamp(1, u128::from(MIN_WINDOW_UPDATE)) as usize;
+        let came_here: usize = self.streams.iter().map(|s| s.body_bytes).sum();
+        let came_before = std::mem::replace(&mut self.body_came, came_here);
+        // Over two periods: twice the least, or the window it holds at a 1,024th a
+        // second (the whole budget held costs its holder 12 KiB/s).
+        let held = self.reserved.bytes as u128 * 2 * period.as_millis() / (1000 * 1024);
+        let slow = ((came_here + came_before) as u128) < (2 * least as u128).max(held);
         let (mut answers, mut bodies) = (0, 0);
         self.streams.retain_mut(|stream| {
             let moved = std::mem::take(&mut stream.moved);
@@ -355,7 +370,8 @@ where
                 && matches!(stream.phase, Phase::Sending { .. })
                 && codec.send_window(stream.id) == 0;
             let tunnel = stream.tunnel.is_some() || matches!(stream.phase, Phase::Tunnel { .. });
-            let body_stuck = could_have_sent
+            let body_stuck = slow
+                && could_have_sent
                 && could_send
                 && came < least
                 && !moved
