@@ -149,12 +149,10 @@ fn closed_of(held: &mut [TcpStream], at_least: usize, wait: Duration) -> usize {
     }
 }
 
-/// Eight connections from each of nine addresses, every address within its share of 8:
-/// 72 in all, of which the admin listener holds no more than 64 (the rest are closed),
-/// so that hosts together cannot spend the descriptors that one host cannot.
-#[test]
-fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
-    let dir = TestDir::new("admin-all");
+/// A one-worker server with an admin listener that waits a minute for a request's head:
+/// connections sending part of one are held until the listener's caps close them.
+fn patient_admin(name: &str) -> (TestDir, Server) {
+    let dir = TestDir::new(name);
     dir.write("www/index.html", "hello\n");
     let pair = make_cert(
         dir.path("").as_path(),
@@ -166,6 +164,15 @@ fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
         .workers(1)
         .before("[timeouts]\nrequest_header = \"60s\"\n");
     let server = ServerBuilder::with(&dir, &conf).admin().start();
+    (dir, server)
+}
+
+/// Eight connections from each of nine addresses, every address within its share of 8:
+/// 72 in all, of which the admin listener holds no more than 64 (the rest are closed),
+/// so that hosts together cannot spend the descriptors that one host cannot.
+#[test]
+fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
+    let (_dir, server) = patient_admin("admin-all");
     let admin = server.admin.expect("an admin listener");
     let mut held = partial_requests_from(admin, 10..19, 8);
     let shut = closed_of(&mut held, 72 - 64, Duration::from_secs(5));
@@ -183,18 +190,7 @@ fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
 /// `terminus_admin_refused_total{reason="evicted"}` and said in a warning.
 #[test]
 fn a_scrape_from_a_ninth_address_is_answered_while_eight_hold_eight_connections_each() {
-    let dir = TestDir::new("admin-evict");
-    dir.write("www/index.html", "hello\n");
-    let pair = make_cert(
-        dir.path("").as_path(),
-        "ecdsa",
-        KeyKind::EcdsaP256,
-        &["localhost"],
-    );
-    let conf = Config::new(&dir, &pair)
-        .workers(1)
-        .before("[timeouts]\nrequest_header = \"60s\"\n");
-    let server = ServerBuilder::with(&dir, &conf).admin().start();
+    let (_dir, server) = patient_admin("admin-evict");
     let admin = server.admin.expect("an admin listener");
     let mut held = partial_requests_from(admin, 10..18, 8);
     assert_eq!(
