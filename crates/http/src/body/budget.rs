@@ -17,7 +17,7 @@
 //! - A window once opened cannot be taken back (HTTP/2 has no such frame), so a
 //!   connection whose uploads ended may go on holding what its window still allows.
 //!   Such a connection waits on [`on_pressure`]; when the budget itself keeps another
-//!   short of room ([`pressed`]), it is asked to go (GOAWAY: it takes no new stream, so
+//!   short of room ([`give_way`]), it is asked to go (GOAWAY: it takes no new stream, so
 //!   it gives all of it back, and its client opens a new connection when it has more
 //!   to send).
 //!
@@ -200,7 +200,7 @@ pub fn stop_waiting(waker: &Waker, ticket: &mut Ticket) {
 }
 
 /// A connection starts (`true`) or stops (`false`) being kept short of room by the
-/// budget ([`Taken::short`]), until it has what it wants: what [`pressed`] counts.
+/// budget ([`Taken::short`]), until it has what it wants: what [`give_way`] asks.
 pub fn waits(start: bool) {
     let _ = BUDGET.try_with(|b| {
         let mut b = b.borrow_mut();
@@ -213,12 +213,6 @@ pub fn waits(start: bool) {
             b.shortfall = 0;
         }
     });
-}
-
-/// Whether a connection is kept short of room by the budget and what it lacks is not
-/// yet on its way back.
-pub fn pressed() -> bool {
-    BUDGET.with_borrow(|b| b.short > 0 && b.shortfall > 0)
 }
 
 /// A connection holding `holds` bytes of room it has no use for asks whether to go:
@@ -423,11 +417,9 @@ mod tests {
         );
         // Short, it sends away holders until what it lacks is on its way back.
         waits(true);
-        assert!(pressed());
         assert!(give_way(FAIR_FLOOR / 4), "a quarter of what it lacks");
         assert!(give_way(FAIR_FLOOR), "the rest");
         assert!(!give_way(FAIR_FLOOR), "no more holders than cover it");
-        assert!(!pressed());
         waits(false);
         // Asking again puts a holder back; one that ended is forgotten.
         on_pressure(&holder_waker, &mut holding);

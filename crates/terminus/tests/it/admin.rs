@@ -44,18 +44,7 @@ fn closed(s: &mut TcpStream, wait: Duration) -> bool {
 /// stopped accepting ("Too many open files").
 #[test]
 fn partial_requests_on_the_admin_listener_are_capped_and_cut_at_the_header_deadline() {
-    let dir = TestDir::new("admin-limits");
-    dir.write("www/index.html", "hello\n");
-    let pair = make_cert(
-        dir.path("").as_path(),
-        "ecdsa",
-        KeyKind::EcdsaP256,
-        &["localhost"],
-    );
-    let conf = Config::new(&dir, &pair)
-        .workers(1)
-        .before("[timeouts]\nrequest_header = \"2s\"\n");
-    let server = ServerBuilder::with(&dir, &conf).admin().start();
+    let (_dir, server) = admin_server("admin-limits", "2s");
     let limited = run(Command::new("prlimit")
         .arg(format!("--pid={}", server.pid()))
         .arg("--nofile=128:128"));
@@ -149,9 +138,10 @@ fn closed_of(held: &mut [TcpStream], at_least: usize, wait: Duration) -> usize {
     }
 }
 
-/// A one-worker server with an admin listener that waits a minute for a request's head:
-/// connections sending part of one are held until the listener's caps close them.
-fn patient_admin(name: &str) -> (TestDir, Server) {
+/// A one-worker server with an admin listener that waits `request_header` for a
+/// request's head: connections sending part of one are held until then, or until the
+/// listener's caps close them.
+fn admin_server(name: &str, request_header: &str) -> (TestDir, Server) {
     let dir = TestDir::new(name);
     dir.write("www/index.html", "hello\n");
     let pair = make_cert(
@@ -160,9 +150,9 @@ fn patient_admin(name: &str) -> (TestDir, Server) {
         KeyKind::EcdsaP256,
         &["localhost"],
     );
-    let conf = Config::new(&dir, &pair)
-        .workers(1)
-        .before("[timeouts]\nrequest_header = \"60s\"\n");
+    let conf = Config::new(&dir, &pair).workers(1).before(&format!(
+        "[timeouts]\nrequest_header = \"{request_header}\"\n"
+    ));
     let server = ServerBuilder::with(&dir, &conf).admin().start();
     (dir, server)
 }
@@ -172,7 +162,7 @@ fn patient_admin(name: &str) -> (TestDir, Server) {
 /// so that hosts together cannot spend the descriptors that one host cannot.
 #[test]
 fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
-    let (_dir, server) = patient_admin("admin-all");
+    let (_dir, server) = admin_server("admin-all", "60s");
     let admin = server.admin.expect("an admin listener");
     let mut held = partial_requests_from(admin, 10..19, 8);
     let shut = closed_of(&mut held, 72 - 64, Duration::from_secs(5));
@@ -190,7 +180,7 @@ fn nine_addresses_holding_eight_connections_each_get_no_more_than_64_held() {
 /// `terminus_admin_refused_total{reason="evicted"}` and said in a warning.
 #[test]
 fn a_scrape_from_a_ninth_address_is_answered_while_eight_hold_eight_connections_each() {
-    let (_dir, server) = patient_admin("admin-evict");
+    let (_dir, server) = admin_server("admin-evict", "60s");
     let admin = server.admin.expect("an admin listener");
     let mut held = partial_requests_from(admin, 10..18, 8);
     assert_eq!(
