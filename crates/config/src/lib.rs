@@ -165,6 +165,12 @@ pub struct Config {
     pub log_level: tracing::Level,
     /// `admin.listen`: where `/metrics` and `/capacity` are served.
     pub admin: Option<SocketAddr>,
+    /// `upgrade.socket`: the control socket `terminus upgrade` reaches this process on;
+    /// `None` where the file does not say (the server's default then applies).
+    pub upgrade_socket: Option<PathBuf>,
+    /// `upgrade.drain`: how long a process that handed over to a new one goes on
+    /// serving the connections it has.
+    pub upgrade_drain: Duration,
     /// `[files]`.
     pub files: CacheSettings,
     /// `[[server]]`s, then `[[stream]]`s: at least one.

@@ -81,6 +81,12 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
             .as_ref()
             .map(|a| ctx.addr(a, "admin"))
             .transpose()?,
+        upgrade_socket: upgrade_socket(raw, ctx)?,
+        upgrade_drain: ctx.duration(
+            &raw.upgrade.drain,
+            "upgrade.drain",
+            Duration::from_secs(300),
+        )?,
         files: raw.files.clone(),
         servers,
         upstreams,
@@ -89,6 +95,28 @@ pub(crate) fn resolve(raw: &ConfigFile, ctx: &Ctx<'_>) -> Result<Config, ConfigE
     check_timeouts(&config, ctx)?;
     check_http3_client_auth(&config, ctx)?;
     Ok(config)
+}
+
+/// `upgrade.socket`: a path (relative to the file's folder), not empty.
+fn upgrade_socket(
+    raw: &ConfigFile,
+    ctx: &Ctx<'_>,
+) -> Result<Option<std::path::PathBuf>, ConfigError> {
+    let Some(written) = &raw.upgrade.socket else {
+        return Ok(None);
+    };
+    let path = written.get_ref();
+    // sun_path holds 108 bytes with its terminating zero.
+    if path.is_empty() || ctx.path(path).as_os_str().len() > 107 {
+        return Err(ctx.err(
+            Some(written.span()),
+            format!("upgrade.socket = {path:?} cannot be a Unix socket's path"),
+            Some(
+                "give a path of at most 107 bytes, like \"/run/terminus/control.sock\"".to_owned(),
+            ),
+        ));
+    }
+    Ok(Some(ctx.path(path)))
 }
 
 /// `[timeouts]` that must be above zero.

@@ -33,6 +33,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub admin: AdminSection,
     #[serde(default)]
+    pub upgrade: UpgradeSection,
+    #[serde(default)]
     pub files: CacheSettings,
     #[serde(default)]
     pub compression: super::compress::CompressionSection,
@@ -183,6 +185,14 @@ pub struct LogSection {
     pub format: Option<Spanned<String>>,
     pub error: Option<Spanned<String>>,
     pub level: Option<Spanned<String>>,
+}
+
+/// `[upgrade]`: handing the process over to a new one (`terminus upgrade`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeSection {
+    pub socket: Option<Spanned<String>>,
+    pub drain: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -22,6 +22,7 @@ mod service;
 mod signer;
 mod site;
 mod start;
+mod upgrade;
 mod worker;
 
 use std::path::PathBuf;
@@ -32,11 +33,12 @@ use tokio::sync::watch;
 
 use capacity::Machine;
 use reload::Signals;
-use service::Services;
+use service::{Service, Services};
 use site::{Kept, Site, SiteHandle};
 use start::{resolve_backend, self_signed_for, Bound, Core, Workers};
 pub use terminus_config::{parse_duration, Overrides};
 use terminus_config::{Config, ConfigError};
+pub use upgrade::client as upgrade_client;
 
 /// How terminus was asked to run.
 #[derive(Debug, Clone, Default)]
@@ -80,6 +82,10 @@ pub enum StartError {
     #[error("{0}")]
     /// `[signer]`'s files cannot be used (the message names the file).
     Signer(String),
+    #[error("{0}")]
+    /// The control socket cannot be bound, or a handover failed (the message says
+    /// which step).
+    Upgrade(String),
     #[error("cannot listen on {addr}: {source}")]
     /// A listener's address cannot be bound.
     Listen {
@@ -206,18 +212,42 @@ pub fn check(options: &ServerOptions) -> Result<Checked, StartError> {
 }
 
 /// Starts terminus and blocks until SIGTERM or SIGINT has drained the workers and every
-/// service has stopped.
+/// service has stopped, or until it has handed over to a new process (`terminus
+/// upgrade`) and drained. Started by such a handover, it takes its sockets from the
+/// process it replaces, and tells it why if it cannot start.
 pub fn run(options: ServerOptions) -> Result<(), StartError> {
     // First: until the handlers are in place a signal's default action applies, and
     // SIGUSR1's (logrotate's) or SIGHUP's would end the process while it starts.
     let signals = Signals::listen()?;
+    let (mut successor, inherited) = match upgrade::successor::Successor::from_env() {
+        Ok(Some((successor, inherited))) => (Some(successor), inherited),
+        Ok(None) => (None, upgrade::Inherited::default()),
+        Err(why) => return Err(StartError::Upgrade(why)),
+    };
+    let ran = serve(options, signals, inherited, &mut successor);
+    if let (Err(e), Some(successor)) = (&ran, &successor) {
+        successor.failed(&e.to_string());
+    }
+    ran
+}
+
+fn serve(
+    options: ServerOptions,
+    signals: Signals,
+    mut inherited: upgrade::Inherited,
+    successor: &mut Option<upgrade::successor::Successor>,
+) -> Result<(), StartError> {
+    // Recorded before anything can replace the file: a successor is started from the
+    // path this process was (the new binary, after a package upgrade).
+    let exe = std::env::current_exe()?;
     let config = options.load_config()?;
     start::raise_open_file_limit(config.max_connections);
     terminus_engine::warm_up_csprng();
     let mut services = Services::default();
     let (mut core, site) = Core::build(&config, &mut services)?;
     core.print_certificates(&site);
-    let mut bound = Bound::bind(&config, core.placed.workers)?;
+    let mut bound = Bound::bind(&config, core.placed.workers, &mut inherited)?;
+    drop(inherited);
     let checks = start::start_background(&mut services)?;
     checks.watch(&site);
     let handle = SiteHandle::new(site);
@@ -229,6 +259,7 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
         .watchdog_period()
         .map(|_| notify::Heartbeats::new(core.placed.workers));
     shared.heartbeats = heartbeats.clone();
+    let drain = shared.drain.clone();
     if let Some(listener) = bound.admin.take() {
         let listeners = admin::Listener::all(&bound.addrs, &config);
         let timeouts = terminus_http::Timeouts {
@@ -246,18 +277,53 @@ pub fn run(options: ServerOptions) -> Result<(), StartError> {
     // Everything start-up needs is acquired before any worker accepts (the signals'
     // descriptors first of all): a connection flood arriving with the first accept must
     // not leave us without the descriptors for a worker's event loop.
-    let (workers, gate) = Workers::start(&config, &core.placed, &mut bound, shared, shutdown_tx)?;
+    let (mut workers, gate) =
+        Workers::start(&config, &core.placed, &mut bound, shared, shutdown_tx)?;
+    // A successor accepts only once the process it replaces says go.
+    if let Some(successor) = successor.as_mut() {
+        if let Err(why) = successor.ready() {
+            workers.stop();
+            gate.open();
+            Box::new(workers).join();
+            return Err(StartError::Upgrade(why));
+        }
+    }
     services.add(workers);
     gate.open();
+    let (generation, predecessor) = match successor.take() {
+        Some(successor) => (successor.generation, successor.serving()),
+        None => (1, upgrade::successor::Predecessor::none()),
+    };
+    let upgrades = bound.control.take().map(|(listener, path)| {
+        start::start_control(
+            upgrade::control::Settings {
+                listener,
+                path,
+                handover: std::mem::take(&mut bound.handover),
+                generation,
+                predecessor,
+                exe,
+                args: std::env::args_os().skip(1).collect(),
+            },
+            &mut services,
+        )
+    });
+    let upgrades = upgrades.transpose()?;
     core.start_acme(&mut services)?;
     bound.announce(&config, &core);
-    notifier.ready(&format!("serving on {} listeners", bound.addrs.len()));
-    core.reloader(&options, config, handle, checks, (notifier, heartbeats))
-        .serve(signals);
+    if generation == 1 {
+        notifier.ready(&format!("serving on {} listeners", bound.addrs.len()));
+    }
+    // Copies kept for a successor are not needed without a control socket.
+    drop(bound);
+    let handed_over = core
+        .reloader(&options, config, handle, checks, (notifier, heartbeats))
+        .serve(signals, upgrades, &drain);
     services.stop_all();
     // The workers, which make the access log's lines, have stopped: what the logs hold
     // is written.
     logs::close_access();
+    drop(handed_over);
     let (threads, sockets) = service::leftovers();
     if threads.is_empty() && sockets == 0 {
         tracing::info!("terminus stopped: every service joined, no thread or socket left");

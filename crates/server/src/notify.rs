@@ -8,6 +8,8 @@
 //!   live);
 //! - `RELOADING=1` with `MONOTONIC_USEC` when a SIGHUP is taken;
 //! - `STOPPING=1` when the drain begins;
+//! - `MAINPID=` (with `READY=1`) when a successor serves after `terminus upgrade`: the
+//!   service goes on in it, and this process drains unseen by systemd;
 //! - `WATCHDOG=1` every half of `$WATCHDOG_USEC`, but only while every worker's event
 //!   loop has run within the watchdog's time ([`Heartbeats`]): a wedged worker stops the
 //!   pings, and systemd restarts the service (`WatchdogSec=`).
@@ -66,6 +68,14 @@ impl Notifier {
         self.send(&format!(
             "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading\n",
             terminus_sys::monotonic_usec()
+        ));
+    }
+
+    /// A successor serves: it is the service's main process now (systemd follows it;
+    /// this process's own notifications are no longer heard), and ready.
+    pub fn handed_over(&self, pid: u32, generation: u64) {
+        self.send(&format!(
+            "MAINPID={pid}\nREADY=1\nSTATUS=serving (generation {generation}, after an upgrade)\n"
         ));
     }
 

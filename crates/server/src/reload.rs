@@ -17,6 +17,7 @@ use crate::health_checks::HealthChecks;
 use crate::notify::{Heartbeats, Notifier};
 use crate::placement;
 use crate::site::{Kept, Site, SiteHandle};
+use crate::upgrade::control::{HandedOver, Upgrades};
 use crate::ServerOptions;
 
 /// What a reload needs: the file to read again, the configuration started with and the
@@ -52,6 +53,7 @@ pub(crate) struct Signals {
     int: Signal,
     hup: Signal,
     usr1: Signal,
+    usr2: Signal,
 }
 
 impl Signals {
@@ -59,13 +61,14 @@ impl Signals {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (term, int, hup, usr1) = {
+        let (term, int, hup, usr1, usr2) = {
             let _enter = runtime.enter();
             (
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::hangup())?,
                 signal(SignalKind::user_defined1())?,
+                signal(SignalKind::user_defined2())?,
             )
         };
         Ok(Self {
@@ -74,20 +77,35 @@ impl Signals {
             int,
             hup,
             usr1,
+            usr2,
         })
     }
 }
 
 impl Reloader {
-    /// Answers SIGHUP and new certificates until SIGTERM or SIGINT.
-    pub(crate) fn serve(mut self, signals: Signals) {
+    /// Answers SIGHUP and new certificates until SIGTERM or SIGINT, or until the
+    /// control thread has handed over to a new process (`upgrades`; SIGUSR2 asks it
+    /// to): then systemd is told the new main PID, `drain` is set to `upgrade.drain`,
+    /// and what was handed over is returned, to be kept until this process exits.
+    pub(crate) fn serve(
+        mut self,
+        signals: Signals,
+        upgrades: Option<Upgrades>,
+        drain: &std::sync::OnceLock<Duration>,
+    ) -> Option<HandedOver> {
         let Signals {
             runtime,
             mut term,
             mut int,
             mut hup,
             mut usr1,
+            mut usr2,
         } = signals;
+        let (mut handed_over, signal) = match upgrades {
+            Some(u) => (Some(u.handed_over), Some(u.signal)),
+            None => (None, None),
+        };
+        let mut handed = None;
         // Pinged at half the watchdog's timeout; a worker is wedged when its last beat is
         // older than that (it beats every `notify::BEAT`).
         let period = self.notifier.watchdog_period();
@@ -108,6 +126,20 @@ impl Reloader {
                     _ = usr1.recv() => {
                         tracing::info!("SIGUSR1: reopening the log files");
                         crate::logs::reopen();
+                    }
+                    // nginx's signal for a binary upgrade.
+                    _ = usr2.recv() => match &signal {
+                        Some(signal) => {
+                            tracing::info!("SIGUSR2: handing over to a new process");
+                            let _ = signal.send(());
+                        }
+                        None => tracing::warn!("SIGUSR2: no upgrade.socket, so no upgrade: a successor could not reach this process"),
+                    },
+                    Some(over) = async { handed_over.as_mut()?.recv().await }, if handed_over.is_some() => {
+                        let _ = drain.set(self.live.upgrade_drain);
+                        self.notifier.handed_over(over.pid, over.generation);
+                        handed = Some(over);
+                        break;
                     }
                     _ = watchdog.tick(), if period.is_some() => {
                         let stale = self
@@ -135,11 +167,19 @@ impl Reloader {
                 }
             }
         });
+        if handed.is_some() {
+            tracing::info!(
+                "handed over: no new connections here; what is open gets up to {:?} (upgrade.drain)",
+                self.live.upgrade_drain
+            );
+            return handed;
+        }
         self.notifier.stopping();
         tracing::info!(
             "shutting down: no new connections; in-flight requests get {:?}",
             self.started.shutdown_grace
         );
+        None
     }
 
     /// SIGHUP: the file read again and its site swapped in, then made the live

@@ -21,6 +21,7 @@ use crate::placement::{self, Placed};
 use crate::reload::Reloader;
 use crate::service::{CryptoThreads, Service, Services, Thread};
 use crate::site::{self, Kept, Site, SiteHandle};
+use crate::upgrade::{self, Entry, Handover, Inherited, Kind};
 use crate::{admin, listener, memory, worker, ServerOptions, StartError};
 
 /// What start-up built before anything is bound: the crypto engine's setting, the
@@ -152,6 +153,7 @@ impl Core {
             connection_limit: Arc::new(Semaphore::new(config.max_connections)),
             shutdown,
             shutdown_grace: config.shutdown_grace,
+            drain: Arc::default(),
             handshake_queue: config.handshake_queue,
             engine: EngineSpec {
                 backend: self.backend,
@@ -218,10 +220,12 @@ impl Core {
     }
 }
 
-/// The sockets of `config`'s listeners, bound before any worker starts.
+/// The sockets of `config`'s listeners, bound before any worker starts (or taken
+/// from the process this one replaces).
 pub(crate) struct Bound {
-    /// Each worker's TCP listeners (SO_REUSEPORT), in `config.listen`'s order.
-    pub(crate) per_worker: Vec<Vec<TcpListener>>,
+    /// Each worker's TCP listeners (SO_REUSEPORT), each with its index in
+    /// `config.listen`.
+    pub(crate) per_worker: Vec<Vec<(TcpListener, usize)>>,
     /// Each listener's address (the port chosen, for port 0).
     pub(crate) addrs: Vec<SocketAddr>,
     /// The listeners with `http3`.
@@ -230,43 +234,118 @@ pub(crate) struct Bound {
     pub(crate) quic_per_worker: Vec<Vec<(UdpSocket, terminus_quic::Member)>>,
     /// The admin listener.
     pub(crate) admin: Option<TcpListener>,
-    /// Each worker's `[signer]` listeners (SO_REUSEPORT).
-    pub(crate) signer_per_worker: Vec<Vec<TcpListener>>,
+    /// Each worker's `[signer]` listeners (SO_REUSEPORT), each with its index in
+    /// `signer.listen`.
+    pub(crate) signer_per_worker: Vec<Vec<(TcpListener, usize)>>,
     /// Their addresses.
     pub(crate) signer_addrs: Vec<SocketAddr>,
+    /// The control socket (`upgrade.socket`) and its path.
+    pub(crate) control: Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>,
+    /// A copy of every socket above, for a successor.
+    pub(crate) handover: Handover,
 }
 
 impl Bound {
-    pub(crate) fn bind(config: &Config, workers: usize) -> Result<Self, StartError> {
+    /// Binds `config`'s sockets for `workers` workers, taking first those `inherited`
+    /// from the process this one replaces.
+    pub(crate) fn bind(
+        config: &Config,
+        workers: usize,
+        inherited: &mut Inherited,
+    ) -> Result<Self, StartError> {
         let listen = |(addr, source)| StartError::Listen { addr, source };
-        let listener::Bound { per_worker, addrs } = listener::bind_all(
-            &config.listen.iter().map(|l| l.addr).collect::<Vec<_>>(),
-            workers,
-        )
-        .map_err(listen)?;
+        let configured: Vec<SocketAddr> = config.listen.iter().map(|l| l.addr).collect();
+        let listener::Bound { per_worker, addrs } =
+            listener::bind_all(&configured, workers, &mut |addr| {
+                inherited.take(Kind::Tcp, Some(addr))
+            })
+            .map_err(listen)?;
         let http3: Vec<SocketAddr> = addrs
             .iter()
             .zip(&config.listen)
             .filter(|(_, l)| l.http3)
             .map(|(addr, _)| *addr)
             .collect();
-        let quic_per_worker =
-            quic_endpoints(listener::bind_udp_all(&http3, workers).map_err(listen)?);
-        let admin = config
-            .admin
-            .map(|addr| TcpListener::bind(addr).map_err(|source| listen((addr, source))))
-            .transpose()?;
+        let configured_of = |bound: SocketAddr| {
+            let at = addrs.iter().position(|a| *a == bound);
+            at.map(|i| configured[i])
+        };
+        let udp = listener::bind_udp_all(&http3, workers, &mut |bound| {
+            inherited.take(Kind::Udp, configured_of(bound))
+        })
+        .map_err(listen)?;
+        let admin = match config.admin {
+            None => None,
+            Some(addr) => Some(match inherited.take(Kind::Admin, Some(addr)).pop() {
+                Some(socket) => TcpListener::from(socket),
+                None => TcpListener::bind(addr).map_err(|source| listen((addr, source)))?,
+            }),
+        };
         let signer = config.signer.as_ref().map_or(&[][..], |s| &s.listen[..]);
-        let signer = listener::bind_all(signer, workers).map_err(listen)?;
-        Ok(Self {
+        let signer = listener::bind_all(signer, workers, &mut |addr| {
+            inherited.take(Kind::Signer, Some(addr))
+        })
+        .map_err(listen)?;
+        let control = control_socket(config, inherited)?;
+        let mut bound = Self {
             per_worker,
             addrs,
             http3,
-            quic_per_worker,
+            quic_per_worker: Vec::new(),
             admin,
             signer_per_worker: signer.per_worker,
             signer_addrs: signer.addrs,
-        })
+            control,
+            handover: Handover::default(),
+        };
+        if inherited.left() > 0 {
+            tracing::info!(
+                "upgrade: {} sockets handed over are not in this configuration: closed",
+                inherited.left()
+            );
+        }
+        bound.keep_copies(config, &udp)?;
+        bound.quic_per_worker = quic_endpoints(udp);
+        Ok(bound)
+    }
+
+    /// Copies of every socket, for a successor: taken now, while they are all here.
+    fn keep_copies(&mut self, config: &Config, udp: &[Vec<UdpSocket>]) -> std::io::Result<()> {
+        let entry = |kind, configured, bound, worker| Entry {
+            kind,
+            configured,
+            bound,
+            worker,
+        };
+        let handover = &mut self.handover;
+        for (worker, sockets) in self.per_worker.iter().enumerate() {
+            for (socket, index) in sockets {
+                let (configured, bound) = (config.listen[*index].addr, self.addrs[*index]);
+                let e = entry(Kind::Tcp, Some(configured), Some(bound), worker);
+                handover.keep(e, socket)?;
+            }
+        }
+        let http3: Vec<SocketAddr> = (config.listen.iter())
+            .filter(|l| l.http3)
+            .map(|l| l.addr)
+            .collect();
+        for (worker, sockets) in udp.iter().enumerate() {
+            for ((socket, configured), bound) in sockets.iter().zip(&http3).zip(&self.http3) {
+                let e = entry(Kind::Udp, Some(*configured), Some(*bound), worker);
+                handover.keep(e, socket)?;
+            }
+        }
+        if let (Some(socket), Some(addr)) = (&self.admin, config.admin) {
+            handover.keep(entry(Kind::Admin, Some(addr), None, 0), socket)?;
+        }
+        let signer = config.signer.as_ref().map_or(&[][..], |s| &s.listen[..]);
+        for (worker, sockets) in self.signer_per_worker.iter().enumerate() {
+            for (socket, index) in sockets {
+                let e = entry(Kind::Signer, Some(signer[*index]), None, worker);
+                handover.keep(e, socket)?;
+            }
+        }
+        Ok(())
     }
 
     /// The listening addresses on standard output, and what started in the log.
@@ -299,6 +378,49 @@ impl Bound {
             },
             config.source
         );
+    }
+}
+
+/// The control socket's thread, for `terminus upgrade` and SIGUSR2.
+pub(crate) fn start_control(
+    settings: upgrade::control::Settings,
+    services: &mut Services,
+) -> Result<upgrade::control::Upgrades, StartError> {
+    let (thread, upgrades) = upgrade::control::start(settings)?;
+    services.add(thread);
+    Ok(upgrades)
+}
+
+/// The control socket `terminus upgrade` reaches: `upgrade.socket`, where a failure
+/// to bind it stops the start; else [`upgrade::DEFAULT_SOCKET`] where its folder exists
+/// (systemd's `RuntimeDirectory=`), a failure only warned of. The one a predecessor
+/// answered on is taken over when it is the same path.
+fn control_socket(
+    config: &Config,
+    inherited: &mut Inherited,
+) -> Result<Option<(std::os::unix::net::UnixListener, std::path::PathBuf)>, StartError> {
+    let handed = inherited.take(Kind::Control, None).pop();
+    let (path, explicit) = match &config.upgrade_socket {
+        Some(path) => (path.clone(), true),
+        None => (std::path::PathBuf::from(upgrade::DEFAULT_SOCKET), false),
+    };
+    let predecessors = std::env::var_os(upgrade::ENV_SOCKET).map(std::path::PathBuf::from);
+    if let (Some(socket), Some(theirs)) = (handed, predecessors) {
+        if theirs == path {
+            return Ok(Some((socket.into(), path)));
+        }
+    }
+    if !explicit && !path.parent().is_some_and(|p| p.is_dir()) {
+        tracing::debug!("no upgrade.socket: `terminus upgrade` cannot reach this process");
+        return Ok(None);
+    }
+    match upgrade::control::bind(&path) {
+        Ok(listener) => Ok(Some((listener, path))),
+        Err(why) if explicit => Err(StartError::Upgrade(why)),
+        Err(why) => {
+            tracing::warn!("{why}: `terminus upgrade` cannot reach this process");
+            Ok(None)
+        }
     }
 }
 
@@ -362,10 +484,13 @@ impl Workers {
         };
         let mut failed = None;
         for (id, listeners) in per_worker.into_iter().enumerate() {
-            let listeners = listeners.into_iter().zip(config.listen.iter().cloned());
-            let listeners = listeners.collect();
+            let listeners = (listeners.into_iter())
+                .map(|(socket, index)| (socket, config.listen[index].clone()))
+                .collect();
             let quic_sockets = quic.next().unwrap_or_default();
-            let signer_sockets = signer.next().unwrap_or_default();
+            let signer_sockets = (signer.next().unwrap_or_default().into_iter())
+                .map(|(socket, _)| socket)
+                .collect();
             let (shared, cpus) = (shared.clone(), placed.cpus_of_worker(id, config.pin));
             let (gate, ready) = (gate.clone(), ready_tx.clone());
             let spawned = std::thread::Builder::new()

@@ -29,6 +29,8 @@ pub struct Shared {
     pub connection_limit: Arc<Semaphore>,
     pub shutdown: watch::Receiver<bool>,
     pub shutdown_grace: Duration,
+    /// How long the drain lasts instead, once set: `upgrade.drain`, after a handover.
+    pub drain: Arc<std::sync::OnceLock<Duration>>,
     /// `limits.handshake_queue`: each worker's admission bound.
     pub handshake_queue: Duration,
     /// Each worker's crypto engine.
@@ -188,6 +190,7 @@ pub(crate) fn run(
                 signer_gate.clone(),
             ));
         }
+        let mut endpoints = Vec::new();
         if let Some((config, limits)) = &worker.shared.quic {
             // The sockets were bound for the http3 listeners, in their order.
             for ((socket, member), listen) in quic_sockets.into_iter().zip(http3) {
@@ -199,11 +202,11 @@ pub(crate) fn run(
                     worker.engine.clone(),
                     crate::connection::quic::hooks(worker.clone(), listen),
                 );
-                tokio::task::spawn_local(async move {
+                endpoints.push(tokio::task::spawn_local(async move {
                     if let Err(e) = serving.await {
                         tracing::error!("worker {id}: QUIC endpoint stopped: {e}");
                     }
-                });
+                }));
             }
         }
         let pool = Rc::downgrade(&worker.upstream_pool);
@@ -211,7 +214,17 @@ pub(crate) fn run(
         tokio::task::spawn_local(trim_coroutine_stacks());
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
-        let grace = tokio::time::sleep(worker.shared.shutdown_grace);
+        if worker.shared.drain.get().is_some() {
+            // Handed over: the successor reads the QUIC sockets now. Datagrams read
+            // here would be lost to it (a new connection's Initial, or a packet of one
+            // of its connections, which this endpoint would answer with a stateless
+            // reset). This process's own QUIC connections end with it.
+            for endpoint in &endpoints {
+                endpoint.abort();
+            }
+        }
+        let grace = (worker.shared.drain.get().copied()).unwrap_or(worker.shared.shutdown_grace);
+        let grace = tokio::time::sleep(grace);
         tokio::pin!(grace);
         while worker.series.open() > 0 {
             tokio::select! {

@@ -7,6 +7,8 @@
 
 #![allow(unsafe_code)]
 
+pub mod fds;
+
 use std::ffi::CString;
 use std::fs::File;
 use std::io;

@@ -1,4 +1,5 @@
-//! The `terminus` command: `serve`, `check`, `speed` and `load`.
+//! The `terminus` command: `serve`, `check`, `upgrade`, `speed`, `load`, `capacity`
+//! and `top`.
 
 mod admin;
 mod capacity;
@@ -77,6 +78,24 @@ enum Command {
     /// (latency from each request's scheduled time, as wrk2), closed loop with
     /// --connections (as wrk). Loopback targets only, unless --allow-remote.
     Load(load::LoadArgs),
+    /// Hand the running terminus over to a new process without refusing a connection:
+    /// the binary at the path it was started from (the new one, after a package
+    /// upgrade) starts with its arguments, takes every listening socket over, and
+    /// serves; the old process then drains (upgrade.drain) and exits. What only a new
+    /// process can change (workers, listeners, [admin], [signer], ...) changes so too.
+    /// Exits 0 once the new process serves; 1, the old one serving on, when it cannot.
+    Upgrade {
+        /// The config file whose upgrade.socket names the control socket.
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The control socket (instead of the config's upgrade.socket; default
+        /// /run/terminus/control.sock).
+        #[arg(long, value_name = "PATH", conflicts_with = "config")]
+        socket: Option<PathBuf>,
+        /// Print the running process's PID and generation, and upgrade nothing.
+        #[arg(long)]
+        status: bool,
+    },
     /// A live view of a running terminus through its admin listener, refreshed every
     /// interval: handshakes/s full and resumed, each handshake phase's p50/p99, crypto
     /// batch fill per operation, queue depth, errors by cause, per worker. Plain text
@@ -172,6 +191,46 @@ fn init_logging(level: &str, file: Option<&std::path::Path>) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// `terminus upgrade`.
+fn upgrade(config: Option<PathBuf>, socket: Option<PathBuf>, status: bool) -> ExitCode {
+    use terminus_server::upgrade_client::{ask, socket_of, Answer};
+    let socket = match socket {
+        Some(socket) => socket,
+        None => {
+            let options = ServerOptions {
+                config_path: config,
+                overrides: Overrides::default(),
+            };
+            match socket_of(&options) {
+                Ok(socket) => socket,
+                Err(e) => {
+                    eprintln!("terminus: error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let command = if status { "status" } else { "upgrade" };
+    match ask(&socket, command, &mut |line| eprintln!("terminus: {line}")) {
+        Ok(Answer::Serving { pid, generation }) if status => {
+            println!("serving: pid {pid}, generation {generation}");
+            ExitCode::SUCCESS
+        }
+        Ok(Answer::Serving { pid, generation }) => {
+            println!("upgraded: pid {pid} (generation {generation}) serves; the old process drains and exits");
+            ExitCode::SUCCESS
+        }
+        Ok(Answer::Refused(why)) => {
+            eprintln!("terminus: upgrade refused: {why}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("terminus: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -285,6 +344,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Load(args) => load::run(args),
+        Command::Upgrade {
+            config,
+            socket,
+            status,
+        } => upgrade(config, socket, status),
         Command::Top {
             admin,
             interval,

@@ -49,22 +49,44 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 
 /// The sockets of every worker, and the addresses actually bound.
 pub struct Bound {
-    pub per_worker: Vec<Vec<TcpListener>>,
+    /// Each worker's listeners, each with the index of its address in `addrs` (a
+    /// worker has one per address, or more where a handover brought more sockets than
+    /// there are workers).
+    pub per_worker: Vec<Vec<(TcpListener, usize)>>,
     pub addrs: Vec<SocketAddr>,
 }
 
+/// Sockets a previous process handed over for an address as configured, in its
+/// workers' order (none without a handover).
+pub type Inherit<'a> = &'a mut dyn FnMut(SocketAddr) -> Vec<std::os::fd::OwnedFd>;
+
 /// Binds every address once per worker. Port 0 is resolved by the first bind and reused
-/// by the others, so all workers share one port. An error names the address.
-pub fn bind_all(addrs: &[SocketAddr], workers: usize) -> Result<Bound, (SocketAddr, io::Error)> {
-    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+/// by the others, so all workers share one port. Where a previous process handed
+/// sockets over for an address (`inherit`), they are used first, one per worker, and
+/// any beyond the workers' count shared among them: every socket already in the
+/// address's SO_REUSEPORT group keeps being accepted from, so nothing queued in one is
+/// lost. An error names the address.
+pub fn bind_all(
+    addrs: &[SocketAddr],
+    workers: usize,
+    inherit: Inherit<'_>,
+) -> Result<Bound, (SocketAddr, io::Error)> {
+    let mut per_worker: Vec<Vec<(TcpListener, usize)>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
-    for &addr in addrs {
-        ensure_free(addr, Type::STREAM).map_err(|e| (addr, e))?;
-        let first = bind(addr).map_err(|e| (addr, e))?;
-        let actual = first.local_addr().map_err(|e| (addr, e))?;
-        per_worker[0].push(first);
-        for sockets in per_worker.iter_mut().skip(1) {
+    for (index, &addr) in addrs.iter().enumerate() {
+        let mut sockets: Vec<TcpListener> =
+            inherit(addr).into_iter().map(TcpListener::from).collect();
+        if sockets.is_empty() {
+            ensure_free(addr, Type::STREAM).map_err(|e| (addr, e))?;
+            sockets.push(bind(addr).map_err(|e| (addr, e))?);
+        }
+        let actual = sockets[0].local_addr().map_err(|e| (addr, e))?;
+        while sockets.len() < workers {
             sockets.push(bind(actual).map_err(|e| (actual, e))?);
+        }
+        for (i, socket) in sockets.into_iter().enumerate() {
+            socket.set_nonblocking(true).map_err(|e| (actual, e))?;
+            per_worker[i % workers].push((socket, index));
         }
         bound.push(actual);
     }
@@ -102,16 +124,27 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
 const UDP_BUFFER: usize = 7 << 20;
 
 /// Binds a UDP socket per worker at each of `addrs` (the TCP listeners' bound
-/// addresses, so the port is the same). An error names the address.
+/// addresses, so the port is the same), using first the sockets a previous process
+/// handed over for it (`inherit`, by bound address). Inherited sockets beyond the
+/// workers' count are closed: UDP queues nothing a close loses, and the kernel spreads
+/// datagrams over the sockets left. An error names the address.
 pub fn bind_udp_all(
     addrs: &[SocketAddr],
     workers: usize,
+    inherit: Inherit<'_>,
 ) -> Result<Vec<Vec<UdpSocket>>, (SocketAddr, io::Error)> {
     let mut per_worker: Vec<Vec<UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
     for &addr in addrs {
-        ensure_free(addr, Type::DGRAM).map_err(|e| (addr, e))?;
+        let mut inherited = inherit(addr).into_iter().map(UdpSocket::from);
+        if inherited.len() == 0 {
+            ensure_free(addr, Type::DGRAM).map_err(|e| (addr, e))?;
+        }
         for sockets in per_worker.iter_mut() {
-            sockets.push(bind_udp(addr).map_err(|e| (addr, e))?);
+            let socket = match inherited.next() {
+                Some(socket) => socket,
+                None => bind_udp(addr).map_err(|e| (addr, e))?,
+            };
+            sockets.push(socket);
         }
     }
     Ok(per_worker)

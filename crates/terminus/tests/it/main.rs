@@ -49,3 +49,4 @@ mod static_files;
 mod status_page;
 mod systemd;
 mod tenants;
+mod upgrade;

@@ -1,0 +1,74 @@
+//! `terminus upgrade`'s side of the control socket: one request, its progress lines,
+//! and the outcome.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::wire::Wire;
+use crate::{ServerOptions, StartError};
+
+/// How long an upgrade may take from the request to the successor serving: its start
+/// (the control thread's own deadline) and then some.
+const UPGRADE: Duration = Duration::from_secs(90);
+
+/// What a running terminus answered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The successor serves (`upgrade`), or the process serves (`status`): its pid
+    /// and generation.
+    Serving {
+        /// Its process ID.
+        pid: u32,
+        /// Its generation (the first process is 1).
+        generation: u64,
+    },
+    /// It refused, or the upgrade failed (the running process serves on): why.
+    Refused(String),
+}
+
+/// The control socket of the terminus `options` configure: `upgrade.socket`, or the
+/// default.
+pub fn socket_of(options: &ServerOptions) -> Result<PathBuf, StartError> {
+    let config = options.load_config()?;
+    Ok(config
+        .upgrade_socket
+        .unwrap_or_else(|| PathBuf::from(super::DEFAULT_SOCKET)))
+}
+
+/// Asks the terminus answering on `socket` to hand over to a new process
+/// (`upgrade`) or how it is (`status`); each progress line goes to `progress`. An
+/// error when nothing answers there or the answer makes no sense.
+pub fn ask(socket: &Path, command: &str, progress: &mut dyn FnMut(&str)) -> Result<Answer, String> {
+    let stream = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "{}: {e} (is terminus running with this upgrade.socket?)",
+            socket.display()
+        )
+    })?;
+    let mut wire = Wire::new(stream);
+    wire.send(command, &[])
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    loop {
+        let line = wire
+            .line(UPGRADE)
+            .map_err(|e| format!("{}: {e}", socket.display()))?;
+        if let Some(rest) = line.strip_prefix("progress ") {
+            progress(rest);
+            continue;
+        }
+        if let Some(why) = line.strip_prefix("error ") {
+            return Ok(Answer::Refused(why.to_owned()));
+        }
+        let mut words = line.split(' ');
+        let (Some("ok" | "serving"), Some(pid), Some(generation), None) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
+            return Err(format!("{}: unexpected answer {line:?}", socket.display()));
+        };
+        return match (pid.parse(), generation.parse()) {
+            (Ok(pid), Ok(generation)) => Ok(Answer::Serving { pid, generation }),
+            _ => Err(format!("{}: unexpected answer {line:?}", socket.display())),
+        };
+    }
+}

@@ -1,0 +1,356 @@
+//! The control socket (`upgrade.socket`, mode 0600): how `terminus upgrade` reaches a
+//! running process, and the old side of a handover (the steps are in the module above).
+//!
+//! A client sends one line: `upgrade` (answered with progress lines, then `ok <pid>
+//! <generation>` or `error <why>`) or `status` (`serving <pid> <generation>`). The
+//! control thread does one thing at a time: while an upgrade is under way, any other
+//! connection is answered `error` at once; once it has handed over, the successor
+//! answers on the same socket.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::successor::Predecessor;
+use super::wire::Wire;
+use super::{Handover, ENV_GENERATION, ENV_SOCKET, ENV_TOKEN};
+use crate::service::Thread;
+
+/// How long a successor may take from its start to being ready to accept: loading
+/// certificates, measuring the machine for tenants' quotas, building every worker.
+const START: Duration = Duration::from_secs(60);
+
+/// How long a client has to send its line, and a successor to answer `go`.
+const ANSWER: Duration = Duration::from_secs(10);
+
+/// How often the control thread looks for a connection, a SIGUSR2 or its stop.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The control socket at `path`: `Ok(None)` when nothing is to listen (no path), an
+/// error when another process answers there (a second terminus on the same socket) or
+/// it cannot be bound. A socket file no process answers on (one left by a crash) is
+/// replaced.
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, String> {
+    let listener = match UnixListener::bind(path) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(format!(
+                    "upgrade.socket {}: another process answers there (a terminus already running? `terminus upgrade` hands over to a new one)",
+                    path.display()
+                ));
+            }
+            let _ = std::fs::remove_file(path);
+            UnixListener::bind(path)
+        }
+        bound => bound,
+    }
+    .map_err(|e| format!("upgrade.socket {}: {e}", path.display()))?;
+    // Whoever may connect may replace this process: its own user (and root) only.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("upgrade.socket {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// The old process's word that its successor serves: the main thread tells systemd
+/// and drains.
+pub(crate) struct HandedOver {
+    pub(crate) pid: u32,
+    pub(crate) generation: u64,
+    /// The connection to the successor, held open until this process exits: how the
+    /// successor learns that it has (it refuses to hand over again before).
+    _connection: Wire,
+}
+
+/// What the control socket is started with.
+pub(crate) struct Settings {
+    pub(crate) listener: UnixListener,
+    pub(crate) path: PathBuf,
+    /// Copies of every socket a successor is sent.
+    pub(crate) handover: Handover,
+    /// This process's generation.
+    pub(crate) generation: u64,
+    /// The process this one replaced, while it drains: no upgrade until it has exited.
+    pub(crate) predecessor: Predecessor,
+    /// The binary (as it was named when this process started: after a package upgrade,
+    /// the new one) and the arguments a successor is started with.
+    pub(crate) exe: PathBuf,
+    pub(crate) args: Vec<OsString>,
+}
+
+/// The main thread's side of the control thread.
+pub(crate) struct Upgrades {
+    /// Where the main thread hears of a handover.
+    pub(crate) handed_over: mpsc::UnboundedReceiver<HandedOver>,
+    /// Where it passes SIGUSR2 on.
+    pub(crate) signal: std::sync::mpsc::Sender<()>,
+}
+
+/// What the control thread works with.
+struct Control {
+    settings: Settings,
+    handed_over: mpsc::UnboundedSender<HandedOver>,
+    signalled: std::sync::mpsc::Receiver<()>,
+}
+
+/// Runs the control socket on a thread of its own until it is stopped or has handed
+/// over.
+pub(crate) fn start(settings: Settings) -> io::Result<(Thread, Upgrades)> {
+    settings.listener.set_nonblocking(true)?;
+    let (handed_over, heard) = mpsc::unbounded_channel();
+    let (signal, signalled) = std::sync::mpsc::channel();
+    let control = Control {
+        settings,
+        handed_over,
+        signalled,
+    };
+    let thread = Thread::spawn("control", move |stop| control.run(stop))?;
+    Ok((
+        thread,
+        Upgrades {
+            handed_over: heard,
+            signal,
+        },
+    ))
+}
+
+impl Control {
+    fn run(mut self, stop: watch::Receiver<bool>) {
+        let mut ours = true;
+        while !*stop.borrow() {
+            let handed = match self.settings.listener.accept() {
+                Ok((stream, _)) => self.client(stream, &stop),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.signalled.try_recv().is_ok() {
+                        self.upgrade(&stop, &mut |line| tracing::info!("SIGUSR2: {line}"))
+                    } else {
+                        std::thread::sleep(POLL);
+                        false
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("upgrade.socket: accept: {e}");
+                    std::thread::sleep(POLL);
+                    false
+                }
+            };
+            if handed {
+                // The successor answers on this socket now, and owns its path.
+                ours = false;
+                break;
+            }
+        }
+        if ours && *stop.borrow() {
+            let _ = std::fs::remove_file(&self.settings.path);
+        }
+    }
+
+    /// One client's request; true when it ended in a handover.
+    fn client(&mut self, stream: UnixStream, stop: &watch::Receiver<bool>) -> bool {
+        if stream.set_nonblocking(false).is_err() {
+            return false;
+        }
+        let mut wire = Wire::new(stream);
+        let Ok(line) = wire.line(ANSWER) else {
+            return false;
+        };
+        match line.as_str() {
+            "status" => {
+                let _ = wire.send(
+                    &format!(
+                        "serving {} {}",
+                        std::process::id(),
+                        self.settings.generation
+                    ),
+                    &[],
+                );
+                false
+            }
+            "upgrade" => self.upgrade(stop, &mut |line| {
+                let _ = wire.send(line, &[]);
+            }),
+            other if other.starts_with("successor ") => {
+                let _ = wire.send("error no upgrade is under way", &[]);
+                false
+            }
+            other => {
+                let _ = wire.send(&format!("error unknown command {other:?}"), &[]);
+                false
+            }
+        }
+    }
+
+    /// Hands over to a new process, saying how it goes on `say` (the last line `ok
+    /// <pid> <generation>` or `error <why>`); true when the successor serves.
+    fn upgrade(&mut self, stop: &watch::Receiver<bool>, say: &mut dyn FnMut(&str)) -> bool {
+        if self.settings.predecessor.draining() {
+            say("error the process this one replaced is still draining its connections (upgrade.drain); try again once it has exited");
+            return false;
+        }
+        say(&format!(
+            "progress starting {} (generation {})",
+            self.settings.exe.display(),
+            self.settings.generation + 1
+        ));
+        match self.hand_over(stop, say) {
+            Ok((pid, wire)) => {
+                say(&format!("ok {pid} {}", self.settings.generation + 1));
+                tracing::info!(
+                    "upgrade: pid {pid} (generation {}) serves on every listener; this process (generation {}) stops accepting and drains",
+                    self.settings.generation + 1,
+                    self.settings.generation
+                );
+                let _ = self.handed_over.send(HandedOver {
+                    pid,
+                    generation: self.settings.generation + 1,
+                    _connection: wire,
+                });
+                true
+            }
+            Err(why) => {
+                tracing::error!("upgrade failed, this process serves on: {why}");
+                say(&format!("error {why}"));
+                false
+            }
+        }
+    }
+
+    fn hand_over(
+        &mut self,
+        stop: &watch::Receiver<bool>,
+        say: &mut dyn FnMut(&str),
+    ) -> Result<(u32, Wire), String> {
+        let token = token();
+        let mut child = Command::new(&self.settings.exe)
+            .args(&self.settings.args)
+            .env(ENV_SOCKET, &self.settings.path)
+            .env(ENV_TOKEN, &token)
+            .env(ENV_GENERATION, (self.settings.generation + 1).to_string())
+            // systemd's watchdog settings name this process; the successor's own
+            // are its once it is the main process.
+            .env_remove("WATCHDOG_PID")
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", self.settings.exe.display()))?;
+        let pid = child.id();
+        let outcome = self.converse(&mut child, &token, stop, say);
+        if outcome.is_err() {
+            // Whatever it holds goes with it; this process never stopped accepting.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        outcome.map(|wire| (pid, wire))
+    }
+
+    fn converse(
+        &mut self,
+        child: &mut Child,
+        token: &str,
+        stop: &watch::Receiver<bool>,
+        say: &mut dyn FnMut(&str),
+    ) -> Result<Wire, String> {
+        let pid = child.id();
+        let ended = |child: &mut Child| match child.try_wait() {
+            Ok(Some(status)) => Some(format!(
+                "the new process (pid {pid}) exited ({status}) before taking over; its log says why"
+            )),
+            _ => None,
+        };
+        // Its connection, among any others (each told an upgrade is under way).
+        let deadline = Instant::now() + START;
+        let mut wire = loop {
+            if *stop.borrow() {
+                return Err("terminus is stopping".into());
+            }
+            if let Some(why) = ended(child) {
+                return Err(why);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the new process (pid {pid}) did not connect within {START:?}"
+                ));
+            }
+            match self.settings.listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    let mut wire = Wire::new(stream);
+                    match wire.line(ANSWER) {
+                        Ok(line) if line.split(' ').nth(1) == Some(token) => break wire,
+                        Ok(line) if line.starts_with("successor ") => {
+                            let _ = wire.send("error wrong token", &[]);
+                        }
+                        _ => {
+                            let _ = wire.send("error an upgrade is under way", &[]);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
+                Err(e) => return Err(format!("upgrade.socket: accept: {e}")),
+            }
+        };
+        say(&format!(
+            "progress pid {pid} connected; sending the sockets"
+        ));
+        self.send_sockets(&wire)
+            .map_err(|e| format!("sending the sockets to pid {pid}: {e}"))?;
+        // It starts (its configuration, certificates, workers), then says so.
+        match wire.line(START) {
+            Ok(line) if line == "ready" => {}
+            Ok(line) if line.starts_with("failed ") => {
+                return Err(format!("the new process could not start: {}", &line[7..]))
+            }
+            Ok(line) => return Err(format!("the new process said {line:?}")),
+            Err(e) => {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(ended(child)
+                    .unwrap_or_else(|| format!("the new process (pid {pid}) did not start: {e}")));
+            }
+        }
+        let serving = wire.send("go", &[]).and_then(|()| wire.line(ANSWER));
+        match serving {
+            Ok(line) if line == "serving" => {}
+            Ok(line) => return Err(format!("the new process said {line:?} instead of serving")),
+            Err(e) => return Err(format!("the new process (pid {pid}) did not serve: {e}")),
+        }
+        let _ = wire.send("drain", &[]);
+        Ok(wire)
+    }
+
+    /// Every socket, with what it is for, in messages of at most `MAX_FDS`.
+    fn send_sockets(&self, wire: &Wire) -> io::Result<()> {
+        let all: Vec<_> = self.settings.handover.entries().collect();
+        for part in all.chunks(terminus_sys::fds::MAX_FDS) {
+            let entries: Vec<_> = part.iter().map(|(e, _)| (*e).clone()).collect();
+            let fds: Vec<_> = part.iter().map(|(_, fd)| *fd).collect();
+            let manifest = serde_json::to_string(&entries).map_err(io::Error::other)?;
+            wire.send(&format!("sockets {manifest}"), &fds)?;
+        }
+        // The control socket itself, so that the successor answers on it.
+        let control = super::Entry {
+            kind: super::Kind::Control,
+            configured: None,
+            bound: None,
+            worker: 0,
+        };
+        let manifest = serde_json::to_string(&[control]).map_err(io::Error::other)?;
+        wire.send(
+            &format!("sockets {manifest}"),
+            &[self.settings.listener.as_fd()],
+        )?;
+        wire.send("end", &[])
+    }
+}
+
+/// A one-time token: 16 random bytes in hex.
+fn token() -> String {
+    let mut bytes = [0u8; 16];
+    // aws-lc's generator; the token only proves the successor is the process started.
+    let _ = aws_lc_rs::rand::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

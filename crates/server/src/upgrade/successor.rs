@@ -1,0 +1,135 @@
+//! The new process's side of a handover: it shows its token, takes the sockets, says
+//! when it is ready and when it serves, and reports why when it cannot start (so that
+//! `terminus upgrade` prints it).
+
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use super::wire::Wire;
+use super::{Entry, Inherited, ENV_GENERATION, ENV_SOCKET, ENV_TOKEN};
+
+/// How long the old process has to send the sockets, and to answer `ready` and
+/// `serving`: it answers at once unless it is gone.
+const ANSWER: Duration = Duration::from_secs(10);
+
+/// The conversation with the process this one replaces.
+pub(crate) struct Successor {
+    wire: Wire,
+    /// This process's generation (the first process is 1).
+    pub(crate) generation: u64,
+}
+
+impl Successor {
+    /// Where this process was started by a handover: the sockets it was sent and the
+    /// conversation to go on with. `None` otherwise.
+    pub(crate) fn from_env() -> Result<Option<(Successor, Inherited)>, String> {
+        let (Some(path), Ok(token)) = (std::env::var_os(ENV_SOCKET), std::env::var(ENV_TOKEN))
+        else {
+            return Ok(None);
+        };
+        let generation = std::env::var(ENV_GENERATION)
+            .ok()
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(2);
+        let stream = UnixStream::connect(&path).map_err(|e| {
+            format!(
+                "upgrade: cannot reach the process to take over from at {}: {e}",
+                path.to_string_lossy()
+            )
+        })?;
+        let mut wire = Wire::new(stream);
+        let receive = |wire: &mut Wire| -> std::io::Result<Inherited> {
+            wire.send(&format!("successor {token} {}", std::process::id()), &[])?;
+            let mut inherited = Inherited::default();
+            loop {
+                let line = wire.line(ANSWER)?;
+                if line == "end" {
+                    return Ok(inherited);
+                }
+                let Some(manifest) = line.strip_prefix("sockets ") else {
+                    return Err(std::io::Error::other(format!("unexpected {line:?}")));
+                };
+                let entries: Vec<Entry> = serde_json::from_str(manifest)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                let fds = wire.take_fds(entries.len())?;
+                (inherited.sockets).extend(entries.into_iter().zip(fds.into_iter().map(Some)));
+            }
+        };
+        let inherited = receive(&mut wire)
+            .map_err(|e| format!("upgrade: taking the sockets over failed: {e}"))?;
+        Ok(Some((Successor { wire, generation }, inherited)))
+    }
+
+    /// Every socket is held and every worker built: waits for the old process's word
+    /// to start accepting.
+    pub(crate) fn ready(&mut self) -> Result<(), String> {
+        stall_while_told();
+        let go = self
+            .wire
+            .send("ready", &[])
+            .and_then(|()| self.wire.line(ANSWER));
+        match go {
+            Ok(line) if line == "go" => Ok(()),
+            Ok(line) => Err(format!("upgrade: the old process answered {line:?}")),
+            Err(e) => Err(format!("upgrade: the old process did not say go: {e}")),
+        }
+    }
+
+    /// The workers accept: the old process may stop. What it answers does not matter
+    /// any more (this process serves either way); the connection is kept to learn when
+    /// it has exited ([`Predecessor`]).
+    pub(crate) fn serving(mut self) -> Predecessor {
+        let drained = self
+            .wire
+            .send("serving", &[])
+            .and_then(|()| self.wire.line(ANSWER));
+        if let Err(e) = drained {
+            tracing::warn!("upgrade: the old process did not answer once this one served: {e}");
+        }
+        Predecessor(Some(self.wire))
+    }
+
+    /// Start-up failed: the old process is told why, and serves on.
+    pub(crate) fn failed(&self, why: &str) {
+        let why = why.replace('\n', " ");
+        let _ = self.wire.send(&format!("failed {why}"), &[]);
+    }
+}
+
+/// Test-only fault: a successor whose environment names a file here waits, while the
+/// file exists (30 s at most), before it says it is ready: a new process half-way
+/// through its start, for the test that kills one there.
+const STALL_FAULT: &str = "TERMINUS_TEST_SUCCESSOR_STALL";
+
+fn stall_while_told() {
+    let Some(path) = std::env::var_os(STALL_FAULT) else {
+        return;
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while std::path::Path::new(&path).exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The process this one replaced, while it drains: its control connection stays open
+/// until it exits.
+pub(crate) struct Predecessor(Option<Wire>);
+
+impl Predecessor {
+    /// None: this process was not started by a handover.
+    pub(crate) fn none() -> Self {
+        Self(None)
+    }
+
+    /// Whether the process this one replaced is still draining.
+    pub(crate) fn draining(&mut self) -> bool {
+        let Some(wire) = &mut self.0 else {
+            return false;
+        };
+        if wire.closed() {
+            self.0 = None;
+            return false;
+        }
+        true
+    }
+}

@@ -1,0 +1,236 @@
+//! `terminus upgrade`: a running terminus hands its listening sockets to a new process
+//! and drains; under load, nothing is refused or lost, and a new process that cannot
+//! start, or dies half-way, leaves the old one serving.
+
+use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// `terminus upgrade --socket SOCKET [ARGS]`, run to its end.
+fn upgrade(socket: &Path, args: &[&str]) -> Output {
+    Command::new(terminus_bin())
+        .args(["upgrade", "--socket", socket.to_str().unwrap()])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The PID `terminus upgrade` said serves now.
+fn new_pid(out: &Output) -> u32 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "terminus upgrade failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {text:?}"))
+}
+
+/// A process the test started indirectly (a successor), killed by its PID at the end.
+struct Successor(u32);
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .status();
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+/// A server with a control socket (and `extra` before its server block), two workers.
+fn server_with_control(dir: &TestDir, extra: &str) -> (Config, std::path::PathBuf) {
+    let pair = make_cert(&dir.0, "k", KeyKind::EcdsaP256, &["localhost"]);
+    dir.write("www/index.html", "hello\n");
+    let socket = dir.path("control.sock");
+    let config = Config::new(dir, &pair).before(&format!(
+        "[upgrade]\nsocket = \"{}\"\ndrain = \"20s\"\n{extra}",
+        socket.display()
+    ));
+    (config, socket)
+}
+
+/// Under new TLS connections at 60 a second, keep-alive HTTP/1.1 and HTTP/2 requests,
+/// the process is replaced: every connection is accepted and every request answered
+/// (the new process took the listening sockets before the old one stopped accepting),
+/// systemd is told the new main PID, and the old process drains and exits.
+#[test]
+fn an_upgrade_under_load_refuses_no_connection_and_loses_no_request() {
+    let dir = TestDir::new("upgrade-load");
+    let (config, socket) = server_with_control(&dir, "");
+    let notify_path = dir.path("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut old = ServerBuilder::with(&dir, &config)
+        .env("NOTIFY_SOCKET", notify_path.to_str().unwrap())
+        .start();
+    let url = old.url("/index.html");
+    let new_connections = load_in_background(full_handshakes(&url, "127.0.0.1", 60, 6));
+    let keep_alive = load_in_background(
+        [url.as_str(), "-c", "2", "-d", "6s", "-k"]
+            .map(str::to_owned)
+            .to_vec(),
+    );
+    let h2 = load_in_background(
+        [url.as_str(), "-c", "2", "-d", "6s", "-k", "--http2"]
+            .map(str::to_owned)
+            .to_vec(),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let out = upgrade(&socket, &[]);
+    let pid = new_pid(&out);
+    let _successor = Successor(pid);
+    assert_ne!(pid, old.pid());
+    for (name, load) in [
+        ("new connections", new_connections),
+        ("keep-alive HTTP/1.1", keep_alive),
+        ("HTTP/2", h2),
+    ] {
+        let report = load.join().unwrap();
+        assert_eq!(
+            report["errors_total"],
+            0,
+            "{name}: errors across the upgrade: {report}; old's log:\n{}",
+            old.stderr()
+        );
+        assert!(
+            report["requests"].as_u64().unwrap() > 100,
+            "{name}: {report}"
+        );
+    }
+    let status = old.wait_exit(Duration::from_secs(25));
+    assert!(status.success(), "the old process exited {status:?}");
+    // The new process serves on the same port, alone.
+    assert_eq!(status_code(&old, "/index.html"), 200);
+    let out = upgrade(&socket, &["--status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.trim(), format!("serving: pid {pid}, generation 2"));
+    let mut heard = String::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Ok(n) = notify.recv(&mut buf) {
+            heard.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    assert!(
+        heard.contains(&format!("MAINPID={pid}\nREADY=1")),
+        "systemd heard: {heard:?}"
+    );
+}
+
+fn status_code(server: &Server, path: &str) -> u16 {
+    status(server, &[], path)
+}
+
+/// A new configuration that does not load: `terminus upgrade` fails with its file and
+/// line, and the old process serves on, untouched (same PID, generation 1); a good
+/// configuration then upgrades.
+#[test]
+fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
+    let dir = TestDir::new("upgrade-bad");
+    let (config, socket) = server_with_control(&dir, "");
+    let path = config.write(&dir);
+    let old = ServerBuilder::config(&path).start();
+    let good = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{good}\n[limits]\nhandshake_queue = \"soon\"\n"),
+    )
+    .unwrap();
+    let out = upgrade(&socket, &[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a broken configuration upgraded: {said}"
+    );
+    assert!(
+        said.contains("terminus.toml:") && said.contains("handshake_queue"),
+        "the error names the file, its line and the setting: {said}"
+    );
+    assert_eq!(status_code(&old, "/index.html"), 200);
+    let out = upgrade(&socket, &["--status"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("serving: pid {}, generation 1", old.pid())
+    );
+    std::fs::write(&path, good).unwrap();
+    let out = upgrade(&socket, &[]);
+    let _successor = Successor(new_pid(&out));
+}
+
+/// A new process killed half-way (it has the sockets, it is not serving yet) leaves
+/// the old one serving; an upgrade asked for while one is under way is refused with
+/// the reason; and the next upgrade succeeds.
+#[test]
+fn a_new_process_killed_half_way_leaves_the_old_one_serving() {
+    let dir = TestDir::new("upgrade-killed");
+    let (config, socket) = server_with_control(&dir, "");
+    let stall = dir.write("stall", "");
+    let old = ServerBuilder::with(&dir, &config)
+        .env("TERMINUS_TEST_SUCCESSOR_STALL", stall.to_str().unwrap())
+        .start();
+    let asked = {
+        let socket = socket.clone();
+        std::thread::spawn(move || upgrade(&socket, &[]))
+    };
+    // The successor: the old process's child, stalled before it says ready.
+    let mut successor = None;
+    eventually(Duration::from_secs(20), "a successor started", || {
+        successor = children(old.pid()).into_iter().next();
+        successor.is_some()
+    });
+    let successor = successor.unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let again = upgrade(&socket, &[]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("an upgrade is under way"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    Command::new("kill")
+        .args(["-KILL", &successor.to_string()])
+        .status()
+        .unwrap();
+    let out = asked.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("exited") || said.contains("did not"),
+        "{said}"
+    );
+    assert_eq!(status_code(&old, "/index.html"), 200);
+    for _ in 0..20 {
+        TcpStream::connect(old.addr).expect("the old process still accepts");
+    }
+    std::fs::remove_file(&stall).unwrap();
+    let out = upgrade(&socket, &[]);
+    let _successor = Successor(new_pid(&out));
+}
+
+/// The PIDs of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter(|&p| alive(p))
+        .collect()
+}
