@@ -244,17 +244,12 @@ impl Conn {
                 }
                 Io::H3(conn) => conn.request(&endpoint.uri).await,
                 Io::H2 { send } => {
-                    send.ready()
-                        .await
-                        .map_err(|e| Failure::Protocol(e.to_string()))?;
+                    send.ready().await.map_err(h2_failure)?;
                     let req = hyper::Request::get(endpoint.uri.clone())
                         .header("user-agent", "terminus-load")
                         .body(Empty::<Bytes>::new())
                         .map_err(|e| Failure::Protocol(e.to_string()))?;
-                    let resp = send
-                        .send_request(req)
-                        .await
-                        .map_err(|e| Failure::Protocol(e.to_string()))?;
+                    let resp = send.send_request(req).await.map_err(h2_failure)?;
                     let status = resp.status().as_u16();
                     let mut body = resp.into_body();
                     while let Some(frame) = body.frame().await {
@@ -275,6 +270,26 @@ impl Conn {
 
 /// Runs `f` on the engine's coroutine bridge, so the key exchanges rustls computes in it
 /// are submitted to `engine`; without an engine, directly.
+/// An HTTP/2 request's error: one the server did not process (a stream past its
+/// graceful GOAWAY's last, a REFUSED_STREAM, or a request that never went because the
+/// connection was closing) is [`Failure::Unprocessed`], which is sent again on a new
+/// connection; any other is a protocol failure.
+fn h2_failure(e: hyper::Error) -> Failure {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut refused = e.is_canceled() || e.is_closed();
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            refused |= (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
+                || h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        source = s.source();
+    }
+    match refused {
+        true => Failure::Unprocessed(e.to_string()),
+        false => Failure::Protocol(e.to_string()),
+    }
+}
+
 async fn on_bridge<T: 'static>(engine: Option<&Engine>, f: impl FnOnce() -> T + 'static) -> T {
     match engine {
         Some(engine) => {

@@ -238,12 +238,13 @@ impl Worker {
         let started = Instant::now();
         let deadline = started + self.timeout;
         let outcome = match self.attempt(conn, deadline).await {
-            // A kept-alive connection the server had closed: one retry on a new one, as
-            // browsers and wrk do. The failure is real only if that one fails too.
+            // A kept-alive connection the server had closed, or a request it did not
+            // process (HTTP/2's GOAWAY): one retry on a new one, as browsers and wrk
+            // do. The failure is real only if that one fails too.
             Err(Attempt {
                 failure,
                 reused: true,
-            }) if failure.is_closed() => {
+            }) if failure.is_retryable() => {
                 *conn = None;
                 self.attempt(conn, deadline).await
             }

@@ -4,8 +4,9 @@
 //! `connect_timeout`, `connect_error`, `tls_alert_received:<alert>` (the server sent a
 //! fatal alert), `tls_alert_sent:<alert>` (we rejected the server, e.g.
 //! `tls_alert_sent:unknown_ca` when its certificate does not chain to `--cacert`),
-//! `tls_error`, `handshake_timeout`, `timeout` (no complete response in time), `http_status:<code>`, `http_protocol`, `closed` (the peer
-//! closed or reset the connection mid-exchange) and `io_error`.
+//! `tls_error`, `handshake_timeout`, `timeout` (no complete response in time), `http_status:<code>`, `http_protocol`, `unprocessed` (the
+//! server said it did not process the request: an HTTP/2 GOAWAY or REFUSED_STREAM),
+//! `closed` (the peer closed or reset the connection mid-exchange) and `io_error`.
 
 use std::io;
 
@@ -26,6 +27,9 @@ pub enum Failure {
     Status(u16),
     /// The response was not HTTP we could read.
     Protocol(String),
+    /// The server did not process the request and said so (RFC 9113 section 8.7: a
+    /// stream past a graceful GOAWAY's last one, or refused): safe to send again.
+    Unprocessed(String),
     /// After the handshake: reset, early close, or another socket error.
     Io(io::Error),
 }
@@ -58,6 +62,7 @@ impl Failure {
             Failure::Timeout => "timeout".into(),
             Failure::Status(code) => format!("http_status:{code}"),
             Failure::Protocol(_) => "http_protocol".into(),
+            Failure::Unprocessed(_) => "unprocessed".into(),
             Failure::Io(e) => match rustls_error(e) {
                 Some(rustls::Error::AlertReceived(alert)) => {
                     format!("tls_alert_received:{}", alert_name(*alert))
@@ -75,6 +80,12 @@ impl Failure {
     pub fn is_closed(&self) -> bool {
         matches!(self, Failure::Io(e) if rustls_error(e).is_none() && peer_closed(e))
     }
+
+    /// What a client sends again on a new connection, as browsers do: a kept-alive
+    /// connection the server had closed, or a request it said it did not process.
+    pub fn is_retryable(&self) -> bool {
+        self.is_closed() || matches!(self, Failure::Unprocessed(_))
+    }
 }
 
 impl std::fmt::Display for Failure {
@@ -87,6 +98,7 @@ impl std::fmt::Display for Failure {
             Failure::Timeout => write!(f, "no response within the timeout"),
             Failure::Status(code) => write!(f, "HTTP status {code}"),
             Failure::Protocol(why) => write!(f, "HTTP: {why}"),
+            Failure::Unprocessed(why) => write!(f, "not processed by the server: {why}"),
             Failure::Io(e) => write!(f, "{e}"),
         }
     }

@@ -137,6 +137,7 @@ impl Reloader {
                     },
                     Some(over) = async { handed_over.as_mut()?.recv().await }, if handed_over.is_some() => {
                         let _ = drain.set(self.live.upgrade_drain);
+                        terminus_http::h1::server::drain_gently();
                         self.notifier.handed_over(over.pid, over.generation);
                         handed = Some(over);
                         break;

@@ -29,6 +29,10 @@ const START: Duration = Duration::from_secs(60);
 /// How long a client has to send its line, and a successor to answer `go`.
 const ANSWER: Duration = Duration::from_secs(10);
 
+/// How long another client has to send its line while an upgrade is under way (the
+/// control thread answers it before going on).
+const OTHERS: Duration = Duration::from_secs(1);
+
 /// How often the control thread looks for a connection, a SIGUSR2 or its stop.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -256,42 +260,13 @@ impl Control {
         say: &mut dyn FnMut(&str),
     ) -> Result<Wire, String> {
         let pid = child.id();
-        let ended = |child: &mut Child| match child.try_wait() {
-            Ok(Some(status)) => Some(format!(
-                "the new process (pid {pid}) exited ({status}) before taking over; its log says why"
-            )),
-            _ => None,
-        };
         // Its connection, among any others (each told an upgrade is under way).
         let deadline = Instant::now() + START;
         let mut wire = loop {
-            if *stop.borrow() {
-                return Err("terminus is stopping".into());
-            }
-            if let Some(why) = ended(child) {
-                return Err(why);
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the new process (pid {pid}) did not connect within {START:?}"
-                ));
-            }
-            match self.settings.listener.accept() {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nonblocking(false);
-                    let mut wire = Wire::new(stream);
-                    match wire.line(ANSWER) {
-                        Ok(line) if line.split(' ').nth(1) == Some(token) => break wire,
-                        Ok(line) if line.starts_with("successor ") => {
-                            let _ = wire.send("error wrong token", &[]);
-                        }
-                        _ => {
-                            let _ = wire.send("error an upgrade is under way", &[]);
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
-                Err(e) => return Err(format!("upgrade.socket: accept: {e}")),
+            self.still_on(child, stop, deadline, "connect")?;
+            match self.answer_others(token)? {
+                Some(wire) => break wire,
+                None => std::thread::sleep(POLL),
             }
         };
         say(&format!(
@@ -300,26 +275,105 @@ impl Control {
         self.send_sockets(&wire)
             .map_err(|e| format!("sending the sockets to pid {pid}: {e}"))?;
         // It starts (its configuration, certificates, workers), then says so.
-        match wire.line(START) {
-            Ok(line) if line == "ready" => {}
-            Ok(line) if line.starts_with("failed ") => {
-                return Err(format!("the new process could not start: {}", &line[7..]))
-            }
-            Ok(line) => return Err(format!("the new process said {line:?}")),
-            Err(e) => {
-                std::thread::sleep(Duration::from_millis(100));
-                return Err(ended(child)
-                    .unwrap_or_else(|| format!("the new process (pid {pid}) did not start: {e}")));
-            }
+        let line = self.next_line(&mut wire, child, token, stop, START, "start")?;
+        match line.strip_prefix("failed ") {
+            _ if line == "ready" => {}
+            Some(why) => return Err(format!("the new process could not start: {why}")),
+            None => return Err(format!("the new process said {line:?}")),
         }
-        let serving = wire.send("go", &[]).and_then(|()| wire.line(ANSWER));
-        match serving {
-            Ok(line) if line == "serving" => {}
-            Ok(line) => return Err(format!("the new process said {line:?} instead of serving")),
-            Err(e) => return Err(format!("the new process (pid {pid}) did not serve: {e}")),
+        wire.send("go", &[])
+            .map_err(|e| format!("the new process (pid {pid}) did not take go: {e}"))?;
+        let line = self.next_line(&mut wire, child, token, stop, ANSWER, "serve")?;
+        if line != "serving" {
+            return Err(format!("the new process said {line:?} instead of serving"));
         }
         let _ = wire.send("drain", &[]);
         Ok(wire)
+    }
+
+    /// An error when terminus is stopping, the successor has exited, or `deadline`
+    /// has passed for it to `what`.
+    fn still_on(
+        &self,
+        child: &mut Child,
+        stop: &watch::Receiver<bool>,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<(), String> {
+        let pid = child.id();
+        if *stop.borrow() {
+            return Err("terminus is stopping".into());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "the new process (pid {pid}) exited ({status}) before taking over; its log says why"
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the new process (pid {pid}) did not {what} in time"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The successor's next line, within `within`, answering any other client
+    /// meanwhile (an upgrade is under way): the control thread never leaves one
+    /// waiting for as long as a successor takes to start.
+    fn next_line(
+        &mut self,
+        wire: &mut Wire,
+        child: &mut Child,
+        token: &str,
+        stop: &watch::Receiver<bool>,
+        within: Duration,
+        what: &str,
+    ) -> Result<String, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            match wire.line(POLL) {
+                Ok(line) => return Ok(line),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {}
+                Err(e) => {
+                    // Gone: its exit status says more than the closed connection.
+                    std::thread::sleep(Duration::from_millis(100));
+                    self.still_on(child, stop, deadline, what)?;
+                    return Err(format!(
+                        "the new process (pid {}) did not {what}: {e}",
+                        child.id()
+                    ));
+                }
+            }
+            self.still_on(child, stop, deadline, what)?;
+            if let Some(other) = self.answer_others(token)? {
+                let _ = other.send("error a successor has already connected", &[]);
+            }
+        }
+    }
+
+    /// Takes one client waiting on the control socket, if any: the successor showing
+    /// `token` is returned; any other is told an upgrade is under way.
+    fn answer_others(&mut self, token: &str) -> Result<Option<Wire>, String> {
+        let stream = match self.settings.listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(format!("upgrade.socket: accept: {e}")),
+        };
+        let _ = stream.set_nonblocking(false);
+        let mut wire = Wire::new(stream);
+        match wire.line(OTHERS) {
+            Ok(line) if line.starts_with("successor ") && line.split(' ').nth(1) == Some(token) => {
+                Ok(Some(wire))
+            }
+            Ok(line) if line.starts_with("successor ") => {
+                let _ = wire.send("error wrong token", &[]);
+                Ok(None)
+            }
+            _ => {
+                let _ = wire.send("error an upgrade is under way", &[]);
+                Ok(None)
+            }
+        }
     }
 
     /// Every socket, with what it is for, in messages of at most `MAX_FDS`.

@@ -222,15 +222,23 @@ fn a_new_process_killed_half_way_leaves_the_old_one_serving() {
     }
     std::fs::remove_file(&stall).unwrap();
     let out = upgrade(&socket, &[]);
+    if !out.status.success() {
+        eprintln!("{}", old.stderr());
+    }
     let _successor = Successor(new_pid(&out));
 }
 
-/// The PIDs of `pid`'s children.
+/// The PIDs of `pid`'s living children (from each process's `stat`: its parent).
 fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let after = stat.rsplit(')').next().unwrap_or("");
+            after.split_whitespace().nth(1) == Some(&pid.to_string())
+        })
         .filter(|&p| alive(p))
         .collect()
 }

@@ -314,6 +314,19 @@ fn path_of(uri: &Uri) -> &str {
     uri.path_and_query().map_or("/", |p| p.as_str())
 }
 
+/// Set once this process has handed over to a successor: a connection idle at
+/// shutdown is not closed then (its client may be sending a request that very moment,
+/// and would lose it), but waits for its next request, answered with `Connection:
+/// close`, or its keep-alive timeout, as any idle connection. Process-wide: a process
+/// hands over once, and then only drains.
+static GENTLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, shutdown closes idle HTTP/1.1 connections at their next request's end
+/// or their keep-alive timeout, not at once ([`GENTLY`]): the drain after a handover.
+pub fn drain_gently() {
+    GENTLY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Reads until `buf` holds a whole request head, and parses it. With nothing of it yet,
 /// `buf` is released until the transport has bytes.
 async fn read_request<S: Transport + ReadReady>(
@@ -340,7 +353,8 @@ async fn read_request<S: Transport + ReadReady>(
             None => idle_since + timeouts.keepalive,
         };
         let idle = first_byte.is_none();
-        if idle && *shutdown.borrow() {
+        let close_idle = !GENTLY.load(std::sync::atomic::Ordering::Relaxed);
+        if idle && close_idle && *shutdown.borrow() {
             return Next::Closed;
         }
         // With nothing of a request yet, no buffer until the transport has bytes; and
@@ -371,7 +385,7 @@ async fn read_request<S: Transport + ReadReady>(
                 }
                 return Next::Closed;
             }
-            _ = shutdown.wait_for(|&stop| stop), if idle => return Next::Closed,
+            _ = shutdown.wait_for(|&stop| stop), if idle && close_idle => return Next::Closed,
         }
     }
 }

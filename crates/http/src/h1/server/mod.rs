@@ -31,7 +31,7 @@ mod respond;
 mod tests;
 mod transport;
 
-pub use conn::serve;
+pub use conn::{drain_gently, serve};
 pub use transport::{ReadReady, Transport};
 
 /// File reads go this much at a time (four TLS records).
