@@ -197,7 +197,7 @@ impl Reloader {
             return "reload failed; the running configuration kept";
         }
         for what in needs_restart(&self.started, &config) {
-            tracing::warn!("reload: {what} changed; it takes effect after a restart");
+            tracing::warn!("reload: {what} changed; it takes effect in a new process: `terminus upgrade` (or a restart)");
         }
         tracing::info!("configuration reloaded from {}", config.source);
         self.live = config;
