@@ -316,10 +316,22 @@ fn serve(
     }
     // Copies kept for a successor are not needed without a control socket.
     drop(bound);
+    let metrics = core.metrics.clone();
     let handed_over = core
         .reloader(&options, config, handle, checks, (notifier, heartbeats))
         .serve(signals, upgrades, &drain);
-    services.stop_all();
+    match &handed_over {
+        // The successor hears how the drain goes, until it is over.
+        Some(handed) => {
+            let done = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                scope.spawn(|| handed.report_drain(|| metrics.connections_open(), &done));
+                services.stop_all();
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        None => services.stop_all(),
+    }
     // The workers, which make the access log's lines, have stopped: what the logs hold
     // is written.
     logs::close_access();

@@ -319,6 +319,11 @@ impl Metrics {
         self.connections_open.add(-1);
     }
 
+    /// The connections open now, all workers together.
+    pub fn connections_open(&self) -> u64 {
+        self.connections_open.get().max(0) as u64
+    }
+
     pub fn accept_failed(&self) {
         self.accept_errors.inc();
     }
@@ -424,6 +429,7 @@ impl Metrics {
         terminus_http::compress::stats::STATS.render(&mut out);
         terminus_http::body::budget::STATS.render(&mut out);
         crate::logs::LogMetrics.render(&mut out);
+        crate::upgrade::metrics::UPGRADE.render(&mut out);
         terminus_keyless::metrics::KeylessMetrics.render(&mut out);
         self.proxy.render(&mut out);
         self.fleet.render(&mut out);

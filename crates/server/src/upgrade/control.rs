@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
+use super::metrics::UPGRADE;
 use super::successor::Predecessor;
 use super::wire::Wire;
 use super::{Handover, ENV_GENERATION, ENV_SOCKET, ENV_TOKEN};
@@ -68,8 +69,36 @@ pub(crate) struct HandedOver {
     pub(crate) pid: u32,
     pub(crate) generation: u64,
     /// The connection to the successor, held open until this process exits: how the
-    /// successor learns that it has (it refuses to hand over again before).
-    _connection: Wire,
+    /// successor learns that it has (it refuses to hand over again before), and where
+    /// it hears how many connections this one still serves.
+    connection: Wire,
+}
+
+impl HandedOver {
+    /// Tells the successor, every second until `done`, how many connections this
+    /// process still has open (`open`): its metrics show the drain.
+    pub(crate) fn report_drain(
+        &self,
+        open: impl Fn() -> u64,
+        done: &std::sync::atomic::AtomicBool,
+    ) {
+        use std::sync::atomic::Ordering;
+        while !done.load(Ordering::Relaxed) {
+            if self
+                .connection
+                .send(&format!("draining {}", open()), &[])
+                .is_err()
+            {
+                return;
+            }
+            for _ in 0..20 {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
 }
 
 /// What the control socket is started with.
@@ -127,7 +156,10 @@ pub(crate) fn start(settings: Settings) -> io::Result<(Thread, Upgrades)> {
 impl Control {
     fn run(mut self, stop: watch::Receiver<bool>) {
         let mut ours = true;
+        UPGRADE.generation(self.settings.generation);
         while !*stop.borrow() {
+            // Its figures for the metrics, and its end noticed.
+            self.settings.predecessor.draining();
             let handed = match self.settings.listener.accept() {
                 Ok((stream, _)) => self.client(stream, &stop),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -213,11 +245,12 @@ impl Control {
                 let _ = self.handed_over.send(HandedOver {
                     pid,
                     generation: self.settings.generation + 1,
-                    _connection: wire,
+                    connection: wire,
                 });
                 true
             }
             Err(why) => {
+                UPGRADE.failed();
                 tracing::error!("upgrade failed, this process serves on: {why}");
                 say(&format!("error {why}"));
                 false

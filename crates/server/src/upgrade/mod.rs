@@ -27,6 +27,7 @@
 
 pub mod client;
 pub(crate) mod control;
+pub(crate) mod metrics;
 pub(crate) mod successor;
 mod wire;
 

@@ -5,6 +5,7 @@
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use super::metrics::UPGRADE;
 use super::wire::Wire;
 use super::{Entry, Inherited, ENV_GENERATION, ENV_SOCKET, ENV_TOKEN};
 
@@ -121,15 +122,29 @@ impl Predecessor {
         Self(None)
     }
 
-    /// Whether the process this one replaced is still draining.
+    /// Whether the process this one replaced is still draining; what it reported of
+    /// its open connections goes to the metrics.
     pub(crate) fn draining(&mut self) -> bool {
         let Some(wire) = &mut self.0 else {
             return false;
         };
-        if wire.closed() {
-            self.0 = None;
-            return false;
+        // What it said since (a line a second), without waiting.
+        loop {
+            match wire.line(Duration::from_millis(1)) {
+                Ok(line) => {
+                    if let Some(open) = line.strip_prefix("draining ").and_then(|n| n.parse().ok())
+                    {
+                        UPGRADE.predecessor_connections(open);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return true,
+                Err(_) => {
+                    tracing::info!("upgrade: the process this one replaced has exited");
+                    UPGRADE.predecessor_connections(0);
+                    self.0 = None;
+                    return false;
+                }
+            }
         }
-        true
     }
 }

@@ -74,21 +74,6 @@ impl Wire {
         }
     }
 
-    /// Whether the other side has closed (or the connection failed), without waiting.
-    pub(crate) fn closed(&self) -> bool {
-        if self.stream.set_nonblocking(true).is_err() {
-            return true;
-        }
-        let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-        let closed = match socket2::SockRef::from(&self.stream).peek(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-        };
-        let _ = self.stream.set_nonblocking(false);
-        closed
-    }
-
     /// The descriptors received so far, in the order they were sent, `n` of them (an
     /// error if fewer came).
     pub(crate) fn take_fds(&mut self, n: usize) -> io::Result<Vec<OwnedFd>> {

@@ -79,6 +79,7 @@ fn an_upgrade_under_load_refuses_no_connection_and_loses_no_request() {
         .unwrap();
     let mut old = ServerBuilder::with(&dir, &config)
         .env("NOTIFY_SOCKET", notify_path.to_str().unwrap())
+        .admin()
         .start();
     let url = old.url("/index.html");
     let new_connections = load_in_background(full_handshakes(&url, "127.0.0.1", 60, 6));
@@ -92,11 +93,22 @@ fn an_upgrade_under_load_refuses_no_connection_and_loses_no_request() {
             .map(str::to_owned)
             .to_vec(),
     );
+    // A client that says nothing: the old process holds it (its handshake's
+    // deadline) while it drains.
+    let lingering = TcpStream::connect(old.addr).unwrap();
     std::thread::sleep(Duration::from_secs(2));
     let out = upgrade(&socket, &[]);
     let pid = new_pid(&out);
     let _successor = Successor(pid);
     assert_ne!(pid, old.pid());
+    // The admin listener is the new process's now: its generation, and what the old
+    // one still holds.
+    assert_eq!(old.metric("terminus_process_generation", &[]), 2.0);
+    eventually(
+        Duration::from_secs(5),
+        "the old process's drain seen",
+        || old.metric("terminus_upgrade_predecessor_connections", &[]) >= 1.0,
+    );
     for (name, load) in [
         ("new connections", new_connections),
         ("keep-alive HTTP/1.1", keep_alive),
@@ -114,8 +126,14 @@ fn an_upgrade_under_load_refuses_no_connection_and_loses_no_request() {
             "{name}: {report}"
         );
     }
+    drop(lingering);
     let status = old.wait_exit(Duration::from_secs(25));
     assert!(status.success(), "the old process exited {status:?}");
+    eventually(
+        Duration::from_secs(5),
+        "the old process's exit seen",
+        || old.metric("terminus_upgrade_predecessor_connections", &[]) == 0.0,
+    );
     // The new process serves on the same port, alone.
     assert_eq!(status_code(&old, "/index.html"), 200);
     let out = upgrade(&socket, &["--status"]);
