@@ -16,14 +16,14 @@ fn aioquic() -> bool {
 }
 
 /// Whether curl_cffi (curl with HTTP/3, from PyPI) is installed; else the skip is shown.
-fn curl_cffi() -> bool {
+pub(crate) fn curl_cffi() -> bool {
     python_imports("curl_cffi", "python3 -m pip install 'curl_cffi>=0.7,<1'")
 }
 
 /// Requests over one HTTP/3-only session of curl (curl_cffi's: ngtcp2 and nghttp3):
 /// each argument `METHOD:PATH[:BODY BYTES]`; prints per request its status, the HTTP
 /// version curl used (30: HTTP/3), the body's length and SHA-256.
-const CURL_H3: &str = r#"
+pub(crate) const CURL_H3: &str = r#"
 import sys, hashlib
 from curl_cffi import requests, CurlHttpVersion
 port = int(sys.argv[1])

@@ -260,3 +260,78 @@ fn children(pid: u32) -> Vec<u32> {
         .filter(|&p| alive(p))
         .collect()
 }
+
+/// An HTTP/3 GET of /index.html by curl (ngtcp2) on `port`: its status line.
+fn h3_get(dir: &TestDir, port: u16) -> String {
+    let script = dir.write("curl_h3.py", crate::http3::CURL_H3);
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg("GET:/index.html")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Workers change by upgrade, listeners and QUIC's sockets with them: a server of 2
+/// workers with an HTTP/3 listener is upgraded to 1 worker (one worker then accepts
+/// on both of the TCP sockets handed over; the surplus UDP socket is closed) and then
+/// to 3 (one more socket of each bound), serving HTTPS and HTTP/3 on the same port
+/// after each, the metrics naming as many workers.
+#[test]
+fn workers_change_by_upgrade_and_every_listener_quics_too_goes_on() {
+    if !crate::http3::curl_cffi() {
+        return;
+    }
+    let dir = TestDir::new("upgrade-workers");
+    let socket = dir.path("control.sock");
+    let more = format!(
+        "[upgrade]\nsocket = \"{}\"\ndrain = \"20s\"\n",
+        socket.display()
+    );
+    let (mut old, port) = h3_server_on(
+        &dir,
+        "127.0.0.1",
+        H3Config {
+            key: KeyKind::EcdsaP256,
+            backend: "scalar",
+            http3: "",
+            in_server: "",
+            more: &more,
+            workers: 2,
+        },
+    );
+    let served = format!("GET /index.html 200 30 8 {}", openssl_sha256(b"over h3\n"));
+    assert_eq!(h3_get(&dir, port), served, "before: {}", old.stderr());
+    let conf = dir.path("terminus.toml");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let mut successors = Vec::new();
+    for workers in [1, 3] {
+        let edited = text.replace("workers = 2", &format!("workers = {workers}"));
+        assert_ne!(edited, text);
+        std::fs::write(&conf, edited).unwrap();
+        let out = upgrade(&socket, &[]);
+        let pid = new_pid(&out);
+        successors.push(Successor(pid));
+        // The process replaced drains and exits (no upgrade is taken before).
+        match &successors[..] {
+            [_] => assert!(old.wait_exit(Duration::from_secs(25)).success()),
+            [previous, _] => eventually(Duration::from_secs(25), "the previous one exits", || {
+                !alive(previous.0)
+            }),
+            _ => unreachable!(),
+        }
+        assert_eq!(status_code(&old, "/index.html"), 200, "{workers} workers");
+        assert_eq!(
+            h3_get(&dir, port),
+            served,
+            "{workers} workers: {}",
+            old.stderr()
+        );
+        let metrics = old.metrics();
+        let named = (0..4)
+            .filter(|w| metrics.contains(&format!("worker=\"{w}\"")))
+            .count();
+        assert_eq!(named, workers, "workers in the metrics");
+    }
+}
