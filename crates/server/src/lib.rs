@@ -245,6 +245,14 @@ fn serve(
     terminus_engine::warm_up_csprng();
     let mut services = Services::default();
     let (mut core, site) = Core::build(&config, &mut services)?;
+    // The predecessor's session-ticket keys, before any handshake: its tickets resume.
+    if let Some((kek, keys)) = inherited.tickets.take() {
+        let taken = core.fleet.ticketer().adopt(&kek, &keys);
+        tracing::info!(
+            "upgrade: {taken} of the {} session-ticket keys the process replaced held are taken over",
+            keys.len()
+        );
+    }
     core.print_certificates(&site);
     let mut bound = Bound::bind(&config, core.placed.workers, &mut inherited)?;
     drop(inherited);
@@ -304,6 +312,7 @@ fn serve(
                 predecessor,
                 exe,
                 args: std::env::args_os().skip(1).collect(),
+                tickets: core.fleet.ticketer().clone(),
             },
             &mut services,
         )

@@ -32,6 +32,7 @@ const SUBKEY_SALT: &[u8] = b"terminus fleet key file subkeys";
 
 /// A key's name and secret: as made, and as a store keeps them (wrapped). Zeroed when
 /// dropped.
+#[derive(Clone)]
 pub struct KeyMaterial(Zeroizing<[u8; NAME_LEN + SECRET_LEN]>);
 
 impl std::fmt::Debug for KeyMaterial {

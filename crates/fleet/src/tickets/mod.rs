@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustls::server::ProducesTickets;
 use terminus_metrics::{label_values, Counter, Exposition, Kind, Labelled, Labels, Render};
 
-pub use key::{KeyMaterial, TicketKey, NAME_LEN};
+pub use key::{Kek, KeyMaterial, TicketKey, NAME_LEN};
 pub use ring::Ring;
 
 /// Why a [`Rotation`] cannot work.
@@ -99,6 +99,9 @@ impl Rotation {
     }
 }
 
+/// What a ticket key handed to a successor process is bound to (its sealing's label).
+const HANDOVER_LABEL: &[u8] = b"terminus handover ticket key v1";
+
 /// The ring, read; a panic elsewhere while it was held (poisoning) does not stop tickets.
 pub(crate) fn read(ring: &RwLock<Ring>) -> std::sync::RwLockReadGuard<'_, Ring> {
     ring.read()
@@ -164,6 +167,31 @@ impl Ticketer {
     /// Its counters, for `/metrics`.
     pub fn metrics(&self) -> Arc<TicketMetrics> {
         self.metrics.clone()
+    }
+
+    /// Every key held, each sealed under `kek` (a key only this process and the one
+    /// taking over from it know): `(epoch, from the store, wrapped material)`, what
+    /// [`Ticketer::adopt`] takes there. Raw key material never leaves the process.
+    pub fn export(&self, kek: &Kek) -> Vec<(u64, bool, Vec<u8>)> {
+        let (ring, _) = self.current();
+        ring.materials()
+            .map(|(epoch, shared, material)| (epoch, shared, material.wrap(kek, HANDOVER_LABEL)))
+            .collect()
+    }
+
+    /// Takes the keys the process this one replaced held ([`Ticketer::export`] there,
+    /// under the same `kek`), so that the tickets it issued resume here: how many were
+    /// taken (one that does not open under `kek`, or is past `keep`, is not).
+    pub fn adopt(&self, kek: &Kek, keys: &[(u64, bool, Vec<u8>)]) -> usize {
+        let unix = (self.clock)();
+        let mut ring = write(&self.ring);
+        let now = ring.rotation().epoch_at(unix);
+        keys.iter()
+            .filter(|(epoch, shared, wrapped)| {
+                KeyMaterial::unwrap(kek, HANDOVER_LABEL, wrapped)
+                    .is_some_and(|material| ring.adopt(*epoch, *shared, &material, now))
+            })
+            .count()
     }
 
     /// The ring, read, and the current epoch, the ring brought up to it first if it is
@@ -336,6 +364,33 @@ mod tests {
         assert!(t.decrypt(&second).is_some());
         assert!(t.decrypt(b"short").is_none());
         assert_eq!(read(&t.ring).made(), 3);
+    }
+
+    /// A process taking over from another takes its keys (sealed under the handover's
+    /// key): the tickets the first issued open in the second, and the second seals
+    /// with the same key, so its tickets open in the first while it drains; under
+    /// another key nothing is taken.
+    #[test]
+    fn keys_handed_over_open_the_old_tickets_and_seal_alike() {
+        let (old, _) = alone(2);
+        let issued = old.encrypt(b"state").unwrap();
+        let kek = Kek::from_hex(&"ab".repeat(32)).unwrap();
+        let keys = old.export(&kek);
+        assert_eq!(keys.len(), 1);
+        let (new, _) = alone(2);
+        let other = Kek::from_hex(&"cd".repeat(32)).unwrap();
+        assert_eq!(new.adopt(&other, &keys), 0, "sealed under another key");
+        assert!(new.decrypt(&issued).is_none());
+        assert_eq!(new.adopt(&kek, &keys), 1);
+        assert_eq!(new.adopt(&kek, &keys), 0, "taken once");
+        assert_eq!(new.decrypt(&issued).as_deref(), Some(&b"state"[..]));
+        let sealed = new.encrypt(b"later").unwrap();
+        assert_eq!(
+            sealed[..NAME_LEN],
+            issued[..NAME_LEN],
+            "the adopted key seals"
+        );
+        assert_eq!(old.decrypt(&sealed).as_deref(), Some(&b"later"[..]));
     }
 
     #[test]

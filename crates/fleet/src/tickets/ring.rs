@@ -14,6 +14,9 @@ struct Held {
     /// It came from the store (every instance holds it), not made here.
     shared: bool,
     key: TicketKey,
+    /// What it was made from, kept (zeroed when dropped) for a successor process to
+    /// take over ([`Ring::materials`]).
+    material: KeyMaterial,
 }
 
 /// The keys held, and which one seals and which may open at a given epoch.
@@ -85,10 +88,12 @@ impl Ring {
         if self.keys.iter().any(|k| k.epoch == epoch) {
             return 0;
         }
+        let material = KeyMaterial::generate();
         self.keys.push(Held {
             epoch,
             shared: false,
-            key: KeyMaterial::generate().key(),
+            key: material.key(),
+            material,
         });
         self.made += 1;
         1
@@ -135,6 +140,7 @@ impl Ring {
                 epoch,
                 shared: true,
                 key: material.key(),
+                material: material.clone(),
             },
         );
         let mut kept = 0;
@@ -178,6 +184,41 @@ impl Ring {
             .find(|k| k.key.name()[..] == *name)
             .filter(|k| (oldest..=epoch + 1).contains(&k.epoch))
             .map(|k| (k.epoch, &k.key))
+    }
+
+    /// Every key held with what it was made from: for a process taking over from this
+    /// one, so that the tickets this one issued open there.
+    pub fn materials(&self) -> impl Iterator<Item = (u64, bool, &KeyMaterial)> + '_ {
+        self.keys.iter().map(|k| (k.epoch, k.shared, &k.material))
+    }
+
+    /// Takes a key the process this one replaced held (`materials` there), as held
+    /// there, if it is still within `keep` of `now` and not held already: true if it
+    /// was taken. Such a key seals as it sealed there: the tickets both issue open in
+    /// both.
+    pub fn adopt(&mut self, epoch: u64, shared: bool, material: &KeyMaterial, now: u64) -> bool {
+        if epoch < self.oldest(now) || epoch > now + u64::from(self.rotation.keep) {
+            return false;
+        }
+        let name = material.name();
+        if self.keys.iter().any(|k| k.key.name() == &name) {
+            return false;
+        }
+        // A key of the epoch made here by this process beside it: the adopted one seals
+        // (it is first among the epoch's keys) and the one made here still opens.
+        let at = (self.keys.iter())
+            .position(|k| k.epoch == epoch)
+            .unwrap_or(self.keys.len());
+        self.keys.insert(
+            at,
+            Held {
+                epoch,
+                shared,
+                key: material.key(),
+                material: material.clone(),
+            },
+        );
+        true
     }
 
     /// Every key held: its epoch, whether it came from the store, and its name.

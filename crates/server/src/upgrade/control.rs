@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use super::metrics::UPGRADE;
 use super::successor::Predecessor;
 use super::wire::Wire;
-use super::{Handover, ENV_GENERATION, ENV_SOCKET, ENV_TOKEN};
+use super::{Handover, ENV_GENERATION, ENV_KEY, ENV_SOCKET, ENV_TOKEN};
 use crate::service::Thread;
 
 /// How long a successor may take from its start to being ready to accept: loading
@@ -115,6 +115,9 @@ pub(crate) struct Settings {
     /// the new one) and the arguments a successor is started with.
     pub(crate) exe: PathBuf,
     pub(crate) args: Vec<OsString>,
+    /// The session-ticket keys, handed over so that the tickets this process issued
+    /// resume in the successor.
+    pub(crate) tickets: std::sync::Arc<terminus_fleet::tickets::Ticketer>,
 }
 
 /// The main thread's side of the control thread.
@@ -264,10 +267,12 @@ impl Control {
         say: &mut dyn FnMut(&str),
     ) -> Result<(u32, Wire), String> {
         let token = token();
+        let key = random_hex(32);
         let mut child = Command::new(&self.settings.exe)
             .args(&self.settings.args)
             .env(ENV_SOCKET, &self.settings.path)
             .env(ENV_TOKEN, &token)
+            .env(ENV_KEY, &key)
             .env(ENV_GENERATION, (self.settings.generation + 1).to_string())
             // systemd's watchdog settings name this process; the successor's own
             // are its once it is the main process.
@@ -276,7 +281,9 @@ impl Control {
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.settings.exe.display()))?;
         let pid = child.id();
-        let outcome = self.converse(&mut child, &token, stop, say);
+        let kek = terminus_fleet::tickets::Kek::from_hex(&key)
+            .map_err(|e| format!("the handover's key: {e}"))?;
+        let outcome = self.converse(&mut child, &token, &kek, stop, say);
         if outcome.is_err() {
             // Whatever it holds goes with it; this process never stopped accepting.
             let _ = child.kill();
@@ -289,6 +296,7 @@ impl Control {
         &mut self,
         child: &mut Child,
         token: &str,
+        kek: &terminus_fleet::tickets::Kek,
         stop: &watch::Receiver<bool>,
         say: &mut dyn FnMut(&str),
     ) -> Result<Wire, String> {
@@ -305,7 +313,7 @@ impl Control {
         say(&format!(
             "progress pid {pid} connected; sending the sockets"
         ));
-        self.send_sockets(&wire)
+        self.send_sockets(&wire, kek)
             .map_err(|e| format!("sending the sockets to pid {pid}: {e}"))?;
         // It starts (its configuration, certificates, workers), then says so.
         let line = self.next_line(&mut wire, child, token, stop, START, "start")?;
@@ -410,7 +418,7 @@ impl Control {
     }
 
     /// Every socket, with what it is for, in messages of at most `MAX_FDS`.
-    fn send_sockets(&self, wire: &Wire) -> io::Result<()> {
+    fn send_sockets(&self, wire: &Wire, kek: &terminus_fleet::tickets::Kek) -> io::Result<()> {
         let all: Vec<_> = self.settings.handover.entries().collect();
         for part in all.chunks(terminus_sys::fds::MAX_FDS) {
             let entries: Vec<_> = part.iter().map(|(e, _)| (*e).clone()).collect();
@@ -430,14 +438,30 @@ impl Control {
             &format!("sockets {manifest}"),
             &[self.settings.listener.as_fd()],
         )?;
+        // The session-ticket keys, each sealed under the handover's key (which only
+        // the two processes' environments hold).
+        let keys: Vec<(u64, bool, String)> = (self.settings.tickets.export(kek).into_iter())
+            .map(|(epoch, shared, wrapped)| (epoch, shared, hex(&wrapped)))
+            .collect();
+        let keys = serde_json::to_string(&keys).map_err(io::Error::other)?;
+        wire.send(&format!("tickets {keys}"), &[])?;
         wire.send("end", &[])
     }
 }
 
-/// A one-time token: 16 random bytes in hex.
+/// A one-time token: 16 random bytes in hex (it only proves the successor is the
+/// process started).
 fn token() -> String {
-    let mut bytes = [0u8; 16];
-    // aws-lc's generator; the token only proves the successor is the process started.
-    let _ = aws_lc_rs::rand::fill(&mut bytes);
+    random_hex(16)
+}
+
+/// `n` random bytes (aws-lc's generator) in hex.
+fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    aws_lc_rs::rand::fill(&mut bytes).expect("the system's random numbers");
+    hex(&bytes)
+}
+
+fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

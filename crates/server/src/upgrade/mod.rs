@@ -41,6 +41,9 @@ use serde::{Deserialize, Serialize};
 pub(crate) const ENV_SOCKET: &str = "TERMINUS_UPGRADE_SOCKET";
 /// The token the successor shows: only the process started for it is sent sockets.
 pub(crate) const ENV_TOKEN: &str = "TERMINUS_UPGRADE_TOKEN";
+/// The key the session-ticket keys are sealed under on their way to the successor (64
+/// hexadecimal digits; never on the control socket itself).
+pub(crate) const ENV_KEY: &str = "TERMINUS_UPGRADE_KEY";
 /// The successor's generation (the first process is 1).
 pub(crate) const ENV_GENERATION: &str = "TERMINUS_GENERATION";
 
@@ -95,11 +98,17 @@ impl Handover {
     }
 }
 
+/// A session-ticket key on its way to a successor: its epoch, whether it came from the
+/// fleet's store, and its material sealed under the handover's key.
+pub(crate) type SealedTicketKey = (u64, bool, Vec<u8>);
+
 /// The sockets a successor was sent, each taken at most once; what is left when it
 /// starts serving (a listener its configuration dropped) is closed.
 #[derive(Default)]
 pub(crate) struct Inherited {
     sockets: Vec<(Entry, Option<OwnedFd>)>,
+    /// The session-ticket keys the predecessor held, sealed under the handover's key.
+    pub(crate) tickets: Option<(terminus_fleet::tickets::Kek, Vec<SealedTicketKey>)>,
 }
 
 impl Inherited {

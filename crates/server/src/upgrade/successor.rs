@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::metrics::UPGRADE;
 use super::wire::Wire;
-use super::{Entry, Inherited, ENV_GENERATION, ENV_SOCKET, ENV_TOKEN};
+use super::{Entry, Inherited, ENV_GENERATION, ENV_KEY, ENV_SOCKET, ENV_TOKEN};
 
 /// How long the old process has to send the sockets, and to answer `ready` and
 /// `serving`: it answers at once unless it is gone.
@@ -46,6 +46,19 @@ impl Successor {
                 let line = wire.line(ANSWER)?;
                 if line == "end" {
                     return Ok(inherited);
+                }
+                if let Some(tickets) = line.strip_prefix("tickets ") {
+                    let keys: Vec<(u64, bool, String)> = serde_json::from_str(tickets)
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                    let kek = std::env::var(ENV_KEY)
+                        .ok()
+                        .and_then(|hex| terminus_fleet::tickets::Kek::from_hex(&hex).ok());
+                    let keys = keys
+                        .into_iter()
+                        .filter_map(|(epoch, shared, hex)| Some((epoch, shared, unhex(&hex)?)))
+                        .collect();
+                    inherited.tickets = kek.map(|kek| (kek, keys));
+                    continue;
                 }
                 let Some(manifest) = line.strip_prefix("sockets ") else {
                     return Err(std::io::Error::other(format!("unexpected {line:?}")));
@@ -147,4 +160,15 @@ impl Predecessor {
             }
         }
     }
+}
+
+/// Bytes from hexadecimal digits (`None` if they are not).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }

@@ -335,3 +335,43 @@ fn workers_change_by_upgrade_and_every_listener_quics_too_goes_on() {
         assert_eq!(named, workers, "workers in the metrics");
     }
 }
+
+/// A session ticket the old process issued resumes in the new one, TLS 1.3 and 1.2
+/// alike: the session-ticket keys cross with the sockets (each sealed under a key only
+/// the two processes' environments hold), so an upgrade costs no client a full
+/// handshake.
+#[test]
+fn tickets_issued_before_an_upgrade_resume_after_it() {
+    let dir = TestDir::new("upgrade-tickets");
+    let (config, socket) = server_with_control(&dir, "");
+    let mut old = ServerBuilder::with(&dir, &config).start();
+    let sessions: Vec<(&str, std::path::PathBuf)> = ["-tls1_3", "-tls1_2"]
+        .into_iter()
+        .map(|version| (version, dir.path(&format!("session{version}.pem"))))
+        .collect();
+    for (version, sess) in &sessions {
+        // TLS 1.3 tickets come after the handshake: s_client stays for the answer.
+        let first = crate::harness::run(Command::new("sh").arg("-c").arg(format!(
+            "printf 'GET /index.html HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' | openssl s_client -connect {} {version} -ign_eof -sess_out {} 2>&1",
+            old.addr,
+            sess.display()
+        )));
+        assert!(String::from_utf8_lossy(&first.stdout).contains("HTTP/1.1 200"));
+        assert!(sess.exists(), "{version}: no session to resume");
+    }
+    let out = upgrade(&socket, &[]);
+    let _successor = Successor(new_pid(&out));
+    assert!(old.wait_exit(Duration::from_secs(25)).success());
+    for (version, sess) in &sessions {
+        let resumed = crate::harness::run(Command::new("sh").arg("-c").arg(format!(
+            "openssl s_client -connect {} {version} -sess_in {} < /dev/null 2>&1 | grep -E '^(Reused|New),'",
+            old.addr,
+            sess.display()
+        )));
+        let line = String::from_utf8_lossy(&resumed.stdout);
+        assert!(
+            line.starts_with("Reused,"),
+            "{version}: the old process's ticket in the new one: {line:?}"
+        );
+    }
+}
