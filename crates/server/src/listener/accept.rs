@@ -81,6 +81,11 @@ impl Acceptor {
     /// Never blocks: the socket is non-blocking, and the accept loop's readiness is not
     /// disturbed (it accepts until the kernel says the queue is empty, as before).
     pub(crate) fn drain(&self, worker: &Worker) {
+        // Stopping (or handed over): what waits in the socket is no longer this
+        // worker's to take; the successor's, after a handover.
+        if *worker.shared.shutdown.borrow() {
+            return;
+        }
         for _ in 0..DRAIN_MAX {
             let Ok((socket, peer)) = self.direct.accept() else {
                 return;
@@ -127,6 +132,43 @@ fn admit(worker: &Worker, socket: &impl std::os::fd::AsFd) -> Option<Ticket> {
     ticket
 }
 
+/// A task for connection `conn`, taken on by `acceptor`.
+fn start(
+    acceptor: &Acceptor,
+    worker: &Rc<Worker>,
+    (socket, peer, ticket): (TcpStream, SocketAddr, Ticket),
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let open = OpenConnection::new(worker.clone(), permit);
+    let (listen, task_worker) = (acceptor.listen.clone(), worker.clone());
+    // Boxed: tokio moves a spawned future by value three times on its way into the
+    // task; a box is moved instead, after one copy.
+    tokio::task::spawn_local(Box::pin(async move {
+        connection::run(socket, peer, open, ticket, &listen, task_worker).await
+    }));
+}
+
+/// At shutdown, the connections a drain took on and the accept loop had not started
+/// yet are served all the same (while permits last): accepted, their clients are
+/// waiting on this process, not on a successor.
+fn serve_taken(acceptor: &Acceptor, worker: &Rc<Worker>) {
+    loop {
+        let taken = acceptor.taken.borrow_mut().pop_front();
+        let Some((socket, peer, ticket)) = taken else {
+            return;
+        };
+        let Ok(permit) = worker.shared.connection_limit.clone().try_acquire_owned() else {
+            return;
+        };
+        let conn = socket
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(socket));
+        if let Ok(socket) = conn {
+            start(acceptor, worker, (socket, peer, ticket), permit);
+        }
+    }
+}
+
 /// accept() failures that mean "out of resources": back off instead of spinning.
 fn is_resource_exhaustion(e: &io::Error) -> bool {
     matches!(
@@ -145,7 +187,10 @@ pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
         let next = std::pin::pin!(acceptor.next(&worker));
         let accepted = tokio::select! {
             r = worker.admission.metered(next) => r,
-            _ = shutdown.wait_for(|&stop| stop) => return,
+            _ = shutdown.wait_for(|&stop| stop) => {
+                serve_taken(&acceptor, &worker);
+                return;
+            }
         };
         // The permit is taken after accept, so a worker whose backlog is empty holds none
         // of max_connections hostage. At the limit the accepted connection waits here for
@@ -162,14 +207,8 @@ pub(crate) async fn accept_loop(acceptor: Rc<Acceptor>, worker: Rc<Worker>) {
             Err(e) => Err(e),
         };
         match accepted {
-            Ok(((socket, peer, ticket), permit)) => {
-                let open = OpenConnection::new(worker.clone(), permit);
-                let (listen, task_worker) = (acceptor.listen.clone(), worker.clone());
-                // Boxed: tokio moves a spawned future by value three times on its way
-                // into the task; a box is moved instead, after one copy.
-                tokio::task::spawn_local(Box::pin(async move {
-                    connection::run(socket, peer, open, ticket, &listen, task_worker).await
-                }));
+            Ok((conn, permit)) => {
+                start(&acceptor, &worker, conn, permit);
                 // Without admission control, one accept per scheduler pass, like nginx
                 // without multi_accept: connections in progress finish before the backlog
                 // is drained. With it, the whole backlog is decided at once (what is

@@ -375,3 +375,66 @@ fn tickets_issued_before_an_upgrade_resume_after_it() {
         );
     }
 }
+
+/// A keep-alive HTTP/1.1 client: one GET, then (after a line on stdin) another on the
+/// same connection; prints each answer's status line and whether it said
+/// `Connection: close`, or `closed` if the connection ended instead.
+const KEEP_ALIVE: &str = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))), server_hostname="localhost")
+def get():
+    s.sendall(b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            return "closed"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    n = int(next(l for l in lines if l.lower().startswith("content-length")).split(":")[1])
+    while len(body) < n:
+        body += s.recv(4096)
+    return f"{lines[0]} close={'connection: close' in head.decode().lower()}"
+print(get(), flush=True)
+sys.stdin.readline()
+print(get(), flush=True)
+"#;
+
+/// A keep-alive HTTP/1.1 connection idle at the handover is not closed then: its next
+/// request is answered by the old process, with `Connection: close` (a client may be
+/// sending one at that very moment, and would lose it).
+#[test]
+fn a_keep_alive_connection_idle_at_the_handover_gets_its_next_answer() {
+    use std::io::{BufRead, Write};
+    let dir = TestDir::new("upgrade-idle");
+    let (config, socket) = server_with_control(&dir, "");
+    let old = ServerBuilder::with(&dir, &config).start();
+    let script = dir.write("keep_alive.py", KEEP_ALIVE);
+    let mut client = Command::new("python3")
+        .arg(&script)
+        .arg(old.port().to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "HTTP/1.1 200 OK close=False"
+    );
+    let out = upgrade(&socket, &[]);
+    let _successor = Successor(new_pid(&out));
+    std::thread::sleep(Duration::from_millis(500));
+    client.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "HTTP/1.1 200 OK close=True",
+        "{}",
+        old.stderr()
+    );
+    assert!(client.wait().unwrap().success());
+}

@@ -385,7 +385,13 @@ async fn read_request<S: Transport + ReadReady>(
                 }
                 return Next::Closed;
             }
-            _ = shutdown.wait_for(|&stop| stop), if idle && close_idle => return Next::Closed,
+            _ = shutdown.wait_for(|&stop| stop), if idle && close_idle => {
+                // Handed over while this connection waited: it waits on, gently.
+                if GENTLY.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
+                return Next::Closed;
+            }
         }
     }
 }
