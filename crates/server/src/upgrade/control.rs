@@ -50,7 +50,12 @@ pub(crate) fn bind(path: &Path) -> Result<UnixListener, String> {
                     path.display()
                 ));
             }
-            let _ = std::fs::remove_file(path);
+            // Only a socket file is taken for a stale one: anything else at the path is
+            // the operator's, and the bind fails on it.
+            use std::os::unix::fs::FileTypeExt;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(path);
+            }
             UnixListener::bind(path)
         }
         bound => bound,
