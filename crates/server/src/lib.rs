@@ -239,7 +239,7 @@ fn serve(
 ) -> Result<(), StartError> {
     // Recorded before anything can replace the file: a successor is started from the
     // path this process was (the new binary, after a package upgrade).
-    let exe = std::env::current_exe()?;
+    let exe = upgrade::binary()?;
     let config = options.load_config()?;
     start::raise_open_file_limit(config.max_connections);
     terminus_engine::warm_up_csprng();
@@ -317,8 +317,22 @@ fn serve(
             &mut services,
         )
     });
-    let upgrades = upgrades.transpose()?;
-    core.start_acme(&mut services)?;
+    // Serving already: a successor's predecessor has stopped accepting, so from here a
+    // thread that fails to start costs what it does (the next upgrade, certificates'
+    // renewal), not this process and every connection.
+    let upgrades = match upgrades.transpose() {
+        Ok(upgrades) => upgrades,
+        Err(e) if generation > 1 => {
+            tracing::error!("upgrade.socket: {e}: `terminus upgrade` cannot reach this process");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    match core.start_acme(&mut services) {
+        Ok(()) => {}
+        Err(e) if generation > 1 => tracing::error!("acme: cannot start: {e}"),
+        Err(e) => return Err(e.into()),
+    }
     bound.announce(&config, &core);
     if generation == 1 {
         notifier.ready(&format!("serving on {} listeners", bound.addrs.len()));
@@ -329,18 +343,24 @@ fn serve(
     let handed_over = core
         .reloader(&options, config, handle, checks, (notifier, heartbeats))
         .serve(signals, upgrades, &drain);
-    match &handed_over {
-        // The successor hears how the drain goes, until it is over.
-        Some(handed) => {
+    let handed_over = match handed_over {
+        // The successor hears how the drain goes, until it is over; SIGTERM cuts it
+        // short.
+        Some((mut handed, late)) => {
             let done = std::sync::atomic::AtomicBool::new(false);
             std::thread::scope(|scope| {
                 scope.spawn(|| handed.report_drain(|| metrics.connections_open(), &done));
+                scope.spawn(|| late.watch(&drain, &done));
                 services.stop_all();
                 done.store(true, std::sync::atomic::Ordering::Relaxed);
             });
+            Some(handed)
         }
-        None => services.stop_all(),
-    }
+        None => {
+            services.stop_all();
+            None
+        }
+    };
     // The workers, which make the access log's lines, have stopped: what the logs hold
     // is written.
     logs::close_access();

@@ -82,6 +82,38 @@ impl Signals {
     }
 }
 
+/// SIGTERM and SIGINT while a handover's drain runs (`upgrade.drain`, minutes): they cut
+/// it short, as they would a shutdown's.
+pub(crate) struct LateSignals {
+    runtime: tokio::runtime::Runtime,
+    term: Signal,
+    int: Signal,
+}
+
+impl LateSignals {
+    /// Waits until `done`, cutting `drain` short at SIGTERM or SIGINT.
+    pub(crate) fn watch(
+        mut self,
+        drain: &crate::worker::Drain,
+        done: &std::sync::atomic::AtomicBool,
+    ) {
+        use std::sync::atomic::Ordering;
+        self.runtime.block_on(async {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            while !done.load(Ordering::Relaxed) {
+                tokio::select! {
+                    _ = self.term.recv() => {}
+                    _ = self.int.recv() => {}
+                    _ = tick.tick() => continue,
+                }
+                tracing::info!("stopping as told: what is still open gets shutdown_grace, not the rest of upgrade.drain");
+                drain.hurry();
+                return;
+            }
+        });
+    }
+}
+
 impl Reloader {
     /// Answers SIGHUP and new certificates until SIGTERM or SIGINT, or until the
     /// control thread has handed over to a new process (`upgrades`; SIGUSR2 asks it
@@ -91,8 +123,8 @@ impl Reloader {
         mut self,
         signals: Signals,
         upgrades: Option<Upgrades>,
-        drain: &std::sync::OnceLock<Duration>,
-    ) -> Option<HandedOver> {
+        drain: &crate::worker::Drain,
+    ) -> Option<(HandedOver, LateSignals)> {
         let Signals {
             runtime,
             mut term,
@@ -136,9 +168,6 @@ impl Reloader {
                         None => tracing::warn!("SIGUSR2: no upgrade.socket, so no upgrade: a successor could not reach this process"),
                     },
                     Some(over) = async { handed_over.as_mut()?.recv().await }, if handed_over.is_some() => {
-                        let _ = drain.set(self.live.upgrade_drain);
-                        terminus_http::h1::server::drain_gently();
-                        self.notifier.handed_over(over.pid, over.generation);
                         handed = Some(over);
                         break;
                     }
@@ -168,12 +197,29 @@ impl Reloader {
                 }
             }
         });
-        if handed.is_some() {
+        // A SIGTERM that came as the successor took over: it serves, and systemd is to
+        // follow it (the drain is then cut short below).
+        let stopped = handed.is_none();
+        if let Some(late) = handed_over.as_mut().and_then(|h| h.try_recv().ok()) {
+            handed.get_or_insert(late);
+        }
+        if let Some(over) = handed {
+            drain.hand_over(self.live.upgrade_drain);
+            terminus_http::h1::server::drain_gently();
+            self.notifier.handed_over(over.pid, over.generation);
             tracing::info!(
                 "handed over: no new connections here; what is open gets up to {:?} (upgrade.drain)",
                 self.live.upgrade_drain
             );
-            return handed;
+            if stopped {
+                tracing::info!(
+                    "stopping as told: the drain gets {:?} (shutdown_grace)",
+                    self.started.shutdown_grace
+                );
+                drain.hurry();
+            }
+            let late = LateSignals { runtime, term, int };
+            return Some((over, late));
         }
         self.notifier.stopping();
         tracing::info!(

@@ -404,9 +404,8 @@ fn control_socket(
         Some(path) => (path.clone(), true),
         None => (std::path::PathBuf::from(upgrade::DEFAULT_SOCKET), false),
     };
-    let predecessors = std::env::var_os(upgrade::ENV_SOCKET).map(std::path::PathBuf::from);
-    if let (Some(socket), Some(theirs)) = (handed, predecessors) {
-        if theirs == path {
+    if let (Some(socket), Some(theirs)) = (handed, &inherited.control_path) {
+        if *theirs == path {
             return Ok(Some((socket.into(), path)));
         }
     }

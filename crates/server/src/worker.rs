@@ -22,6 +22,45 @@ use terminus_config::Listen;
 use terminus_http as http;
 
 /// What every worker shares with the others and with the main thread.
+/// How long the workers drain once told to stop: `shutdown_grace` at a shutdown;
+/// `upgrade.drain` after a handover, unless SIGTERM or SIGINT comes meanwhile (systemd
+/// stopping the service, an operator who will not wait), which cuts it to
+/// `shutdown_grace` from then, as nginx's TERM after its QUIT.
+pub struct Drain {
+    handed_over: std::sync::OnceLock<Duration>,
+    hurry: watch::Sender<bool>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Self {
+            handed_over: std::sync::OnceLock::new(),
+            hurry: watch::channel(false).0,
+        }
+    }
+}
+
+impl Drain {
+    /// The process has handed over: its drain lasts `upgrade_drain`.
+    pub fn hand_over(&self, upgrade_drain: Duration) {
+        let _ = self.handed_over.set(upgrade_drain);
+    }
+
+    /// Whether the process has handed over.
+    pub fn handed_over(&self) -> bool {
+        self.handed_over.get().is_some()
+    }
+
+    /// SIGTERM or SIGINT during the drain: it ends a shutdown's grace from now.
+    pub fn hurry(&self) {
+        self.hurry.send_replace(true);
+    }
+
+    fn grace(&self, shutdown_grace: Duration) -> Duration {
+        self.handed_over.get().copied().unwrap_or(shutdown_grace)
+    }
+}
+
 #[derive(Clone)]
 pub struct Shared {
     pub site: SiteHandle,
@@ -29,8 +68,8 @@ pub struct Shared {
     pub connection_limit: Arc<Semaphore>,
     pub shutdown: watch::Receiver<bool>,
     pub shutdown_grace: Duration,
-    /// How long the drain lasts instead, once set: `upgrade.drain`, after a handover.
-    pub drain: Arc<std::sync::OnceLock<Duration>>,
+    /// How long the drain lasts after a handover, and SIGTERM's cut of it.
+    pub drain: Arc<Drain>,
     /// `limits.handshake_queue`: each worker's admission bound.
     pub handshake_queue: Duration,
     /// Each worker's crypto engine.
@@ -214,7 +253,7 @@ pub(crate) fn run(
         tokio::task::spawn_local(trim_coroutine_stacks());
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
-        if worker.shared.drain.get().is_some() {
+        if worker.shared.drain.handed_over() {
             // Handed over: the successor reads the QUIC sockets now. Datagrams read
             // here would be lost to it (a new connection's Initial, or a packet of one
             // of its connections, which this endpoint would answer with a stateless
@@ -223,15 +262,25 @@ pub(crate) fn run(
                 endpoint.abort();
             }
         }
-        let grace = (worker.shared.drain.get().copied()).unwrap_or(worker.shared.shutdown_grace);
-        let grace = tokio::time::sleep(grace);
+        let drain = &worker.shared.drain;
+        let shutdown_grace = worker.shared.shutdown_grace;
+        let end = tokio::time::Instant::now() + drain.grace(shutdown_grace);
+        let grace = tokio::time::sleep_until(end);
         tokio::pin!(grace);
+        let mut hurry = drain.hurry.subscribe();
+        let mut hurried = false;
         while worker.series.open() > 0 {
             tokio::select! {
                 _ = worker.drained.notified() => {}
                 _ = &mut grace => {
                     tracing::warn!("worker {id}: {} connections still open after the shutdown grace period; closing them", worker.series.open());
                     break;
+                }
+                // SIGTERM while a handover's drain runs: a shutdown's grace from now.
+                _ = hurry.wait_for(|&h| h), if !hurried => {
+                    hurried = true;
+                    let sooner = tokio::time::Instant::now() + shutdown_grace;
+                    grace.as_mut().reset(end.min(sooner));
                 }
             }
         }

@@ -14,10 +14,13 @@ use std::os::unix::net::UnixStream;
 /// The most descriptors one message carries (the kernel's SCM_MAX_FD is 253).
 pub const MAX_FDS: usize = 200;
 
-/// Room for the control message of [`MAX_FDS`] descriptors.
-fn control_len() -> usize {
+/// Room for the control message of [`MAX_FDS`] descriptors, aligned as a `cmsghdr`
+/// must be (its `size_t` length first): a byte vector's start need not be.
+fn control_buffer() -> Vec<u64> {
     // SAFETY: CMSG_SPACE only computes a size from its argument.
-    unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) as usize }
+    let bytes =
+        unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) as usize };
+    vec![0u64; bytes.div_ceil(std::mem::size_of::<u64>())]
 }
 
 /// Sends `data` (not empty) with `fds` (at most [`MAX_FDS`]) on `socket`, all of `data`
@@ -26,7 +29,7 @@ pub fn send_with_fds(socket: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -
     if data.is_empty() || fds.len() > MAX_FDS {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mut control = vec![0u8; control_len()];
+    let mut control = control_buffer();
     let mut sent = 0;
     while sent < data.len() {
         let rest = &data[sent..];
@@ -85,7 +88,7 @@ pub fn recv_with_fds(
     buf: &mut [u8],
     fds: &mut Vec<OwnedFd>,
 ) -> io::Result<usize> {
-    let mut control = vec![0u8; control_len()];
+    let mut control = control_buffer();
     loop {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
@@ -96,7 +99,7 @@ pub fn recv_with_fds(
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = control.len();
+        msg.msg_controllen = std::mem::size_of_val(control.as_slice());
         // SAFETY: `msg` points at live buffers of the lengths it names.
         let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
         if n < 0 {

@@ -15,6 +15,19 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::time::Duration;
 
+/// Runs `make` with the process's file-mode creation mask set to `mask`, then puts the
+/// old mask back: a file made by a call that takes no mode (a Unix socket's `bind`) is
+/// never, even for an instant, more open than `mask` lets it be. The mask is the
+/// process's: call it while no other thread makes files.
+pub fn with_umask<T>(mask: u32, make: impl FnOnce() -> T) -> T {
+    // SAFETY: umask only swaps the process's creation mask and cannot fail.
+    let old = unsafe { libc::umask(mask as libc::mode_t) };
+    let made = make();
+    // SAFETY: as above, putting the previous mask back.
+    unsafe { libc::umask(old) };
+    made
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     run_current_thread_on(&[cpu])

@@ -83,7 +83,8 @@ enum Command {
     /// upgrade) starts with its arguments, takes every listening socket over, and
     /// serves; the old process then drains (upgrade.drain) and exits. What only a new
     /// process can change (workers, listeners, [admin], [signer], ...) changes so too.
-    /// Exits 0 once the new process serves; 1, the old one serving on, when it cannot.
+    /// Exits 0 once the new process serves; 1, the old one serving on, when it cannot;
+    /// 3 when no terminus answers on the control socket.
     Upgrade {
         /// The config file whose upgrade.socket names the control socket.
         #[arg(long, short = 'c', value_name = "FILE")]
@@ -195,7 +196,7 @@ fn init_logging(level: &str, file: Option<&std::path::Path>) -> Result<(), Strin
 
 /// `terminus upgrade`.
 fn upgrade(config: Option<PathBuf>, socket: Option<PathBuf>, status: bool) -> ExitCode {
-    use terminus_server::upgrade_client::{ask, socket_of, Answer};
+    use terminus_server::upgrade_client::{ask, socket_of, Answer, Unanswered};
     let socket = match socket {
         Some(socket) => socket,
         None => {
@@ -226,12 +227,21 @@ fn upgrade(config: Option<PathBuf>, socket: Option<PathBuf>, status: bool) -> Ex
             eprintln!("terminus: upgrade refused: {why}");
             ExitCode::FAILURE
         }
+        Err(e @ Unanswered::Unreachable(_)) => {
+            eprintln!("terminus: error: {e}");
+            ExitCode::from(UNREACHABLE)
+        }
         Err(e) => {
             eprintln!("terminus: error: {e}");
             ExitCode::FAILURE
         }
     }
 }
+
+/// `terminus upgrade`'s exit status when no terminus answers on the control socket (1:
+/// one answered and the upgrade failed, the running process serving on): the package's
+/// postinst restarts the service then, and only then.
+const UNREACHABLE: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -126,8 +126,9 @@ const UDP_BUFFER: usize = 7 << 20;
 /// Binds a UDP socket per worker at each of `addrs` (the TCP listeners' bound
 /// addresses, so the port is the same), using first the sockets a previous process
 /// handed over for it (`inherit`, by bound address). Inherited sockets beyond the
-/// workers' count are closed: UDP queues nothing a close loses, and the kernel spreads
-/// datagrams over the sockets left. An error names the address.
+/// workers' count are closed: once the old process has closed its copies too, the
+/// kernel spreads datagrams over the sockets left (what was queued in a closed one is
+/// lost, a datagram QUIC sends again, not a connection). An error names the address.
 pub fn bind_udp_all(
     addrs: &[SocketAddr],
     workers: usize,

@@ -36,23 +36,44 @@ pub fn socket_of(options: &ServerOptions) -> Result<PathBuf, StartError> {
         .unwrap_or_else(|| PathBuf::from(super::DEFAULT_SOCKET)))
 }
 
+/// Why no answer came.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// Nothing answers on the socket (no terminus runs there, or one too old to take a
+    /// handover): a restart is the way to put a new binary in force.
+    Unreachable(String),
+    /// It answered, then the conversation broke off or made no sense: what became of
+    /// the upgrade is in the running process's log.
+    Broken(String),
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreachable(why) | Self::Broken(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Asks the terminus answering on `socket` to hand over to a new process
-/// (`upgrade`) or how it is (`status`); each progress line goes to `progress`. An
-/// error when nothing answers there or the answer makes no sense.
-pub fn ask(socket: &Path, command: &str, progress: &mut dyn FnMut(&str)) -> Result<Answer, String> {
+/// (`upgrade`) or how it is (`status`); each progress line goes to `progress`.
+pub fn ask(
+    socket: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Answer, Unanswered> {
     let stream = UnixStream::connect(socket).map_err(|e| {
-        format!(
+        Unanswered::Unreachable(format!(
             "{}: {e} (is terminus running with this upgrade.socket?)",
             socket.display()
-        )
+        ))
     })?;
+    let broken =
+        |e: &dyn std::fmt::Display| Unanswered::Broken(format!("{}: {e}", socket.display()));
     let mut wire = Wire::new(stream);
-    wire.send(command, &[])
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    wire.send(command, &[]).map_err(|e| broken(&e))?;
     loop {
-        let line = wire
-            .line(UPGRADE)
-            .map_err(|e| format!("{}: {e}", socket.display()))?;
+        let line = wire.line(UPGRADE).map_err(|e| broken(&e))?;
         if let Some(rest) = line.strip_prefix("progress ") {
             progress(rest);
             continue;
@@ -64,11 +85,11 @@ pub fn ask(socket: &Path, command: &str, progress: &mut dyn FnMut(&str)) -> Resu
         let (Some("ok" | "serving"), Some(pid), Some(generation), None) =
             (words.next(), words.next(), words.next(), words.next())
         else {
-            return Err(format!("{}: unexpected answer {line:?}", socket.display()));
+            return Err(broken(&format!("unexpected answer {line:?}")));
         };
         return match (pid.parse(), generation.parse()) {
             (Ok(pid), Ok(generation)) => Ok(Answer::Serving { pid, generation }),
-            _ => Err(format!("{}: unexpected answer {line:?}", socket.display())),
+            _ => Err(broken(&format!("unexpected answer {line:?}"))),
         };
     }
 }

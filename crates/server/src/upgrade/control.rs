@@ -42,7 +42,11 @@ const POLL: Duration = Duration::from_millis(20);
 /// it cannot be bound. A socket file no process answers on (one left by a crash) is
 /// replaced.
 pub(crate) fn bind(path: &Path) -> Result<UnixListener, String> {
-    let listener = match UnixListener::bind(path) {
+    // Made 0600 at once: whoever may connect may replace this process, so only its own
+    // user (and root) may, from the first instant (nothing else makes files while the
+    // listeners are bound).
+    let bind = |path: &Path| terminus_sys::with_umask(0o177, || UnixListener::bind(path));
+    let listener = match bind(path) {
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
             if UnixStream::connect(path).is_ok() {
                 return Err(format!(
@@ -56,15 +60,11 @@ pub(crate) fn bind(path: &Path) -> Result<UnixListener, String> {
             if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
                 let _ = std::fs::remove_file(path);
             }
-            UnixListener::bind(path)
+            bind(path)
         }
         bound => bound,
     }
     .map_err(|e| format!("upgrade.socket {}: {e}", path.display()))?;
-    // Whoever may connect may replace this process: its own user (and root) only.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("upgrade.socket {}: {e}", path.display()))?;
     Ok(listener)
 }
 
@@ -77,18 +77,27 @@ pub(crate) struct HandedOver {
     /// successor learns that it has (it refuses to hand over again before), and where
     /// it hears how many connections this one still serves.
     connection: Wire,
+    /// The successor, this process's child: reaped if it exits first.
+    child: Child,
 }
 
 impl HandedOver {
     /// Tells the successor, every second until `done`, how many connections this
     /// process still has open (`open`): its metrics show the drain.
     pub(crate) fn report_drain(
-        &self,
+        &mut self,
         open: impl Fn() -> u64,
         done: &std::sync::atomic::AtomicBool,
     ) {
         use std::sync::atomic::Ordering;
         while !done.load(Ordering::Relaxed) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                tracing::error!(
+                    "upgrade: the new process (pid {}) exited ({status}) while this one drains",
+                    self.pid
+                );
+                return;
+            }
             if self
                 .connection
                 .send(&format!("draining {}", open()), &[])
@@ -243,7 +252,8 @@ impl Control {
             self.settings.generation + 1
         ));
         match self.hand_over(stop, say) {
-            Ok((pid, wire)) => {
+            Ok((child, wire)) => {
+                let pid = child.id();
                 say(&format!("ok {pid} {}", self.settings.generation + 1));
                 tracing::info!(
                     "upgrade: pid {pid} (generation {}) serves on every listener; this process (generation {}) stops accepting and drains",
@@ -254,6 +264,7 @@ impl Control {
                     pid,
                     generation: self.settings.generation + 1,
                     connection: wire,
+                    child,
                 });
                 true
             }
@@ -270,7 +281,7 @@ impl Control {
         &mut self,
         stop: &watch::Receiver<bool>,
         say: &mut dyn FnMut(&str),
-    ) -> Result<(u32, Wire), String> {
+    ) -> Result<(Child, Wire), String> {
         let token = token();
         let key = random_hex(32);
         let mut child = Command::new(&self.settings.exe)
@@ -285,7 +296,6 @@ impl Control {
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.settings.exe.display()))?;
-        let pid = child.id();
         let kek = terminus_fleet::tickets::Kek::from_hex(&key)
             .map_err(|e| format!("the handover's key: {e}"))?;
         let outcome = self.converse(&mut child, &token, &kek, stop, say);
@@ -294,7 +304,7 @@ impl Control {
             let _ = child.kill();
             let _ = child.wait();
         }
-        outcome.map(|wire| (pid, wire))
+        outcome.map(|wire| (child, wire))
     }
 
     fn converse(

@@ -51,6 +51,21 @@ pub(crate) const ENV_GENERATION: &str = "TERMINUS_GENERATION";
 /// `RuntimeDirectory=terminus`, the Debian package's unit.
 pub const DEFAULT_SOCKET: &str = "/run/terminus/control.sock";
 
+/// The binary a successor is started from: the path this process was started by
+/// (`argv[0]`, made absolute against the working directory now) when it names one, as
+/// nginx does, so that a symlink switched to a new release
+/// (`/usr/local/bin/terminus -> /opt/terminus-1.3/terminus`) starts the new release;
+/// else (a name found on `PATH`) the file the kernel ran, read now: symlinks resolved,
+/// and before a package upgrade renames a new file over it (after it, the kernel names
+/// the old one "(deleted)"). Either way the successor is what is at that path when the
+/// upgrade starts: the new binary after `apt upgrade`.
+pub(crate) fn binary() -> std::io::Result<std::path::PathBuf> {
+    match std::env::args_os().next().map(std::path::PathBuf::from) {
+        Some(named) if named.components().count() > 1 => Ok(std::env::current_dir()?.join(named)),
+        _ => std::env::current_exe(),
+    }
+}
+
 /// What a socket handed over is for.
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
 #[serde(rename_all = "lowercase")]
@@ -109,6 +124,9 @@ pub(crate) struct Inherited {
     sockets: Vec<(Entry, Option<OwnedFd>)>,
     /// The session-ticket keys the predecessor held, sealed under the handover's key.
     pub(crate) tickets: Option<(terminus_fleet::tickets::Kek, Vec<SealedTicketKey>)>,
+    /// Where the predecessor's control socket is: taken over when this process's
+    /// configuration names the same path.
+    pub(crate) control_path: Option<std::path::PathBuf>,
 }
 
 impl Inherited {

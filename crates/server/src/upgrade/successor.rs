@@ -32,6 +32,14 @@ impl Successor {
             .ok()
             .and_then(|g| g.parse().ok())
             .unwrap_or(2);
+        let key = std::env::var(ENV_KEY).ok();
+        // Not passed on to what this process starts (a successor of its own gets fresh
+        // ones). Only the main thread runs yet, so nothing reads the environment
+        // meanwhile. (/proc/<pid>/environ still shows the values it was started with,
+        // to its own user and root: whoever may read it may connect to the socket too.)
+        for name in [ENV_SOCKET, ENV_TOKEN, ENV_KEY, ENV_GENERATION] {
+            std::env::remove_var(name);
+        }
         let stream = UnixStream::connect(&path).map_err(|e| {
             format!(
                 "upgrade: cannot reach the process to take over from at {}: {e}",
@@ -41,7 +49,10 @@ impl Successor {
         let mut wire = Wire::new(stream);
         let receive = |wire: &mut Wire| -> std::io::Result<Inherited> {
             wire.send(&format!("successor {token} {}", std::process::id()), &[])?;
-            let mut inherited = Inherited::default();
+            let mut inherited = Inherited {
+                control_path: Some(std::path::PathBuf::from(&path)),
+                ..Inherited::default()
+            };
             loop {
                 let line = wire.line(ANSWER)?;
                 if line == "end" {
@@ -50,9 +61,8 @@ impl Successor {
                 if let Some(tickets) = line.strip_prefix("tickets ") {
                     let keys: Vec<(u64, bool, String)> = serde_json::from_str(tickets)
                         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-                    let kek = std::env::var(ENV_KEY)
-                        .ok()
-                        .and_then(|hex| terminus_fleet::tickets::Kek::from_hex(&hex).ok());
+                    let kek = (key.as_deref())
+                        .and_then(|hex| terminus_fleet::tickets::Kek::from_hex(hex).ok());
                     let keys = keys
                         .into_iter()
                         .filter_map(|(epoch, shared, hex)| Some((epoch, shared, unhex(&hex)?)))

@@ -174,8 +174,10 @@ fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     .unwrap();
     let out = upgrade(&socket, &[]);
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
+    // 1: a terminus answered and serves on (3 would have the package restart it).
+    assert_eq!(
+        out.status.code(),
+        Some(1),
         "a broken configuration upgraded: {said}"
     );
     assert!(
@@ -191,6 +193,9 @@ fn a_new_process_that_cannot_start_leaves_the_old_one_serving() {
     std::fs::write(&path, good).unwrap();
     let out = upgrade(&socket, &[]);
     let _successor = Successor(new_pid(&out));
+    // Nothing answering: 3, the one case where the package restarts the service.
+    let out = upgrade(&dir.path("nobody.sock"), &[]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
 }
 
 /// A new process killed half-way (it has the sockets, it is not serving yet) leaves
@@ -437,4 +442,46 @@ fn a_keep_alive_connection_idle_at_the_handover_gets_its_next_answer() {
         old.stderr()
     );
     assert!(client.wait().unwrap().success());
+}
+
+/// SIGTERM to a process draining after a handover (its idle keep-alive connection would
+/// keep it for `upgrade.drain`, 20 s) ends the drain within `shutdown_grace` (1 s):
+/// systemd stopping the service does not wait minutes for the old process.
+#[test]
+fn sigterm_cuts_a_handed_over_process_drain_to_the_shutdown_grace() {
+    use std::io::BufRead;
+    let dir = TestDir::new("upgrade-term");
+    let (config, socket) = server_with_control(&dir, "[timeouts]\nshutdown_grace = \"1s\"\n");
+    let mut old = ServerBuilder::with(&dir, &config).start();
+    let script = dir.write("keep_alive.py", KEEP_ALIVE);
+    let mut client = Command::new("python3")
+        .arg(&script)
+        .arg(old.port().to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "HTTP/1.1 200 OK close=False"
+    );
+    let out = upgrade(&socket, &[]);
+    let _successor = Successor(new_pid(&out));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        alive(old.pid()),
+        "the idle connection keeps the old process draining"
+    );
+    let told = Instant::now();
+    old.signal("TERM");
+    old.wait_exit(Duration::from_secs(8));
+    let took = told.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "SIGTERM ended the drain after {took:?}, not within shutdown_grace:\n{}",
+        old.stderr()
+    );
+    let _ = client.kill();
+    let _ = client.wait();
 }
