@@ -20,6 +20,8 @@ use std::time::Instant;
 use std::io::IoSliceMut;
 
 use bytes::BytesMut;
+
+use crate::succession::Succession;
 use quinn_proto::{
     ConnectionEvent, ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, EndpointConfig,
     ServerConfig, Transmit,
@@ -109,7 +111,9 @@ impl Shared {
 /// Serves QUIC on `socket` with `config` until the task is dropped, new connections
 /// admitted as `limits` say: handshakes computed by `engine`, counted in [`crate::QUIC_METRICS`]; each connection whose handshake
 /// completed is given to `hooks.on_established`, which serves its requests; each
-/// handshake is admitted at its ClientHello by `hooks.admit`.
+/// handshake is admitted at its ClientHello by `hooks.admit`. Once `succession` says
+/// this process has handed over, the socket is left to the successor to read, and the
+/// datagrams it passes back for this endpoint's connections are served instead.
 pub async fn serve(
     socket: std::net::UdpSocket,
     mut member: Member,
@@ -117,7 +121,24 @@ pub async fn serve(
     limits: Limits,
     engine: Engine,
     hooks: Hooks,
+    succession: Succession,
 ) -> io::Result<()> {
+    let Succession {
+        inbox,
+        mut handed_over,
+        predecessor,
+    } = succession;
+    member.succeed(predecessor);
+    let inbox = match inbox {
+        Some(inbox) => {
+            inbox.set_nonblocking(true)?;
+            Some(tokio::net::UnixDatagram::from_std(inbox)?)
+        }
+        None => None,
+    };
+    let mut passed = vec![0u8; crate::succession::HEADER + READ_SLOT];
+    // The socket is ours to read until this process hands over.
+    let mut reading = true;
     socket.set_nonblocking(true)?;
     let udp = quinn_udp::UdpSocketState::new((&socket).into())?;
     let socket = UdpSocket::from_std(socket)?;
@@ -145,11 +166,25 @@ pub async fn serve(
     let mut out = Vec::with_capacity(1500);
     loop {
         let read = tokio::select! {
-            read = read_batch(&shared, &mut slots, &mut metas) => read,
+            read = read_batch(&shared, &mut slots, &mut metas), if reading => read,
             Some(handover) = member.inbox.recv() => {
                 handle(&shared, handover, &mut out).await;
                 continue;
             }
+            _ = handed_over.wait_for(|&h| h), if reading => {
+                reading = false;
+                continue;
+            }
+            // From the successor, for a connection of this process's.
+            Some(n) = passed_back(inbox.as_ref(), &mut passed), if !reading => {
+                if let Some(datagram) = crate::succession::decode(&passed[..n]) {
+                    route_read(&shared, &member, datagram, &mut out).await;
+                }
+                continue;
+            }
+            // Handed over, and nothing can come any more: the connections' own tasks
+            // end them.
+            else => std::future::pending().await,
         };
         let count = match read {
             Ok(count) => count,
@@ -168,13 +203,26 @@ pub async fn serve(
                     ecn: meta.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8)),
                     data: BytesMut::from(datagram),
                 };
-                match member.route(datagram) {
-                    Owner::Here(datagram) => handle(&shared, datagram, &mut out).await,
-                    Owner::Handed => shared.metrics.handed_over(),
-                    Owner::Dropped => shared.metrics.handover_dropped(),
-                }
+                route_read(&shared, &member, datagram, &mut out).await;
             }
         }
+    }
+}
+
+/// The next message the successor passed back, its length (`None`: no inbox, or it
+/// failed; the successor gone, nothing more comes).
+async fn passed_back(inbox: Option<&tokio::net::UnixDatagram>, buf: &mut [u8]) -> Option<usize> {
+    inbox?.recv(buf).await.ok()
+}
+
+/// A datagram read (or passed back by the successor): handled here, or handed to the
+/// worker or process whose connection it is.
+async fn route_read(shared: &Rc<Shared>, member: &Member, datagram: Handover, out: &mut Vec<u8>) {
+    match member.route(datagram) {
+        Owner::Here(datagram) => handle(shared, datagram, out).await,
+        Owner::Handed => shared.metrics.handed_over(),
+        Owner::Dropped => shared.metrics.handover_dropped(),
+        Owner::Passed => shared.metrics.passed_to_predecessor(),
     }
 }
 

@@ -28,6 +28,7 @@ mod connection;
 pub mod endpoint;
 mod metrics;
 pub mod routing;
+pub mod succession;
 pub mod transport;
 
 use std::any::Any;
@@ -106,3 +107,4 @@ pub use endpoint::serve;
 pub use metrics::{QuicMetrics, QUIC_METRICS};
 pub use quinn_proto::ServerConfig;
 pub use routing::{members, Member};
+pub use succession::{Predecessor, Succession};

@@ -15,6 +15,7 @@ pub struct QuicMetrics {
     refused: Counter,
     handed_over: Counter,
     handover_dropped: Counter,
+    passed: Counter,
 }
 
 impl std::fmt::Debug for QuicMetrics {
@@ -50,6 +51,10 @@ impl QuicMetrics {
                 "terminus_quic_handed_over_total",
                 "QUIC datagrams one worker read for a connection another worker owns (its client's address changed), handed to that worker.",
             ),
+            passed: Counter::new(
+                "terminus_quic_passed_to_predecessor_total",
+                "QUIC datagrams of connections the process this one replaced (terminus upgrade) still serves, passed to it while it drains.",
+            ),
             handover_dropped: Counter::new(
                 "terminus_quic_handover_dropped_total",
                 "QUIC datagrams for a connection another worker owns that could not be handed to it (its queue full, the worker gone, or over 1,500 bytes): dropped.",
@@ -81,6 +86,10 @@ impl QuicMetrics {
         self.handed_over.inc();
     }
 
+    pub(crate) fn passed_to_predecessor(&self) {
+        self.passed.inc();
+    }
+
     pub(crate) fn handover_dropped(&self) {
         self.handover_dropped.inc();
     }
@@ -94,6 +103,7 @@ impl Render for QuicMetrics {
         self.retried.render(out);
         self.refused.render(out);
         self.handed_over.render(out);
+        self.passed.render(out);
         self.handover_dropped.render(out);
     }
 }

@@ -34,6 +34,8 @@ use bytes::BytesMut;
 use quinn_proto::{ConnectionId, ConnectionIdGenerator, EcnCodepoint, InvalidCid};
 use tokio::sync::mpsc;
 
+use crate::succession::{Passed, Predecessor};
+
 /// Length of the connection IDs terminus issues.
 pub const CID_LEN: usize = 12;
 /// Where the random part of an ID starts (the masked worker index and check before it).
@@ -86,6 +88,8 @@ pub struct Member {
     mask: Mask,
     peers: Arc<[mpsc::Sender<Handover>]>,
     pub(crate) inbox: mpsc::Receiver<Handover>,
+    /// The process this one replaced, while it drains: what is not ours may be its.
+    predecessor: Option<Arc<Predecessor>>,
 }
 
 /// The members of a listener whose QUIC is served by `workers` workers, in worker
@@ -107,6 +111,7 @@ pub fn members(workers: usize) -> Vec<Member> {
             mask: mask.clone(),
             peers: peers.clone(),
             inbox,
+            predecessor: None,
         })
         .collect()
 }
@@ -119,6 +124,8 @@ pub(crate) enum Owner {
     Handed,
     /// Another worker's, which could not take it (gone, or its queue full): dropped.
     Dropped,
+    /// Passed to the process this one replaced (not an ID of ours, while it drains).
+    Passed,
 }
 
 impl Member {
@@ -135,10 +142,28 @@ impl Member {
         }
     }
 
-    /// Hands `data` to the worker that owns its connection if that is not this one.
+    /// The process this one replaced drains its QUIC connections: datagrams of
+    /// established paths whose IDs are not ours are passed to it.
+    pub fn succeed(&mut self, predecessor: Option<Arc<Predecessor>>) {
+        self.predecessor = predecessor;
+    }
+
+    /// Hands `data` to the worker that owns its connection if that is not this one (or
+    /// to the process this one replaced, if it is not ours and that one drains).
     pub(crate) fn route(&self, datagram: Handover) -> Owner {
-        let Some(owner) = destination(&datagram.data).and_then(|cid| self.mask.owner(cid)) else {
-            return Owner::Here(datagram);
+        let cid = destination(&datagram.data);
+        let Some(owner) = cid.and_then(|cid| self.mask.owner(cid)) else {
+            return match (cid, &self.predecessor) {
+                (Some(cid), Some(predecessor)) => {
+                    let cid: [u8; CID_LEN] = cid.try_into().unwrap_or_default();
+                    match predecessor.pass(&cid, datagram) {
+                        Passed::Taken => Owner::Passed,
+                        Passed::Dropped => Owner::Dropped,
+                        Passed::Gone(datagram) => Owner::Here(datagram),
+                    }
+                }
+                _ => Owner::Here(datagram),
+            };
         };
         let owner = usize::from(owner);
         if owner == usize::from(self.index) {

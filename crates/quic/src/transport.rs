@@ -305,19 +305,38 @@ impl quic::SendStream<Bytes> for SendStream {
         Ok(())
     }
 
+    /// Finishes the stream, then waits until the client has acknowledged all of it: a
+    /// response is done only when it has arrived. What holds the request (the
+    /// connection's count, a drain) holds it until then, and a connection closed once
+    /// its last request is done (a GOAWAY's, a drain's) does not cut an answer whose
+    /// end is still in flight: a CONNECTION_CLOSE ends retransmission.
     fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        if self.poll_ready(cx)?.is_pending() {
-            return Poll::Pending;
+        if !self.ended {
+            if self.poll_ready(cx)?.is_pending() {
+                return Poll::Pending;
+            }
+            let mut state = self.state.borrow_mut();
+            let finished = state.conn.send_stream(self.id).finish();
+            self.ended = true;
+            state.kick();
+            match finished {
+                Ok(()) => {}
+                Err(FinishError::Stopped(code)) => return Poll::Ready(Err(stopped(code))),
+                Err(FinishError::ClosedStream) => return Poll::Ready(Err(state.stream_closed())),
+            }
         }
         let mut state = self.state.borrow_mut();
-        let finished = state.conn.send_stream(self.id).finish();
-        self.ended = true;
-        state.kick();
-        Poll::Ready(match finished {
-            Ok(()) => Ok(()),
-            Err(FinishError::Stopped(code)) => Err(stopped(code)),
-            Err(FinishError::ClosedStream) => Err(state.stream_closed()),
-        })
+        match state.conn.send_stream(self.id).stopped() {
+            // Freed: every byte and the end acknowledged.
+            Err(_) => Poll::Ready(Ok(())),
+            Ok(Some(code)) => Poll::Ready(Err(stopped(code))),
+            Ok(None) if state.closed.is_some() => Poll::Ready(Err(state.stream_closed())),
+            // Woken by its Finished (or Stopped) event, or the connection's end.
+            Ok(None) => {
+                state.writers.insert(self.id, cx.waker().clone());
+                Poll::Pending
+            }
+        }
     }
 
     fn reset(&mut self, reset_code: u64) {

@@ -3,7 +3,8 @@
 //! that starts a thread adds it to the [`Services`], so that a start-up failing half-way
 //! stops what it had started, and shutdown stops everything in reverse.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::UnixDatagram;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -230,8 +231,8 @@ pub(crate) struct Bound {
     pub(crate) addrs: Vec<SocketAddr>,
     /// The listeners with `http3`.
     pub(crate) http3: Vec<SocketAddr>,
-    /// Each worker's QUIC sockets with its place among their workers.
-    pub(crate) quic_per_worker: Vec<Vec<(UdpSocket, terminus_quic::Member)>>,
+    /// Each worker's QUIC sockets with their places among their listener's endpoints.
+    pub(crate) quic_per_worker: Vec<Vec<worker::QuicSocket>>,
     /// The admin listener.
     pub(crate) admin: Option<TcpListener>,
     /// Each worker's `[signer]` listeners (SO_REUSEPORT), each with its index in
@@ -274,6 +275,16 @@ impl Bound {
             inherited.take(Kind::Udp, configured_of(bound))
         })
         .map_err(listen)?;
+        // The predecessor's QUIC inboxes, for each http3 listener: its connections'
+        // datagrams go there while it drains.
+        let predecessors = (http3.iter())
+            .map(|bound| {
+                let inboxes = inherited.take(Kind::QuicInbox, configured_of(*bound));
+                terminus_quic::Predecessor::new(
+                    inboxes.into_iter().map(UnixDatagram::from).collect(),
+                )
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
         let admin = match config.admin {
             None => None,
             Some(addr) => Some(match inherited.take(Kind::Admin, Some(addr)).pop() {
@@ -304,13 +315,19 @@ impl Bound {
                 inherited.left()
             );
         }
-        bound.keep_copies(config, &udp)?;
-        bound.quic_per_worker = quic_endpoints(udp);
+        let (quic, inboxes) = quic_endpoints(udp, &predecessors)?;
+        bound.keep_copies(config, &quic, &inboxes)?;
+        bound.quic_per_worker = quic;
         Ok(bound)
     }
 
     /// Copies of every socket, for a successor: taken now, while they are all here.
-    fn keep_copies(&mut self, config: &Config, udp: &[Vec<UdpSocket>]) -> std::io::Result<()> {
+    fn keep_copies(
+        &mut self,
+        config: &Config,
+        quic: &[Vec<worker::QuicSocket>],
+        inboxes: &[(usize, usize, UnixDatagram)],
+    ) -> std::io::Result<()> {
         let entry = |kind, configured, bound, worker| Entry {
             kind,
             configured,
@@ -329,11 +346,15 @@ impl Bound {
             .filter(|l| l.http3)
             .map(|l| l.addr)
             .collect();
-        for (worker, sockets) in udp.iter().enumerate() {
-            for ((socket, configured), bound) in sockets.iter().zip(&http3).zip(&self.http3) {
-                let e = entry(Kind::Udp, Some(*configured), Some(*bound), worker);
-                handover.keep(e, socket)?;
-            }
+        for q in quic.iter().flatten() {
+            let (configured, bound) = (http3[q.listener], self.http3[q.listener]);
+            let e = entry(Kind::Udp, Some(configured), Some(bound), q.slot);
+            handover.keep(e, &q.socket)?;
+        }
+        for (listener, slot, inbox) in inboxes {
+            let (configured, bound) = (http3[*listener], self.http3[*listener]);
+            let e = entry(Kind::QuicInbox, Some(configured), Some(bound), *slot);
+            handover.keep(e, inbox)?;
         }
         if let (Some(socket), Some(addr)) = (&self.admin, config.admin) {
             handover.keep(entry(Kind::Admin, Some(addr), None, 0), socket)?;
@@ -693,22 +714,48 @@ pub(crate) fn resolve_backend(choice: BackendChoice) -> Result<BackendKind, Star
     }
 }
 
-/// Each worker's QUIC sockets (one per http3 listener) with its place among that
-/// listener's workers, which hand each other datagrams for their connections.
-fn quic_endpoints(per_worker: Vec<Vec<UdpSocket>>) -> Vec<Vec<(UdpSocket, terminus_quic::Member)>> {
-    let listeners = per_worker.first().map_or(0, Vec::len);
-    let mut members: Vec<_> = (0..listeners)
-        .map(|_| terminus_quic::members(per_worker.len()).into_iter())
+/// Each worker's QUIC endpoints (one per http3 listener, and any surplus socket a
+/// predecessor with more workers handed over) with their places among their listener's
+/// endpoints, which hand each other datagrams for their connections; and the other end
+/// of each endpoint's inbox (listener, slot), for a successor.
+#[allow(clippy::type_complexity)]
+fn quic_endpoints(
+    per_worker: listener::UdpPerWorker,
+    predecessors: &[Option<Arc<terminus_quic::Predecessor>>],
+) -> std::io::Result<(
+    Vec<Vec<worker::QuicSocket>>,
+    Vec<(usize, usize, UnixDatagram)>,
+)> {
+    let mut counts = vec![0usize; predecessors.len()];
+    for (_, listener) in per_worker.iter().flatten() {
+        counts[*listener] += 1;
+    }
+    let mut members: Vec<_> = counts
+        .iter()
+        .map(|&n| terminus_quic::members(n).into_iter().enumerate())
         .collect();
-    per_worker
-        .into_iter()
-        .map(|sockets| {
-            sockets
-                .into_iter()
-                .zip(members.iter_mut().map_while(Iterator::next))
-                .collect()
-        })
-        .collect()
+    let mut inboxes = Vec::new();
+    let mut quic = Vec::with_capacity(per_worker.len());
+    for sockets in per_worker {
+        let mut endpoints = Vec::with_capacity(sockets.len());
+        for (socket, listener) in sockets {
+            let Some((slot, member)) = members[listener].next() else {
+                continue;
+            };
+            let (inbox, successors_end) = UnixDatagram::pair()?;
+            inboxes.push((listener, slot, successors_end));
+            endpoints.push(worker::QuicSocket {
+                socket,
+                listener,
+                slot,
+                member,
+                inbox,
+                predecessor: predecessors[listener].clone(),
+            });
+        }
+        quic.push(endpoints);
+    }
+    Ok((quic, inboxes))
 }
 
 /// Every client connection takes a descriptor: as HAProxy does, the soft limit is raised

@@ -89,12 +89,27 @@ pub struct Shared {
     pub(crate) signer: Option<Arc<crate::signer::SignerService>>,
 }
 
+/// One QUIC endpoint's socket, with what it serves and its part in a handover.
+pub(crate) struct QuicSocket {
+    pub socket: std::net::UdpSocket,
+    /// Its listener: the index among the `http3` ones.
+    pub listener: usize,
+    /// Its place among that listener's endpoints.
+    pub slot: usize,
+    pub member: terminus_quic::Member,
+    /// Where a successor passes back this endpoint's connections' datagrams.
+    pub inbox: std::os::unix::net::UnixDatagram,
+    /// Where this endpoint passes those of the process this one replaced, while it
+    /// drains.
+    pub predecessor: Option<Arc<terminus_quic::Predecessor>>,
+}
+
 /// A worker's sockets, bound at start-up.
 pub(crate) struct Sockets {
     /// Its TLS (and plain) listeners, each with its settings.
     pub listeners: Vec<(std::net::TcpListener, Listen)>,
     /// Its QUIC sockets.
-    pub quic: Vec<(std::net::UdpSocket, terminus_quic::Member)>,
+    pub quic: Vec<QuicSocket>,
     /// Its `[signer]` listeners.
     pub signer: Vec<std::net::TcpListener>,
 }
@@ -229,23 +244,32 @@ pub(crate) fn run(
                 signer_gate.clone(),
             ));
         }
-        let mut endpoints = Vec::new();
+        // Turned true once this process has handed over: the endpoints leave their
+        // sockets to the successor and serve what it passes back.
+        let (handed_over, succession) = watch::channel(false);
         if let Some((config, limits)) = &worker.shared.quic {
-            // The sockets were bound for the http3 listeners, in their order.
-            for ((socket, member), listen) in quic_sockets.into_iter().zip(http3) {
+            for quic in quic_sockets {
+                let Some(listen) = http3.get(quic.listener).cloned() else {
+                    continue;
+                };
                 let serving = terminus_quic::serve(
-                    socket,
-                    member,
+                    quic.socket,
+                    quic.member,
                     config.clone(),
                     *limits,
                     worker.engine.clone(),
                     crate::connection::quic::hooks(worker.clone(), listen),
+                    terminus_quic::Succession {
+                        inbox: Some(quic.inbox),
+                        handed_over: succession.clone(),
+                        predecessor: quic.predecessor,
+                    },
                 );
-                endpoints.push(tokio::task::spawn_local(async move {
+                tokio::task::spawn_local(async move {
                     if let Err(e) = serving.await {
                         tracing::error!("worker {id}: QUIC endpoint stopped: {e}");
                     }
-                }));
+                });
             }
         }
         let pool = Rc::downgrade(&worker.upstream_pool);
@@ -254,13 +278,11 @@ pub(crate) fn run(
         let mut shutdown = worker.shared.shutdown.clone();
         let _ = shutdown.wait_for(|&stop| stop).await;
         if worker.shared.drain.handed_over() {
-            // Handed over: the successor reads the QUIC sockets now. Datagrams read
-            // here would be lost to it (a new connection's Initial, or a packet of one
-            // of its connections, which this endpoint would answer with a stateless
-            // reset). This process's own QUIC connections end with it.
-            for endpoint in &endpoints {
-                endpoint.abort();
-            }
+            // The successor reads the QUIC sockets now (a datagram read here could be a
+            // new connection's, or one of its connections'); this process's own
+            // connections go on with what it passes back, told to go away (HTTP/3
+            // GOAWAY) as at a shutdown.
+            handed_over.send_replace(true);
         }
         let drain = &worker.shared.drain;
         let shutdown_grace = worker.shared.shutdown_grace;

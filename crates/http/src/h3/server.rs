@@ -46,20 +46,32 @@ pub async fn serve<R: Responder + 'static, O: 'static>(
             return;
         }
     };
+    // Told to stop: a GOAWAY went, and the connection is closed (h3 closes it when
+    // dropped) once the requests in progress are done. Each request's task says when it
+    // is (its `open` dropped).
+    let mut closing = false;
+    let finished = Rc::new(tokio::sync::Notify::new());
     loop {
+        if closing && Rc::strong_count(&open) == 1 {
+            return;
+        }
         let accepted = tokio::select! {
             accepted = h3.accept() => accepted,
-            _ = shutdown.wait_for(|&stop| stop) => {
+            _ = shutdown.wait_for(|&stop| stop), if !closing => {
                 let _ = h3.shutdown(0).await;
-                return;
+                closing = true;
+                continue;
             }
+            _ = finished.notified(), if closing => continue,
         };
         match accepted {
             Ok(Some(resolver)) => {
                 let (responder, open, early) = (responder.clone(), open.clone(), early.clone());
+                let finished = finished.clone();
                 tokio::task::spawn_local(async move {
                     request(resolver, responder, early).await;
                     drop(open);
+                    finished.notify_one();
                 });
             }
             Ok(None) => return,

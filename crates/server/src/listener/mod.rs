@@ -123,19 +123,24 @@ fn bind_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
 /// Receive and send buffer of each QUIC socket.
 const UDP_BUFFER: usize = 7 << 20;
 
+/// Each worker's UDP sockets, each with the index of its address.
+pub type UdpPerWorker = Vec<Vec<(UdpSocket, usize)>>;
+
 /// Binds a UDP socket per worker at each of `addrs` (the TCP listeners' bound
 /// addresses, so the port is the same), using first the sockets a previous process
-/// handed over for it (`inherit`, by bound address). Inherited sockets beyond the
-/// workers' count are closed: once the old process has closed its copies too, the
-/// kernel spreads datagrams over the sockets left (what was queued in a closed one is
-/// lost, a datagram QUIC sends again, not a connection). An error names the address.
+/// handed over for it (`inherit`, by bound address). Each worker's sockets come with
+/// the index in `addrs` of their address. Inherited sockets beyond the workers' count
+/// are kept, spread over the workers (a worker then reads two sockets of one address),
+/// as TCP's are: closed, one would stay in the kernel's group as long as the old
+/// process holds its copy (it sends its draining connections' datagrams on it), and the
+/// datagrams the kernel steered to it would go unread. An error names the address.
 pub fn bind_udp_all(
     addrs: &[SocketAddr],
     workers: usize,
     inherit: Inherit<'_>,
-) -> Result<Vec<Vec<UdpSocket>>, (SocketAddr, io::Error)> {
-    let mut per_worker: Vec<Vec<UdpSocket>> = (0..workers).map(|_| Vec::new()).collect();
-    for &addr in addrs {
+) -> Result<UdpPerWorker, (SocketAddr, io::Error)> {
+    let mut per_worker: UdpPerWorker = (0..workers).map(|_| Vec::new()).collect();
+    for (index, &addr) in addrs.iter().enumerate() {
         let mut inherited = inherit(addr).into_iter().map(UdpSocket::from);
         if inherited.len() == 0 {
             ensure_free(addr, Type::DGRAM).map_err(|e| (addr, e))?;
@@ -145,7 +150,10 @@ pub fn bind_udp_all(
                 Some(socket) => socket,
                 None => bind_udp(addr).map_err(|e| (addr, e))?,
             };
-            sockets.push(socket);
+            sockets.push((socket, index));
+        }
+        for (surplus, socket) in inherited.enumerate() {
+            per_worker[surplus % workers].push((socket, index));
         }
     }
     Ok(per_worker)

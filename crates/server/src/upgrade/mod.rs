@@ -20,6 +20,10 @@
 //!    open: the successor holds them), tell systemd the new main PID, and drain what it
 //!    has for `upgrade.drain`, as at shutdown.
 //!
+//! QUIC connections stay with the process that made them: the successor reads the UDP
+//! sockets from the handover and passes back what is not its own over a Unix datagram
+//! socket per endpoint ([`Kind::QuicInbox`], `terminus_quic::succession`).
+//!
 //! A successor that fails (its configuration, a socket it cannot bind, a crash, silence
 //! past the deadline) changes nothing: the old process never stopped accepting, reports
 //! why to whoever asked, and serves on. One upgrade at a time: a request while one is
@@ -74,6 +78,10 @@ pub(crate) enum Kind {
     Tcp,
     /// An `http3` listener's UDP socket, one per worker.
     Udp,
+    /// Where a successor passes back the QUIC datagrams of the connections this process
+    /// still serves: one per UDP socket (`terminus_quic::succession`).
+    #[serde(rename = "quic-inbox")]
+    QuicInbox,
     /// The admin listener.
     Admin,
     /// A `[signer]` listener, one per worker.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::harness::*;
 
 /// Whether aioquic is installed (`.ci/run` installs it); else the skip is shown.
-fn aioquic() -> bool {
+pub(crate) fn aioquic() -> bool {
     python_imports(
         "aioquic.asyncio.client",
         "python3 -m pip install 'aioquic>=1.2,<2'",

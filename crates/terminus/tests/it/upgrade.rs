@@ -280,7 +280,7 @@ fn h3_get(dir: &TestDir, port: u16) -> String {
 
 /// Workers change by upgrade, listeners and QUIC's sockets with them: a server of 2
 /// workers with an HTTP/3 listener is upgraded to 1 worker (one worker then accepts
-/// on both of the TCP sockets handed over; the surplus UDP socket is closed) and then
+/// on both of the TCP sockets handed over, and reads both UDP sockets) and then
 /// to 3 (one more socket of each bound), serving HTTPS and HTTP/3 on the same port
 /// after each, the metrics naming as many workers.
 #[test]
@@ -484,4 +484,120 @@ fn sigterm_cuts_a_handed_over_process_drain_to_the_shutdown_grace() {
     );
     let _ = client.kill();
     let _ = client.wait();
+}
+
+/// Downloads `/big.bin` over HTTP/3 (aioquic) with small flow-control windows, so that
+/// the server sends more only as the client's MAX_DATA frames reach it; after the first
+/// MiB it prints `started` and stops reading (the event loop blocked) until a line
+/// comes on stdin; then prints the status, length and SHA-256 of what came.
+const H3_DOWNLOAD: &str = r#"
+import asyncio, ssl, sys, hashlib
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import HeadersReceived, DataReceived
+from aioquic.quic.configuration import QuicConfiguration
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.h3 = H3Connection(self._quic)
+        self.body, self.status, self.held = bytearray(), None, False
+        self.done = self._loop.create_future()
+    def quic_event_received(self, event):
+        for ev in self.h3.handle_event(event):
+            if isinstance(ev, HeadersReceived):
+                self.status = dict(ev.headers).get(b":status", b"?").decode()
+            elif isinstance(ev, DataReceived):
+                self.body += ev.data
+                if not self.held and len(self.body) >= 1 << 20:
+                    self.held = True
+                    print("started", flush=True)
+                    sys.stdin.readline()
+            if getattr(ev, "stream_ended", False) and not self.done.done():
+                self.done.set_result(None)
+
+async def main(port):
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, verify_mode=ssl.CERT_NONE,
+                               server_name="localhost", max_data=256 << 10, max_stream_data=256 << 10)
+    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as client:
+        sid = client._quic.get_next_available_stream_id()
+        client.h3.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
+            (b":authority", b"localhost"), (b":path", b"/big.bin")], end_stream=True)
+        client.transmit()
+        await asyncio.wait_for(client.done, 60)
+        print(client.status, len(client.body), hashlib.sha256(client.body).hexdigest(), flush=True)
+
+asyncio.run(main(int(sys.argv[1])))
+"#;
+
+/// An HTTP/3 download in flight at the handover completes, served by the old process:
+/// the client's datagrams (its acknowledgements, its flow-control credit) reach the
+/// successor's sockets, which pass them back to the old process (seen failing without
+/// the passing: the download stalls at the flow-control window and times out).
+#[test]
+fn an_http3_download_in_flight_at_an_upgrade_completes_from_the_old_process() {
+    use std::io::{BufRead, Write};
+    if !crate::http3::aioquic() {
+        return;
+    }
+    let dir = TestDir::new("upgrade-h3-download");
+    let socket = dir.path("control.sock");
+    let more = format!(
+        "[upgrade]\nsocket = \"{}\"\ndrain = \"30s\"\n",
+        socket.display()
+    );
+    let (mut old, port) = h3_server_on(
+        &dir,
+        "127.0.0.1",
+        H3Config {
+            key: KeyKind::EcdsaP256,
+            backend: "scalar",
+            http3: "",
+            in_server: "",
+            more: &more,
+            workers: 2,
+        },
+    );
+    // 8 MiB that no two runs share, so a hit cannot come from anywhere but the file.
+    let mut state = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let big: Vec<u8> = (0..8 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    std::fs::write(dir.path("www/big.bin"), &big).unwrap();
+    let script = dir.write("h3_download.py", H3_DOWNLOAD);
+    let mut client = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "started");
+    let out = upgrade(&socket, &[]);
+    let _successor = Successor(new_pid(&out));
+    // The client goes on only now: all it sends reaches the successor's sockets.
+    client.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+    let last = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = client.kill();
+    let _ = client.wait();
+    assert_eq!(
+        last,
+        format!("200 {} {}", big.len(), openssl_sha256(&big)),
+        "{}",
+        old.stderr()
+    );
+    let passed = old.metric("terminus_quic_passed_to_predecessor_total", &[]);
+    assert!(passed > 0.0, "datagrams passed back: {passed}");
+    assert!(old.wait_exit(Duration::from_secs(30)).success());
 }
