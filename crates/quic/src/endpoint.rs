@@ -176,7 +176,9 @@ pub async fn serve(
                 continue;
             }
             // From the successor, for a connection of this process's.
-            Some(n) = passed_back(inbox.as_ref(), &mut passed), if !reading => {
+            // Read at all times: the successor may pass datagrams from its `go`, before
+            // this process has heard it serves.
+            Some(n) = passed_back(inbox.as_ref(), &mut passed) => {
                 if let Some(datagram) = crate::succession::decode(&passed[..n]) {
                     route_read(&shared, &member, datagram, &mut out).await;
                 }

@@ -104,13 +104,35 @@ impl Predecessor {
             });
             match inbox.send(message) {
                 Ok(_) => return Passed::Taken,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Passed::Dropped,
                 // ECONNREFUSED: the other end is closed.
-                Err(_) => gone.store(true, Ordering::Relaxed),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOTCONN)) => {
+                    gone.store(true, Ordering::Relaxed)
+                }
+                // Full (or another passing trouble, ENOBUFS): this datagram is lost, as
+                // a full socket buffer would lose it; the endpoint is not given up.
+                Err(_) => return Passed::Dropped,
             }
         }
         Passed::Gone(datagram)
     }
+}
+
+/// Each end of an endpoint's inbox pair holds this much (the default, about 208 KiB,
+/// is a burst of ~140 datagrams): a second or more of a drain's datagrams at the rates
+/// a loopback client reaches, before any is dropped.
+const INBOX_BUFFER: usize = 4 << 20;
+
+/// An endpoint's inbox pair: its end, and the one a successor is sent. Both ends ask
+/// for [`INBOX_BUFFER`] (the kernel caps it at `net.core.wmem_max`/`rmem_max` without
+/// CAP_NET_ADMIN).
+pub fn inbox_pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
+    let (ours, theirs) = UnixDatagram::pair()?;
+    for end in [&ours, &theirs] {
+        let socket = socket2::SockRef::from(end);
+        let _ = socket.set_send_buffer_size(INBOX_BUFFER);
+        let _ = socket.set_recv_buffer_size(INBOX_BUFFER);
+    }
+    Ok((ours, theirs))
 }
 
 /// The header before a datagram passed: version, ECN (0: none), the client's address

@@ -305,11 +305,13 @@ impl quic::SendStream<Bytes> for SendStream {
         Ok(())
     }
 
-    /// Finishes the stream, then waits until the client has acknowledged all of it: a
-    /// response is done only when it has arrived. What holds the request (the
-    /// connection's count, a drain) holds it until then, and a connection closed once
-    /// its last request is done (a GOAWAY's, a drain's) does not cut an answer whose
-    /// end is still in flight: a CONNECTION_CLOSE ends retransmission.
+    /// Finishes the stream; a request stream's (bidirectional) then waits until the
+    /// client has acknowledged all of it: a response is done only when it has arrived.
+    /// What holds the request (the connection's count, a drain) holds it until then, and
+    /// a connection closed once its last request is done (a GOAWAY's, a drain's) does not
+    /// cut an answer whose end is still in flight: a CONNECTION_CLOSE ends
+    /// retransmission. A unidirectional stream's (h3's grease) returns at once: h3 polls
+    /// it in the middle of reading its control stream, and would drop what it read.
     fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
         if !self.ended {
             if self.poll_ready(cx)?.is_pending() {
@@ -324,6 +326,9 @@ impl quic::SendStream<Bytes> for SendStream {
                 Err(FinishError::Stopped(code)) => return Poll::Ready(Err(stopped(code))),
                 Err(FinishError::ClosedStream) => return Poll::Ready(Err(state.stream_closed())),
             }
+        }
+        if self.id.dir() == quinn_proto::Dir::Uni {
+            return Poll::Ready(Ok(()));
         }
         let mut state = self.state.borrow_mut();
         match state.conn.send_stream(self.id).stopped() {

@@ -315,7 +315,11 @@ impl Bound {
                 inherited.left()
             );
         }
-        let (quic, inboxes) = quic_endpoints(udp, &predecessors)?;
+        let listens: Vec<_> = (config.listen.iter())
+            .filter(|l| l.http3)
+            .cloned()
+            .collect();
+        let (quic, inboxes) = quic_endpoints(udp, &listens, &predecessors)?;
         bound.keep_copies(config, &quic, &inboxes)?;
         bound.quic_per_worker = quic;
         Ok(bound)
@@ -721,6 +725,7 @@ pub(crate) fn resolve_backend(choice: BackendChoice) -> Result<BackendKind, Star
 #[allow(clippy::type_complexity)]
 fn quic_endpoints(
     per_worker: listener::UdpPerWorker,
+    listens: &[terminus_config::Listen],
     predecessors: &[Option<Arc<terminus_quic::Predecessor>>],
 ) -> std::io::Result<(
     Vec<Vec<worker::QuicSocket>>,
@@ -742,11 +747,12 @@ fn quic_endpoints(
             let Some((slot, member)) = members[listener].next() else {
                 continue;
             };
-            let (inbox, successors_end) = UnixDatagram::pair()?;
+            let (inbox, successors_end) = terminus_quic::succession::inbox_pair()?;
             inboxes.push((listener, slot, successors_end));
             endpoints.push(worker::QuicSocket {
                 socket,
                 listener,
+                listen: listens[listener].clone(),
                 slot,
                 member,
                 inbox,

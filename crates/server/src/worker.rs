@@ -92,8 +92,9 @@ pub struct Shared {
 /// One QUIC endpoint's socket, with what it serves and its part in a handover.
 pub(crate) struct QuicSocket {
     pub socket: std::net::UdpSocket,
-    /// Its listener: the index among the `http3` ones.
+    /// Its listener: the index among the `http3` ones, and its settings.
     pub listener: usize,
+    pub listen: Listen,
     /// Its place among that listener's endpoints.
     pub slot: usize,
     pub member: terminus_quic::Member,
@@ -221,11 +222,6 @@ pub(crate) fn run(
             compression: http::compress::WorkerMemory::new(http::compress::memory::PER_WORKER),
             upstream_pool: Rc::default(),
         });
-        let http3: Vec<Listen> = listeners
-            .iter()
-            .filter(|(_, l)| l.http3)
-            .map(|(_, l)| l.clone())
-            .collect();
         let acceptors = listeners
             .into_iter()
             .map(|(listener, listen)| Acceptor::new(listener, listen))
@@ -249,9 +245,7 @@ pub(crate) fn run(
         let (handed_over, succession) = watch::channel(false);
         if let Some((config, limits)) = &worker.shared.quic {
             for quic in quic_sockets {
-                let Some(listen) = http3.get(quic.listener).cloned() else {
-                    continue;
-                };
+                let listen = quic.listen;
                 let serving = terminus_quic::serve(
                     quic.socket,
                     quic.member,

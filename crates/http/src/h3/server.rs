@@ -49,23 +49,36 @@ pub async fn serve<R: Responder + 'static, O: 'static>(
     // Told to stop: a GOAWAY went, and the connection is closed (h3 closes it when
     // dropped) once the requests in progress are done. Each request's task says when it
     // is (its `open` dropped).
-    let mut closing = false;
+    //
+    // The GOAWAY names the first request not processed (RFC 9114 section 5.2): the one
+    // after the last accepted, which a client sends again on a new connection. h3 takes
+    // streams up to and including the ID it sends (`shutdown(1)`: one past the last), so
+    // a request with that ID or above is refused here, never served and retried both.
+    let mut closing: Option<h3::quic::StreamId> = None;
+    let mut last = None;
     let finished = Rc::new(tokio::sync::Notify::new());
     loop {
-        if closing && Rc::strong_count(&open) == 1 {
+        if closing.is_some() && Rc::strong_count(&open) == 1 {
             return;
         }
         let accepted = tokio::select! {
             accepted = h3.accept() => accepted,
-            _ = shutdown.wait_for(|&stop| stop), if !closing => {
-                let _ = h3.shutdown(0).await;
-                closing = true;
+            _ = shutdown.wait_for(|&stop| stop), if closing.is_none() => {
+                let _ = h3.shutdown(1).await;
+                let first = h3::quic::StreamId::try_from(0).expect("stream 0");
+                closing = Some(last.map_or(first, |l: h3::quic::StreamId| l + 1));
                 continue;
             }
-            _ = finished.notified(), if closing => continue,
+            _ = finished.notified(), if closing.is_some() => continue,
         };
         match accepted {
+            Ok(Some(resolver))
+                if closing.is_some_and(|goaway| resolver.frame_stream.id() >= goaway) =>
+            {
+                tokio::task::spawn_local(reject(resolver));
+            }
             Ok(Some(resolver)) => {
+                last = Some(resolver.frame_stream.id());
                 let (responder, open, early) = (responder.clone(), open.clone(), early.clone());
                 let finished = finished.clone();
                 tokio::task::spawn_local(async move {
@@ -80,6 +93,15 @@ pub async fn serve<R: Responder + 'static, O: 'static>(
                 return;
             }
         }
+    }
+}
+
+/// A request past the GOAWAY's ID: refused unprocessed (H3_REQUEST_REJECTED), for the
+/// client to send again on a new connection.
+async fn reject(resolver: h3::server::RequestResolver<H3Connection, Bytes>) {
+    if let Ok((_, mut stream)) = resolver.resolve_request().await {
+        stream.stop_sending(h3::error::Code::H3_REQUEST_REJECTED);
+        stream.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
     }
 }
 

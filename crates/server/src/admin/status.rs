@@ -488,6 +488,11 @@ fn build(now: &Scrape, base: Option<(f64, &Scrape)>, facts: &Facts<'_>) -> Page 
             label: "terminus".into(),
             cell: Cell::text(env!("CARGO_PKG_VERSION")),
         },
+        // 1 for a process started as such, one more for each `terminus upgrade`.
+        Fact {
+            label: "generation".into(),
+            cell: reads.fig(series("terminus_process_generation"), Unit::Count),
+        },
         Fact {
             label: "instance".into(),
             cell: Cell::text(facts.instance.clone()),
@@ -579,6 +584,15 @@ fn connections(r: &Reads<'_>) -> Section {
         vec![
             Cell::text("open"),
             r.fig(series("terminus_connections_open"), Unit::Count),
+            Cell::text(""),
+        ],
+        // `terminus upgrade`: the process this one replaced, until it has drained.
+        vec![
+            Cell::text("open in the process replaced (draining)"),
+            r.fig(
+                series("terminus_upgrade_predecessor_connections"),
+                Unit::Count,
+            ),
             Cell::text(""),
         ],
         vec![

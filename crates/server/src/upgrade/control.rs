@@ -339,7 +339,10 @@ impl Control {
         }
         wire.send("go", &[])
             .map_err(|e| format!("the new process (pid {pid}) did not take go: {e}"))?;
-        let line = self.next_line(&mut wire, child, token, stop, ANSWER, "serve")?;
+        // It accepts from now on: a stop (SIGTERM) meanwhile no longer calls it off,
+        // since that would kill a process clients are connecting to.
+        let (_, committed) = watch::channel(false);
+        let line = self.next_line(&mut wire, child, token, &committed, ANSWER, "serve")?;
         if line != "serving" {
             return Err(format!("the new process said {line:?} instead of serving"));
         }

@@ -104,6 +104,16 @@ fn an_upgrade_under_load_refuses_no_connection_and_loses_no_request() {
     // The admin listener is the new process's now: its generation, and what the old
     // one still holds.
     assert_eq!(old.metric("terminus_process_generation", &[]), 2.0);
+    // The status page says so too.
+    let page: serde_json::Value =
+        serde_json::from_slice(&old.admin_get("/status.json").stdout).unwrap();
+    let generation = page["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["label"] == "generation")
+        .map(|f| f["cell"]["v"].clone());
+    assert_eq!(generation, Some(serde_json::json!(2.0)), "{page}");
     eventually(
         Duration::from_secs(5),
         "the old process's drain seen",
